@@ -1,0 +1,87 @@
+"""The NumPy backend: host memory. Exports through NumPy's own ``__dlpack__``
+(whose C deleter is safe on any thread and at shutdown) and imports through
+``numpy.from_dlpack``, patching in what NumPy cannot say itself: the layer's
+version and the dtypes NumPy does not know (bfloat16, float8, sub-byte)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _capsule, _dtypes, _errors
+from .._versions import DLPACK_VERSION
+
+_ASK = (1, 0)  # NumPy produces 1.0; the capsule is relabelled DLPACK_VERSION
+
+
+def owns(x) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def readonly(x) -> bool:
+    return not x.flags.writeable
+
+
+def dtype_of(x) -> _dtypes.DType:
+    return _dtypes.from_numpy(x.dtype)
+
+
+def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
+    """A capsule for ``arr`` as ``plan`` says (the device is the CPU)."""
+    view = arr if dtype.carrier is None else arr.view(dtype.carrier)
+    if plan.read_only and view.flags.writeable:
+        view = view.view()
+        view.flags.writeable = False
+    # NumPy makes a planned copy itself, and then sets IS_COPIED.
+    capsule = view.__dlpack__(
+        max_version=_ASK if plan.versioned else None, copy=True if plan.copy else None
+    )
+    if plan.versioned:
+        ptr = _capsule.pointer(capsule, True)
+        _capsule.set_version(ptr, DLPACK_VERSION)
+        if dtype.carrier is not None:
+            _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
+            if dtype.padded:
+                flags = _capsule.peek(capsule, True).flags
+                _capsule.set_flags(ptr, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
+    elif dtype.carrier is not None:
+        _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
+    return capsule
+
+
+class _Handoff:
+    """Hands one checked capsule to ``numpy.from_dlpack``."""
+
+    __slots__ = ("capsule", "device")
+
+    def __init__(self, capsule, device):
+        self.capsule = capsule
+        self.device = device
+
+    def __dlpack__(self, **_):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def consume(capsule, versioned, header) -> np.ndarray:
+    """A NumPy array over a checked capsule's host memory (zero-copy).
+
+    NumPy renames the capsule, calls the deleter when the array and all its
+    views are gone, makes READ_ONLY and legacy imports non-writeable.
+    """
+    dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
+    if dtype.padded and not header.flags & _capsule.IS_SUBBYTE_TYPE_PADDED:
+        raise _errors.unsupported_dtype(
+            header.code, header.bits, header.lanes, "packed sub-byte data (without the IS_SUBBYTE_TYPE_PADDED "
+            "flag) has no NumPy layout"
+        )
+    if dtype.carrier is not None:
+        _capsule.set_dtype(header.ptr, versioned, _dtypes.UINT, dtype.carrier.itemsize * 8)
+    try:
+        arr = np.from_dlpack(_Handoff(capsule, (header.device_type, header.device_id)))
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise BufferError(f"NumPy could not import the capsule: {exc}") from exc
+    if dtype.carrier is not None:
+        arr = arr.view(dtype.numpy)
+    return arr

@@ -1,0 +1,248 @@
+"""Devices: the DLPack device types and a ``Device`` value that reads every
+way users name a device (strings, tuples, torch, CuPy and JAX devices)."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import importlib.util
+
+from . import _errors
+
+
+class DLDeviceType(enum.IntEnum):
+    """DLPack ``DLDeviceType`` codes (dlpack.h)."""
+
+    CPU = 1
+    CUDA = 2
+    CUDA_HOST = 3
+    OPENCL = 4
+    VULKAN = 7
+    METAL = 8
+    VPI = 9
+    ROCM = 10
+    ROCM_HOST = 11
+    EXT_DEV = 12
+    CUDA_MANAGED = 13
+    ONEAPI = 14
+    WEBGPU = 15
+    HEXAGON = 16
+    MAIA = 17
+    TRN = 18
+
+
+#: Memory the host can read and write directly: an array here can become a
+#: NumPy array without a copy.
+HOST_ACCESSIBLE = frozenset(
+    {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
+)
+
+#: Device types whose id is always 0 (one address space on the host side).
+_SINGLE = frozenset(
+    {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
+)
+
+# Name -> (CUDA-build type, ROCm-build type). Names without a ROCm twin map to
+# themselves on both builds.
+_NAMES = {
+    "cpu": (DLDeviceType.CPU, DLDeviceType.CPU),
+    "cuda": (DLDeviceType.CUDA, DLDeviceType.ROCM),
+    "gpu": (DLDeviceType.CUDA, DLDeviceType.ROCM),
+    "cuda_host": (DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST),
+    "pinned": (DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST),
+    "cuda_managed": (DLDeviceType.CUDA_MANAGED, DLDeviceType.CUDA_MANAGED),
+    "managed": (DLDeviceType.CUDA_MANAGED, DLDeviceType.CUDA_MANAGED),
+    "rocm": (DLDeviceType.ROCM, DLDeviceType.ROCM),
+    "hip": (DLDeviceType.ROCM, DLDeviceType.ROCM),
+    "rocm_host": (DLDeviceType.ROCM_HOST, DLDeviceType.ROCM_HOST),
+}
+for _t in DLDeviceType:
+    _NAMES.setdefault(_t.name.lower(), (_t, _t))
+
+_FORMS = (
+    "'cpu', 'cuda', 'cuda:N', 'rocm:N', 'cuda_host', 'cuda_managed', 'rocm_host', "
+    "any DLDeviceType name in lower case (with ':N'), a (device_type, device_id) "
+    "tuple such as (2, 0), a DLDeviceType, a torch.device, a cupy.cuda.Device or "
+    "a JAX device"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def cupy_is_rocm() -> bool:
+    """True when the installed CuPy is a ROCm (HIP) build."""
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        from cupy.cuda import runtime
+    except Exception:  # a broken CuPy install is not a ROCm one
+        return False
+    return bool(getattr(runtime, "is_hip", False))
+
+
+class Device:
+    """A DLPack device: a device type and an index. Immutable and hashable.
+
+    >>> Device("cuda:1").dlpack
+    (2, 1)
+    >>> str(Device((1, 0)))
+    'cpu'
+    >>> Device("cpu") == Device(DLDeviceType.CPU)
+    True
+    """
+
+    __slots__ = ("_type", "_index")
+
+    def __new__(cls, spec, index=None):
+        if type(spec) is Device and index is None:
+            return spec
+        dtype, idx = _parse(spec)
+        if index is not None:
+            idx = _check_index(index, spec)
+        return cls._make(dtype, idx)
+
+    @classmethod
+    def _make(cls, dtype, index):
+        self = object.__new__(cls)
+        object.__setattr__(self, "_type", dtype)
+        object.__setattr__(self, "_index", index)
+        return self
+
+    @classmethod
+    def of(cls, x) -> "Device":
+        """The device of any object with ``__dlpack_device__``.
+
+        >>> import numpy as np
+        >>> Device.of(np.zeros(3))
+        Device('cpu')
+        """
+        try:
+            method = type(x).__dlpack_device__
+        except AttributeError:
+            raise _errors.not_dlpack(x) from None
+        return cls(tuple(method(x)))
+
+    @property
+    def type(self) -> DLDeviceType:
+        return self._type
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def dlpack(self) -> tuple:
+        """The plain ``(device_type, device_id)`` tuple of ints DLPack uses."""
+        return (int(self._type), self._index)
+
+    @property
+    def is_host_accessible(self) -> bool:
+        return self._type in HOST_ACCESSIBLE
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Device is immutable")
+
+    def __eq__(self, other):
+        if type(other) is not Device:
+            return NotImplemented
+        return self._type == other._type and self._index == other._index
+
+    def __hash__(self):
+        return hash((Device, int(self._type), self._index))
+
+    def __str__(self):
+        name = self._type.name.lower()
+        if self._type in _SINGLE and self._index == 0:
+            return name
+        return f"{name}:{self._index}"
+
+    def __repr__(self):
+        return f"Device({str(self)!r})"
+
+    def __reduce__(self):
+        return (Device, (self.dlpack,))
+
+
+def _check_index(index, spec):
+    if type(index) is not int and not (hasattr(index, "__index__") and not isinstance(index, bool)):
+        raise _errors.bad_device(spec, _FORMS)
+    index = int(index)
+    if index < 0:
+        raise _errors.bad_device(spec, _FORMS)
+    return index
+
+
+def _from_tuple(spec):
+    if len(spec) != 2 or isinstance(spec[0], bool) or isinstance(spec[1], bool):
+        raise _errors.bad_device(spec, _FORMS)
+    try:
+        dtype = DLDeviceType(int(spec[0]))
+    except (ValueError, TypeError):
+        raise _errors.bad_device(spec, _FORMS) from None
+    return dtype, _check_index(spec[1], spec)
+
+
+def _from_string(spec):
+    name, sep, rest = spec.strip().lower().partition(":")
+    types = _NAMES.get(name)
+    if types is None:
+        raise _errors.bad_device(spec, _FORMS)
+    dtype = types[1] if types[0] != types[1] and cupy_is_rocm() else types[0]
+    if not sep:
+        return dtype, 0
+    if not rest.isdigit():
+        raise _errors.bad_device(spec, _FORMS)
+    index = int(rest)
+    if dtype in _SINGLE and index != 0:
+        raise _errors.bad_device(spec, _FORMS)
+    return dtype, index
+
+
+def _parse(spec):
+    if isinstance(spec, DLDeviceType):
+        return spec, 0
+    if isinstance(spec, str):
+        return _from_string(spec)
+    if isinstance(spec, (tuple, list)):
+        return _from_tuple(tuple(spec))
+    module = type(spec).__module__ or ""
+    if module.startswith("torch") and hasattr(spec, "type"):
+        return _from_torch(spec)
+    if module.startswith("cupy") and hasattr(spec, "id"):
+        return (DLDeviceType.ROCM if cupy_is_rocm() else DLDeviceType.CUDA), int(spec.id)
+    if hasattr(spec, "platform") and hasattr(spec, "id"):
+        return _from_jax(spec)
+    if hasattr(type(spec), "__dlpack_device__"):
+        raise TypeError(
+            f"{type(spec).__name__} is an array, not a device; use Device.of(x) "
+            "to read the device of an array."
+        )
+    raise _errors.bad_device_type(spec)
+
+
+def _from_torch(dev):
+    index = dev.index if dev.index is not None else 0
+    if dev.type == "cpu":
+        return DLDeviceType.CPU, 0
+    if dev.type == "cuda":
+        import torch
+
+        hip = getattr(torch.version, "hip", None)
+        return (DLDeviceType.ROCM if hip else DLDeviceType.CUDA), index
+    raise _errors.bad_device(dev, _FORMS + f" (torch device type {dev.type!r} has no DLPack type)")
+
+
+def _from_jax(dev):
+    platform = str(dev.platform).lower()
+    if platform == "cpu":
+        return DLDeviceType.CPU, 0
+    index = getattr(dev, "local_hardware_id", None)
+    index = dev.id if index is None else index
+    if platform in ("gpu", "cuda"):
+        version = str(getattr(getattr(dev, "client", None), "platform_version", "")).lower()
+        return (DLDeviceType.ROCM if "rocm" in version else DLDeviceType.CUDA), int(index)
+    if platform == "rocm":
+        return DLDeviceType.ROCM, int(index)
+    raise _errors.bad_device(dev, _FORMS + f" (JAX platform {platform!r} has no DLPack type)")
+
+
+CPU = Device._make(DLDeviceType.CPU, 0)

@@ -1,0 +1,130 @@
+"""The dtype map: NumPy dtypes (with ``ml_dtypes`` for bfloat16, float8/6/4
+and sub-byte ints) to DLPack ``(code, bits, lanes)`` and back.
+
+NumPy exports and imports only its own numeric types. Every other type
+travels through NumPy as an unsigned carrier of the same width, with the
+DLPack code patched into the capsule: that is the ``carrier`` below.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import _errors
+
+INT, UINT, FLOAT, OPAQUE, BFLOAT, COMPLEX, BOOL = 0, 1, 2, 3, 4, 5, 6
+
+CODE_NAMES = {
+    0: "int", 1: "uint", 2: "float", 3: "opaque_handle", 4: "bfloat", 5: "complex",
+    6: "bool", 7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz",
+    10: "float8_e4m3fn", 11: "float8_e4m3fnuz", 12: "float8_e5m2",
+    13: "float8_e5m2fnuz", 14: "float8_e8m0fnu", 15: "float6_e2m3fn",
+    16: "float6_e3m2fn", 17: "float4_e2m1fn",
+}
+
+# ml_dtypes name -> (code, bits). Bits below 8 are stored one per byte
+# (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED).
+ML_DTYPES = {
+    "bfloat16": (BFLOAT, 16),
+    "float8_e3m4": (7, 8),
+    "float8_e4m3": (8, 8),
+    "float8_e4m3b11fnuz": (9, 8),
+    "float8_e4m3fn": (10, 8),
+    "float8_e4m3fnuz": (11, 8),
+    "float8_e5m2": (12, 8),
+    "float8_e5m2fnuz": (13, 8),
+    "float8_e8m0fnu": (14, 8),
+    "float6_e2m3fn": (15, 6),
+    "float6_e3m2fn": (16, 6),
+    "float4_e2m1fn": (17, 4),
+    "int4": (INT, 4),
+    "uint4": (UINT, 4),
+    "int2": (INT, 2),
+    "uint2": (UINT, 2),
+}
+_ML_BY_CODE = {v: k for k, v in ML_DTYPES.items()}
+
+_NUMPY_KINDS = {"i": INT, "u": UINT, "f": FLOAT, "c": COMPLEX, "b": BOOL}
+_CARRIERS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
+def describe_code(code) -> str:
+    return CODE_NAMES.get(code, f"unknown code {code}")
+
+
+class DType:
+    """How one dtype travels: its DLPack triple, whether it is a padded
+    sub-byte type, and the NumPy carrier it travels as (None when NumPy
+    handles it natively)."""
+
+    __slots__ = ("code", "bits", "lanes", "padded", "carrier", "numpy")
+
+    def __init__(self, code, bits, numpy_dtype, carrier=None):
+        self.code, self.bits, self.lanes = code, bits, 1
+        self.padded = bits < 8
+        self.numpy = numpy_dtype
+        self.carrier = carrier
+
+
+@functools.lru_cache(maxsize=None)
+def _ml_dtypes():
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
+@functools.lru_cache(maxsize=256)
+def from_numpy(dtype: np.dtype) -> DType:
+    """How a NumPy dtype travels; BufferError when DLPack cannot describe it."""
+    if getattr(dtype.type, "__module__", "").startswith("ml_dtypes") and dtype.name in ML_DTYPES:
+        code, bits = ML_DTYPES[dtype.name]
+        return DType(code, bits, dtype, _CARRIERS[dtype.itemsize])
+    if not dtype.isnative and dtype.itemsize > 1:
+        raise _errors.unsupported_numpy_dtype(
+            dtype, "DLPack has no byte order, so only native-endian data can travel; "
+            "convert first with x.astype(x.dtype.newbyteorder('='))"
+        )
+    code = _NUMPY_KINDS.get(dtype.kind)
+    if code is None or dtype.newbyteorder("=") not in _NATIVE_DTYPES:
+        raise _errors.unsupported_numpy_dtype(
+            dtype, "DLPack carries booleans, integers, floats and complex numbers "
+            "(and bfloat16/float8 through ml_dtypes) only"
+        )
+    return DType(code, dtype.itemsize * 8, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def to_numpy(code: int, bits: int, lanes: int) -> DType:
+    """How a DLPack dtype becomes a NumPy one; BufferError when it cannot."""
+    if lanes != 1:
+        raise _errors.unsupported_dtype(code, bits, lanes, "vector types (lanes != 1) have no NumPy equivalent")
+    if code not in CODE_NAMES:
+        raise _errors.unsupported_dtype(code, bits, lanes, "the code is not a DLPack dtype code")
+    name = _ML_BY_CODE.get((code, bits))
+    if name is not None:
+        ml = _ml_dtypes()
+        if ml is None or not hasattr(ml, name):
+            raise _errors.unsupported_dtype(
+                code, bits, lanes, f"this is {name}, which NumPy holds only with the "
+                "ml_dtypes package: pip install ml_dtypes"
+            )
+        dtype = np.dtype(getattr(ml, name))
+        return DType(code, bits, dtype, _CARRIERS[dtype.itemsize])
+    dtype = _NATIVE.get((code, bits))
+    if dtype is None:
+        raise _errors.unsupported_dtype(code, bits, lanes, "NumPy has no such type")
+    return DType(code, bits, dtype)
+
+
+_NATIVE = {
+    (INT, 8): np.dtype("i1"), (INT, 16): np.dtype("i2"), (INT, 32): np.dtype("i4"), (INT, 64): np.dtype("i8"),
+    (UINT, 8): np.dtype("u1"), (UINT, 16): np.dtype("u2"), (UINT, 32): np.dtype("u4"), (UINT, 64): np.dtype("u8"),
+    (FLOAT, 16): np.dtype("f2"), (FLOAT, 32): np.dtype("f4"), (FLOAT, 64): np.dtype("f8"),
+    (COMPLEX, 64): np.dtype("c8"), (COMPLEX, 128): np.dtype("c16"),
+    (BOOL, 8): np.dtype("?"),
+}
+_NATIVE_DTYPES = frozenset(_NATIVE.values())

@@ -1,0 +1,203 @@
+"""Every error and warning gpu_dlpack raises, and every message it writes.
+
+Each message says what was asked, why it cannot be done, and what to do
+instead. The exception types are the ones the array API standard names:
+``BufferError`` for exchanges that cannot happen, ``TypeError`` for arguments
+of the wrong type, ``ValueError`` for arguments of the right type but a wrong
+value.
+"""
+
+from __future__ import annotations
+
+
+class StreamWarning(UserWarning):
+    """A stream value is accepted but ambiguous (CUDA stream ``0``)."""
+
+
+class ConsumedCapsuleError(ValueError, BufferError):
+    """The capsule was already consumed (renamed ``used_dltensor*``).
+
+    A ``ValueError`` for ``inspect`` and a ``BufferError`` for an import, so
+    either ``except`` clause catches it.
+    """
+
+
+class NotDLPackError(TypeError, AttributeError):
+    """The object speaks no DLPack (no ``__dlpack__``/``__dlpack_device__``).
+
+    The standard names ``AttributeError``; ``TypeError`` is what Python users
+    expect for an argument of the wrong kind: both catch it.
+    """
+
+
+def _fmt_version(v) -> str:
+    return "None" if v is None else f"({v[0]}, {v[1]})"
+
+
+# -- versions ---------------------------------------------------------------
+
+def below_floor(asked, floor) -> BufferError:
+    return BufferError(
+        f"gpu_dlpack does not export DLPack versions below {_fmt_version(floor)}, "
+        f"but max_version={_fmt_version(asked)} was requested. Remedies: upgrade "
+        "the consuming library so that it asks for max_version=(1, 0) or newer; "
+        "or call __dlpack__ without max_version to get a legacy capsule; or lower "
+        "the floor with the environment variable GPU_DLPACK_MIN_VERSION (for "
+        f"example GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}) or by setting "
+        "gpu_dlpack.MIN_DLPACK_VERSION at run time."
+    )
+
+
+def bad_max_version(value) -> TypeError:
+    return TypeError(
+        f"max_version must be None or a tuple of two ints (major, minor), "
+        f"for example max_version=(1, 0); got {value!r}."
+    )
+
+
+def bad_floor(value, source) -> ValueError:
+    return ValueError(
+        f"{source} must be a DLPack version such as '0.8' or (0, 8), with a "
+        f"major version of 0 or 1; got {value!r}."
+    )
+
+
+def needs_version(what, need, asked) -> BufferError:
+    return BufferError(
+        f"{what} needs DLPack {need[0]}.{need[1]} or newer, but the consumer asked "
+        f"for max_version={_fmt_version(asked)}. Remedies: upgrade the consumer so "
+        "that it asks for max_version=(1, 0), or convert the array to a type that "
+        "older versions describe."
+    )
+
+
+# -- arguments --------------------------------------------------------------
+
+def bad_copy(value) -> TypeError:
+    return TypeError(f"copy must be True, False or None; got {value!r}.")
+
+
+def bad_stream_type(value, device, valid) -> TypeError:
+    return TypeError(
+        f"stream must be an int or None; got {type(value).__name__} {value!r}. "
+        f"For {device} the valid values are: {valid}."
+    )
+
+
+def bad_stream_value(value, device, valid) -> ValueError:
+    return ValueError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
+
+
+def bad_device(value, forms) -> ValueError:
+    return ValueError(f"cannot read a device from {value!r}. Accepted forms: {forms}.")
+
+
+def bad_device_type(value) -> TypeError:
+    return TypeError(
+        f"a device must be a string, a (device_type, device_id) tuple, a "
+        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device or a JAX "
+        f"device; got {type(value).__name__} {value!r}."
+    )
+
+
+def not_dlpack(obj) -> NotDLPackError:
+    return NotDLPackError(
+        f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack: "
+        "it has no __dlpack__ and __dlpack_device__ methods, and it is not a "
+        "DLPack capsule. Pass an array from a DLPack library (NumPy, PyTorch, "
+        "JAX, CuPy, ...) or a capsule named 'dltensor' or 'dltensor_versioned'."
+    )
+
+
+# -- exchange rules ---------------------------------------------------------
+
+def readonly_legacy() -> BufferError:
+    return BufferError(
+        "cannot export a read-only array as a legacy 'dltensor' capsule: that "
+        "format cannot say the data must not be written. Remedies: ask for a "
+        "versioned capsule with max_version=(1, 0), or pass copy=True to export "
+        "a writeable copy."
+    )
+
+
+def copy_forbidden(source, target, why) -> BufferError:
+    return BufferError(
+        f"copy=False, but exporting from {source} to {target} needs a copy ({why}). "
+        "Pass copy=None to allow the copy, or keep the data on its device."
+    )
+
+
+def unreachable(source, target, why="") -> BufferError:
+    extra = f" ({why})" if why else ""
+    return BufferError(
+        f"cannot move an array from {source} to {target}{extra}. "
+        "Ask for dl_device=None (the array's own device) or (1, 0) for the CPU "
+        "where the data is host memory."
+    )
+
+
+def no_backend(device) -> BufferError:
+    return BufferError(
+        f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
+        "working GPU for that. Install the extra that fits your GPU "
+        "(pip install 'gpu_dlpack[cuda12]', '[cuda13]' or '[rocm]'), or ask for "
+        "device='cpu'."
+    )
+
+
+def producer_refused(producer, exc) -> BufferError:
+    return BufferError(
+        f"{producer}.__dlpack__ refused the export: {type(exc).__name__}: {exc}"
+    )
+
+
+# -- capsules ---------------------------------------------------------------
+
+def consumed(name) -> ConsumedCapsuleError:
+    return ConsumedCapsuleError(
+        f"this DLPack capsule was already consumed (its name is {name!r}); a "
+        "capsule can be imported only once. Call __dlpack__ again for a new one."
+    )
+
+
+def not_a_capsule(obj) -> TypeError:
+    return TypeError(
+        f"expected a PyCapsule named 'dltensor' or 'dltensor_versioned'; got "
+        f"{type(obj).__name__}."
+    )
+
+
+def bad_capsule_name(name) -> BufferError:
+    return BufferError(
+        f"a DLPack capsule must be named 'dltensor' or 'dltensor_versioned'; this "
+        f"one is named {name!r}."
+    )
+
+
+def unsupported_major(major) -> BufferError:
+    return BufferError(
+        f"the producer gave a DLPack {major}.x capsule; gpu_dlpack reads major "
+        "version 1 only. The capsule's deleter was called. Upgrade gpu_dlpack, "
+        "or ask the producer for max_version=(1, 0)."
+    )
+
+
+def unreadable_major(version) -> BufferError:
+    return BufferError(
+        f"this capsule holds DLPack {version[0]}.{version[1]}; gpu_dlpack reads major "
+        "version 1 only, so its tensor fields were not read."
+    )
+
+
+def malformed(what) -> BufferError:
+    return BufferError(f"malformed DLPack tensor: {what}.")
+
+
+def unsupported_dtype(code, bits, lanes, why) -> BufferError:
+    return BufferError(
+        f"cannot exchange DLPack dtype (code={code}, bits={bits}, lanes={lanes}): {why}."
+    )
+
+
+def unsupported_numpy_dtype(dtype, why) -> BufferError:
+    return BufferError(f"cannot export NumPy dtype {dtype}: {why}.")

@@ -1,0 +1,209 @@
+"""Export: ``export`` and ``wrap``, the producer side of DLPack.
+
+NumPy and CuPy arrays are exported by their backend under the rules. Any
+other producer (PyTorch, JAX, ...) is asked for a zero-copy capsule, which is
+passed on when it already obeys the rules and rebuilt through the host
+backend when it does not (wrong capsule kind, missing flags, a copy or a move
+to do).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
+from ._backends import numpy_backend
+from ._devices import CPU, Device
+from ._producer import request
+
+_ndarray = np.ndarray
+
+
+def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack capsule for ``x``, following the array API standard exactly.
+
+    ``x`` is a NumPy array, a CuPy array, or any object with ``__dlpack__``
+    (a torch tensor, a JAX array); what such a producer gets wrong is
+    corrected. Arguments are those of ``__dlpack__``.
+
+    >>> import numpy as np, gpu_dlpack
+    >>> cap = gpu_dlpack.export(np.arange(3), max_version=(1, 0))
+    >>> gpu_dlpack.inspect(cap).name
+    'dltensor_versioned'
+    """
+    return _export(x, False, stream, max_version, dl_device, copy)
+
+
+def _export(x, readonly, stream, max_version, dl_device, copy):
+    if type(x) is _ndarray:
+        return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
+    backend = _backends.for_array(x)
+    if backend is numpy_backend:
+        return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
+    if backend is not None:
+        return backend.export_array(x, readonly, stream, max_version, dl_device, copy)
+    if not hasattr(type(x), "__dlpack__"):
+        raise _errors.not_dlpack(x)
+    source = Device.of(x)
+    if source.is_host_accessible:
+        return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
+    return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+
+
+def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
+    if stream is not None:
+        _streams.check_stream(stream, CPU.type)
+    dtype = _dtypes.from_numpy(x.dtype)
+    plan = _rules.plan_export(
+        CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
+        copy, _backends.can_copy,
+    )
+    if plan.target != CPU:
+        return _backends.for_device(plan.target).export_host(x, plan, dtype, stream)
+    return numpy_backend.export(x, plan, dtype)
+
+
+def _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy):
+    """A producer of host memory: take its zero-copy capsule, then pass it on
+    or rebuild it through NumPy."""
+    stream = _streams.check_stream(stream, source.type)
+    want_versioned = _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if want_versioned else None)
+    versioned = _capsule.kind(capsule)
+    header = _check_major(capsule, versioned)
+    flags = header.flags
+    if readonly:
+        known_readonly = True
+    elif versioned:
+        known_readonly = bool(flags & _capsule.READ_ONLY)
+    else:
+        known_readonly = None  # a legacy producer cannot say
+    plan = _rules.plan_export(
+        source, known_readonly, header.code, header.bits, max_version, dl_device, copy,
+        _backends.can_copy,
+    )
+    # Pass the producer's capsule on when it already says everything right
+    # (versioned capsules must carry strides since DLPack 1.2).
+    if not plan.copy and not plan.moves and plan.versioned == versioned and (
+        not versioned or header.strides or not header.ndim
+    ):
+        if versioned:
+            ptr = header.ptr
+            _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+            if plan.read_only and not flags & _capsule.READ_ONLY:
+                _capsule.set_flags(ptr, flags | _capsule.READ_ONLY)
+        return capsule
+    arr = numpy_backend.consume(capsule, versioned, header)
+    dtype = _dtypes.from_numpy(arr.dtype)
+    if plan.target != CPU:
+        return _backends.for_device(plan.target).export_host(arr, plan, dtype, stream)
+    return numpy_backend.export(arr, plan, dtype)
+
+
+def _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy):
+    """A producer of device memory with no gpu_dlpack backend for it: forward
+    every argument and correct the flags it forgets."""
+    stream = _streams.check_stream(stream, source.type)
+    want_versioned = _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    target = _rules.target_device(source, dl_device)
+    capsule, full = request(
+        x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
+        dl_device=None if dl_device is None else target.dlpack, copy=copy,
+    )
+    versioned = _capsule.kind(capsule)
+    header = _check_major(capsule, versioned)
+    if (header.device_type, header.device_id) != target.dlpack or versioned != want_versioned or (
+        not full and copy
+    ):
+        got = Device((header.device_type, header.device_id))
+        kind = "versioned" if versioned else "legacy"
+        _capsule.discard(capsule, versioned)
+        raise _errors.unreachable(
+            source, target, f"the producer gave a {kind} capsule on {got} and "
+            "gpu_dlpack has no backend for this device to correct it"
+        )
+    if versioned:
+        ptr = header.ptr
+        flags = header.flags
+        if copy or target != source:
+            flags |= _capsule.IS_COPIED
+        if readonly and not copy and target == source:
+            flags |= _capsule.READ_ONLY
+        _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+        _capsule.set_flags(ptr, flags)
+    elif readonly and not copy:
+        _capsule.discard(capsule, versioned)
+        raise _errors.readonly_legacy()
+    return capsule
+
+
+def _check_major(capsule, versioned):
+    """peek(), after refusing a capsule of an unknown major version."""
+    try:
+        header = _capsule.peek(capsule, versioned)
+    except BufferError:
+        _capsule.discard(capsule, versioned)
+        raise
+    if versioned and header.major != 1:
+        _capsule.discard(capsule, versioned)
+        raise _errors.unsupported_major(header.major)
+    return header
+
+
+class Exportable:
+    """What ``wrap`` returns: a DLPack producer over ``x`` that obeys the rules.
+
+    ``last_request`` holds the keywords of the latest ``__dlpack__`` call, so
+    a caller can see what a consumer really asks for.
+    """
+
+    __slots__ = ("_x", "_readonly", "_device", "last_request")
+
+    def __init__(self, x, readonly=False):
+        if type(readonly) is not bool:
+            raise TypeError(f"readonly must be True or False; got {readonly!r}.")
+        self._x = x
+        self._readonly = readonly
+        self._device = CPU.dlpack if type(x) is _ndarray else Device.of(x).dlpack
+        self.last_request = None
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.last_request = {
+            "stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy,
+        }
+        return _export(self._x, self._readonly, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        return self._device
+
+    @property
+    def array(self):
+        """The wrapped array."""
+        return self._x
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    def __repr__(self):
+        ro = ", readonly=True" if self._readonly else ""
+        return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro})"
+
+
+def wrap(x, *, readonly=False) -> Exportable:
+    """A DLPack producer over ``x`` that any consumer can import correctly.
+
+    >>> import numpy as np, torch, gpu_dlpack
+    >>> a = np.arange(3.0)
+    >>> t = torch.from_dlpack(gpu_dlpack.wrap(a))
+    >>> t.data_ptr() == a.ctypes.data
+    True
+
+    ``readonly=True`` exports a read-only view: versioned capsules carry
+    READ_ONLY, and legacy ones are refused unless the consumer copies.
+    """
+    if not hasattr(type(x), "__dlpack__"):
+        raise _errors.not_dlpack(x)
+    return Exportable(x, readonly)

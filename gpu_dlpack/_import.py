@@ -1,0 +1,107 @@
+"""Import: ``from_dlpack``, the consumer side of DLPack.
+
+Negotiates with any producer (new keywords first, then without them), checks
+the capsule, and lands the data on the device asked for: a NumPy array for
+host targets, a CuPy array for GPU targets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backends, _capsule, _errors, _rules, _versions
+from ._backends import numpy_backend
+from ._devices import CPU, HOST_ACCESSIBLE, Device
+from ._producer import request
+
+_ndarray = np.ndarray
+_CapsuleType = _capsule.CapsuleType
+
+
+def from_dlpack(x, *, device=None, copy=None, stream=None):
+    """Import ``x`` (any DLPack producer, or a raw capsule) as an array.
+
+    Host data becomes a NumPy array, zero-copy unless ``copy=True`` or the
+    data must move; device data becomes a CuPy array. ``device`` picks the
+    target (``"cpu"``, ``"cuda:0"``, a ``Device``...). ``copy=True`` always
+    gives a fresh writeable array; ``copy=False`` never copies.
+
+    >>> import torch, gpu_dlpack
+    >>> t = torch.arange(4)
+    >>> a = gpu_dlpack.from_dlpack(t)
+    >>> a.ctypes.data == t.data_ptr()
+    True
+    """
+    if type(x) is _ndarray and device is None and copy is None and stream is None:
+        return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+    _rules.check_copy(copy)
+    if type(x) is _CapsuleType:
+        return _from_capsule(x, device, copy)
+    try:
+        dlpack_device = type(x).__dlpack_device__
+        type(x).__dlpack__
+    except AttributeError:
+        raise _errors.not_dlpack(x) from None
+    source = Device(tuple(dlpack_device(x)))
+    target = _rules.import_target(source, device)
+    needs_copy = _rules.import_needs_copy(source, target, copy)
+    if target != CPU:
+        return _backends.for_device(target).import_to(x, source, target, copy, stream)
+    moves = not _rules.zero_copy(source, target)
+    # Host-readable data is taken zero-copy and copied here if asked (one
+    # copy, writeable, whatever the producer's capsule kind); data elsewhere
+    # is moved by the producer, which is asked for the CPU.
+    capsule, full = request(
+        x, max_version=_versions.DLPACK_VERSION,
+        dl_device=CPU.dlpack if moves else None,
+        copy=copy if moves else (False if copy is False else None),
+    )
+    versioned = _capsule.kind(capsule)
+    header = _checked(capsule, versioned)
+    if moves and not full:
+        # An old producer could not move its data: a backend for its device does.
+        backend = _backends.for_device(source)
+        return backend.to_host(backend.consume(capsule, versioned, header), copy)
+    return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+
+
+def _from_capsule(capsule, device, copy):
+    versioned = _capsule.kind(capsule)
+    header = _checked(capsule, versioned)
+    source = Device((header.device_type, header.device_id))
+    target = _rules.import_target(source, device)
+    needs_copy = _rules.import_needs_copy(source, target, copy)
+    if target == CPU and source.is_host_accessible:
+        return _land_on_host(capsule, versioned, header, needs_copy)
+    return _backends.for_device(target).import_capsule(capsule, versioned, header, target, copy)
+
+
+def _checked(capsule, versioned):
+    """The capsule's header, after the checks every import makes. On a
+    refusal the capsule is discarded: its deleter runs once, now."""
+    try:
+        header = _capsule.peek(capsule, versioned)
+        if versioned and header.major != 1:
+            raise _errors.unsupported_major(header.major)
+    except BufferError:
+        _capsule.discard(capsule, versioned)
+        raise
+    return header
+
+
+def _land_on_host(capsule, versioned, header, copy):
+    """A NumPy array over a checked capsule of host-readable memory."""
+    if header.device_type not in _HOST_TYPES:
+        got = Device((header.device_type, header.device_id))
+        _capsule.discard(capsule, versioned)
+        raise _errors.unreachable(got, CPU, "the producer ignored dl_device=(1, 0)")
+    try:
+        arr = numpy_backend.consume(capsule, versioned, header)
+    except BufferError:
+        if _capsule.is_unconsumed(capsule):
+            _capsule.discard(capsule, versioned)
+        raise
+    return arr.copy() if copy else arr
+
+
+_HOST_TYPES = frozenset(int(t) for t in HOST_ACCESSIBLE)

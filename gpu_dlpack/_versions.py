@@ -1,0 +1,126 @@
+"""DLPack versions: what gpu_dlpack produces, the floor it refuses below, and
+which version first described each dtype and device type."""
+
+from __future__ import annotations
+
+import os
+
+from . import _errors
+
+#: The newest DLPack version gpu_dlpack produces. Every versioned capsule it
+#: hands out carries this version. 1.2 is the first version that requires
+#: strides for ``ndim > 0``, which every capsule made here has; 1.1 added the
+#: float8/6/4 codes.
+DLPACK_VERSION = (1, 2)
+
+#: Default floor: the lowest ``max_version`` a consumer may ask for. 0.5 is
+#: where the CUDA names settled (kDLGPU became kDLCUDA).
+DEFAULT_MIN_VERSION = (0, 5)
+
+ENV_MIN_VERSION = "GPU_DLPACK_MIN_VERSION"
+
+# The DLPack version that introduced each dtype code (dlpack NEWS.md and
+# dlpack.h). Codes not listed here are unknown.
+DTYPE_SINCE = {
+    0: (0, 0),   # int
+    1: (0, 0),   # uint
+    2: (0, 0),   # float
+    3: (0, 4),   # opaque handle
+    4: (0, 3),   # bfloat
+    5: (0, 4),   # complex
+    6: (0, 8),   # bool
+    **{code: (1, 1) for code in range(7, 18)},  # float8/6/4 family
+}
+
+# The DLPack version that introduced each device type.
+DEVICE_SINCE = {
+    1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0), 7: (0, 3), 8: (0, 2), 9: (0, 2),
+    10: (0, 2), 11: (0, 6), 12: (0, 0), 13: (0, 6), 14: (0, 7), 15: (0, 7),
+    16: (0, 7), 17: (1, 0), 18: (1, 2),
+}
+
+
+def parse_version(value, source="max_version"):
+    """A ``(major, minor)`` tuple from a tuple or a '0.8' string; TypeError else."""
+    if isinstance(value, str):
+        parts = value.replace(",", ".").strip("() ").split(".")
+        try:
+            value = tuple(int(p) for p in parts)
+        except ValueError:
+            raise _errors.bad_floor(value, source) from None
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 2
+        or not all(type(p) is int for p in value)
+    ):
+        raise _errors.bad_max_version(value)
+    return value
+
+
+def _initial_floor():
+    raw = os.environ.get(ENV_MIN_VERSION)
+    if not raw:
+        return DEFAULT_MIN_VERSION
+    try:
+        floor = parse_version(raw, ENV_MIN_VERSION)
+    except TypeError:
+        raise _errors.bad_floor(raw, ENV_MIN_VERSION) from None
+    _check_floor_value(floor, ENV_MIN_VERSION)
+    return floor
+
+
+def _check_floor_value(floor, source):
+    if not (0 <= floor[0] <= DLPACK_VERSION[0] and floor[1] >= 0):
+        raise _errors.bad_floor(floor, source)
+
+
+_floor = _initial_floor()
+
+
+def min_version():
+    """The floor in force."""
+    return _floor
+
+
+def set_min_version(value):
+    """Set the floor; returns the previous one. Accepts (0, 8) or '0.8'."""
+    global _floor
+    try:
+        floor = parse_version(value, "MIN_DLPACK_VERSION")
+    except TypeError:
+        raise _errors.bad_floor(value, "MIN_DLPACK_VERSION") from None
+    _check_floor_value(floor, "MIN_DLPACK_VERSION")
+    previous, _floor = _floor, floor
+    return previous
+
+
+def check_max_version(max_version):
+    """Validate a consumer's ``max_version``; True when it asks for a versioned
+    capsule. ``None`` (an old consumer) asks for a legacy one."""
+    if max_version is None:
+        return False
+    if type(max_version) is not tuple or len(max_version) != 2 or type(
+        max_version[0]
+    ) is not int or type(max_version[1]) is not int:
+        raise _errors.bad_max_version(max_version)
+    if max_version < _floor:
+        raise _errors.below_floor(max_version, _floor)
+    return max_version[0] >= 1
+
+
+def check_describable(max_version, dtype_code, device_type):
+    """BufferError when the consumer's version predates the dtype or device."""
+    if max_version is None or max_version >= (1, 2):
+        return
+    need = DTYPE_SINCE.get(dtype_code, (0, 0))
+    if max_version < need:
+        from ._dtypes import describe_code
+
+        raise _errors.needs_version(f"dtype {describe_code(dtype_code)}", need, max_version)
+    need = DEVICE_SINCE.get(int(device_type), (0, 0))
+    if max_version < need:
+        from ._devices import DLDeviceType
+
+        raise _errors.needs_version(
+            f"device type {DLDeviceType(device_type).name}", need, max_version
+        )
