@@ -1,0 +1,30 @@
+"""Shared test set-up: the peers are real libraries, imported here once."""
+
+import os
+
+import pytest
+
+# JAX on the CPU, quietly, with 64-bit types so dtypes match NumPy's.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_ENABLE_X64", "1")
+
+
+def _gpu_available():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+GPU = _gpu_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a GPU usable by CuPy")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,23 @@
+# Sourced by the scripts: make (once) and activate the project's virtual
+# environment in .venv, with the package installed in editable mode and the
+# extras named in GPU_DLPACK_EXTRAS. Re-installs only when pyproject.toml
+# changes.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="${GPU_DLPACK_VENV:-$root/.venv}"
+extras="${GPU_DLPACK_EXTRAS:-test}"
+py="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "creating $venv" >&2
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.gpu_dlpack-$extras-$(sha1sum "$root/pyproject.toml" | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "installing gpu_dlpack[$extras] into $venv (first run takes a few minutes)" >&2
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  # torch==2.13.0 is pinned in the extras so that pip never pulls a multi-GB CUDA build.
+  "$venv/bin/python" -m pip install -q -e "$root[$extras]"
+  touch "$stamp"
+fi
+export PATH="$venv/bin:$PATH"
+cd "$root"

@@ -1,0 +1,45 @@
+"""Fixtures for the peers. Each is the real library; a test that needs one
+that is missing fails (the test command installs them all)."""
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def torch():
+    import torch
+
+    return torch
+
+
+@pytest.fixture(scope="session")
+def jax():
+    import jax
+    import jax.dlpack  # noqa: F401
+    import jax.numpy  # noqa: F401
+
+    return jax
+
+
+@pytest.fixture(scope="session")
+def xp_strict():
+    import array_api_strict
+
+    return array_api_strict
+
+
+@pytest.fixture(scope="session")
+def ml_dtypes():
+    import ml_dtypes
+
+    return ml_dtypes
+
+
+@pytest.fixture
+def floor():
+    """Restore the version floor after a test changes it."""
+    import gpu_dlpack
+
+    before = gpu_dlpack.MIN_DLPACK_VERSION
+    yield
+    gpu_dlpack.MIN_DLPACK_VERSION = before
