@@ -1,0 +1,230 @@
+"""Summarise a pytest-benchmark JSON file as markdown, with an optional plot.
+
+    python bench/report.py BENCH.json [-o SUMMARY.md] [--plot BANDWIDTH.png]
+
+Exchange groups: each gpu_dlpack figure beside its peer measured in the
+same run: medians, the ratio to the peer, the time added per call, and
+whether the target ratio is met. Copy groups (benchmarks that record
+``bytes``): bandwidth in GB/s by size and method, and gpu_dlpack's share of
+the pinned-copy ceiling. The plot (bandwidth against size) needs matplotlib;
+without it the summary is still written and says so.
+
+Only the standard library is used here, so the report runs anywhere the
+benchmarks ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+#: gpu_dlpack's bandwidth target: this share of the pinned-copy ceiling for
+#: copies of at least CEILING_FROM bytes.
+CEILING_SHARE = 0.85
+CEILING_FROM = 64 << 20
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _ns(seconds):
+    ns = seconds * 1e9
+    if ns >= 100_000:
+        return f"{ns / 1000:,.0f} µs"
+    return f"{ns:,.0f} ns"
+
+
+def _size(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"
+
+
+def _header(doc):
+    m = doc.get("machine_info", {})
+    cpu = m.get("cpu", {}).get("brand_raw") or m.get("processor") or "?"
+    lines = [
+        f"- machine: {m.get('node', '?')}, {cpu}, {m.get('system', '?')} {m.get('release', '')}".rstrip(),
+        f"- python: {m.get('python_implementation', '')} {m.get('python_version', '?')}".rstrip(),
+    ]
+    versions = m.get("versions")
+    if versions:
+        lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    gpu = m.get("gpu")
+    if gpu:
+        lines.append(f"- GPU: {gpu}")
+    commit = doc.get("commit_info", {})
+    if commit.get("id"):
+        dirty = " (with uncommitted changes)" if commit.get("dirty") else ""
+        lines.append(f"- commit: {commit['id'][:12]}{dirty}")
+    if doc.get("datetime"):
+        lines.append(f"- run: {doc['datetime']}")
+    return lines
+
+
+def exchange_rows(doc):
+    """Per group: [(label, role, median_s, ratio, added_s, target)] with the
+    peer first. Benchmarks that record bytes are copies, not exchanges."""
+    groups = defaultdict(list)
+    for b in doc["benchmarks"]:
+        info = b.get("extra_info", {})
+        if "bytes" in info or "label" not in info:
+            continue
+        groups[b.get("group") or b["name"]].append(b)
+    out = {}
+    for group, benches in groups.items():
+        peers = {b["extra_info"]["label"]: b["stats"]["median"] for b in benches
+                 if b["extra_info"].get("role") == "peer"}
+        rows = []
+        for b in sorted(benches, key=lambda b: b["extra_info"].get("role") != "peer"):
+            info = b["extra_info"]
+            median = b["stats"]["median"]
+            peer_label = info.get("peer") or (next(iter(peers)) if info.get("role") == "other" and peers else None)
+            peer = peers.get(peer_label) if peer_label else None
+            ratio = median / peer if peer else None
+            added = median - peer if peer else None
+            rows.append((info["label"], info.get("role"), median, ratio, added, info.get("target")))
+        out[group] = rows
+    return out
+
+
+def _verdict(ratio, target):
+    if target is None or ratio is None:
+        return ""
+    if ratio <= target:
+        return f"≤ {target:g}x: met"
+    return f"≤ {target:g}x: missed by {ratio - target:.2f}x"
+
+
+def exchange_table(doc):
+    groups = exchange_rows(doc)
+    if not groups:
+        return []
+    lines = [
+        "| group | call | median | ratio to peer | added per call | target |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for group, rows in groups.items():
+        for label, role, median, ratio, added, target in rows:
+            shown = f"`{label}`" + {"peer": " (peer)", "other": " (context)"}.get(role, "")
+            r = "" if ratio is None else f"{ratio:.2f}x"
+            a = "" if added is None else f"{added * 1e9:+,.0f} ns"
+            lines.append(f"| {group} | {shown} | {_ns(median)} | {r} | {a} | {_verdict(ratio, target)} |")
+    return lines
+
+
+def bandwidth_rows(doc):
+    """{direction: {size: {label: (GB/s, role)}}} for copy benchmarks."""
+    out = defaultdict(lambda: defaultdict(dict))
+    for b in doc["benchmarks"]:
+        info = b.get("extra_info", {})
+        if "bytes" not in info:
+            continue
+        gbs = info["bytes"] / b["stats"]["median"] / 1e9
+        out[info.get("direction", b.get("group"))][info["bytes"]][info["label"]] = (gbs, info.get("role"))
+    return out
+
+
+def bandwidth_table(doc):
+    data = bandwidth_rows(doc)
+    lines = []
+    for direction, sizes in data.items():
+        labels = []
+        for by_label in sizes.values():
+            for label in by_label:
+                if label not in labels:
+                    labels.append(label)
+        lines += [f"**{direction}** (GB/s, median)", ""]
+        lines.append("| size | " + " | ".join(f"`{label}`" for label in labels) + " | gpu_dlpack / ceiling |")
+        lines.append("|---:|" + "---:|" * len(labels) + "---|")
+        for size in sorted(sizes):
+            by_label = sizes[size]
+            cells = [f"{by_label[label][0]:.2f}" if label in by_label else "" for label in labels]
+            ours = [v for v, role in by_label.values() if role == "gpu_dlpack"]
+            ceiling = [v for v, role in by_label.values() if role == "ceiling"]
+            share = ""
+            if ours and ceiling:
+                s = ours[0] / ceiling[0]
+                share = f"{s:.0%}"
+                if size >= CEILING_FROM:
+                    share += " (met)" if s >= CEILING_SHARE else f" (missed: target {CEILING_SHARE:.0%})"
+            lines.append(f"| {_size(size)} | " + " | ".join(cells) + f" | {share} |")
+        lines.append("")
+    return lines
+
+
+def plot(doc, path):
+    """Bandwidth against size, one line per method and direction. Returns
+    None when written, else the reason it was not."""
+    data = bandwidth_rows(doc)
+    if not data:
+        return "no copy benchmarks in this run"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed"
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for direction, style in zip(data, ("-", "--", ":", "-.")):
+        sizes = data[direction]
+        labels = {label for by_label in sizes.values() for label in by_label}
+        for label in sorted(labels):
+            xs = [s for s in sorted(sizes) if label in sizes[s]]
+            ax.plot(xs, [sizes[s][label][0] for s in xs], style, marker="o", label=f"{direction}: {label}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes")
+    ax.set_ylabel("GB/s (median)")
+    ax.set_title("gpu_dlpack copies against CuPy and the pinned-copy ceiling")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def summary(doc, plot_note=None):
+    lines = ["# gpu_dlpack benchmarks", ""] + _header(doc) + [""]
+    table = exchange_table(doc)
+    if table:
+        lines += ["## Exchanges", "", "Medians per call; ratio and added time are against the peer "
+                  "(the row marked peer) measured in the same run.", ""] + table + [""]
+    bw = bandwidth_table(doc)
+    if bw:
+        lines += ["## Copies", ""] + bw
+    if plot_note:
+        lines += [plot_note, ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("json", help="pytest-benchmark JSON (--benchmark-json)")
+    parser.add_argument("-o", "--output", help="write the markdown summary here (default: stdout)")
+    parser.add_argument("--plot", help="write a PNG plot of bandwidth against size here")
+    args = parser.parse_args(argv)
+    doc = load(args.json)
+    note = None
+    if args.plot:
+        why_not = plot(doc, args.plot)
+        name = os.path.basename(args.plot)
+        note = f"Plot: no plot written ({why_not})." if why_not else f"Plot: `{name}`."
+    text = summary(doc, note)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

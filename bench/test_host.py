@@ -1,0 +1,247 @@
+"""Host benchmarks: gpu_dlpack against each peer's own DLPack path, on the CPU.
+
+Each group holds one peer figure and the gpu_dlpack figures compared with it
+(``bench/report.py`` prints the ratios). Targets are the highest acceptable
+ratio of the gpu_dlpack median to the peer's median in the same run.
+"""
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from tests.helpers import pointer
+
+VERSIONED = (1, 0)
+
+
+def _bench(group):
+    return pytest.mark.benchmark(group=group)
+
+
+# --- export: a capsule for a NumPy array ------------------------------------
+
+@_bench("export a numpy array, versioned")
+def test_export_versioned_numpy_peer(measure, x):
+    cap = measure(lambda: x.__dlpack__(max_version=VERSIONED), "x.__dlpack__(max_version=(1, 0))")
+    assert gpu_dlpack.inspect(cap).version == (1, 0)
+
+
+@_bench("export a numpy array, versioned")
+def test_export_versioned_numpy(measure, x):
+    cap = measure(
+        lambda: gpu_dlpack.export(x, max_version=VERSIONED), "gpu_dlpack.export(x, max_version=(1, 0))",
+        role="gpu_dlpack", peer="x.__dlpack__(max_version=(1, 0))",
+    )
+    info = gpu_dlpack.inspect(cap)
+    assert info.version == gpu_dlpack.DLPACK_VERSION and info.data == x.ctypes.data
+
+
+@_bench("export a numpy array, versioned")
+def test_export_versioned_numpy_wrapped(measure, x):
+    w = gpu_dlpack.wrap(x)
+    cap = measure(
+        lambda: w.__dlpack__(max_version=VERSIONED), "w.__dlpack__(max_version=(1, 0)), w = wrap(x)",
+        role="gpu_dlpack", peer="x.__dlpack__(max_version=(1, 0))",
+    )
+    assert gpu_dlpack.inspect(cap).version == gpu_dlpack.DLPACK_VERSION
+
+
+@_bench("export a numpy array, legacy")
+def test_export_legacy_numpy_peer(measure, x):
+    cap = measure(lambda: x.__dlpack__(), "x.__dlpack__()")
+    assert gpu_dlpack.inspect(cap).name == "dltensor"
+
+
+@_bench("export a numpy array, legacy")
+def test_export_legacy_numpy(measure, x):
+    cap = measure(lambda: gpu_dlpack.export(x), "gpu_dlpack.export(x)", role="gpu_dlpack", peer="x.__dlpack__()")
+    assert gpu_dlpack.inspect(cap).name == "dltensor"
+
+
+@_bench("export a numpy array, legacy")
+def test_export_legacy_numpy_wrapped(measure, x):
+    w = gpu_dlpack.wrap(x)
+    cap = measure(lambda: w.__dlpack__(), "w.__dlpack__(), w = wrap(x)", role="gpu_dlpack", peer="x.__dlpack__()")
+    assert gpu_dlpack.inspect(cap).name == "dltensor"
+
+
+# --- export: passing on another producer's capsule --------------------------
+
+@_bench("export a torch tensor, versioned")
+def test_export_torch_peer(measure, t):
+    cap = measure(lambda: t.__dlpack__(max_version=VERSIONED), "t.__dlpack__(max_version=(1, 0))")
+    assert gpu_dlpack.inspect(cap).versioned
+
+
+@_bench("export a torch tensor, versioned")
+def test_export_torch(measure, t):
+    cap = measure(
+        lambda: gpu_dlpack.export(t, max_version=VERSIONED), "gpu_dlpack.export(t, max_version=(1, 0))",
+        role="gpu_dlpack", peer="t.__dlpack__(max_version=(1, 0))",
+    )
+    info = gpu_dlpack.inspect(cap)
+    assert info.version == gpu_dlpack.DLPACK_VERSION and info.data == t.data_ptr()
+
+
+# --- consumers of a wrapped array -------------------------------------------
+
+@_bench("torch consumes a numpy array")
+def test_torch_consumes_numpy_peer(measure, torch, x):
+    out = measure(lambda: torch.from_dlpack(x), "torch.from_dlpack(x)")
+    assert out.data_ptr() == x.ctypes.data
+
+
+@_bench("torch consumes a numpy array")
+def test_torch_consumes_numpy_wrapped(measure, torch, x):
+    out = measure(
+        lambda: torch.from_dlpack(gpu_dlpack.wrap(x)), "torch.from_dlpack(gpu_dlpack.wrap(x))",
+        role="gpu_dlpack", peer="torch.from_dlpack(x)", target=1.3,
+    )
+    assert out.data_ptr() == x.ctypes.data
+
+
+@_bench("numpy consumes a numpy array")
+def test_numpy_consumes_numpy_peer(measure, x):
+    out = measure(lambda: np.from_dlpack(x), "np.from_dlpack(x)")
+    assert out.ctypes.data == x.ctypes.data
+
+
+@_bench("numpy consumes a numpy array")
+def test_numpy_consumes_numpy_wrapped(measure, x):
+    out = measure(
+        lambda: np.from_dlpack(gpu_dlpack.wrap(x)), "np.from_dlpack(gpu_dlpack.wrap(x))",
+        role="gpu_dlpack", peer="np.from_dlpack(x)",
+    )
+    assert out.ctypes.data == x.ctypes.data and out.flags.writeable
+
+
+# --- import: gpu_dlpack.from_dlpack against the peers' from_dlpack ----------
+
+@_bench("import a numpy array")
+def test_import_numpy_peer(measure, x):
+    out = measure(lambda: np.from_dlpack(x), "np.from_dlpack(x)")
+    assert out.ctypes.data == x.ctypes.data
+
+
+@_bench("import a numpy array")
+def test_import_numpy_by_torch(measure, torch, x):
+    out = measure(lambda: torch.from_dlpack(x), "torch.from_dlpack(x)", role="other")
+    assert out.data_ptr() == x.ctypes.data
+
+
+@_bench("import a numpy array")
+def test_import_numpy(measure, x):
+    out = measure(
+        lambda: gpu_dlpack.from_dlpack(x), "gpu_dlpack.from_dlpack(x)",
+        role="gpu_dlpack", peer="np.from_dlpack(x)", target=3.0,
+    )
+    assert out.ctypes.data == x.ctypes.data and out.flags.writeable
+
+
+@_bench("import a torch tensor")
+def test_import_torch_peer(measure, t):
+    out = measure(lambda: np.from_dlpack(t), "np.from_dlpack(t)")
+    assert out.ctypes.data == t.data_ptr()
+
+
+@_bench("import a torch tensor")
+def test_import_torch_by_torch(measure, torch, t):
+    out = measure(lambda: torch.from_dlpack(t), "torch.from_dlpack(t)", role="other")
+    assert out.data_ptr() == t.data_ptr()
+
+
+@_bench("import a torch tensor")
+def test_import_torch(measure, t):
+    out = measure(
+        lambda: gpu_dlpack.from_dlpack(t), "gpu_dlpack.from_dlpack(t)",
+        role="gpu_dlpack", peer="np.from_dlpack(t)", target=1.3,
+    )
+    assert out.ctypes.data == t.data_ptr() and out.flags.writeable
+
+
+@_bench("import a jax array")
+def test_import_jax_peer(measure, j):
+    out = measure(lambda: np.from_dlpack(j), "np.from_dlpack(j)")
+    assert out.ctypes.data == pointer(j)
+
+
+@_bench("import a jax array")
+def test_import_jax_by_torch(measure, torch, j):
+    out = measure(lambda: torch.from_dlpack(j), "torch.from_dlpack(j)", role="other")
+    assert out.data_ptr() == pointer(j)
+
+
+@_bench("import a jax array")
+def test_import_jax(measure, j):
+    out = measure(
+        lambda: gpu_dlpack.from_dlpack(j), "gpu_dlpack.from_dlpack(j)",
+        role="gpu_dlpack", peer="np.from_dlpack(j)",
+    )
+    assert out.ctypes.data == pointer(j) and not out.flags.writeable
+
+
+# --- adapters: a legacy-only producer (JAX) to versioned consumers ----------
+
+@_bench("export a jax array, versioned")
+def test_export_jax_peer(measure, j):
+    # JAX gives a legacy capsule whatever is asked: the nearest peer figure.
+    cap = measure(lambda: j.__dlpack__(), "j.__dlpack__()")
+    assert gpu_dlpack.inspect(cap).name == "dltensor"
+
+
+@_bench("export a jax array, versioned")
+def test_export_jax(measure, j):
+    cap = measure(
+        lambda: gpu_dlpack.export(j, max_version=VERSIONED), "gpu_dlpack.export(j, max_version=(1, 0))",
+        role="gpu_dlpack", peer="j.__dlpack__()",
+    )
+    info = gpu_dlpack.inspect(cap)
+    assert info.versioned and info.read_only and info.data == pointer(j)
+
+
+@_bench("numpy consumes a jax array")
+def test_numpy_consumes_jax_peer(measure, j):
+    out = measure(lambda: np.from_dlpack(j), "np.from_dlpack(j)")
+    assert out.ctypes.data == pointer(j)
+
+
+@_bench("numpy consumes a jax array")
+def test_numpy_consumes_jax_wrapped(measure, j):
+    out = measure(
+        lambda: np.from_dlpack(gpu_dlpack.wrap(j)), "np.from_dlpack(gpu_dlpack.wrap(j))",
+        role="gpu_dlpack", peer="np.from_dlpack(j)",
+    )
+    assert out.ctypes.data == pointer(j) and not out.flags.writeable
+
+
+@_bench("torch consumes a jax array")
+def test_torch_consumes_jax_peer(measure, torch, j):
+    out = measure(lambda: torch.from_dlpack(j), "torch.from_dlpack(j)")
+    assert out.data_ptr() == pointer(j)
+
+
+@_bench("torch consumes a jax array")
+def test_torch_consumes_jax_wrapped(measure, torch, j):
+    out = measure(
+        lambda: torch.from_dlpack(gpu_dlpack.wrap(j)), "torch.from_dlpack(gpu_dlpack.wrap(j))",
+        role="gpu_dlpack", peer="torch.from_dlpack(j)",
+    )
+    assert out.data_ptr() == pointer(j)
+
+
+# --- inspect -----------------------------------------------------------------
+
+@_bench("inspect a capsule")
+def test_inspect_peer(measure, x):
+    cap = measure(lambda: x.__dlpack__(max_version=VERSIONED), "x.__dlpack__(max_version=(1, 0))")
+    assert cap is not None
+
+
+@_bench("inspect a capsule")
+def test_inspect(measure, x):
+    info = measure(
+        lambda: gpu_dlpack.inspect(x.__dlpack__(max_version=VERSIONED)),
+        "gpu_dlpack.inspect(x.__dlpack__(max_version=(1, 0)))",
+        role="gpu_dlpack", peer="x.__dlpack__(max_version=(1, 0))",
+    )
+    assert info.shape == x.shape and info.data == x.ctypes.data
