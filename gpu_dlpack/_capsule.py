@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import datetime
 import struct
+import sys
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -45,8 +46,12 @@ _RawMalloc.argtypes = [ctypes.c_size_t]
 _RawMalloc.restype = ctypes.c_void_p
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-_string_at = ctypes.string_at
-_memmove = ctypes.memmove
+# The process's memory as one writable byte view, to read and patch the C
+# structs behind capsule pointers with struct.unpack_from/pack_into: about
+# 100 ns an access, against about 300 ns for each ctypes.string_at or
+# ctypes.memmove call, and an exchange makes several. No check is lost:
+# like those calls, a bad address here is the producer's bad pointer.
+_MEMORY = memoryview((ctypes.c_char * (sys.maxsize & ~7)).from_address(0)).cast("B")
 
 # DLTensor: data, device_type, device_id, ndim, code, bits, lanes, shape,
 # strides, byte_offset (48 bytes).
@@ -55,6 +60,9 @@ _LEGACY_FMT = struct.Struct("<" + _TENSOR + "QQ")  # + manager_ctx, deleter
 _VERSIONED_FMT = struct.Struct("<IIQQQ" + _TENSOR)  # version, ctx, deleter, flags
 _TENSOR_AT_VERSIONED = 32
 _DELETER_AT = {False: 56, True: 16}
+_VERSION_FMT = struct.Struct("<II")
+_U64 = struct.Struct("<Q")
+_DTYPE_FMT = struct.Struct("<BBH")
 _MAX_NDIM = 64
 
 
@@ -63,7 +71,7 @@ def _static_name(name: str) -> int:
     # (interpreter shutdown): the used_ names live in memory never freed.
     raw = name.encode() + b"\0"
     addr = _RawMalloc(len(raw))
-    _memmove(addr, raw, len(raw))
+    _MEMORY[addr:addr + len(raw)] = raw
     return addr
 
 
@@ -149,13 +157,13 @@ def peek(capsule, versioned: bool) -> Header:
     ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
     if versioned:
         major, minor, _ctx, _del, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, _ = (
-            _VERSIONED_FMT.unpack(_string_at(ptr, 80))
+            _VERSIONED_FMT.unpack_from(_MEMORY, ptr)
         )
         if major != 1:
             return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, 0, 0)
     else:
-        data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, *_ = _LEGACY_FMT.unpack(
-            _string_at(ptr, 64)
+        data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, *_ = _LEGACY_FMT.unpack_from(
+            _MEMORY, ptr
         )
         major = minor = None
         flags = 0
@@ -164,7 +172,7 @@ def peek(capsule, versioned: bool) -> Header:
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
     if not data and ndim:
-        shape = struct.unpack(f"<{ndim}q", _string_at(shape_p, 8 * ndim))
+        shape = struct.unpack_from(f"<{ndim}q", _MEMORY, shape_p)
         if all(shape):
             raise _errors.malformed(f"data is NULL but the shape {shape} has elements")
     return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
@@ -175,24 +183,24 @@ def read(capsule) -> CapsuleInfo:
     versioned = kind(capsule)
     ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
     if versioned:
-        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack(_string_at(ptr, 80))
+        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack_from(_MEMORY, ptr)
         version = (major, minor)
         if major != 1:
             # Another major version may lay the struct out differently: only
             # the version and flags words are safe to read.
             raise _errors.unreadable_major(version)
     else:
-        *tensor, _ctx, _del = _LEGACY_FMT.unpack(_string_at(ptr, 64))
+        *tensor, _ctx, _del = _LEGACY_FMT.unpack_from(_MEMORY, ptr)
         version, flags = None, 0
     data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = tensor
     if not 0 <= ndim <= _MAX_NDIM:
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    shape = struct.unpack(f"<{ndim}q", _string_at(shape_p, 8 * ndim)) if ndim else ()
+    shape = struct.unpack_from(f"<{ndim}q", _MEMORY, shape_p) if ndim else ()
     strides = None
     if strides_p:
-        strides = struct.unpack(f"<{ndim}q", _string_at(strides_p, 8 * ndim)) if ndim else ()
+        strides = struct.unpack_from(f"<{ndim}q", _MEMORY, strides_p) if ndim else ()
     try:
         device = Device((dt, di))
     except ValueError:
@@ -212,16 +220,16 @@ def read(capsule) -> CapsuleInfo:
 
 
 def set_version(ptr: int, version) -> None:
-    _memmove(ptr, struct.pack("<II", *version), 8)
+    _VERSION_FMT.pack_into(_MEMORY, ptr, *version)
 
 
 def set_flags(ptr: int, flags: int) -> None:
-    _memmove(ptr + 24, struct.pack("<Q", flags), 8)
+    _U64.pack_into(_MEMORY, ptr + 24, flags)
 
 
 def set_dtype(ptr: int, versioned: bool, code: int, bits: int) -> None:
     base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
-    _memmove(base + 20, struct.pack("<BBH", code, bits, 1), 4)
+    _DTYPE_FMT.pack_into(_MEMORY, base + 20, code, bits, 1)
 
 
 def discard(capsule, versioned: bool) -> None:
@@ -231,7 +239,7 @@ def discard(capsule, versioned: bool) -> None:
     ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
     if _SetName(capsule, _USED_NAME_PTR[versioned]) != 0:
         raise _errors.malformed("the capsule could not be renamed")
-    deleter = struct.unpack("<Q", _string_at(ptr + _DELETER_AT[versioned], 8))[0]
+    deleter = _U64.unpack_from(_MEMORY, ptr + _DELETER_AT[versioned])[0]
     if deleter:
         _Deleter(deleter)(ptr)
 
