@@ -76,6 +76,13 @@ def _check_floor_value(floor, source):
 
 _floor = _initial_floor()
 
+# The last versioned max_version accepted, and the floor it was checked
+# against. Consumers pass the same constant tuple on every call (NumPy and
+# PyTorch do), so the common check is two identity tests; a tuple is
+# immutable and held here, so the same object is still valid, and a new
+# floor is a new object.
+_accepted = (None, None)
+
 
 def min_version():
     """The floor in force."""
@@ -97,15 +104,23 @@ def set_min_version(value):
 def check_max_version(max_version):
     """Validate a consumer's ``max_version``; True when it asks for a versioned
     capsule. ``None`` (an old consumer) asks for a legacy one."""
+    global _accepted
     if max_version is None:
         return False
+    accepted = _accepted
+    if max_version is accepted[0] and accepted[1] is _floor:
+        return True
     if type(max_version) is not tuple or len(max_version) != 2 or type(
         max_version[0]
     ) is not int or type(max_version[1]) is not int:
         raise _errors.bad_max_version(max_version)
-    if max_version < _floor:
-        raise _errors.below_floor(max_version, _floor)
-    return max_version[0] >= 1
+    floor = _floor
+    if max_version < floor:
+        raise _errors.below_floor(max_version, floor)
+    if max_version[0] < 1:
+        return False
+    _accepted = (max_version, floor)
+    return True
 
 
 def check_describable(max_version, dtype_code, device_type):
