@@ -44,6 +44,9 @@ _SetName.restype = ctypes.c_int
 _RawMalloc = _api.PyMem_RawMalloc
 _RawMalloc.argtypes = [ctypes.c_size_t]
 _RawMalloc.restype = ctypes.c_void_p
+_New = _api.PyCapsule_New
+_New.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+_New.restype = ctypes.py_object
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 # The process's memory as one writable byte view, to read and patch the C
@@ -52,6 +55,7 @@ _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 # ctypes.memmove call, and an exchange makes several. No check is lost:
 # like those calls, a bad address here is the producer's bad pointer.
 _MEMORY = memoryview((ctypes.c_char * (sys.maxsize & ~7)).from_address(0)).cast("B")
+_WORDS = _MEMORY.cast("Q")  # the same memory as aligned native 64-bit words
 
 # DLTensor: data, device_type, device_id, ndim, code, bits, lanes, shape,
 # strides, byte_offset (48 bytes).
@@ -77,6 +81,26 @@ def _static_name(name: str) -> int:
 
 _USED_NAME_PTR = {False: _static_name(USED_LEGACY), True: _static_name(USED_VERSIONED)}
 _NAME_BYTES = {False: LEGACY.encode(), True: VERSIONED.encode()}
+
+
+def _pointer_offset():
+    """Where CPython keeps a capsule's pointer inside the capsule object: right
+    after the object header, then the name (Objects/capsule.c, unchanged since
+    the type appeared). Confirmed here on a probe capsule; None when it does
+    not hold, and the pointer is then asked for through ctypes."""
+    if sys.implementation.name != "cpython":
+        return None
+    offset = object.__basicsize__
+    name = _USED_NAME_PTR[False]
+    marker = name + 1  # any non-NULL address: a capsule never dereferences it
+    probe = _New(marker, name, None)
+    at = id(probe) + offset
+    if at % 8 or _WORDS[at >> 3] != marker or _WORDS[(at >> 3) + 1] != name:
+        return None
+    return offset
+
+
+_POINTER_AT = _pointer_offset()
 
 
 @dataclass(frozen=True)
@@ -221,6 +245,29 @@ def read(capsule) -> CapsuleInfo:
 
 def set_version(ptr: int, version) -> None:
     _VERSION_FMT.pack_into(_MEMORY, ptr, *version)
+
+
+def version_word(version) -> int:
+    """``version`` as the 64-bit word ``stamp_version`` writes."""
+    return _U64.unpack(_VERSION_FMT.pack(*version))[0]
+
+
+def stamp_version(capsule, word: int) -> None:
+    """Write a version (``version_word(version)``) into a versioned capsule
+    that NumPy's own ``__dlpack__`` has just returned, so whose name is known.
+
+    The hot path of every NumPy export: the pointer is read straight from the
+    capsule object where its layout was confirmed (two ctypes calls saved),
+    and the version is one aligned word (DLManagedTensorVersioned starts with
+    it and holds 64-bit fields, so a valid pointer is 8-aligned).
+    """
+    if _POINTER_AT is None:
+        ptr = _GetPointer(capsule, b"dltensor_versioned")
+    else:
+        ptr = _WORDS[(id(capsule) + _POINTER_AT) >> 3]
+    if ptr & 7:
+        raise _errors.malformed(f"DLManagedTensorVersioned at {ptr:#x} is not 8-byte aligned")
+    _WORDS[ptr >> 3] = word
 
 
 def set_flags(ptr: int, flags: int) -> None:

@@ -11,6 +11,7 @@ from .. import _capsule, _dtypes, _errors
 from .._versions import DLPACK_VERSION
 
 _ASK = (1, 0)  # NumPy produces 1.0; the capsule is relabelled DLPACK_VERSION
+_STAMP = _capsule.version_word(DLPACK_VERSION)
 
 
 def owns(x) -> bool:
@@ -36,9 +37,9 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
         max_version=_ASK if plan.versioned else None, copy=True if plan.copy else None
     )
     if plan.versioned:
-        ptr = _capsule.pointer(capsule, True)
-        _capsule.set_version(ptr, DLPACK_VERSION)
+        _capsule.stamp_version(capsule, _STAMP)
         if dtype.carrier is not None:
+            ptr = _capsule.pointer(capsule, True)
             _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
             if dtype.padded:
                 flags = _capsule.peek(capsule, True).flags
