@@ -36,6 +36,17 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
 
 def _export(x, readonly, stream, max_version, dl_device, copy):
     if type(x) is _ndarray:
+        if stream is None and dl_device is None and copy is None and not readonly and (
+            x.dtype.isbuiltin == 1  # NumPy's own types: no carrier, no code newer than 1.0
+        ):
+            # The common case: NumPy's capsule is already the one the rules
+            # ask for. A 0.x max_version takes the general path (a dtype may
+            # be too new for it).
+            versioned = max_version is not None and _versions.check_max_version(max_version)
+            if versioned or max_version is None:
+                capsule = numpy_backend.export_in_place(x, versioned)
+                if capsule is not None:
+                    return capsule
         return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
     backend = _backends.for_array(x)
     if backend is numpy_backend:
@@ -159,24 +170,28 @@ class Exportable:
     a caller can see what a consumer really asks for.
     """
 
-    __slots__ = ("_x", "_readonly", "_device", "last_request")
+    __slots__ = ("_x", "_readonly", "_device", "_request")
 
     def __init__(self, x, readonly=False):
-        if type(readonly) is not bool:
+        if readonly is not False and readonly is not True:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
         self._readonly = readonly
-        self._device = CPU.dlpack if type(x) is _ndarray else Device.of(x).dlpack
-        self.last_request = None
+        self._device = _CPU_DLPACK if type(x) is _ndarray else Device.of(x).dlpack
+        self._request = None
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        self.last_request = {
-            "stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy,
-        }
+        self._request = (stream, max_version, dl_device, copy)  # a dict only when read
         return _export(self._x, self._readonly, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
         return self._device
+
+    @property
+    def last_request(self):
+        """The keywords of the latest ``__dlpack__`` call (None before any)."""
+        request = self._request
+        return None if request is None else dict(zip(_REQUEST_KEYS, request))
 
     @property
     def array(self):
@@ -204,6 +219,10 @@ def wrap(x, *, readonly=False) -> Exportable:
     ``readonly=True`` exports a read-only view: versioned capsules carry
     READ_ONLY, and legacy ones are refused unless the consumer copies.
     """
-    if not hasattr(type(x), "__dlpack__"):
+    if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
         raise _errors.not_dlpack(x)
     return Exportable(x, readonly)
+
+
+_CPU_DLPACK = CPU.dlpack
+_REQUEST_KEYS = ("stream", "max_version", "dl_device", "copy")

@@ -310,3 +310,11 @@ def test_version_is_stamped_where_the_capsule_layout_is_not_confirmed(monkeypatc
 def test_capsule_layout_is_confirmed_on_cpython():
     if sys.implementation.name == "cpython":
         assert _capsule._POINTER_AT == object.__basicsize__
+
+
+@pytest.mark.parametrize("how", ["export", "wrap"])
+def test_a_0x_consumer_gets_no_dtype_its_version_cannot_describe(how):
+    x = np.array([True, False])
+    with pytest.raises(BufferError, match="needs DLPack 0.8"):
+        _exports(x)[how](max_version=(0, 5))
+    assert gpu_dlpack.inspect(_exports(x)[how](max_version=(0, 8))).name == "dltensor"

@@ -49,6 +49,21 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     return capsule
 
 
+def export_in_place(arr: np.ndarray, versioned: bool):
+    """NumPy's own capsule for ``arr`` where it is already what the rules ask
+    for (on the CPU, no copy, a dtype NumPy describes, READ_ONLY set by NumPy
+    for read-only data), relabelled DLPACK_VERSION when versioned. None when
+    NumPy refuses (a read-only array as legacy, a dtype it cannot export):
+    the general path then says why, in gpu_dlpack's words."""
+    try:
+        capsule = arr.__dlpack__(max_version=_ASK) if versioned else arr.__dlpack__()
+    except BufferError:
+        return None
+    if versioned:
+        _capsule.stamp_version(capsule, _STAMP)
+    return capsule
+
+
 class _Handoff:
     """Hands one checked capsule to ``numpy.from_dlpack``."""
 
