@@ -178,7 +178,24 @@ def peek(capsule, versioned: bool) -> Header:
     """The ``Header`` of an unconsumed capsule, read in one go. BufferError
     when the tensor could not be read safely (bad ndim, NULL shape, NULL data
     with elements)."""
-    ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
+    return header(_GetPointer(capsule, _NAME_BYTES[versioned]), versioned)
+
+
+def kind_and_pointer(capsule, likely: bool = True):
+    """``(kind(capsule), pointer(capsule, kind))`` in one ctypes call when the
+    capsule is of the ``likely`` kind (PyCapsule_GetPointer checks the name);
+    kind()'s errors otherwise."""
+    if type(capsule) is not CapsuleType:
+        raise _errors.not_a_capsule(capsule)
+    try:
+        return likely, _GetPointer(capsule, _NAME_BYTES[likely])
+    except ValueError:  # another name
+        versioned = kind(capsule)
+        return versioned, _GetPointer(capsule, _NAME_BYTES[versioned])
+
+
+def header(ptr: int, versioned: bool) -> Header:
+    """``peek`` from the capsule's pointer."""
     if versioned:
         major, minor, _ctx, _del, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, _ = (
             _VERSIONED_FMT.unpack_from(_MEMORY, ptr)

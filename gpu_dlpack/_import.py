@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _backends, _capsule, _errors, _rules, _versions
 from ._backends import numpy_backend
-from ._devices import CPU, HOST_ACCESSIBLE, Device
+from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import request
 
 _ndarray = np.ndarray
@@ -32,8 +32,11 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     >>> a.ctypes.data == t.data_ptr()
     True
     """
-    if type(x) is _ndarray and device is None and copy is None and stream is None:
-        return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+    if device is None and copy is None and stream is None:
+        if type(x) is _ndarray:
+            return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+        if known_on_host(x):
+            return _import_host(x)
     _rules.check_copy(copy)
     if type(x) is _CapsuleType:
         return _from_capsule(x, device, copy)
@@ -51,13 +54,14 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     # Host-readable data is taken zero-copy and copied here if asked (one
     # copy, writeable, whatever the producer's capsule kind); data elsewhere
     # is moved by the producer, which is asked for the CPU.
+    if not moves and copy is None:
+        return _import_host(x)
     capsule, full = request(
         x, max_version=_versions.DLPACK_VERSION,
         dl_device=CPU.dlpack if moves else None,
         copy=copy if moves else (False if copy is False else None),
     )
-    versioned = _capsule.kind(capsule)
-    header = _checked(capsule, versioned)
+    versioned, header = _checked(capsule)
     if moves and not full:
         # An old producer could not move its data: a backend for its device does.
         backend = _backends.for_device(source)
@@ -65,9 +69,25 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     return _land_on_host(capsule, versioned, header, needs_copy and not moves)
 
 
+def _import_host(x):
+    """The common import: host memory, no copy. The producer's zero-copy
+    capsule becomes a NumPy array."""
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
+    producer = type(x)
+    versioned, header = _checked(capsule, producer not in _gave_legacy)
+    if not versioned:
+        _gave_legacy.add(producer)
+    return _land_on_host(capsule, versioned, header, False)
+
+
+# Producer types that answered a versioned request with a legacy capsule
+# (JAX): their capsules are opened as legacy first. Only a guess: the name
+# is always checked.
+_gave_legacy: set = set()
+
+
 def _from_capsule(capsule, device, copy):
-    versioned = _capsule.kind(capsule)
-    header = _checked(capsule, versioned)
+    versioned, header = _checked(capsule)
     source = Device((header.device_type, header.device_id))
     target = _rules.import_target(source, device)
     needs_copy = _rules.import_needs_copy(source, target, copy)
@@ -76,17 +96,19 @@ def _from_capsule(capsule, device, copy):
     return _backends.for_device(target).import_capsule(capsule, versioned, header, target, copy)
 
 
-def _checked(capsule, versioned):
-    """The capsule's header, after the checks every import makes. On a
-    refusal the capsule is discarded: its deleter runs once, now."""
+def _checked(capsule, likely_versioned=True):
+    """``(versioned, header)`` of a capsule, after the checks every import
+    makes. On a refusal of a DLPack capsule, it is discarded: its deleter
+    runs once, now."""
+    versioned, ptr = _capsule.kind_and_pointer(capsule, likely_versioned)
     try:
-        header = _capsule.peek(capsule, versioned)
+        header = _capsule.header(ptr, versioned)
         if versioned and header.major != 1:
             raise _errors.unsupported_major(header.major)
     except BufferError:
         _capsule.discard(capsule, versioned)
         raise
-    return header
+    return versioned, header
 
 
 def _land_on_host(capsule, versioned, header, copy):

@@ -318,3 +318,22 @@ def test_a_0x_consumer_gets_no_dtype_its_version_cannot_describe(how):
     with pytest.raises(BufferError, match="needs DLPack 0.8"):
         _exports(x)[how](max_version=(0, 5))
     assert gpu_dlpack.inspect(_exports(x)[how](max_version=(0, 8))).name == "dltensor"
+
+
+def test_import_of_a_torch_subclass_asks_its_dlpack_device(torch):
+    class Tagged(torch.Tensor):
+        pass
+
+    t = torch.arange(3.0).as_subclass(Tagged)
+    a = gpu_dlpack.from_dlpack(t)
+    assert a.ctypes.data == t.data_ptr()
+
+
+def test_import_of_a_legacy_producer_after_a_versioned_one_of_the_same_type():
+    # The kind a producer type gave last time is only a guess: names are checked.
+    p = _Producer(legacy=True)
+    assert not gpu_dlpack.from_dlpack(p).flags.writeable
+    p = _Producer()
+    assert gpu_dlpack.from_dlpack(p).flags.writeable
+    p = _Producer(legacy=True)
+    assert not gpu_dlpack.from_dlpack(p).flags.writeable
