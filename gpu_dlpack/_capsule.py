@@ -174,6 +174,11 @@ class Header(NamedTuple):
     strides: int
 
 
+# Header(...) goes through a Python-level __new__ (250 ns); the tuple's own
+# constructor is 100 ns.
+_new_header = tuple.__new__
+
+
 def peek(capsule, versioned: bool) -> Header:
     """The ``Header`` of an unconsumed capsule, read in one go. BufferError
     when the tensor could not be read safely (bad ndim, NULL shape, NULL data
@@ -201,7 +206,7 @@ def header(ptr: int, versioned: bool) -> Header:
             _VERSIONED_FMT.unpack_from(_MEMORY, ptr)
         )
         if major != 1:
-            return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, 0, 0)
+            return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, 0, 0))
     else:
         data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, *_ = _LEGACY_FMT.unpack_from(
             _MEMORY, ptr
@@ -216,7 +221,7 @@ def header(ptr: int, versioned: bool) -> Header:
         shape = struct.unpack_from(f"<{ndim}q", _MEMORY, shape_p)
         if all(shape):
             raise _errors.malformed(f"data is NULL but the shape {shape} has elements")
-    return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
+    return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p))
 
 
 def read(capsule) -> CapsuleInfo:
