@@ -73,8 +73,8 @@ class _Handoff:
         self.capsule = capsule
         self.device = device
 
-    def __dlpack__(self, **_):
-        return self.capsule
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self.capsule  # keywords named, not **kwargs: no dict per call
 
     def __dlpack_device__(self):
         return self.device
