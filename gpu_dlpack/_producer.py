@@ -31,6 +31,11 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     method = type(x).__dlpack__
     level = _old_producers.get(type(x), 0)
     try:
+        if level == 0 and stream is None and dl_device is None and copy is None:
+            try:  # the common request, without building keywords
+                return method(x, max_version=max_version), True
+            except TypeError as first:
+                return _retry(x, method, stream, first), False
         if level == 0:
             kwargs = {"max_version": max_version}
             if stream is not None:
