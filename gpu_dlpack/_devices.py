@@ -95,12 +95,25 @@ class Device:
     __slots__ = ("_type", "_index")
 
     def __new__(cls, spec, index=None):
-        if type(spec) is Device and index is None:
-            return spec
+        if index is None:
+            if type(spec) is Device:
+                return spec
+            # (device_type, device_id) as __dlpack_device__ gives it: every
+            # import and export reads one. Equal pairs of ints parse alike
+            # (a bool, equal to 0 or 1, does not parse: it is left out).
+            if type(spec) is tuple and len(spec) == 2 and type(spec[1]) is int and (
+                type(spec[0]) is not bool
+            ):
+                known = _BY_PAIR.get(spec)
+                if known is not None:
+                    return known
         dtype, idx = _parse(spec)
         if index is not None:
             idx = _check_index(index, spec)
-        return cls._make(dtype, idx)
+        device = cls._make(dtype, idx)
+        if len(_BY_PAIR) < 256:
+            _BY_PAIR[(int(dtype), idx)] = device
+        return device
 
     @classmethod
     def _make(cls, dtype, index):
@@ -247,7 +260,8 @@ def _from_jax(dev):
     raise _errors.bad_device(dev, _FORMS + f" (JAX platform {platform!r} has no DLPack type)")
 
 
-CPU = Device._make(DLDeviceType.CPU, 0)
+_BY_PAIR: dict = {}  # (int type, id) -> Device, for the pairs seen
+CPU = Device((1, 0))
 
 
 # Array types whose memory can be known to be host memory more cheaply than

@@ -337,3 +337,17 @@ def test_import_of_a_legacy_producer_after_a_versioned_one_of_the_same_type():
     assert gpu_dlpack.from_dlpack(p).flags.writeable
     p = _Producer(legacy=True)
     assert not gpu_dlpack.from_dlpack(p).flags.writeable
+
+
+@pytest.mark.parametrize("pair, dlpack", [((1, 0), (1, 0)), ((2, 1), (2, 1)), ((1.0, 0), (1, 0))])
+def test_a_device_pair_reads_the_same_each_time(pair, dlpack):
+    for _ in range(2):
+        assert gpu_dlpack.Device(pair).dlpack == dlpack
+
+
+@pytest.mark.parametrize("pair", [(True, 0), (1, False), (1, 0.0), (1, -1), (99, 0)])
+def test_a_pair_that_names_no_device_is_refused_each_time(pair):
+    gpu_dlpack.Device((1, 0))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="cannot read a device"):
+            gpu_dlpack.Device(pair)
