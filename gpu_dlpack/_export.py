@@ -14,7 +14,7 @@ import numpy as np
 from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, Device
-from ._producer import request
+from ._producer import gave_legacy, request
 
 _ndarray = np.ndarray
 
@@ -81,8 +81,9 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if want_versioned else None)
-    versioned = _capsule.kind(capsule)
-    header = _check_major(capsule, versioned)
+    versioned, header = _check_major(capsule, want_versioned and type(x) not in gave_legacy)
+    if want_versioned and not versioned:
+        gave_legacy.add(type(x))
     flags = header.flags
     if readonly:
         known_readonly = True
@@ -123,8 +124,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
         dl_device=None if dl_device is None else target.dlpack, copy=copy,
     )
-    versioned = _capsule.kind(capsule)
-    header = _check_major(capsule, versioned)
+    versioned, header = _check_major(capsule, want_versioned)
     if (header.device_type, header.device_id) != target.dlpack or versioned != want_versioned or (
         not full and copy
     ):
@@ -150,17 +150,19 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     return capsule
 
 
-def _check_major(capsule, versioned):
-    """peek(), after refusing a capsule of an unknown major version."""
+def _check_major(capsule, likely_versioned):
+    """``(versioned, header)``, after refusing a capsule of an unknown major
+    version (one ctypes call when the capsule is of the likely kind)."""
+    versioned, ptr = _capsule.kind_and_pointer(capsule, likely_versioned)
     try:
-        header = _capsule.peek(capsule, versioned)
+        header = _capsule.header(ptr, versioned)
     except BufferError:
         _capsule.discard(capsule, versioned)
         raise
     if versioned and header.major != 1:
         _capsule.discard(capsule, versioned)
         raise _errors.unsupported_major(header.major)
-    return header
+    return versioned, header
 
 
 class Exportable:

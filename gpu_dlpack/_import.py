@@ -12,7 +12,7 @@ import numpy as np
 from . import _backends, _capsule, _errors, _rules, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import request
+from ._producer import gave_legacy, request
 
 _ndarray = np.ndarray
 _CapsuleType = _capsule.CapsuleType
@@ -73,17 +73,10 @@ def _import_host(x):
     """The common import: host memory, no copy. The producer's zero-copy
     capsule becomes a NumPy array."""
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
-    producer = type(x)
-    versioned, header = _checked(capsule, producer not in _gave_legacy)
+    versioned, header = _checked(capsule, type(x) not in gave_legacy)
     if not versioned:
-        _gave_legacy.add(producer)
+        gave_legacy.add(type(x))
     return _land_on_host(capsule, versioned, header, False)
-
-
-# Producer types that answered a versioned request with a legacy capsule
-# (JAX): their capsules are opened as legacy first. Only a guess: the name
-# is always checked.
-_gave_legacy: set = set()
 
 
 def _from_capsule(capsule, device, copy):

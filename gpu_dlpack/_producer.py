@@ -14,6 +14,11 @@ from . import _errors
 # type -> 1 (takes only stream) or 2 (takes nothing)
 _old_producers: dict = {}
 
+#: Producer types that answered a versioned request with a legacy capsule
+#: (JAX always does). Their capsules are opened as legacy first: only a guess
+#: that saves a ctypes call, since the capsule's name is always checked.
+gave_legacy: set = set()
+
 
 def producer_name(x) -> str:
     t = type(x)
