@@ -68,6 +68,7 @@ _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 _DTYPE_FMT = struct.Struct("<BBH")
 _MAX_NDIM = 64
+_INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # shape and strides
 
 
 def _static_name(name: str) -> int:
@@ -218,7 +219,7 @@ def header(ptr: int, versioned: bool) -> Header:
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
     if not data and ndim:
-        shape = struct.unpack_from(f"<{ndim}q", _MEMORY, shape_p)
+        shape = _INT64S[ndim].unpack_from(_MEMORY, shape_p)
         if all(shape):
             raise _errors.malformed(f"data is NULL but the shape {shape} has elements")
     return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p))
@@ -226,8 +227,7 @@ def header(ptr: int, versioned: bool) -> Header:
 
 def read(capsule) -> CapsuleInfo:
     """Every field of an unconsumed capsule, without consuming it."""
-    versioned = kind(capsule)
-    ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
+    versioned, ptr = kind_and_pointer(capsule)
     if versioned:
         major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack_from(_MEMORY, ptr)
         version = (major, minor)
@@ -243,10 +243,10 @@ def read(capsule) -> CapsuleInfo:
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    shape = struct.unpack_from(f"<{ndim}q", _MEMORY, shape_p) if ndim else ()
+    shape = _INT64S[ndim].unpack_from(_MEMORY, shape_p) if ndim else ()
     strides = None
     if strides_p:
-        strides = struct.unpack_from(f"<{ndim}q", _MEMORY, strides_p) if ndim else ()
+        strides = _INT64S[ndim].unpack_from(_MEMORY, strides_p) if ndim else ()
     try:
         device = Device((dt, di))
     except ValueError:

@@ -351,3 +351,25 @@ def test_a_pair_that_names_no_device_is_refused_each_time(pair):
     for _ in range(2):
         with pytest.raises(ValueError, match="cannot read a device"):
             gpu_dlpack.Device(pair)
+
+
+# --- inspect -----------------------------------------------------------------
+
+def test_inspect_reads_every_field_without_consuming():
+    x = np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2]
+    for cap, name, version in ((x.__dlpack__(max_version=(1, 0)), "dltensor_versioned", (1, 0)),
+                               (x.__dlpack__(), "dltensor", None)):
+        info = gpu_dlpack.inspect(cap)
+        assert (info.name, info.version, info.shape, info.strides) == (name, version, (3, 2), (4, 2))
+        assert info.dtype == (0, 16, 1) and info.device == gpu_dlpack.Device("cpu")
+        assert info.data + info.byte_offset == x.ctypes.data
+        assert gpu_dlpack.inspect(cap) == info  # still unconsumed
+
+
+def test_inspect_refuses_a_consumed_capsule_and_a_non_capsule():
+    cap = np.arange(3.0).__dlpack__(max_version=(1, 0))
+    gpu_dlpack.from_dlpack(cap)
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+        gpu_dlpack.inspect(cap)
+    with pytest.raises(TypeError, match="expected a PyCapsule"):
+        gpu_dlpack.inspect(np.arange(3))
