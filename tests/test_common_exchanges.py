@@ -373,3 +373,10 @@ def test_inspect_refuses_a_consumed_capsule_and_a_non_capsule():
         gpu_dlpack.inspect(cap)
     with pytest.raises(TypeError, match="expected a PyCapsule"):
         gpu_dlpack.inspect(np.arange(3))
+
+
+def test_inspect_gives_a_frozen_record():
+    info = gpu_dlpack.inspect(np.arange(3.0).__dlpack__())
+    with pytest.raises(AttributeError):
+        info.flags = 1
+    assert info == gpu_dlpack.CapsuleInfo(**vars(info)) and hash(info) == hash(gpu_dlpack.CapsuleInfo(**vars(info)))
