@@ -78,5 +78,8 @@ class _Module(types.ModuleType):
     def MIN_DLPACK_VERSION(self, value):
         _versions.set_min_version(value)
 
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | {"MIN_DLPACK_VERSION"})
+
 
 sys.modules[__name__].__class__ = _Module

@@ -109,8 +109,13 @@ def check_max_version(max_version):
 
 
 def check_describable(max_version, dtype_code, device_type):
-    """BufferError when the consumer's version predates the dtype or device."""
-    if max_version is None or max_version >= (1, 2):
+    """BufferError when a legacy consumer's version predates the dtype or device.
+
+    Only major 0 is checked: within major 1 the consumer accepts any minor
+    version by the standard, and checks dtype codes itself (PyTorch asks for
+    1.0 yet reads the float8 codes of 1.1).
+    """
+    if max_version is None or max_version[0] >= 1:
         return
     need = DTYPE_SINCE.get(dtype_code, (0, 0))
     if max_version < need:
