@@ -281,3 +281,11 @@ def test_a_numpy_array_imports_as_a_writeable_view():
     a = np.arange(3.0)
     out = from_dlpack(a)
     assert pointer(out) == a.ctypes.data and out.flags.writeable and out is not a
+
+
+@pytest.mark.parametrize("stream, error", [(5, ValueError), (0, ValueError), ("s", TypeError)])
+def test_a_stream_for_a_host_import_must_be_none_or_minus_one(stream, error, torch):
+    for x in (torch.arange(3.0), np.arange(3.0).__dlpack__()):
+        with pytest.raises(error, match="-1"):
+            from_dlpack(x, stream=stream)
+    assert from_dlpack(torch.arange(3.0), stream=-1).tolist() == [0, 1, 2]
