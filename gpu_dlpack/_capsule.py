@@ -224,6 +224,44 @@ def set_dtype(ptr: int, versioned: bool, code: int, bits: int) -> None:
     _memmove(base + 20, struct.pack("<BBH", code, bits, 1), 4)
 
 
+def set_device(ptr: int, versioned: bool, device_type: int, device_id: int) -> None:
+    """Relabel the memory's device (``DLTensor.device``): a host capsule of
+    pinned memory says CUDA_HOST, managed memory says device id 0."""
+    base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
+    _memmove(base + 8, struct.pack("<ii", int(device_type), int(device_id)), 8)
+
+
+class Owner:
+    """Holds the tensor of a consumed capsule and calls its deleter once, when
+    the last reference to this object goes (the owner of memory wrapped by
+    another library, such as ``cupy.cuda.UnownedMemory``)."""
+
+    __slots__ = ("_ptr", "_deleter", "__weakref__")
+
+    def __init__(self, ptr: int, deleter: int):
+        self._ptr = ptr
+        # Bound now: at interpreter shutdown module globals may be gone.
+        self._deleter = _Deleter(deleter) if deleter else None
+
+    def release(self) -> None:
+        deleter, self._deleter = self._deleter, None
+        if deleter is not None:
+            deleter(self._ptr)
+
+    def __del__(self):
+        self.release()
+
+
+def take(capsule, versioned: bool) -> Owner:
+    """Take ownership of an unconsumed capsule (rename it ``used_*``) and
+    return the ``Owner`` that frees its tensor when it dies."""
+    ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
+    deleter = struct.unpack("<Q", _string_at(ptr + _DELETER_AT[versioned], 8))[0]
+    if _SetName(capsule, _USED_NAME_PTR[versioned]) != 0:
+        raise _errors.malformed("the capsule could not be renamed")
+    return Owner(ptr, deleter)
+
+
 def discard(capsule, versioned: bool) -> None:
     """Take ownership of an unconsumed capsule and free what it holds now:
     rename it ``used_*`` (so its destructor does not free it again) and call
