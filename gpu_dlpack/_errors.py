@@ -201,3 +201,34 @@ def unsupported_dtype(code, bits, lanes, why) -> BufferError:
 
 def unsupported_numpy_dtype(dtype, why) -> BufferError:
     return BufferError(f"cannot export NumPy dtype {dtype}: {why}.")
+
+
+# -- GPU exchanges (CuPy backend, streams) ------------------------------------
+
+def bad_stream_object(value) -> TypeError:
+    return TypeError(
+        f"cannot read a stream from {type(value).__name__} {value!r}. Pass an int "
+        "handle (-1, 1, 2 or a cudaStream_t/hipStream_t address) or a stream object: "
+        "cupy.cuda.Stream, torch.cuda.Stream, a Numba stream, or anything with "
+        "__cuda_stream__(), .ptr, .cuda_stream or .handle."
+    )
+
+
+def readonly_to_writeable(target) -> BufferError:
+    return BufferError(
+        f"copy=False, but the capsule is READ_ONLY and arrays on {target} are CuPy "
+        "arrays, which are always writeable: a zero-copy import would let read-only "
+        "data be written. Pass copy=None to import a writeable copy, or import to "
+        "device='cpu' for a read-only NumPy view."
+    )
+
+
+def gpu_failed(what, exc) -> BufferError:
+    return BufferError(f"CuPy could not {what}: {type(exc).__name__}: {exc}")
+
+
+def old_cupy(need) -> BufferError:
+    return BufferError(
+        f"this CuPy is too old to {need}: upgrade to CuPy 13.4 or newer "
+        "(pip install -U 'gpu_dlpack[cuda12]', '[cuda13]' or '[rocm]')."
+    )
