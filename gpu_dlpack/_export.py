@@ -51,13 +51,13 @@ def _export(x, readonly, stream, max_version, dl_device, copy):
 
 
 def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
-    if stream is not None:
-        _streams.check_stream(stream, CPU.type)
     dtype = _dtypes.from_numpy(x.dtype)
     plan = _rules.plan_export(
         CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
         copy, _backends.can_copy,
     )
+    # The consumer's stream belongs to the memory it receives.
+    stream = _streams.check_stream(stream, plan.target.type)
     if plan.target != CPU:
         return _backends.for_device(plan.target).export_host(x, plan, dtype, stream)
     return numpy_backend.export(x, plan, dtype)

@@ -77,7 +77,9 @@ def _from_capsule(capsule, device, copy, stream):
         if stream is not None:
             _streams.check_stream(stream, CPU.type)
         return _land_on_host(capsule, versioned, header, needs_copy)
-    return _backends.for_device(target).import_capsule(capsule, versioned, header, target, copy)
+    # Device memory to the CPU is moved by the backend of its device.
+    backend = _backends.for_device(source if target == CPU else target)
+    return backend.import_capsule(capsule, versioned, header, target, copy)
 
 
 def _checked(capsule, versioned):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from .. import _errors
-from .._devices import Device, HOST_ACCESSIBLE
+from .._devices import Device, DLDeviceType, HOST_ACCESSIBLE
 from . import cupy as cupy_backend
 from . import numpy as numpy_backend
 
@@ -24,8 +24,11 @@ def for_array(x):
 
 
 def for_device(device: Device):
-    """The backend that holds arrays on ``device``; BufferError if none can."""
-    if device.type in HOST_ACCESSIBLE:
+    """The backend that holds arrays on ``device``; BufferError if none can.
+
+    CPU arrays are NumPy arrays; every other target, pinned and managed
+    memory included, needs the GPU backend to be made."""
+    if device.type == DLDeviceType.CPU:
         return numpy_backend
     if cupy_backend.serves(device):
         return cupy_backend
