@@ -101,13 +101,15 @@ def resolve(stream, device_type) -> int:
 # -- copies the host may read at once -----------------------------------------
 
 ALWAYS = "always"
-WITHOUT_STREAM = "when the consumer names no stream (None or -1)"
+WITHOUT_STREAM = "when the consumer names no stream to wait on"
 
-#: When a copy into host-readable memory finishes before ``__dlpack__``
-#: returns. A CPU consumer has no stream, so its copy is always complete;
-#: pinned and managed memory may be read by the host or by a GPU, so the copy
-#: is left queued only on a stream the consumer named. Other targets are GPU
-#: memory, ordered on the consumer's stream.
+#: When data in host-readable memory is complete before ``__dlpack__``
+#: returns. A CPU consumer has no stream, so its data is always complete;
+#: pinned and managed memory may be read by the host or by a GPU, so work is
+#: left queued only on a stream the consumer named. ``-1`` names none for a
+#: copy (the consumer cannot know the copy's stream), but for data exported
+#: in place it means the consumer synchronizes the producer itself. Other
+#: targets are GPU memory, ordered on the consumer's stream.
 HOST_COMPLETION = {
     DLDeviceType.CPU: ALWAYS,
     DLDeviceType.CUDA_HOST: WITHOUT_STREAM,
@@ -122,10 +124,13 @@ HOST_COMPLETION = {
 HOST_RESULTS = frozenset({DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST})
 
 
-def finishes_before_return(target_type, stream) -> bool:
-    """Whether a copy to ``target_type`` must be complete when the call returns."""
+def finishes_before_return(target_type, stream, copied=True) -> bool:
+    """Whether data for ``target_type`` (a copy, or memory exported in place)
+    must be complete when the call returns."""
     when = HOST_COMPLETION.get(target_type)
-    return when == ALWAYS or (when == WITHOUT_STREAM and stream in (None, -1))
+    if when == ALWAYS:
+        return True
+    return when == WITHOUT_STREAM and (stream is None or (stream == -1 and copied))
 
 
 # -- stream objects -------------------------------------------------------------
