@@ -30,8 +30,27 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     >>> cap = gpu_dlpack.export(np.arange(3), max_version=(1, 0))
     >>> gpu_dlpack.inspect(cap).name
     'dltensor_versioned'
+
+    ``stream`` may also be a stream object (``cupy.cuda.Stream``,
+    ``torch.cuda.Stream``...); inside ``gpu_dlpack.use_stream(s)`` an export
+    to GPU memory without ``stream`` uses ``s``.
     """
+    stream = _streams.handle_of(stream)
+    if stream is None:
+        stream = _block_stream(x, dl_device)
     return _export(x, False, stream, max_version, dl_device, copy)
+
+
+def _block_stream(x, dl_device):
+    """The stream of an enclosing ``use_stream`` block for the memory the
+    consumer receives, if that memory has GPU streams."""
+    if not _streams.in_block():
+        return None
+    try:
+        target = _rules.target_device(_backends.device_of(x), dl_device)
+    except (AttributeError, TypeError, ValueError, BufferError):
+        return None  # the export itself reports what is wrong
+    return _streams.block_stream(target)
 
 
 def _export(x, readonly, stream, max_version, dl_device, copy):
@@ -54,7 +73,7 @@ def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
     dtype = _dtypes.from_numpy(x.dtype)
     plan = _rules.plan_export(
         CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
-        copy, _backends.can_copy,
+        copy, _backends.can_copy, _backends.addressable,
     )
     # The consumer's stream belongs to the memory it receives.
     stream = _streams.check_stream(stream, plan.target.type)
@@ -66,7 +85,6 @@ def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
 def _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy):
     """A producer of host memory: take its zero-copy capsule, then pass it on
     or rebuild it through NumPy."""
-    stream = _streams.check_stream(stream, source.type)
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if want_versioned else None)
@@ -79,10 +97,15 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
         known_readonly = bool(flags & _capsule.READ_ONLY)
     else:
         known_readonly = None  # a legacy producer cannot say
-    plan = _rules.plan_export(
-        source, known_readonly, header.code, header.bits, max_version, dl_device, copy,
-        _backends.can_copy,
-    )
+    try:
+        plan = _rules.plan_export(
+            source, known_readonly, header.code, header.bits, max_version, dl_device, copy,
+            _backends.can_copy, _backends.addressable,
+        )
+        stream = _streams.check_stream(stream, plan.target.type)
+    except (BufferError, TypeError, ValueError):
+        _capsule.discard(capsule, versioned)
+        raise
     # Pass the producer's capsule on when it already says everything right
     # (versioned capsules must carry strides since DLPack 1.2).
     if not plan.copy and not plan.moves and plan.versioned == versioned and (
@@ -166,7 +189,7 @@ class Exportable:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
         self._readonly = readonly
-        self._device = CPU.dlpack if type(x) is _ndarray else Device.of(x).dlpack
+        self._device = CPU.dlpack if type(x) is _ndarray else _backends.device_of(x).dlpack
         self.last_request = None
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):

@@ -31,10 +31,18 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     >>> a = gpu_dlpack.from_dlpack(t)
     >>> a.ctypes.data == t.data_ptr()
     True
+
+    On a GPU, ``stream`` is the stream the result will be used on (an int
+    handle or a stream object: ``cupy.cuda.Stream``, ``torch.cuda.Stream``, a
+    Numba stream...). The producer makes it wait for its pending work and
+    any copy is queued on it. Without it, the stream of an enclosing
+    ``gpu_dlpack.use_stream`` block is used, else CuPy's current stream on
+    the target device.
     """
     if type(x) is _ndarray and device is None and copy is None and stream is None:
         return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
     _rules.check_copy(copy)
+    stream = _streams.handle_of(stream)
     if type(x) is _CapsuleType:
         return _from_capsule(x, device, copy, stream)
     try:
@@ -44,20 +52,27 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         raise _errors.not_dlpack(x) from None
     source = Device(tuple(dlpack_device(x)))
     target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy)
+    needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
     if target != CPU:
-        return _backends.for_device(target).import_to(x, source, target, copy, stream)
+        return _backends.for_device(target).import_to(x, source, target, copy, needs_copy, stream)
     if stream is not None:
         _streams.check_stream(stream, CPU.type)
     moves = not _rules.zero_copy(source, target)
     # Host-readable data is taken zero-copy and copied here if asked (one
     # copy, writeable, whatever the producer's capsule kind); data elsewhere
     # is moved by the producer, which is asked for the CPU.
-    capsule, full = request(
-        x, max_version=_versions.DLPACK_VERSION,
+    ask = dict(
+        max_version=_versions.DLPACK_VERSION,
         dl_device=CPU.dlpack if moves else None,
         copy=copy if moves else (False if copy is False else None),
     )
+    backend = _backends.for_array(x)
+    if backend is not None and backend is not numpy_backend:
+        # An array of a backend (CuPy) is exported under the rules, not by
+        # its library's own __dlpack__.
+        capsule, full = backend.export_array(x, False, None, **ask), True
+    else:
+        capsule, full = request(x, **ask)
     versioned = _capsule.kind(capsule)
     header = _checked(capsule, versioned)
     if moves and not full:
@@ -72,14 +87,14 @@ def _from_capsule(capsule, device, copy, stream):
     header = _checked(capsule, versioned)
     source = Device((header.device_type, header.device_id))
     target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy)
+    needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
     if target == CPU and source.is_host_accessible:
         if stream is not None:
             _streams.check_stream(stream, CPU.type)
         return _land_on_host(capsule, versioned, header, needs_copy)
     # Device memory to the CPU is moved by the backend of its device.
     backend = _backends.for_device(source if target == CPU else target)
-    return backend.import_capsule(capsule, versioned, header, target, copy)
+    return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
 
 
 def _checked(capsule, versioned):
