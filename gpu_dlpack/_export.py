@@ -35,17 +35,17 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     ``torch.cuda.Stream``...); inside ``gpu_dlpack.use_stream(s)`` an export
     to GPU memory without ``stream`` uses ``s``.
     """
-    stream = _streams.handle_of(stream)
     if stream is None:
-        stream = _block_stream(x, dl_device)
+        if _streams.in_block():
+            stream = _block_stream(x, dl_device)
+    elif type(stream) is not int:
+        stream = _streams.handle_of(stream)
     return _export(x, False, stream, max_version, dl_device, copy)
 
 
 def _block_stream(x, dl_device):
-    """The stream of an enclosing ``use_stream`` block for the memory the
+    """The stream of the enclosing ``use_stream`` block for the memory the
     consumer receives, if that memory has GPU streams."""
-    if not _streams.in_block():
-        return None
     try:
         target = _rules.target_device(_backends.device_of(x), dl_device)
     except (AttributeError, TypeError, ValueError, BufferError):
@@ -76,7 +76,8 @@ def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
         copy, _backends.can_copy, _backends.addressable,
     )
     # The consumer's stream belongs to the memory it receives.
-    stream = _streams.check_stream(stream, plan.target.type)
+    if stream is not None:
+        stream = _streams.check_stream(stream, plan.target.type)
     if plan.target != CPU:
         return _backends.for_device(plan.target).export_host(x, plan, dtype, stream)
     return numpy_backend.export(x, plan, dtype)

@@ -42,7 +42,8 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     if type(x) is _ndarray and device is None and copy is None and stream is None:
         return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
     _rules.check_copy(copy)
-    stream = _streams.handle_of(stream)
+    if stream is not None and type(stream) is not int:
+        stream = _streams.handle_of(stream)
     if type(x) is _CapsuleType:
         return _from_capsule(x, device, copy, stream)
     try:

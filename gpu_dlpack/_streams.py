@@ -256,7 +256,7 @@ def _device_index(device):
 
 def in_block() -> bool:
     """Whether this thread is inside a ``use_stream`` block."""
-    return bool(getattr(_local, "stack", None))
+    return bool(_local.__dict__.get("stack"))
 
 
 def block_stream(device):
