@@ -12,6 +12,19 @@ def _demo(args) -> int:
     return 1 if run_demo() else 0
 
 
+def _explain(args) -> int:
+    from . import _explain
+
+    if args.list:
+        for e in _explain.entries():
+            print(f"{e.id:<38} {e.library}: {e.exception}")
+        return 0
+    text = " ".join(args.text) if args.text else sys.stdin.read()
+    out, status = _explain.run(text, as_json=args.json)
+    print(out)
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-dlpack", description="DLPack interop checks and tools."
@@ -19,6 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="exchange arrays between NumPy, PyTorch and JAX and say what happened")
     demo.set_defaults(func=_demo)
+
+    explain = sub.add_parser(
+        "explain",
+        help="say what a DLPack error message means and how to fix it",
+        description="Match an error message (or a whole traceback) against the DLPack errors "
+        "that NumPy, PyTorch, JAX, CuPy and gpu_dlpack raise. Reads standard input when no text "
+        "is given. Exit status 0 when something matched, 1 when nothing did.",
+    )
+    explain.add_argument("text", nargs="*", help="the error text (default: standard input)")
+    explain.add_argument("--json", action="store_true", help="print the matches as JSON")
+    explain.add_argument("--list", action="store_true", help="list the known errors")
+    explain.set_defaults(func=_explain)
     return parser
 
 
