@@ -12,6 +12,14 @@ def _demo(args) -> int:
     return 1 if run_demo() else 0
 
 
+def _doctor(args) -> int:
+    from . import _doctor
+
+    report = _doctor.run(extra=args.library)
+    print(_doctor.to_json(report) if args.json else _doctor.render(report))
+    return report["exit_status"]
+
+
 def _explain(args) -> int:
     from . import _explain
 
@@ -32,6 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="exchange arrays between NumPy, PyTorch and JAX and say what happened")
     demo.set_defaults(func=_demo)
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="measure what each installed array library does with DLPack, and what gpu_dlpack fixes",
+        description="Probe every installed DLPack library with small live exchanges, print a "
+        "producer-by-consumer matrix (directly and through gpu_dlpack), and a remedy for each "
+        "problem. Exit status 0 when every exchange through gpu_dlpack works.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON (for CI and bug reports)")
+    doctor.add_argument(
+        "--library", action="append", default=[], metavar="MODULE",
+        help="also probe this importable module (repeatable)",
+    )
+    doctor.set_defaults(func=_doctor)
 
     explain = sub.add_parser(
         "explain",
