@@ -27,6 +27,10 @@ def _explain(args) -> int:
         for e in _explain.entries():
             print(f"{e.id:<38} {e.library}: {e.exception}")
         return 0
+    if not args.text and sys.stdin.isatty():
+        print("gpu-dlpack explain: give the error text as an argument, or pipe it in "
+              "(for example: python script.py 2>&1 | gpu-dlpack explain)", file=sys.stderr)
+        return 2
     text = " ".join(args.text) if args.text else sys.stdin.read()
     out, status = _explain.run(text, as_json=args.json)
     print(out)

@@ -581,16 +581,21 @@ def load(peer) -> _Loaded:
         row["error"] = f"import failed: {_err(exc)}"
         return _Loaded(peer, None, row)
     row["version"] = _version(module, peer.module.split(".")[0])
-    gpu = peer.host is None and peer.gpu is not None and _peer_gpu_usable(peer, module)
-    for side, probe in (("producer", lambda: probe_producer(peer, module, gpu=gpu)),
+    # A library of GPU arrays only (CuPy) is probed as a producer on the GPU.
+    gpu = peer.host is None and peer.gpu is not None
+    for side, probe in (("producer", lambda: _probe_producer_where_possible(peer, module, gpu)),
                         ("consumer", lambda: probe_consumer(peer, module))):
         try:
             row[side] = probe()
         except Exception as exc:  # a probe reports, it never stops the report
             row[side] = {"probed": False, "reason": f"probe crashed: {_err(exc)}"}
-    if peer.host is None and not gpu and row["producer"] is not None:
-        row["producer"]["reason"] = "arrays live on a GPU, and none is usable" if peer.gpu else row["producer"]["reason"]
     return _Loaded(peer, module, row)
+
+
+def _probe_producer_where_possible(peer, module, gpu):
+    if gpu and not _peer_gpu_usable(peer, module):
+        return {"probed": False, "reason": "its arrays live on a GPU, and none is usable"}
+    return probe_producer(peer, module, gpu=gpu)
 
 
 def _peer_gpu_usable(peer, module) -> bool:

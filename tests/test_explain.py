@@ -431,3 +431,122 @@ def test_explain_list(capsys):
     assert _cli.main(["explain", "--list"]) == 0
     out = capsys.readouterr().out
     assert all(e.id in out for e in _explain.entries())
+
+
+# -- the advice works ----------------------------------------------------------
+
+
+class OldConsumer:
+    """A consumer from before the floor existed: asks for max_version=(0, 4)
+    and reads the legacy capsule it gets."""
+
+    @staticmethod
+    def from_dlpack(x):
+        cap = x.__dlpack__(max_version=(0, 4))
+        return gpu_dlpack.from_dlpack(cap)
+
+
+class VersionedOnly(Producer):
+    """A producer that answers every request with a versioned capsule."""
+
+    def __init__(self):
+        super().__init__(1, lambda kw: numpy_capsule(versioned=True))
+
+
+def _jax_floor_fixed():
+    with pytest.raises(BufferError, match="below"):
+        OldConsumer.from_dlpack(gpu_dlpack.wrap(_jax().numpy.arange(3.0)))
+    gpu_dlpack.MIN_DLPACK_VERSION = (0, 4)
+    out = OldConsumer.from_dlpack(gpu_dlpack.wrap(_jax().numpy.arange(3.0)))
+    assert out.tolist() == [0.0, 1.0, 2.0]
+
+
+def _readonly_for_jax_fixed():
+    a = readonly(np.arange(3.0))
+    j = _jax().dlpack.from_dlpack(gpu_dlpack.wrap(a.copy()))
+    assert j.tolist() == [0.0, 1.0, 2.0]
+    b = gpu_dlpack.from_dlpack(a)
+    assert b.ctypes.data == a.ctypes.data and not b.flags.writeable
+
+
+def _writeable_import_fixed():
+    a = gpu_dlpack.from_dlpack(_jax().numpy.arange(3.0), copy=True)
+    a[0] = 1.0
+    assert a.tolist() == [1.0, 1.0, 2.0]
+
+
+def _torch_copy_through_wrap():
+    a = np.arange(3.0)
+    t = _torch().from_dlpack(gpu_dlpack.wrap(a), copy=True)
+    assert t.data_ptr() != a.ctypes.data and t.tolist() == [0.0, 1.0, 2.0]
+
+
+def _torch_reads_managed_through_gpu_dlpack():
+    host = gpu_dlpack.from_dlpack(Producer(13))
+    t = _torch().from_numpy(host)
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _jax_reads_managed_through_gpu_dlpack():
+    j = _jax().numpy.asarray(gpu_dlpack.from_dlpack(Producer(13)))
+    assert j.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _jax_gets_legacy_from_versioned_only():
+    j = _jax().dlpack.from_dlpack(gpu_dlpack.wrap(VersionedOnly()))
+    assert j.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _old_producer_through_gpu_dlpack():
+    old = OldProducer()
+    a = gpu_dlpack.from_dlpack(old, copy=False)
+    assert a.ctypes.data == old.a.ctypes.data
+
+
+def _raw_capsule_through_gpu_dlpack():
+    a = gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__())
+    assert a.tolist() == [0.0, 1.0, 2.0]
+
+
+def _unaligned_shared_through_gpu_dlpack():
+    view = _unaligned_view()
+    assert gpu_dlpack.from_dlpack(view, copy=False).ctypes.data == view.ctypes.data
+
+
+def _needs_version_fixed():
+    cap = gpu_dlpack.export(np.ones(3, bool).view(np.uint8), max_version=(0, 6))
+    assert gpu_dlpack.inspect(cap).dtype == (1, 8, 1)
+
+
+# The "after" of an entry, run with the inputs that raised its real message.
+AFTER_WORKS = {
+    "jax-version-floor": _jax_floor_fixed,
+    "gpu_dlpack-below-floor": _jax_floor_fixed,
+    "gpu_dlpack-readonly-legacy": _readonly_for_jax_fixed,
+    "numpy-readonly-legacy": _readonly_for_jax_fixed,
+    "numpy-readonly-result": _writeable_import_fixed,
+    "torch-capsule-kwargs": _torch_copy_through_wrap,
+    "torch-unsupported-device-type": _torch_reads_managed_through_gpu_dlpack,
+    "jax-unsupported-device": _jax_reads_managed_through_gpu_dlpack,
+    "jax-versioned-capsule": _jax_gets_legacy_from_versioned_only,
+    "old-producer-keyword": _old_producer_through_gpu_dlpack,
+    "capsule-no-dlpack-attr": _raw_capsule_through_gpu_dlpack,
+    "jax-unaligned-copy-false": _unaligned_shared_through_gpu_dlpack,
+    "gpu_dlpack-needs-version": _needs_version_fixed,
+}
+
+
+@pytest.mark.parametrize("entry_id", sorted(AFTER_WORKS))
+def test_the_gpu_dlpack_way_works(entry_id, floor):
+    assert entry_id in {e.id for e in _explain.entries()}
+    AFTER_WORKS[entry_id]()
+
+
+def test_explain_without_text_on_a_terminal_says_how(capsys, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal())
+    assert _cli.main(["explain"]) == 2
+    assert "pipe it in" in capsys.readouterr().err
