@@ -100,7 +100,6 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import platform
 import sys
 import warnings
@@ -948,10 +947,11 @@ def _remedy_for(result):
 
 
 def _first_sentence(text):
+    """The first sentence of a message, ending with a period."""
     if not text:
         return text
-    head, dot, _ = text.partition(". ")
-    return head + ("." if dot else "")
+    head = text.partition(". ")[0].rstrip(".")
+    return head + "."
 
 
 def _cell_findings(mat):
@@ -965,8 +965,8 @@ def _cell_findings(mat):
                         "remedy": _remedy_for(via) if via["error"] else "Please report it with `gpu-dlpack doctor --json`."})
         elif via["outcome"] == "refused":
             out.append({"severity": "refused", "subject": subject,
-                        "problem": f"{direct['call']}: {_first_sentence(direct['error']) or direct['outcome']}; "
-                                   f"through gpu_dlpack: {_first_sentence(via['error'])}",
+                        "problem": f"{direct['call']}: {_first_sentence(direct['error']) or direct['outcome']} "
+                                   f"Through gpu_dlpack: {_first_sentence(via['error'])}",
                         "remedy": _remedy_for(via)})
         elif not direct["ok"]:
             out.append({"severity": "fixed", "subject": subject,
@@ -1047,11 +1047,23 @@ def to_json(report) -> str:
 # -- the terminal view -------------------------------------------------------
 
 
+class _Span(str):
+    """A table cell that runs over the columns after it (a reason, not a value)."""
+
+
 def _table(rows, indent="  "):
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    def spans(r):
+        return any(isinstance(c, _Span) for c in r)
+
+    full = [r for r in rows if not spans(r)]
+    widths = [max(len(str(r[i])) for r in full) for i in range(len(rows[0]))]
     lines = []
     for r in rows:
-        cells = [str(c).ljust(w) for c, w in zip(r, widths)]
+        cells = []
+        for c, w in zip(r, widths):
+            cells.append(str(c) if isinstance(c, _Span) else str(c).ljust(w))
+            if isinstance(c, _Span):
+                break
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
 
@@ -1067,9 +1079,9 @@ def _capsule_text(c):
 def _producer_cells(row):
     p = row.get("producer") or {}
     if not row["installed"] or row["error"]:
-        return [row["error"] or "", "", "", "", "", ""]
+        return [_Span(row["error"] or ""), "", "", "", "", ""]
     if not p.get("probed"):
-        return [f"not probed: {p.get('reason')}", "", "", "", "", ""]
+        return [_Span(f"not probed: {p.get('reason')}"), "", "", "", "", ""]
     missing = [k for k, taken in p["keywords"].items() if not taken]
     ro = p.get("read_only")
     if ro is None:
@@ -1099,12 +1111,12 @@ def _producer_cells(row):
 def _consumer_cells(row):
     c = row.get("consumer") or {}
     if not row["installed"] or row["error"]:
-        return [row["error"] or "", "", "", "", "", ""]
+        return [_Span(row["error"] or ""), "", "", "", "", ""]
     if not c.get("probed"):
-        return [f"not probed: {c.get('reason')}", "", "", "", "", ""]
+        return [_Span(f"not probed: {c.get('reason')}"), "", "", "", "", ""]
     sends = c.get("sends")
     if c.get("error"):
-        sends_text = f"fails on host data ({c['error'].split(':')[0]})"
+        sends_text = f"fails ({c['error'].split(':')[0]})"
     elif sends is None:
         sends_text = "?"
     else:
@@ -1120,7 +1132,7 @@ def _consumer_cells(row):
     ro_text = {True: "honoured", False: "IGNORED", None: "n/a"}[ro["honoured"]]
     raw = [k for k, v in c["raw_capsules"].items() if v is True]
     unaligned = {True: "0-copy", False: "copies"}.get(c.get("unaligned"), "fails")
-    return [c["call"], sends_text, copy_text, ro_text, unaligned, ", ".join(raw) or "no"]
+    return [c["call"], sends_text, copy_text, ro_text, unaligned, "both" if len(raw) == 2 else (raw or ["no"])[0]]
 
 
 _SHORT = {"zero-copy": "0-copy", "copied": "copied", "refused": "refused", "error": "ERROR",
@@ -1152,7 +1164,7 @@ def render(report) -> str:
         rows.append([row["name"], row["version"] or "-"] + _producer_cells(row))
     lines += _table(rows)
     lines += ["", "Consumers: what from_dlpack asks of a producer (measured with gpu_dlpack.wrap)"]
-    rows = [["library", "call", "sends", "copy=True", "READ_ONLY", "unaligned data", "raw capsules"]]
+    rows = [["library", "call", "sends", "copy=True", "READ_ONLY", "unaligned", "raw capsules"]]
     for row in report["libraries"]:
         rows.append([row["name"]] + _consumer_cells(row))
     lines += _table(rows)
@@ -1167,10 +1179,11 @@ def render(report) -> str:
             rows.append([prod] + [_cell_text(by[(prod, cons)]) for cons in mat["consumers"]])
         lines += _table(rows)
         backend = "cupy" if mat["device"] != "cpu" else "numpy"
-        lines.append(
-            f"  0-copy: zero-copy, copied: the consumer got a copy, ERROR: an exception, refused: "
+        lines += _explain._wrap(
+            f"0-copy: zero-copy, copied: the consumer got a copy, ERROR: an exception, refused: "
             f"gpu_dlpack declines by rule, !: hazard. Through gpu_dlpack means "
-            f"gpu_dlpack.from_dlpack(x) in the {backend} column, consumer(gpu_dlpack.wrap(x)) elsewhere."
+            f"gpu_dlpack.from_dlpack(x) in the {backend} column, consumer(gpu_dlpack.wrap(x)) elsewhere.",
+            "  ", "  ", 100,
         )
     lines += ["", "Findings"]
     if not report["findings"]:
@@ -1199,7 +1212,7 @@ def _gpu_lines(gpu):
     if gpu["usable"]:
         lines.append(f"  GPU     {gpu['backend'].upper()} usable through CuPy")
     else:
-        lines.append(f"  GPU     none usable: {gpu['reason'] or 'unknown'}")
+        lines += _explain._wrap(f"none usable: {gpu['reason'] or 'unknown'}", "  GPU     ", "          ", 100)
     c = gpu["cupy"]
     if c is not None:
         rt = c.get("runtime_version") or "?"
