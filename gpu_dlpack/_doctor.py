@@ -66,7 +66,9 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
       "matrices": [{
         "device": "cpu" | "cuda" | "rocm",
         "producers": [str], "consumers": [str],
-        "cells": [{"producer": str, "consumer": str, "direct": RESULT, "via": RESULT}]
+        "skipped": [{"producer": str, "reason": str}],   # no array, or no __dlpack__
+        "cells": [{"producer": str, "consumer": str, "direct": RESULT, "via": RESULT}],
+        "error": str                                     # only when the matrix could not run
       }],
       "findings": [{"severity": "failure" | "refused" | "hazard" | "fixed" | "note",
                     "subject": str, "problem": str, "remedy": str}],
@@ -702,28 +704,47 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
 
 
 def _failed(call, exc):
-    return {"call": call, "outcome": "error", "ok": False, "error": f"could not make the producer's array: {_err(exc)}",
-            "explain": None, "request": None, "hazards": []}
+    """An exchange that could not start (the array or the wrapper failed)."""
+    error = _err(exc)
+    found = _explain.first(error)
+    return {"call": call, "outcome": "error", "ok": False, "error": error,
+            "explain": found.entry.id if found else None, "request": None, "hazards": []}
 
 
 def _makers(loaded, gpu):
-    """(row name, maker, read-only?) for every producer on the host or the GPU."""
-    makers = []
+    """(row name, maker, read-only?) for every producer on the host or the
+    GPU, and (name, reason) for those skipped: a library whose arrays cannot
+    be made here, or have no ``__dlpack__``, exchanges nothing."""
+    makers, skipped = [], []
     for item in loaded:
         peer, module = item.peer, item.module
         if module is None:
             continue
         if gpu:
-            if peer.gpu is not None and _peer_gpu_usable(peer, module):
-                makers.append((peer.name, functools.partial(peer.gpu, module, VALUES), False))
+            if peer.gpu is None or not _peer_gpu_usable(peer, module):
+                continue
+            make = functools.partial(peer.gpu, module, VALUES)
         elif peer.host is not None:
             prod = item.row.get("producer") or {}
             if prod.get("probed") and not Device(_device_tuple(prod.get("device"))).is_host_accessible:
                 continue
-            makers.append((peer.name, functools.partial(peer.host, module, VALUES), False))
-            if peer.name == "numpy":
-                makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True))
-    return makers
+            make = functools.partial(peer.host, module, VALUES)
+        else:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sample = make()
+        except Exception as exc:
+            skipped.append({"producer": peer.name, "reason": f"could not make an array: {_err(exc)}"})
+            continue
+        if not hasattr(type(sample), "__dlpack__"):
+            skipped.append({"producer": peer.name, "reason": f"{type(sample).__name__} has no __dlpack__"})
+            continue
+        makers.append((peer.name, make, False))
+        if peer.name == "numpy" and not gpu:
+            makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True))
+    return makers, skipped
 
 
 def _device_tuple(name):
@@ -748,7 +769,8 @@ def _consumers(loaded, gpu):
 
 
 def matrix(loaded, gpu=False) -> dict | None:
-    makers = _makers(loaded, gpu)
+    """Every producer against every consumer on the host, or on the GPU."""
+    makers, skipped = _makers(loaded, gpu)
     consumers = _consumers(loaded, gpu)
     if not makers or not consumers:
         return None
@@ -767,6 +789,7 @@ def matrix(loaded, gpu=False) -> dict | None:
         "device": device,
         "producers": [m[0] for m in makers],
         "consumers": [c.peer.name for c in consumers],
+        "skipped": skipped,
         "cells": cells,
     }
 
@@ -1030,8 +1053,8 @@ def run(extra=(), peers=None) -> dict:
         try:
             mat = matrix(loaded, gpu=gpu)
         except Exception as exc:  # the report goes on without this matrix
-            mat = {"device": "gpu" if gpu else "cpu", "producers": [], "consumers": [], "cells": [],
-                   "error": _err(exc)}
+            mat = {"device": "gpu" if gpu else "cpu", "producers": [], "consumers": [], "skipped": [],
+                   "cells": [], "error": _err(exc)}
         if mat is not None:
             report["matrices"].append(mat)
     report["findings"] = findings(report)
@@ -1178,8 +1201,10 @@ def render(report) -> str:
         for prod in mat["producers"]:
             rows.append([prod] + [_cell_text(by[(prod, cons)]) for cons in mat["consumers"]])
         lines += _table(rows)
+        for skip in mat.get("skipped", ()):
+            lines.append(f"  ({skip['producer']} is not a producer here: {skip['reason']})")
         backend = "cupy" if mat["device"] != "cpu" else "numpy"
-        lines += _explain._wrap(
+        lines += _explain.wrap_text(
             f"0-copy: zero-copy, copied: the consumer got a copy, ERROR: an exception, refused: "
             f"gpu_dlpack declines by rule, !: hazard. Through gpu_dlpack means "
             f"gpu_dlpack.from_dlpack(x) in the {backend} column, consumer(gpu_dlpack.wrap(x)) elsewhere.",
@@ -1189,8 +1214,8 @@ def render(report) -> str:
     if not report["findings"]:
         lines.append("  none")
     for f in report["findings"]:
-        lines += _explain._wrap(f"[{f['severity']}] {f['subject']}: {f['problem']}", "  ", "      ", 100)
-        lines += _explain._wrap(f"remedy: {f['remedy']}", "      ", "        ", 100)
+        lines += _explain.wrap_text(f"[{f['severity']}] {f['subject']}: {f['problem']}", "  ", "      ", 100)
+        lines += _explain.wrap_text(f"remedy: {f['remedy']}", "      ", "        ", 100)
     s = report["summary"]
     lines.append("")
     if report["exit_status"] == 0:
@@ -1212,7 +1237,7 @@ def _gpu_lines(gpu):
     if gpu["usable"]:
         lines.append(f"  GPU     {gpu['backend'].upper()} usable through CuPy")
     else:
-        lines += _explain._wrap(f"none usable: {gpu['reason'] or 'unknown'}", "  GPU     ", "          ", 100)
+        lines += _explain.wrap_text(f"none usable: {gpu['reason'] or 'unknown'}", "  GPU     ", "          ", 100)
     c = gpu["cupy"]
     if c is not None:
         rt = c.get("runtime_version") or "?"

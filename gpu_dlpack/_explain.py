@@ -39,6 +39,7 @@ import functools
 import importlib.resources
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 
 DATA_FILE = "explain.json"
@@ -162,10 +163,10 @@ def render(matches: list) -> str:
         e = m.entry
         lines = [f"{e.id}: {e.exception} raised by {e.library}", f"  matched: {_short(m.excerpt, 160)}"]
         lines.append("  what it means:")
-        lines += _wrap(m.meaning, "    ")
+        lines += wrap_text(m.meaning, "    ")
         lines.append("  remedies, in order:")
         for i, remedy in enumerate(m.remedies, 1):
-            lines += _wrap(remedy, f"    {i}. ", "       ")
+            lines += wrap_text(remedy, f"    {i}. ", "       ")
         avoid = e.avoid
         lines.append(f"  with gpu_dlpack: {avoid['call']}")
         lines.append("    before:")
@@ -180,9 +181,8 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _wrap(text: str, first: str, rest: str | None = None, width: int = 88) -> list:
-    import textwrap
-
+def wrap_text(text: str, first: str, rest: str | None = None, width: int = 88) -> list:
+    """``text`` wrapped to ``width``, the first line indented by ``first``."""
     rest = first if rest is None else rest
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest) or [first]
 

@@ -81,6 +81,9 @@ def check_schema(doc):
     for m in doc["matrices"]:
         assert m["device"] in ("cpu", "cuda", "rocm", "gpu")
         assert len(m["cells"]) == len(m["producers"]) * len(m["consumers"])
+        for skip in m["skipped"]:
+            assert _is(skip["producer"], str) and _is(skip["reason"], str)
+            assert skip["producer"] not in m["producers"]
         for c in m["cells"]:
             assert c["producer"] in m["producers"] and c["consumer"] in m["consumers"]
             for side in ("direct", "via"):
@@ -317,6 +320,29 @@ def test_library_that_raises_while_probed_gets_a_row(libdir):
     # gpu_dlpack names the failing producer in the standard's BufferError
     assert bad and all(c["via"]["outcome"] == "error" for c in bad)
     assert all("allocator is broken" in c["via"]["error"] for c in bad)
+
+
+def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
+    name = libdir("doctor_test_no_dlpack", """
+        import numpy as np
+
+        class Array:
+            def __init__(self, a):
+                self.a = a
+
+        def asarray(a):
+            return Array(a)
+
+        def from_dlpack(x, copy=None):
+            return np.from_dlpack(x)
+    """)
+    rep = _doctor.run(extra=[name])
+    check_schema(rep)
+    m = host(rep)
+    assert {"producer": name, "reason": "Array has no __dlpack__"} in m["skipped"]
+    assert name not in m["producers"] and name in m["consumers"]
+    assert not row(rep, name)["producer"]["probed"]
+    assert rep["exit_status"] == 0
 
 
 # -- terminal and command ------------------------------------------------------
