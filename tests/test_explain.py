@@ -550,3 +550,45 @@ def test_explain_without_text_on_a_terminal_says_how(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", Terminal())
     assert _cli.main(["explain"]) == 2
     assert "pipe it in" in capsys.readouterr().err
+
+
+# Sample arguments for every message builder in gpu_dlpack._errors.
+BUILDER_ARGS = {
+    "below_floor": ((0, 4), (0, 5)),
+    "bad_max_version": ([1, 0],),
+    "bad_floor": ("x", "GPU_DLPACK_MIN_VERSION"),
+    "needs_version": ("dtype bool", (0, 8), (0, 6)),
+    "bad_copy": (1,),
+    "bad_stream_type": ("s", "CPU", "None"),
+    "bad_stream_value": (5, "CPU", "None"),
+    "bad_device": ("gpu0", "'cpu'"),
+    "bad_device_type": (0.5,),
+    "not_dlpack": ([1],),
+    "readonly_legacy": (),
+    "copy_forbidden": ("cuda:0", "cpu", "the data is not addressable there"),
+    "unreachable": ("cpu", "cuda:0"),
+    "no_backend": ("cuda:0",),
+    "producer_refused": ("lib.Array", RuntimeError("device lost")),
+    "consumed": ("used_dltensor",),
+    "not_a_capsule": (3,),
+    "bad_capsule_name": ("other",),
+    "unsupported_major": (2,),
+    "unreadable_major": ((2, 0),),
+    "malformed": ("ndim=-1",),
+    "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
+    "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
+}
+
+
+def test_every_gpu_dlpack_message_is_known_to_explain():
+    from gpu_dlpack import _errors
+
+    builders = {
+        name for name, obj in vars(_errors).items()
+        if inspect.isfunction(obj) and obj.__module__ == _errors.__name__ and not name.startswith("_")
+    }
+    assert builders == set(BUILDER_ARGS), "add an explain.json entry and sample arguments for new messages"
+    for name, args in BUILDER_ARGS.items():
+        exc = getattr(_errors, name)(*args)
+        found = _explain.first(f"{type(exc).__name__}: {exc}")
+        assert found is not None and found.entry.library == "gpu_dlpack", name
