@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _capsule, _cli, _explain, _streams
+from gpu_dlpack import _capsule, _cli, _errors, _explain, _rules, _streams
 from gpu_dlpack._devices import DLDeviceType
 
 
@@ -181,8 +181,18 @@ REAL_MESSAGES = {
     "gpu_dlpack-copy-forbidden": lambda: raised(
         lambda: gpu_dlpack.from_dlpack(Producer(2), device="cpu", copy=False)
     ),
-    "gpu_dlpack-unreachable": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(2, 0))),
+    "gpu_dlpack-unreachable": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(4, 0))),
     "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
+    "gpu_dlpack-bad-stream-object": lambda: raised(lambda: gpu_dlpack.use_stream("default").__enter__()),
+    "gpu_dlpack-readonly-to-writeable": lambda: raised(
+        lambda: _rules.readonly_import_copies(gpu_dlpack.Device("cuda:0"), True, False)
+    ),
+    # GPU only: gpu_dlpack/_backends/cupy.py, where CuPy refuses a capsule or
+    # is older than 13.4 (the builders in gpu_dlpack._errors give the text).
+    "gpu_dlpack-gpu-failed": lambda: "BufferError: " + str(
+        _errors.gpu_failed("import the capsule", TypeError("Unsupported dtype. dtype code: 7"))
+    ),
+    "gpu_dlpack-old-cupy": lambda: "BufferError: " + str(_errors.old_cupy("export a versioned DLPack capsule")),
     "gpu_dlpack-producer-refused": lambda: raised(lambda: gpu_dlpack.from_dlpack(BrokenProducer())),
     "gpu_dlpack-consumed": lambda: raised(_gpu_dlpack_consumed),
     "gpu_dlpack-not-a-capsule": lambda: raised(lambda: gpu_dlpack.inspect(np.arange(3))),
@@ -326,7 +336,6 @@ def _cupy_has_gpu():
 NEEDS_NO_GPU = {
     "cuda-runtime-unusable": _cupy_has_gpu,
     "gpu_dlpack-no-backend": _cupy_has_gpu,
-    "gpu_dlpack-unreachable": _cupy_has_gpu,
     "torch-no-cuda": _torch_has_cuda,
     "jax-unknown-backend": _jax_has_gpu,
 }
@@ -577,6 +586,10 @@ BUILDER_ARGS = {
     "malformed": ("ndim=-1",),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
+    "bad_stream_object": ("default",),
+    "readonly_to_writeable": ("cuda:0",),
+    "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),
+    "old_cupy": ("export a versioned DLPack capsule",),
 }
 
 
