@@ -300,6 +300,19 @@ def test_numba_streams_are_taken(cp, tc, nb):
     assert nb.as_cuda_array(a).copy_to_host().tolist() == [0, 1, 2, 3]
 
 
+def test_numba_exchanges_both_ways_where_it_speaks_dlpack(cp, nb):
+    x = cp.arange(5, dtype=cp.float32)
+    if hasattr(nb, "from_dlpack"):
+        d = nb.from_dlpack(wrap(x))
+        assert d.copy_to_host().tolist() == [0, 1, 2, 3, 4]
+    d = nb.to_device(np.arange(4, dtype=np.float32))
+    if not hasattr(type(d), "__dlpack__"):
+        pytest.skip("this Numba's device arrays speak no DLPack")
+    a = from_dlpack(d)
+    assert isinstance(a, cp.ndarray) and a.data.ptr == d.__cuda_array_interface__["data"][0]
+    assert a.tolist() == [0, 1, 2, 3]
+
+
 # -- the stream rules, proved with a kernel that keeps the producer busy ---------
 
 _SPIN = r"""
