@@ -68,12 +68,19 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
 def _from_capsule(capsule, device, copy):
     versioned = _capsule.kind(capsule)
     header = _checked(capsule, versioned)
-    source = Device((header.device_type, header.device_id))
-    target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy)
-    if target == CPU and source.is_host_accessible:
-        return _land_on_host(capsule, versioned, header, needs_copy)
-    return _backends.for_device(target).import_capsule(capsule, versioned, header, target, copy)
+    try:
+        source = Device((header.device_type, header.device_id))
+        target = _rules.import_target(source, device)
+        needs_copy = _rules.import_needs_copy(source, target, copy)
+        if target == CPU and source.is_host_accessible:
+            return _land_on_host(capsule, versioned, header, needs_copy)
+        return _backends.for_device(target).import_capsule(capsule, versioned, header, target, copy)
+    except Exception:
+        # The caller handed the capsule over: a refusal frees it now, not
+        # whenever the caller drops it.
+        if _capsule.is_unconsumed(capsule):
+            _capsule.discard(capsule, versioned)
+        raise
 
 
 def _checked(capsule, versioned):

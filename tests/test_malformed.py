@@ -1,0 +1,172 @@
+"""Malformed capsules, built by hand (tests/capsules.py), fed to every entry
+point: ``from_dlpack`` (raw capsule, and a producer returning it),
+``inspect``, and ``export``/``wrap`` of a producer returning it.
+
+Rules checked:
+- each refusal is a clear exception of the standard's type (BufferError,
+  TypeError or ValueError), never a crash;
+- the deleter runs exactly once over the capsule's life, whoever ran it;
+- once a capsule with a valid name is handed to ``from_dlpack``, any refusal
+  discards it at once (renamed ``used_*``, deleter called before the
+  exception reaches the caller);
+- ``inspect`` never takes ownership: it reads, or refuses to read.
+"""
+
+import datetime
+import gc
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+
+from . import capsules
+from .capsules import Producer, capsule_name, make
+from .figures import counter_fixture
+
+fed = counter_fixture("malformed capsules fed")
+
+STANDARD = (BufferError, TypeError, ValueError)
+
+# name -> keyword arguments of capsules.make. Each is refused by every import
+# and every export.
+MALFORMED = {
+    "versioned major 0": dict(version=(0, 8)),
+    "versioned major 2": dict(version=(2, 0)),
+    "versioned major 2, NULL deleter": dict(version=(2, 0), deleter=False),
+    "ndim -1": dict(ndim=-1),
+    "ndim -2**31": dict(ndim=-(2**31)),
+    "ndim 65": dict(ndim=65),
+    "ndim 2**31-1": dict(ndim=2**31 - 1),
+    "NULL shape, ndim 1": dict(null_shape=True),
+    "NULL shape, ndim 3": dict(array=np.zeros((2, 3, 4)), null_shape=True),
+    "legacy NULL shape": dict(versioned=False, null_shape=True),
+    "float bits 12": dict(dtype=(2, 12, 1)),
+    "float bits 0": dict(dtype=(2, 0, 1)),
+    "int bits 7": dict(dtype=(0, 7, 1)),
+    "uint bits 24": dict(dtype=(1, 24, 1)),
+    "bool bits 1": dict(dtype=(6, 1, 1)),
+    "bfloat bits 8": dict(dtype=(4, 8, 1)),
+    "legacy float bits 12": dict(versioned=False, dtype=(2, 12, 1)),
+    "lanes 2": dict(dtype=(2, 32, 2)),
+    "lanes 0": dict(dtype=(2, 64, 0)),
+    "lanes 65535": dict(dtype=(2, 64, 65535)),
+    "legacy lanes 4": dict(versioned=False, dtype=(2, 16, 4)),
+    "opaque handle code 3": dict(dtype=(3, 64, 1)),
+    "code 18": dict(dtype=(18, 8, 1)),
+    "code 99": dict(dtype=(99, 64, 1)),
+    "code 255": dict(dtype=(255, 64, 1)),
+    "legacy code 42": dict(versioned=False, dtype=(42, 64, 1)),
+    "device type 0": dict(device=(0, 0)),
+    "device type 5": dict(device=(5, 0)),
+    "device type 19": dict(device=(19, 0)),
+    "device type 99": dict(device=(99, 0)),
+    "device type -1": dict(device=(-1, 0)),
+    "device id -1": dict(device=(1, -1)),
+    "legacy device type 6": dict(versioned=False, device=(6, 0)),
+    "NULL data, 6 elements": dict(data=0),
+    "NULL data, shape (2, 3)": dict(array=np.zeros((2, 3)), data=0),
+    "legacy NULL data": dict(versioned=False, data=0),
+}
+
+# Well-formed capsules that an import on this machine cannot take (the
+# memory is on a device with no backend here, or the shape is impossible).
+UNREACHABLE = {
+    "OpenCL memory": dict(device=(4, 0)),
+    "Vulkan memory": dict(device=(7, 0)),
+    "Metal memory": dict(device=(8, 0)),
+    "negative shape": dict(shape=(-6,)),
+}
+
+
+@pytest.fixture(autouse=True)
+def no_stray_deleter_calls():
+    before = capsules.stray_calls
+    yield
+    gc.collect()
+    assert capsules.stray_calls == before, "a deleter ran on a tensor already freed"
+
+
+def _used(versioned):
+    return "used_dltensor_versioned" if versioned else "used_dltensor"
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=list(MALFORMED))
+def test_import_of_a_malformed_capsule_raises_and_frees_it_at_once(case, fed):
+    fed["from_dlpack(capsule)"] += 1
+    kw = MALFORMED[case]
+    cap, rec = make(**kw)
+    versioned = kw.get("versioned", True)
+    with pytest.raises(BufferError) as info:
+        gpu_dlpack.from_dlpack(cap)
+    assert rec.calls == (1 if kw.get("deleter", True) else 0)
+    assert capsule_name(cap) == _used(versioned)
+    assert "DLPack" in str(info.value) or "dtype" in str(info.value)
+    del info
+    del cap
+    gc.collect()
+    assert rec.calls == (1 if kw.get("deleter", True) else 0)
+
+
+@pytest.mark.parametrize("case", UNREACHABLE, ids=list(UNREACHABLE))
+def test_import_of_an_unreachable_capsule_raises_and_frees_it_at_once(case, fed):
+    fed["from_dlpack(capsule)"] += 1
+    cap, rec = make(**UNREACHABLE[case])
+    with pytest.raises(BufferError):
+        gpu_dlpack.from_dlpack(cap)
+    assert rec.calls == 1
+    assert capsule_name(cap) == "used_dltensor_versioned"
+    del cap
+    gc.collect()
+    assert rec.calls == 1
+
+
+@pytest.mark.parametrize("case", {**MALFORMED, **UNREACHABLE}, ids=list({**MALFORMED, **UNREACHABLE}))
+def test_import_from_a_producer_of_a_malformed_capsule_raises_and_frees_it(case, fed):
+    fed["from_dlpack(producer)"] += 1
+    kw = {**MALFORMED, **UNREACHABLE}[case]
+    cap, rec = make(**kw)
+    producer = Producer(cap)
+    del cap
+    with pytest.raises(BufferError):
+        gpu_dlpack.from_dlpack(producer)
+    gc.collect()
+    assert rec.calls == (1 if kw.get("deleter", True) else 0)
+
+
+@pytest.mark.parametrize("case", {**MALFORMED, **UNREACHABLE}, ids=list({**MALFORMED, **UNREACHABLE}))
+def test_inspect_of_a_malformed_capsule_never_takes_ownership(case, fed):
+    fed["inspect"] += 1
+    # inspect reads what is safe to read (a wrong dtype or NULL data is shown
+    # as it is: that is what inspect is for) and refuses the rest; either
+    # way the capsule stays the caller's.
+    kw = {**MALFORMED, **UNREACHABLE}[case]
+    cap, rec = make(**kw)
+    try:
+        info = gpu_dlpack.inspect(cap)
+    except STANDARD as exc:
+        assert str(exc)
+    else:
+        assert info.dtype == kw.get("dtype", info.dtype)
+        if "data" in kw:
+            assert info.data == 0
+    assert rec.calls == 0
+    assert capsule_name(cap) == ("dltensor_versioned" if kw.get("versioned", True) else "dltensor")
+    del cap
+    gc.collect()
+    assert rec.calls == (1 if kw.get("deleter", True) else 0)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["ndim -1", "ndim 65", "NULL shape, ndim 1", "versioned major 0", "versioned major 2",
+     "device type 99", "device id -1"],
+)
+def test_inspect_refuses_what_it_cannot_read_safely(case, fed):
+    fed["inspect"] += 1
+    cap, rec = make(**MALFORMED[case])
+    with pytest.raises(BufferError):
+        gpu_dlpack.inspect(cap)
+    assert rec.calls == 0
+    del cap
+    gc.collect()
