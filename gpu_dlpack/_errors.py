@@ -201,3 +201,13 @@ def unsupported_dtype(code, bits, lanes, why) -> BufferError:
 
 def unsupported_numpy_dtype(dtype, why) -> BufferError:
     return BufferError(f"cannot export NumPy dtype {dtype}: {why}.")
+
+
+# -- producers that contradict themselves -----------------------------------
+
+def device_mismatch(producer, said, got) -> BufferError:
+    return BufferError(
+        f"{producer}.__dlpack_device__ says its array is on {said}, but its capsule "
+        f"holds memory on {got}. The capsule was refused (its deleter was called); "
+        "the producer is at fault."
+    )

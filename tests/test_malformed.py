@@ -134,6 +134,44 @@ def test_import_from_a_producer_of_a_malformed_capsule_raises_and_frees_it(case,
     assert rec.calls == (1 if kw.get("deleter", True) else 0)
 
 
+@pytest.mark.parametrize("max_version", [None, (1, 0)], ids=["legacy", "versioned"])
+@pytest.mark.parametrize("case", {**MALFORMED, **UNREACHABLE}, ids=list({**MALFORMED, **UNREACHABLE}))
+def test_export_of_a_producer_of_a_malformed_capsule_raises_and_frees_it(case, max_version, fed):
+    # The layer must never pass on, relabelled as its own, a capsule that it
+    # could not read or that lies about its device or dtype.
+    kw = {**MALFORMED, **UNREACHABLE}[case]
+    if case == "negative shape":
+        pytest.skip("export reads no shape: see test_import_of_an_unreachable_capsule")
+    fed["export(producer)"] += 1
+    cap, rec = make(**kw)
+    producer = Producer(cap)
+    del cap
+    with pytest.raises(BufferError):
+        gpu_dlpack.export(producer, max_version=max_version)
+    gc.collect()
+    assert rec.calls == (1 if kw.get("deleter", True) else 0)
+
+
+@pytest.mark.parametrize("case", ["versioned major 2", "lanes 2", "device type 99", "NULL data, 6 elements"])
+def test_wrap_of_a_producer_of_a_malformed_capsule_refuses_each_consumer(case, fed):
+    fed["wrap(producer)"] += 2
+    cap, rec = make(**MALFORMED[case])
+    wrapped = gpu_dlpack.wrap(Producer(cap))
+    del cap
+    with pytest.raises(BufferError):
+        wrapped.__dlpack__(max_version=(1, 0))
+    gc.collect()
+    assert rec.calls == 1
+    # A consumer library sees the same refusal, not a crash.
+    cap, rec = make(**MALFORMED[case])
+    wrapped = gpu_dlpack.wrap(Producer(cap))
+    del cap
+    with pytest.raises(BufferError):
+        np.from_dlpack(wrapped)
+    gc.collect()
+    assert rec.calls == 1
+
+
 @pytest.mark.parametrize("case", {**MALFORMED, **UNREACHABLE}, ids=list({**MALFORMED, **UNREACHABLE}))
 def test_inspect_of_a_malformed_capsule_never_takes_ownership(case, fed):
     fed["inspect"] += 1
