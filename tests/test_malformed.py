@@ -208,3 +208,119 @@ def test_inspect_refuses_what_it_cannot_read_safely(case, fed):
     assert rec.calls == 0
     del cap
     gc.collect()
+
+
+# -- names -----------------------------------------------------------------
+
+WRONG_NAMES = ["", "foo", "dltensor_v", "DLTENSOR", "dltensor\x01", "used_dltensorx", False]
+
+
+@pytest.mark.parametrize("name", WRONG_NAMES, ids=[repr(n) for n in WRONG_NAMES])
+@pytest.mark.parametrize("entry", ["from_dlpack", "inspect", "export", "from_producer"])
+def test_a_capsule_with_a_wrong_name_is_refused_and_left_to_its_owner(name, entry, fed):
+    fed["wrong name, " + entry] += 1
+    cap, rec = make(name=name)
+    call = {
+        "from_dlpack": lambda: gpu_dlpack.from_dlpack(cap),
+        "inspect": lambda: gpu_dlpack.inspect(cap),
+        "export": lambda: gpu_dlpack.export(Producer(cap), max_version=(1, 0)),
+        "from_producer": lambda: gpu_dlpack.from_dlpack(Producer(cap)),
+    }[entry]
+    with pytest.raises(BufferError, match="named"):
+        call()
+    # Not a DLPack capsule: the layer must not touch it.
+    assert rec.calls == 0
+    assert capsule_name(cap) == (None if name is False else name)
+    del call
+    del cap
+    gc.collect()
+    assert rec.calls == 1
+
+
+def test_a_capsule_that_is_not_dlpack_at_all_is_refused(fed):
+    fed["foreign capsule"] += 3
+    foreign = datetime.datetime_CAPI
+    for call in (gpu_dlpack.from_dlpack, gpu_dlpack.inspect):
+        with pytest.raises(BufferError, match="datetime.datetime_CAPI"):
+            call(foreign)
+    with pytest.raises(BufferError):
+        gpu_dlpack.export(Producer(foreign))
+    assert capsule_name(foreign) == "datetime.datetime_CAPI"
+    assert datetime.datetime(2000, 1, 1).year == 2000  # still usable
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_a_consumed_capsule_is_refused_everywhere_and_freed_once(versioned, fed):
+    fed["consumed capsule"] += 6
+    cap, rec = make(np.arange(6.0), versioned=versioned)
+    arr = gpu_dlpack.from_dlpack(cap)
+    assert arr.tolist() == list(range(6))
+    for call in (
+        lambda: gpu_dlpack.from_dlpack(cap),
+        lambda: gpu_dlpack.from_dlpack(cap, copy=True),
+        lambda: gpu_dlpack.export(Producer(cap), max_version=(1, 0)),
+        lambda: gpu_dlpack.from_dlpack(Producer(cap)),
+        lambda: np.from_dlpack(gpu_dlpack.wrap(Producer(cap))),
+    ):
+        with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+            call()
+    with pytest.raises(ValueError, match="already consumed"):
+        gpu_dlpack.inspect(cap)
+    assert rec.calls == 0  # the array still uses the memory
+    del arr
+    gc.collect()
+    assert rec.calls == 1
+    del cap
+    gc.collect()
+    assert rec.calls == 1
+
+
+def test_a_capsule_consumed_by_a_peer_is_refused(torch, fed):
+    fed["consumed capsule"] += 1
+    cap, rec = make(np.arange(4.0))
+    t = torch.from_dlpack(cap)
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+        gpu_dlpack.from_dlpack(cap)
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
+    del t
+    del cap
+    gc.collect()
+    assert rec.calls == 1
+
+
+# -- what is well-formed passes --------------------------------------------
+
+WELL_FORMED = {
+    "versioned": dict(),
+    "legacy": dict(versioned=False),
+    "versioned 1.9": dict(version=(1, 9)),
+    "NULL strides (before 1.2)": dict(array=np.arange(6.0).reshape(2, 3), null_strides=True),
+    "NULL data, zero size": dict(array=np.zeros((0, 3)), data=0),
+    "NULL deleter": dict(deleter=False),
+    "0-d": dict(array=np.array(2.5, np.float32)),
+    "byte_offset": dict(array=np.arange(8.0), shape=(6,), strides=(1,), byte_offset=16),
+}
+
+
+@pytest.mark.parametrize("case", WELL_FORMED, ids=list(WELL_FORMED))
+def test_a_well_formed_hand_made_capsule_imports_and_is_freed_once(case):
+    kw = dict(WELL_FORMED[case])
+    kw.setdefault("array", np.arange(6.0))
+    cap, rec = make(**kw)
+    arr = gpu_dlpack.from_dlpack(cap)
+    expected = kw["array"]
+    if case == "byte_offset":
+        expected = expected[2:]
+    np.testing.assert_array_equal(arr, expected)
+    if expected.size:
+        assert arr.ctypes.data == expected.ctypes.data
+    assert rec.calls == 0
+    del arr
+    gc.collect()
+    if kw.get("deleter", True):
+        assert rec.calls == 1
+    else:
+        assert rec.calls == 0
+        capsules.live.pop(rec.address, None)  # the producer's own business
+    del cap
+    gc.collect()
