@@ -1,0 +1,23 @@
+"""Property tests: random arrays through every peer, both ways."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gpu_dlpack
+
+SUB_BYTE = ["int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"]
+
+
+@pytest.mark.parametrize("name", SUB_BYTE)
+@pytest.mark.parametrize("max_version", [None, (0, 8), (1, 0)])
+def test_a_sub_byte_dtype_needs_a_consumer_of_dlpack_1_1(name, max_version):
+    # IS_SUBBYTE_TYPE_PADDED appeared in DLPack 1.1: a 1.0 consumer would
+    # read the padded bytes as packed data.
+    x = np.zeros(4, getattr(ml_dtypes, name))
+    with pytest.raises(BufferError, match=r"needs DLPack 1\.1"):
+        gpu_dlpack.export(x, max_version=max_version)
+    with pytest.raises(BufferError, match=r"needs DLPack 1\.1"):
+        gpu_dlpack.wrap(x).__dlpack__(max_version=max_version)
+    info = gpu_dlpack.inspect(gpu_dlpack.export(x, max_version=(1, 1)))
+    assert info.flags & gpu_dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED
