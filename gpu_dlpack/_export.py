@@ -70,7 +70,11 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
     stream = _streams.check_stream(stream, source.type)
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
-    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if want_versioned else None)
+    # A copy is rebuilt through NumPy anyway: ask for a versioned capsule,
+    # which says whether the data is read-only (a legacy one cannot, and a
+    # NumPy-based producer refuses one for read-only data).
+    ask_versioned = want_versioned or copy is True
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
     versioned = _capsule.kind(capsule)
     header = _check_major(capsule, versioned)
     if (header.device_type, header.device_id) != source.dlpack:
