@@ -23,6 +23,7 @@ import gpu_dlpack
 from . import capsules
 from .capsules import Producer, capsule_name, make
 from .figures import counter_fixture
+from .interpreter import run_python
 
 fed = counter_fixture("malformed capsules fed")
 
@@ -324,3 +325,36 @@ def test_a_well_formed_hand_made_capsule_imports_and_is_freed_once(case):
         capsules.live.pop(rec.address, None)  # the producer's own business
     del cap
     gc.collect()
+
+
+@pytest.mark.parametrize("device_id", [1, 7])
+@pytest.mark.parametrize("max_version", [None, (1, 0)])
+def test_a_host_producer_may_number_its_cpu_device(device_id, max_version):
+    # JAX with several CPU devices says (1, 0) in __dlpack_device__ and puts
+    # its device number in the capsule: still host memory, still exported.
+    x = np.arange(6.0)
+    cap, rec = make(x, device=(1, device_id))
+    out = gpu_dlpack.export(Producer(cap), max_version=max_version)
+    del cap
+    assert gpu_dlpack.inspect(out).data == x.ctypes.data
+    arr = gpu_dlpack.from_dlpack(out)
+    assert arr.ctypes.data == x.ctypes.data
+    del arr, out
+    gc.collect()
+    assert rec.calls == 1
+
+
+def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
+    # A real JAX with four CPU devices, in its own interpreter.
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np, gpu_dlpack as g\n"
+        "j = jax.device_put(jnp.arange(6.0), jax.devices()[2])\n"
+        "assert g.inspect(j.__dlpack__()).device.index == 2\n"
+        "for mv in (None, (1, 0)):\n"
+        "    assert g.from_dlpack(g.export(j, max_version=mv)).tolist() == list(range(6))\n"
+        "assert g.from_dlpack(j).tolist() == list(range(6))\n"
+        "print('ok')\n"
+    )
+    done = run_python(code, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
