@@ -211,3 +211,12 @@ def device_mismatch(producer, said, got) -> BufferError:
         f"holds memory on {got}. The capsule was refused (its deleter was called); "
         "the producer is at fault."
     )
+
+
+def host_device_id(asked, target) -> BufferError:
+    name = target.type.name.lower()
+    return BufferError(
+        f"{asked!r} asks for {name} memory with device id {target.index}, but host "
+        f"memory is one address space with device id 0 only. Ask for "
+        f"({int(target.type)}, 0) or '{name}'."
+    )

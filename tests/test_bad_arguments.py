@@ -1,0 +1,30 @@
+"""Bad arguments everywhere in the public API: each gets a clear exception of
+the standard's type (TypeError for a wrong type, ValueError for a wrong
+value, BufferError for an exchange that cannot happen), and nothing leaks:
+the source array is freed once the caller drops it, and no capsule is left
+unfreed."""
+
+import gc
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+
+
+@pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2)])
+def test_a_consumer_may_ask_for_host_memory_of_device_id_0_only(dl_device):
+    x = np.arange(3.0)
+    with pytest.raises(BufferError, match="device id 0 only"):
+        gpu_dlpack.export(x, max_version=(1, 0), dl_device=dl_device)
+    with pytest.raises(BufferError, match="device id 0 only"):
+        gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0), dl_device=dl_device)
+    with pytest.raises(BufferError, match="device id 0 only"):
+        gpu_dlpack.from_dlpack(x, device=dl_device)
+    cap = gpu_dlpack.export(x, max_version=(1, 0))
+    with pytest.raises(BufferError, match="device id 0 only"):
+        gpu_dlpack.from_dlpack(cap, device=dl_device)
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+        gpu_dlpack.inspect(cap)  # refused, so freed at once
