@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _errors, _rules, _versions
+from . import _backends, _capsule, _errors, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device
 from ._producer import request
@@ -36,7 +36,7 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
     _rules.check_copy(copy)
     if type(x) is _CapsuleType:
-        return _from_capsule(x, device, copy)
+        return _from_capsule(x, device, copy, stream)
     try:
         dlpack_device = type(x).__dlpack_device__
         type(x).__dlpack__
@@ -47,6 +47,8 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     needs_copy = _rules.import_needs_copy(source, target, copy)
     if target != CPU:
         return _backends.for_device(target).import_to(x, source, target, copy, stream)
+    if stream is not None:
+        _streams.check_stream(stream, source.type)  # refused, not ignored
     moves = not _rules.zero_copy(source, target)
     # Host-readable data is taken zero-copy and copied here if asked (one
     # copy, writeable, whatever the producer's capsule kind); data elsewhere
@@ -65,11 +67,13 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     return _land_on_host(capsule, versioned, header, needs_copy and not moves)
 
 
-def _from_capsule(capsule, device, copy):
+def _from_capsule(capsule, device, copy, stream):
     versioned = _capsule.kind(capsule)
     header = _checked(capsule, versioned)
     try:
         source = Device((header.device_type, header.device_id))
+        if stream is not None:
+            _streams.check_stream(stream, source.type)
         target = _rules.import_target(source, device)
         needs_copy = _rules.import_needs_copy(source, target, copy)
         if target == CPU and source.is_host_accessible:

@@ -28,3 +28,22 @@ def test_a_consumer_may_ask_for_host_memory_of_device_id_0_only(dl_device):
         gpu_dlpack.from_dlpack(cap, device=dl_device)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.inspect(cap)  # refused, so freed at once
+
+
+@pytest.mark.parametrize(
+    "stream, error",
+    [("0", TypeError), (1.5, TypeError), (True, TypeError), (0, ValueError), (1, ValueError),
+     (2, ValueError), (5, ValueError), (-2, ValueError), (2**64, ValueError)],
+)
+def test_a_stream_is_refused_for_a_host_import_not_ignored(torch, stream, error):
+    # Host memory has no stream: only None and -1 are valid (SPEC §3).
+    x = np.arange(3.0)
+    for source in (x, torch.arange(3.0), gpu_dlpack.wrap(x)):
+        with pytest.raises(error, match="stream"):
+            gpu_dlpack.from_dlpack(source, stream=stream)
+    cap = gpu_dlpack.export(x, max_version=(1, 0))
+    with pytest.raises(error, match="stream"):
+        gpu_dlpack.from_dlpack(cap, stream=stream)
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+        gpu_dlpack.inspect(cap)  # refused, so freed at once
+    assert gpu_dlpack.from_dlpack(x, stream=-1).ctypes.data == x.ctypes.data
