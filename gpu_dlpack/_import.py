@@ -34,9 +34,9 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     """
     if type(x) is _ndarray and device is None and copy is None and stream is None:
         return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
-    _rules.check_copy(copy)
     if type(x) is _CapsuleType:
-        return _from_capsule(x, device, copy, stream)
+        return _from_capsule(x, device, copy, stream)  # checks copy once it owns x
+    _rules.check_copy(copy)
     try:
         dlpack_device = type(x).__dlpack_device__
         type(x).__dlpack__

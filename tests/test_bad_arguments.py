@@ -47,3 +47,17 @@ def test_a_stream_is_refused_for_a_host_import_not_ignored(torch, stream, error)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.inspect(cap)  # refused, so freed at once
     assert gpu_dlpack.from_dlpack(x, stream=-1).ctypes.data == x.ctypes.data
+
+
+@pytest.mark.parametrize("copy", ["x", 1, np.True_])
+def test_a_capsule_refused_for_its_copy_argument_is_freed_at_once(copy):
+    a = np.arange(3.0)
+    ref = weakref.ref(a)
+    cap = gpu_dlpack.export(a, max_version=(1, 0))
+    del a
+    with pytest.raises(TypeError, match="copy"):
+        gpu_dlpack.from_dlpack(cap, copy=copy)
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+        gpu_dlpack.from_dlpack(cap)
