@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import threading
 
 import numpy as np
 
@@ -116,22 +117,25 @@ class Record:
 live: dict = {}
 stray_calls = 0
 total_calls = 0
+_lock = threading.Lock()  # deleters run on any thread
 
 
 def _deleter(ptr):
     global stray_calls, total_calls
-    total_calls += 1
-    record = live.pop(ptr, None)
-    if record is None:
-        stray_calls += 1
-        return
-    record.calls += 1
+    with _lock:
+        total_calls += 1
+        record = live.pop(ptr, None)
+        if record is None:
+            stray_calls += 1
+            return
+        record.calls += 1
 
 
 def _destructor(capsule):
     # Like every C producer: free the tensor only if nobody consumed it.
     ptr = _GetContextRaw(capsule)
-    record = live.get(ptr)
+    with _lock:
+        record = live.get(ptr)
     if record is None:
         return
     if _GetNameRaw(capsule) != (None if record.name is None else record.name.encode()):
@@ -140,7 +144,8 @@ def _destructor(capsule):
     if deleter:
         DELETER(deleter)(ptr)
     else:
-        live.pop(ptr, None)  # nothing to call: the producer frees it itself
+        with _lock:
+            live.pop(ptr, None)  # nothing to call: the producer frees it itself
 
 
 _DELETER_FN = DELETER(_deleter)
@@ -212,7 +217,8 @@ def make(
     struct.deleter = _DELETER_ADDR if deleter else None
     record = Record(struct, (array, shape_arr, strides_arr), name)
     addr = ctypes.addressof(struct)
-    live[addr] = record
+    with _lock:
+        live[addr] = record
     capsule = _New(addr, _name_ptr(name), _DESTRUCTOR_FN)
     _SetContext(capsule, addr)
     return capsule, record
