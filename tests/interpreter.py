@@ -12,9 +12,10 @@ import gpu_dlpack
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpu_dlpack.__file__)))
 
 
-def run_python(code, *, env=None, timeout=180):
-    """Run ``code`` with this interpreter, gpu_dlpack importable; returns the
-    CompletedProcess (text, stdout and stderr captured)."""
+def run_python(code, *, env=None, timeout=180, options=()):
+    """Run ``code`` with this interpreter (and its ``options``, such as
+    ``("-X", "dev")``), gpu_dlpack importable; returns the CompletedProcess
+    (text, stdout and stderr captured)."""
     full_env = dict(os.environ)
     full_env.setdefault("JAX_PLATFORMS", "cpu")
     full_env["PYTHONPATH"] = os.pathsep.join(
@@ -22,6 +23,6 @@ def run_python(code, *, env=None, timeout=180):
     )
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
+        [sys.executable, *options, "-c", code], env=full_env, capture_output=True, text=True,
         timeout=timeout, cwd=ROOT,
     )
