@@ -350,3 +350,50 @@ def test_a_producer_that_answers_badly_gets_a_clear_error(case, entry):
     with pytest.raises(error) as info:
         call()
     assert str(info.value)
+
+
+# -- on a GPU (public API only) ----------------------------------------------------------
+
+BAD_GPU_EXPORT = [
+    ({"stream": "1"}, TypeError, "stream"),
+    ({"stream": 1.0}, TypeError, "stream"),
+    ({"stream": -2}, ValueError, "stream"),
+    ({"dl_device": (2, 99)}, BufferError, "cuda:99"),
+    ({"dl_device": (2, -1)}, BufferError, "dl_device"),
+    ({"max_version": (1,)}, TypeError, "max_version"),
+    ({"copy": "no"}, TypeError, "copy"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwargs, error, match", BAD_GPU_EXPORT, ids=[repr(k) for k, _, _ in BAD_GPU_EXPORT])
+def test_export_of_gpu_data_refuses_a_bad_argument_and_leaks_nothing(kwargs, error, match):
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    d = cupy.arange(1 << 16, dtype=cupy.float32)
+    used = pool.used_bytes()
+    with pytest.raises(error, match=match):
+        gpu_dlpack.export(d, **kwargs)
+    with pytest.raises(error, match=match):
+        gpu_dlpack.wrap(d).__dlpack__(**kwargs)
+    gc.collect()
+    assert pool.used_bytes() == used
+
+
+@pytest.mark.gpu
+def test_cuda_stream_0_is_taken_as_the_legacy_default_with_a_warning():
+    import cupy
+
+    d = cupy.arange(4.0)
+    with pytest.warns(gpu_dlpack.StreamWarning):
+        cap = gpu_dlpack.export(d, stream=0, max_version=(1, 0))
+    assert gpu_dlpack.inspect(cap).device == gpu_dlpack.Device("cuda:0")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device", ["cuda:99", (2, 99), "rocm:0"])
+def test_import_to_a_gpu_that_does_not_exist_is_refused(device):
+    x = np.arange(4.0)
+    with pytest.raises((BufferError, ValueError)):
+        gpu_dlpack.from_dlpack(x, device=device)

@@ -358,3 +358,39 @@ def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
     done = run_python(code, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+# -- on a GPU (public API only) ----------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "case",
+    ["versioned major 2", "ndim -1", "NULL shape, ndim 1", "lanes 2", "code 99", "NULL data, 6 elements"],
+)
+def test_a_malformed_capsule_of_gpu_memory_is_refused_and_freed(case):
+    import cupy
+
+    d = cupy.arange(6.0)
+    kw = dict(MALFORMED[case], device=(2, 0))
+    cap, rec = make(d.get(), **kw, **({} if "data" in kw else {"data": d.data.ptr}))
+    with pytest.raises(BufferError):
+        gpu_dlpack.from_dlpack(cap)
+    assert rec.calls == 1
+    del cap
+    gc.collect()
+    assert rec.calls == 1
+
+
+@pytest.mark.gpu
+def test_a_well_formed_capsule_of_gpu_memory_imports_zero_copy():
+    import cupy
+
+    d = cupy.arange(6.0)
+    cap, rec = make(d.get(), device=(2, 0), data=d.data.ptr)
+    e = gpu_dlpack.from_dlpack(cap)
+    assert isinstance(e, cupy.ndarray) and e.data.ptr == d.data.ptr
+    assert cupy.asnumpy(e).tolist() == list(range(6))
+    del e
+    gc.collect()
+    assert rec.calls == 1
