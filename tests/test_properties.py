@@ -345,6 +345,80 @@ def test_numpy_through_wrap_reaches_each_consumer_intact(
         assert y.flags.writeable is (copy is True or not readonly)
 
 
+# -- other peers' arrays -> wrap() -> each consumer ------------------------------------
+
+PEER_DTYPE_NAMES = ["bool", "int8", "int32", "int64", "uint8", "float16", "float32", "float64",
+                    "complex64", "complex128", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+
+
+def _np_dtype(name):
+    return np.dtype(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) else np.dtype(name)
+
+
+@examples(300)
+@given(
+    source=st.sampled_from(["torch", "jax", "array_api_strict"]), name=st.sampled_from(PEER_DTYPE_NAMES),
+    layout=layouts(max_dims=5, negative=False, broadcast=False), seed=seeds,
+    consumer=st.sampled_from(list(CONSUMERS)), copy=st.sampled_from(COPIES),
+)
+def test_other_peers_through_wrap_reach_each_consumer_intact(
+    cases, torch, jax, xp_strict, source, name, layout, seed, consumer, copy
+):
+    dtype = _np_dtype(name)
+    if source == "array_api_strict" and dtype not in XP_DTYPES:
+        return
+    x = np.ascontiguousarray(build(np.random.default_rng(seed), dtype, layout))
+    if source == "torch":
+        exotic = dtype not in NUMPY_DTYPES  # bfloat16, float8: through their bits
+        src = torch.from_numpy(x.copy().view(f"u{dtype.itemsize}") if exotic else x.copy())
+        if exotic:
+            src = src.view(getattr(torch, name))
+        ptr, readonly = src.data_ptr(), False
+    elif source == "jax":
+        src = jax.numpy.asarray(x)
+        ptr, readonly = src.unsafe_buffer_pointer(), None  # JAX's legacy capsules cannot say
+    else:
+        src = xp_strict.asarray(x)
+        ptr, readonly = np.from_dlpack(src).ctypes.data, not x.flags.writeable
+    code, bits = code_bits(dtype)
+    asked = ASKS[consumer]
+    copy_asked = copy if consumer != "jax" else None
+    versioned = asked is not None and asked[0] >= 1
+    # A legacy capsule of data whose producer cannot say read-only passes as it came.
+    refused = export_refused(code, bits, bool(readonly) if versioned else readonly is True, asked, copy_asked)
+    held, peer_refuses = PEER_DTYPES[consumer]
+    w = gpu_dlpack.wrap(src)
+    if refused:
+        cases[f"{source} -> wrap -> {consumer}: refused by the rules"] += 1
+        with pytest.raises(BufferError):
+            CONSUMERS[consumer](w, copy)
+        return
+    if dtype not in held:
+        cases[f"{source} -> wrap -> {consumer}: dtype refused by the peer"] += 1
+        with pytest.raises(peer_refuses):
+            CONSUMERS[consumer](w, copy)
+        return
+    try:
+        y = CONSUMERS[consumer](w, copy)
+    except (RuntimeError, ValueError):
+        if consumer == "jax" and copy is False:  # JAX wants aligned data to share it
+            cases[f"{source} -> wrap -> jax: copy=False refused by JAX"] += 1
+            return
+        raise
+    cases[f"{source} -> wrap -> {consumer}: exchanged"] += 1
+    host, got = _host_array(y, consumer)
+    if consumer == "torch":
+        assert tuple(y.shape) == x.shape and host.tobytes() == bits_of(x)
+    else:
+        same_values(host, x)
+    if not x.size or consumer == "jax":
+        return
+    assert (got == ptr) is (copy is not True)
+    if consumer in ("numpy", "gpu_dlpack") and copy is not True:
+        # JAX data arrives READ_ONLY in a versioned capsule; torch's is writeable.
+        assert y.flags.writeable is (source == "torch" or (source == "array_api_strict" and not readonly))
+
+
 # -- torch -> gpu_dlpack ----------------------------------------------------------
 
 def _torch_dtypes():
@@ -403,9 +477,10 @@ def _torch_bytes(torch, t):
     path=st.sampled_from(["from_dlpack", "export -> gpu_dlpack", "export -> torch"]),
     max_version=st.sampled_from(MAX_VERSIONS), copy=st.sampled_from(COPIES),
     import_copy=st.sampled_from(COPIES), refusal=st.sampled_from([None] * 8 + ["grad", "conj"]),
+    dl_device=st.sampled_from([None, (1, 0)]),
 )
 def test_torch_tensors_through_gpu_dlpack_keep_values_pointers_and_flags(
-    cases, torch, name, layout, seed, path, max_version, copy, import_copy, refusal
+    cases, torch, name, layout, seed, path, max_version, copy, import_copy, refusal, dl_device
 ):
     t = _torch_tensor(torch, np.random.default_rng(seed), name, layout)
     if t is None:
@@ -442,10 +517,10 @@ def test_torch_tensors_through_gpu_dlpack_keep_values_pointers_and_flags(
     if refused:
         cases["torch export: refused"] += 1
         with pytest.raises(BufferError):
-            gpu_dlpack.export(t, max_version=max_version, copy=copy)
+            gpu_dlpack.export(t, max_version=max_version, copy=copy, dl_device=dl_device)
         return
     cases[f"torch {path}: exchanged"] += 1
-    cap = gpu_dlpack.export(t, max_version=max_version, copy=copy)
+    cap = gpu_dlpack.export(t, max_version=max_version, copy=copy, dl_device=dl_device)
     info = gpu_dlpack.inspect(cap)
     versioned = max_version is not None and max_version[0] >= 1
     assert info.versioned is versioned
@@ -484,9 +559,10 @@ JAX_DTYPES = NUMPY_DTYPES + [np.dtype(getattr(ml_dtypes, n)) for n in (
     dtype=st.sampled_from(JAX_DTYPES), layout=layouts(negative=False, broadcast=False), seed=seeds,
     path=st.sampled_from(["from_dlpack", "export"]), max_version=st.sampled_from(MAX_VERSIONS),
     copy=st.sampled_from(COPIES), import_copy=st.sampled_from(COPIES),
+    dl_device=st.sampled_from([None, (1, 0)]),
 )
 def test_jax_arrays_through_gpu_dlpack_keep_values_pointers_and_flags(
-    cases, jax, dtype, layout, seed, path, max_version, copy, import_copy
+    cases, jax, dtype, layout, seed, path, max_version, copy, import_copy, dl_device
 ):
     # JAX arrays are always compact and immutable: a legacy capsule from JAX
     # is adapted into a versioned one marked READ_ONLY.
@@ -508,10 +584,10 @@ def test_jax_arrays_through_gpu_dlpack_keep_values_pointers_and_flags(
     if refused:
         cases["jax export: refused"] += 1
         with pytest.raises(BufferError):
-            gpu_dlpack.export(j, max_version=max_version, copy=copy)
+            gpu_dlpack.export(j, max_version=max_version, copy=copy, dl_device=dl_device)
         return
     cases["jax export: exchanged"] += 1
-    cap = gpu_dlpack.export(j, max_version=max_version, copy=copy)
+    cap = gpu_dlpack.export(j, max_version=max_version, copy=copy, dl_device=dl_device)
     info = gpu_dlpack.inspect(cap)
     versioned = max_version is not None and max_version[0] >= 1
     assert info.versioned is versioned
