@@ -56,6 +56,7 @@ _VERSIONED_FMT = struct.Struct("<IIQQQ" + _TENSOR)  # version, ctx, deleter, fla
 _TENSOR_AT_VERSIONED = 32
 _DELETER_AT = {False: 56, True: 16}
 _MAX_NDIM = 64
+_DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
 
 
 def _static_name(name: str) -> int:
@@ -145,7 +146,7 @@ class Header(NamedTuple):
 def peek(capsule, versioned: bool) -> Header:
     """The ``Header`` of an unconsumed capsule, read in one go. BufferError
     when the tensor could not be read safely (bad ndim, NULL shape, NULL data
-    with elements)."""
+    with elements, a device that is no DLPack device)."""
     ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
     if versioned:
         major, minor, _ctx, _del, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, _ = (
@@ -163,6 +164,8 @@ def peek(capsule, versioned: bool) -> Header:
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
+    if dt not in _DEVICE_TYPES or di < 0:
+        raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})")
     if not data and ndim:
         shape = struct.unpack(f"<{ndim}q", _string_at(shape_p, 8 * ndim))
         if all(shape):
@@ -196,7 +199,7 @@ def read(capsule) -> CapsuleInfo:
     try:
         device = Device((dt, di))
     except ValueError:
-        raise _errors.malformed(f"unknown device type {dt}") from None
+        raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})") from None
     return CapsuleInfo(
         name=VERSIONED if versioned else LEGACY,
         versioned=versioned,

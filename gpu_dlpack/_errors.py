@@ -232,3 +232,22 @@ def old_cupy(need) -> BufferError:
         f"this CuPy is too old to {need}: upgrade to CuPy 13.4 or newer "
         "(pip install -U 'gpu_dlpack[cuda12]', '[cuda13]' or '[rocm]')."
     )
+
+
+# -- producers that contradict themselves -----------------------------------
+
+def device_mismatch(producer, said, got) -> BufferError:
+    return BufferError(
+        f"{producer}.__dlpack_device__ says its array is on {said}, but its capsule "
+        f"holds memory on {got}. The capsule was refused (its deleter was called); "
+        "the producer is at fault."
+    )
+
+
+def host_device_id(asked, target) -> BufferError:
+    name = target.type.name.lower()
+    return BufferError(
+        f"{asked!r} asks for {name} memory with device id {target.index}, but host "
+        f"memory is one address space with device id 0 only. Ask for "
+        f"({int(target.type)}, 0) or '{name}'."
+    )

@@ -14,6 +14,7 @@ import numpy as np
 from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, Device
+from ._producer import producer_name as _producer_name
 from ._producer import request
 
 _ndarray = np.ndarray
@@ -88,9 +89,20 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
     or rebuild it through NumPy."""
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
-    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if want_versioned else None)
+    # A copy is rebuilt through NumPy anyway: ask for a versioned capsule,
+    # which says whether the data is read-only (a legacy one cannot, and a
+    # NumPy-based producer refuses one for read-only data).
+    ask_versioned = want_versioned or copy is True
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
     versioned = _capsule.kind(capsule)
     header = _check_major(capsule, versioned)
+    # Host memory is one address space whatever the id (JAX numbers its CPU
+    # devices in capsules but says (1, 0) in __dlpack_device__): the type
+    # must match.
+    if header.device_type != source.type:
+        _capsule.discard(capsule, versioned)
+        got = Device((header.device_type, header.device_id))
+        raise _errors.device_mismatch(_producer_name(x), source, got)
     flags = header.flags
     if readonly:
         known_readonly = True
@@ -164,15 +176,16 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
 
 
 def _check_major(capsule, versioned):
-    """peek(), after refusing a capsule of an unknown major version."""
+    """peek(), after refusing a capsule of an unknown major version or of a
+    dtype gpu_dlpack does not know (it may be passed on, relabelled)."""
     try:
         header = _capsule.peek(capsule, versioned)
+        if versioned and header.major != 1:
+            raise _errors.unsupported_major(header.major)
+        _dtypes.check_known(header.code, header.bits, header.lanes)
     except BufferError:
         _capsule.discard(capsule, versioned)
         raise
-    if versioned and header.major != 1:
-        _capsule.discard(capsule, versioned)
-        raise _errors.unsupported_major(header.major)
     return header
 
 

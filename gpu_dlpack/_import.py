@@ -41,11 +41,11 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     """
     if type(x) is _ndarray and device is None and copy is None and stream is None:
         return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+    if type(x) is _CapsuleType:
+        return _from_capsule(x, device, copy, stream)  # checks the rest once it owns x
     _rules.check_copy(copy)
     if stream is not None and type(stream) is not int:
         stream = _streams.handle_of(stream)
-    if type(x) is _CapsuleType:
-        return _from_capsule(x, device, copy, stream)
     try:
         dlpack_device = type(x).__dlpack_device__
         type(x).__dlpack__
@@ -57,7 +57,7 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     if target != CPU:
         return _backends.for_device(target).import_to(x, source, target, copy, needs_copy, stream)
     if stream is not None:
-        _streams.check_stream(stream, CPU.type)
+        _streams.check_stream(stream, CPU.type)  # refused, not ignored
     moves = not _rules.zero_copy(source, target)
     # Host-readable data is taken zero-copy and copied here if asked (one
     # copy, writeable, whatever the producer's capsule kind); data elsewhere
@@ -86,16 +86,26 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
 def _from_capsule(capsule, device, copy, stream):
     versioned = _capsule.kind(capsule)
     header = _checked(capsule, versioned)
-    source = Device((header.device_type, header.device_id))
-    target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
-    if target == CPU and source.is_host_accessible:
-        if stream is not None:
-            _streams.check_stream(stream, CPU.type)
-        return _land_on_host(capsule, versioned, header, needs_copy)
-    # Device memory to the CPU is moved by the backend of its device.
-    backend = _backends.for_device(source if target == CPU else target)
-    return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
+    try:
+        _rules.check_copy(copy)
+        if stream is not None and type(stream) is not int:
+            stream = _streams.handle_of(stream)
+        source = Device((header.device_type, header.device_id))
+        target = _rules.import_target(source, device)
+        needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
+        if target == CPU and source.is_host_accessible:
+            if stream is not None:
+                _streams.check_stream(stream, CPU.type)
+            return _land_on_host(capsule, versioned, header, needs_copy)
+        # Device memory to the CPU is moved by the backend of its device.
+        backend = _backends.for_device(source if target == CPU else target)
+        return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
+    except Exception:
+        # The caller handed the capsule over: a refusal frees it now, not
+        # whenever the caller drops it.
+        if _capsule.is_unconsumed(capsule):
+            _capsule.discard(capsule, versioned)
+        raise
 
 
 def _checked(capsule, versioned):

@@ -71,16 +71,25 @@ def target_device(source: Device, dl_device) -> Device:
     if dl_device is None:
         return source
     if type(dl_device) is Device:
-        return dl_device
+        return _host_id_zero(dl_device, dl_device)
     if not isinstance(dl_device, (tuple, list)):
         raise TypeError(
             f"dl_device must be None or a (device_type, device_id) tuple such as "
             f"(1, 0) for the CPU; got {type(dl_device).__name__} {dl_device!r}."
         )
     try:
-        return Device(tuple(dl_device))
+        target = Device(tuple(dl_device))
     except ValueError as exc:
         raise BufferError(f"dl_device={dl_device!r} names no DLPack device: {exc}") from None
+    return _host_id_zero(target, dl_device)
+
+
+def _host_id_zero(target: Device, asked) -> Device:
+    # Host memory is one address space: a consumer may ask for device id 0
+    # only (the standard's (kDLCPU, 0)), though a producer may number it.
+    if target.index and target.type in HOST_ACCESSIBLE:
+        raise _errors.host_device_id(asked, target)
+    return target
 
 
 def zero_copy(source: Device, target: Device, addressable=None) -> bool:
@@ -130,9 +139,11 @@ def plan_export(
         raise _errors.readonly_legacy()
     if max_version is not None:
         _versions.check_describable(max_version, code, target.type)
-    if bits < 8 and not versioned:
-        # Only versioned capsules can say IS_SUBBYTE_TYPE_PADDED.
-        raise _errors.needs_version(f"a {bits}-bit dtype", (1, 1), max_version)
+    if bits < 8 and (not versioned or max_version < _versions.SUBBYTE_PADDED_SINCE):
+        # Only versioned capsules can say IS_SUBBYTE_TYPE_PADDED, and only a
+        # consumer of 1.1 or later knows the flag: an older one would read
+        # the padded bytes as packed data.
+        raise _errors.needs_version(f"a {bits}-bit dtype", _versions.SUBBYTE_PADDED_SINCE, max_version)
     return Plan(versioned, needs_copy, source, target, read_only)
 
 
@@ -140,7 +151,7 @@ def import_target(source: Device, device) -> Device:
     """Where an import lands: ``device`` if given, else the CPU for memory the
     host can address, else the source device."""
     if device is not None:
-        return Device(device)
+        return _host_id_zero(Device(device), device)
     if source.type in HOST_ACCESSIBLE:
         return CPU
     return source

@@ -32,6 +32,10 @@ DTYPE_SINCE = {
     **{code: (1, 1) for code in range(7, 18)},  # float8/6/4 family
 }
 
+# The DLPack version that introduced the IS_SUBBYTE_TYPE_PADDED flag, which
+# every sub-byte dtype exported here carries (one element per byte).
+SUBBYTE_PADDED_SINCE = (1, 1)
+
 # The DLPack version that introduced each device type.
 DEVICE_SINCE = {
     1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0), 7: (0, 3), 8: (0, 2), 9: (0, 2),

@@ -157,6 +157,20 @@ def _sub_itemsize_strides():
 
 
 # The real message for each entry of explain.json.
+class _SaysCpuGivesPinned:
+    """A producer whose capsule contradicts its __dlpack_device__."""
+
+    def __dlpack__(self, **kwargs):
+        from .helpers import managed
+
+        cap = np.arange(3.0).__dlpack__()
+        managed(cap).dl_tensor.device.device_type = 3
+        return cap
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
     "gpu_dlpack-below-floor": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4))),
@@ -182,6 +196,8 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.from_dlpack(Producer(2), device="cpu", copy=False)
     ),
     "gpu_dlpack-unreachable": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(4, 0))),
+    "gpu_dlpack-device-mismatch": lambda: raised(lambda: gpu_dlpack.export(_SaysCpuGivesPinned())),
+    "gpu_dlpack-host-device-id": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(1, 1))),
     "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
     "gpu_dlpack-bad-stream-object": lambda: raised(lambda: gpu_dlpack.use_stream("default").__enter__()),
     "gpu_dlpack-readonly-to-writeable": lambda: raised(
@@ -590,6 +606,8 @@ BUILDER_ARGS = {
     "readonly_to_writeable": ("cuda:0",),
     "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),
     "old_cupy": ("export a versioned DLPack capsule",),
+    "device_mismatch": ("lib.Array", "cpu", "cuda:0"),
+    "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
 }
 
 

@@ -193,16 +193,23 @@ def test_asking_for_a_gpu_target_without_a_gpu_is_a_clear_buffer_error(device, t
             wrap(x).__dlpack__(max_version=(1, 0), dl_device=Device(device).dlpack)
 
 
-def test_a_raw_capsule_for_a_gpu_target_without_a_gpu_is_refused_and_left_whole():
+def test_a_raw_capsule_for_a_gpu_target_without_a_gpu_is_refused_and_freed():
+    import weakref
+
     from gpu_dlpack._backends import cupy as cupy_backend
 
     if cupy_backend.device_count():
         pytest.skip("a GPU is present")
-    cap = np.arange(3.0).__dlpack__()
+    a = np.arange(3.0)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__()
+    del a
     with pytest.raises(BufferError, match="CuPy and a working GPU"):
         from_dlpack(cap, device="cuda:0")
-    assert inspect(cap).shape == (3,)  # not consumed: it can still be imported
-    assert from_dlpack(cap).tolist() == [0, 1, 2]
+    # Handed over, then refused: freed at once, not when the caller drops it.
+    with pytest.raises(ValueError, match="already consumed"):
+        inspect(cap)
+    assert ref() is None
 
 
 def test_host_paths_work_with_cupy_imported_and_no_gpu():
