@@ -54,48 +54,11 @@ def aligned(shape, dtype=np.float64, align=64):
     return out
 
 
-# -- the DLPack structs, written out here independently of gpu_dlpack -------
+# -- the DLPack structs, written out in tests/capsules.py independently of gpu_dlpack
 
 import ctypes
 
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [
-        ("version", DLPackVersion),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-        ("flags", ctypes.c_uint64),
-        ("dl_tensor", DLTensor),
-    ]
-
+from .capsules import DLManagedTensor, DLManagedTensorVersioned  # noqa: E402
 
 _GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
 _GetPointer.restype = ctypes.c_void_p
