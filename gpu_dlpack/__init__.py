@@ -18,6 +18,7 @@ from ._devices import Device, DLDeviceType
 from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack
+from ._streams import use_stream
 from ._versions import DLPACK_VERSION
 
 __version__ = "0.1.0"
@@ -64,6 +65,7 @@ __all__ = [
     "from_dlpack",
     "inspect",
     "set_min_dlpack_version",
+    "use_stream",
     "wrap",
 ]
 
@@ -77,6 +79,9 @@ class _Module(types.ModuleType):
     @MIN_DLPACK_VERSION.setter
     def MIN_DLPACK_VERSION(self, value):
         _versions.set_min_version(value)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | {"MIN_DLPACK_VERSION"})
 
 
 sys.modules[__name__].__class__ = _Module

@@ -67,8 +67,10 @@ _DELETER_AT = {False: 56, True: 16}
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 _DTYPE_FMT = struct.Struct("<BBH")
+_DEVICE_FMT = struct.Struct("<ii")
 _MAX_NDIM = 64
 _INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # shape and strides
+_DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
 
 
 def _static_name(name: str) -> int:
@@ -183,7 +185,7 @@ _new_header = tuple.__new__
 def peek(capsule, versioned: bool) -> Header:
     """The ``Header`` of an unconsumed capsule, read in one go. BufferError
     when the tensor could not be read safely (bad ndim, NULL shape, NULL data
-    with elements)."""
+    with elements, a device that is no DLPack device)."""
     return header(_GetPointer(capsule, _NAME_BYTES[versioned]), versioned)
 
 
@@ -218,6 +220,8 @@ def header(ptr: int, versioned: bool) -> Header:
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
+    if dt not in _DEVICE_TYPES or di < 0:
+        raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})")
     if not data and ndim:
         shape = _INT64S[ndim].unpack_from(_MEMORY, shape_p)
         if all(shape):
@@ -250,7 +254,7 @@ def read(capsule) -> CapsuleInfo:
     try:
         device = Device((dt, di))
     except ValueError:
-        raise _errors.malformed(f"unknown device type {dt}") from None
+        raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})") from None
     return _capsule_info(
         name=VERSIONED if versioned else LEGACY,
         versioned=versioned,
@@ -308,6 +312,44 @@ def set_flags(ptr: int, flags: int) -> None:
 def set_dtype(ptr: int, versioned: bool, code: int, bits: int) -> None:
     base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
     _DTYPE_FMT.pack_into(_MEMORY, base + 20, code, bits, 1)
+
+
+def set_device(ptr: int, versioned: bool, device_type: int, device_id: int) -> None:
+    """Relabel the memory's device (``DLTensor.device``): a host capsule of
+    pinned memory says CUDA_HOST, managed memory says device id 0."""
+    base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
+    _DEVICE_FMT.pack_into(_MEMORY, base + 8, int(device_type), int(device_id))
+
+
+class Owner:
+    """Holds the tensor of a consumed capsule and calls its deleter once, when
+    the last reference to this object goes (the owner of memory wrapped by
+    another library, such as ``cupy.cuda.UnownedMemory``)."""
+
+    __slots__ = ("_ptr", "_deleter", "__weakref__")
+
+    def __init__(self, ptr: int, deleter: int):
+        self._ptr = ptr
+        # Bound now: at interpreter shutdown module globals may be gone.
+        self._deleter = _Deleter(deleter) if deleter else None
+
+    def release(self) -> None:
+        deleter, self._deleter = self._deleter, None
+        if deleter is not None:
+            deleter(self._ptr)
+
+    def __del__(self):
+        self.release()
+
+
+def take(capsule, versioned: bool) -> Owner:
+    """Take ownership of an unconsumed capsule (rename it ``used_*``) and
+    return the ``Owner`` that frees its tensor when it dies."""
+    ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
+    deleter = _U64.unpack_from(_MEMORY, ptr + _DELETER_AT[versioned])[0]
+    if _SetName(capsule, _USED_NAME_PTR[versioned]) != 0:
+        raise _errors.malformed("the capsule could not be renamed")
+    return Owner(ptr, deleter)
 
 
 def discard(capsule, versioned: bool) -> None:

@@ -12,6 +12,31 @@ def _demo(args) -> int:
     return 1 if run_demo() else 0
 
 
+def _doctor(args) -> int:
+    from . import _doctor
+
+    report = _doctor.run(extra=args.library)
+    print(_doctor.to_json(report) if args.json else _doctor.render(report))
+    return report["exit_status"]
+
+
+def _explain(args) -> int:
+    from . import _explain
+
+    if args.list:
+        for e in _explain.entries():
+            print(f"{e.id:<38} {e.library}: {e.exception}")
+        return 0
+    if not args.text and sys.stdin.isatty():
+        print("gpu-dlpack explain: give the error text as an argument, or pipe it in "
+              "(for example: python script.py 2>&1 | gpu-dlpack explain)", file=sys.stderr)
+        return 2
+    text = " ".join(args.text) if args.text else sys.stdin.read()
+    out, status = _explain.run(text, as_json=args.json)
+    print(out)
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-dlpack", description="DLPack interop checks and tools."
@@ -19,6 +44,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="exchange arrays between NumPy, PyTorch and JAX and say what happened")
     demo.set_defaults(func=_demo)
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="measure what each installed array library does with DLPack, and what gpu_dlpack fixes",
+        description="Probe every installed DLPack library with small live exchanges, print a "
+        "producer-by-consumer matrix (directly and through gpu_dlpack), and a remedy for each "
+        "problem. Exit status 0 when every exchange through gpu_dlpack works.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON (for CI and bug reports)")
+    doctor.add_argument(
+        "--library", action="append", default=[], metavar="MODULE",
+        help="also probe this importable module (repeatable)",
+    )
+    doctor.set_defaults(func=_doctor)
+
+    explain = sub.add_parser(
+        "explain",
+        help="say what a DLPack error message means and how to fix it",
+        description="Match an error message (or a whole traceback) against the DLPack errors "
+        "that NumPy, PyTorch, JAX, CuPy and gpu_dlpack raise. Reads standard input when no text "
+        "is given. Exit status 0 when something matched, 1 when nothing did.",
+    )
+    explain.add_argument("text", nargs="*", help="the error text (default: standard input)")
+    explain.add_argument("--json", action="store_true", help="print the matches as JSON")
+    explain.add_argument("--list", action="store_true", help="list the known errors")
+    explain.set_defaults(func=_explain)
     return parser
 
 

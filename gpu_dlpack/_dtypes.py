@@ -128,3 +128,18 @@ _NATIVE = {
     (BOOL, 8): np.dtype("?"),
 }
 _NATIVE_DTYPES = frozenset(_NATIVE.values())
+
+#: Every (code, bits) pair gpu_dlpack exchanges, with or without ml_dtypes.
+KNOWN = frozenset(_NATIVE) | frozenset(ML_DTYPES.values())
+
+
+def check_known(code: int, bits: int, lanes: int) -> None:
+    """BufferError unless ``(code, bits, lanes)`` is a dtype gpu_dlpack
+    exchanges (what it may pass on from another producer)."""
+    if lanes != 1:
+        raise _errors.unsupported_dtype(code, bits, lanes, "vector types (lanes != 1) are not exchanged")
+    if (code, bits) not in KNOWN:
+        why = "the code is not a DLPack dtype code" if code not in CODE_NAMES else (
+            f"DLPack {describe_code(code)} has no {bits}-bit type that gpu_dlpack knows"
+        )
+        raise _errors.unsupported_dtype(code, bits, lanes, why)

@@ -201,3 +201,53 @@ def unsupported_dtype(code, bits, lanes, why) -> BufferError:
 
 def unsupported_numpy_dtype(dtype, why) -> BufferError:
     return BufferError(f"cannot export NumPy dtype {dtype}: {why}.")
+
+
+# -- GPU exchanges (CuPy backend, streams) ------------------------------------
+
+def bad_stream_object(value) -> TypeError:
+    return TypeError(
+        f"cannot read a stream from {type(value).__name__} {value!r}. Pass an int "
+        "handle (-1, 1, 2 or a cudaStream_t/hipStream_t address) or a stream object: "
+        "cupy.cuda.Stream, torch.cuda.Stream, a Numba stream, or anything with "
+        "__cuda_stream__(), .ptr, .cuda_stream or .handle."
+    )
+
+
+def readonly_to_writeable(target) -> BufferError:
+    return BufferError(
+        f"copy=False, but the capsule is READ_ONLY and arrays on {target} are CuPy "
+        "arrays, which are always writeable: a zero-copy import would let read-only "
+        "data be written. Pass copy=None to import a writeable copy, or import to "
+        "device='cpu' for a read-only NumPy view."
+    )
+
+
+def gpu_failed(what, exc) -> BufferError:
+    return BufferError(f"CuPy could not {what}: {type(exc).__name__}: {exc}")
+
+
+def old_cupy(need) -> BufferError:
+    return BufferError(
+        f"this CuPy is too old to {need}: upgrade to CuPy 13.4 or newer "
+        "(pip install -U 'gpu_dlpack[cuda12]', '[cuda13]' or '[rocm]')."
+    )
+
+
+# -- producers that contradict themselves -----------------------------------
+
+def device_mismatch(producer, said, got) -> BufferError:
+    return BufferError(
+        f"{producer}.__dlpack_device__ says its array is on {said}, but its capsule "
+        f"holds memory on {got}. The capsule was refused (its deleter was called); "
+        "the producer is at fault."
+    )
+
+
+def host_device_id(asked, target) -> BufferError:
+    name = target.type.name.lower()
+    return BufferError(
+        f"{asked!r} asks for {name} memory with device id {target.index}, but host "
+        f"memory is one address space with device id 0 only. Ask for "
+        f"({int(target.type)}, 0) or '{name}'."
+    )

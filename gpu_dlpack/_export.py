@@ -15,6 +15,7 @@ from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
+from ._producer import producer_name as _producer_name
 
 _ndarray = np.ndarray
 
@@ -30,8 +31,27 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     >>> cap = gpu_dlpack.export(np.arange(3), max_version=(1, 0))
     >>> gpu_dlpack.inspect(cap).name
     'dltensor_versioned'
+
+    ``stream`` may also be a stream object (``cupy.cuda.Stream``,
+    ``torch.cuda.Stream``...); inside ``gpu_dlpack.use_stream(s)`` an export
+    to GPU memory without ``stream`` uses ``s``.
     """
+    if stream is None:
+        if _streams.in_block():
+            stream = _block_stream(x, dl_device)
+    elif type(stream) is not int:
+        stream = _streams.handle_of(stream)
     return _export(x, False, stream, max_version, dl_device, copy)
+
+
+def _block_stream(x, dl_device):
+    """The stream of the enclosing ``use_stream`` block for the memory the
+    consumer receives, if that memory has GPU streams."""
+    try:
+        target = _rules.target_device(_backends.device_of(x), dl_device)
+    except (AttributeError, TypeError, ValueError, BufferError):
+        return None  # the export itself reports what is wrong
+    return _streams.block_stream(target)
 
 
 def _export(x, readonly, stream, max_version, dl_device, copy):
@@ -62,13 +82,14 @@ def _export(x, readonly, stream, max_version, dl_device, copy):
 
 
 def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
-    if stream is not None:
-        _streams.check_stream(stream, CPU.type)
     dtype = _dtypes.from_numpy(x.dtype)
     plan = _rules.plan_export(
         CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
-        copy, _backends.can_copy,
+        copy, _backends.can_copy, _backends.addressable,
     )
+    # The consumer's stream belongs to the memory it receives.
+    if stream is not None:
+        stream = _streams.check_stream(stream, plan.target.type)
     if plan.target != CPU:
         return _backends.for_device(plan.target).export_host(x, plan, dtype, stream)
     return numpy_backend.export(x, plan, dtype)
@@ -77,13 +98,23 @@ def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
 def _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy):
     """A producer of host memory: take its zero-copy capsule, then pass it on
     or rebuild it through NumPy."""
-    stream = _streams.check_stream(stream, source.type)
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
-    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if want_versioned else None)
-    versioned, header = _check_major(capsule, want_versioned and type(x) not in gave_legacy)
-    if want_versioned and not versioned:
+    # A copy is rebuilt through NumPy anyway: ask for a versioned capsule,
+    # which says whether the data is read-only (a legacy one cannot, and a
+    # NumPy-based producer refuses one for read-only data).
+    ask_versioned = want_versioned or copy is True
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
+    versioned, header = _check_major(capsule, ask_versioned and type(x) not in gave_legacy)
+    if ask_versioned and not versioned:
         gave_legacy.add(type(x))
+    # Host memory is one address space whatever the id (JAX numbers its CPU
+    # devices in capsules but says (1, 0) in __dlpack_device__): the type
+    # must match.
+    if header.device_type != source.type:
+        _capsule.discard(capsule, versioned)
+        got = Device((header.device_type, header.device_id))
+        raise _errors.device_mismatch(_producer_name(x), source, got)
     flags = header.flags
     if readonly:
         known_readonly = True
@@ -91,10 +122,15 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
         known_readonly = bool(flags & _capsule.READ_ONLY)
     else:
         known_readonly = None  # a legacy producer cannot say
-    plan = _rules.plan_export(
-        source, known_readonly, header.code, header.bits, max_version, dl_device, copy,
-        _backends.can_copy,
-    )
+    try:
+        plan = _rules.plan_export(
+            source, known_readonly, header.code, header.bits, max_version, dl_device, copy,
+            _backends.can_copy, _backends.addressable,
+        )
+        stream = _streams.check_stream(stream, plan.target.type)
+    except (BufferError, TypeError, ValueError):
+        _capsule.discard(capsule, versioned)
+        raise
     # Pass the producer's capsule on when it already says everything right
     # (versioned capsules must carry strides since DLPack 1.2).
     if not plan.copy and not plan.moves and plan.versioned == versioned and (
@@ -152,16 +188,17 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
 
 def _check_major(capsule, likely_versioned):
     """``(versioned, header)``, after refusing a capsule of an unknown major
-    version (one ctypes call when the capsule is of the likely kind)."""
+    version or of a dtype gpu_dlpack does not know (it may be passed on,
+    relabelled). One ctypes call when the capsule is of the likely kind."""
     versioned, ptr = _capsule.kind_and_pointer(capsule, likely_versioned)
     try:
         header = _capsule.header(ptr, versioned)
+        if versioned and header.major != 1:
+            raise _errors.unsupported_major(header.major)
+        _dtypes.check_known(header.code, header.bits, header.lanes)
     except BufferError:
         _capsule.discard(capsule, versioned)
         raise
-    if versioned and header.major != 1:
-        _capsule.discard(capsule, versioned)
-        raise _errors.unsupported_major(header.major)
     return versioned, header
 
 
@@ -179,7 +216,7 @@ class Exportable:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
         self._readonly = readonly
-        self._device = _CPU_DLPACK if type(x) is _ndarray else Device.of(x).dlpack
+        self._device = _CPU_DLPACK if type(x) is _ndarray else _backends.device_of(x).dlpack
         self._request = None
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _errors, _rules, _versions
+from . import _backends, _capsule, _errors, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import gave_legacy, request
@@ -31,15 +31,24 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     >>> a = gpu_dlpack.from_dlpack(t)
     >>> a.ctypes.data == t.data_ptr()
     True
+
+    On a GPU, ``stream`` is the stream the result will be used on (an int
+    handle or a stream object: ``cupy.cuda.Stream``, ``torch.cuda.Stream``, a
+    Numba stream...). The producer makes it wait for its pending work and
+    any copy is queued on it. Without it, the stream of an enclosing
+    ``gpu_dlpack.use_stream`` block is used, else CuPy's current stream on
+    the target device.
     """
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
             return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
         if known_on_host(x):
             return _import_host(x)
-    _rules.check_copy(copy)
     if type(x) is _CapsuleType:
-        return _from_capsule(x, device, copy)
+        return _from_capsule(x, device, copy, stream)  # checks the rest once it owns x
+    _rules.check_copy(copy)
+    if stream is not None and type(stream) is not int:
+        stream = _streams.handle_of(stream)
     try:
         dlpack_device = type(x).__dlpack_device__
         type(x).__dlpack__
@@ -47,20 +56,30 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         raise _errors.not_dlpack(x) from None
     source = Device(tuple(dlpack_device(x)))
     target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy)
+    needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
     if target != CPU:
-        return _backends.for_device(target).import_to(x, source, target, copy, stream)
+        return _backends.for_device(target).import_to(x, source, target, copy, needs_copy, stream)
+    if stream is not None:
+        _streams.check_stream(stream, CPU.type)  # refused, not ignored
     moves = not _rules.zero_copy(source, target)
     # Host-readable data is taken zero-copy and copied here if asked (one
     # copy, writeable, whatever the producer's capsule kind); data elsewhere
     # is moved by the producer, which is asked for the CPU.
-    if not moves and copy is None:
+    backend = _backends.for_array(x)
+    foreign = backend is None or backend is numpy_backend
+    if not moves and copy is None and foreign:
         return _import_host(x)
-    capsule, full = request(
-        x, max_version=_versions.DLPACK_VERSION,
+    ask = dict(
+        max_version=_versions.DLPACK_VERSION,
         dl_device=CPU.dlpack if moves else None,
         copy=copy if moves else (False if copy is False else None),
     )
+    if not foreign:
+        # An array of a backend (CuPy) is exported under the rules, not by
+        # its library's own __dlpack__.
+        capsule, full = backend.export_array(x, False, None, **ask), True
+    else:
+        capsule, full = request(x, **ask)
     versioned, header = _checked(capsule)
     if moves and not full:
         # An old producer could not move its data: a backend for its device does.
@@ -70,8 +89,8 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
 
 
 def _import_host(x):
-    """The common import: host memory, no copy. The producer's zero-copy
-    capsule becomes a NumPy array."""
+    """The common import: host memory of a foreign producer, no copy. The
+    producer's zero-copy capsule becomes a NumPy array."""
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     versioned, header = _checked(capsule, type(x) not in gave_legacy)
     if not versioned:
@@ -79,14 +98,28 @@ def _import_host(x):
     return _land_on_host(capsule, versioned, header, False)
 
 
-def _from_capsule(capsule, device, copy):
+def _from_capsule(capsule, device, copy, stream):
     versioned, header = _checked(capsule)
-    source = Device((header.device_type, header.device_id))
-    target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy)
-    if target == CPU and source.is_host_accessible:
-        return _land_on_host(capsule, versioned, header, needs_copy)
-    return _backends.for_device(target).import_capsule(capsule, versioned, header, target, copy)
+    try:
+        _rules.check_copy(copy)
+        if stream is not None and type(stream) is not int:
+            stream = _streams.handle_of(stream)
+        source = Device((header.device_type, header.device_id))
+        target = _rules.import_target(source, device)
+        needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
+        if target == CPU and source.is_host_accessible:
+            if stream is not None:
+                _streams.check_stream(stream, CPU.type)
+            return _land_on_host(capsule, versioned, header, needs_copy)
+        # Device memory to the CPU is moved by the backend of its device.
+        backend = _backends.for_device(source if target == CPU else target)
+        return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
+    except Exception:
+        # The caller handed the capsule over: a refusal frees it now, not
+        # whenever the caller drops it.
+        if _capsule.is_unconsumed(capsule):
+            _capsule.discard(capsule, versioned)
+        raise
 
 
 def _checked(capsule, likely_versioned=True):

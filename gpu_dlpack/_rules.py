@@ -13,9 +13,36 @@ from typing import NamedTuple
 from . import _errors, _versions
 from ._devices import CPU, Device, DLDeviceType, HOST_ACCESSIBLE
 
+_T = DLDeviceType
+
 # Moves that need no copy: memory the host can address is CPU memory to a
 # consumer that asks for the CPU (the standard's (kDLCPU, 0) requirement).
-ZERO_COPY_MOVES = frozenset((src, DLDeviceType.CPU) for src in HOST_ACCESSIBLE)
+# Managed memory is read after the producer's stream is synchronized.
+ZERO_COPY_MOVES = frozenset((src, _T.CPU) for src in HOST_ACCESSIBLE)
+
+# Moves that need no copy where the target GPU can address the source memory,
+# which the backend reports from the hardware: pinned host memory (mapped into
+# every GPU under unified addressing), managed memory, and pageable host memory
+# on systems whose GPUs use the host's page tables (ATS, as on Grace Hopper).
+MAPPED_MOVES = frozenset({
+    (_T.CUDA_HOST, _T.CUDA), (_T.CUDA_MANAGED, _T.CUDA), (_T.CPU, _T.CUDA),
+    (_T.ROCM_HOST, _T.ROCM), (_T.CPU, _T.ROCM),
+})
+
+# Moves a copy can make, given a backend for each end: any host-readable
+# memory to the CPU, and every move among the memory kinds of one GPU stack
+# (host, device, pinned, managed): host-to-device, device-to-host, and
+# device-to-device, including peer copies between two GPUs.
+_CUDA_STACK = (_T.CPU, _T.CUDA, _T.CUDA_HOST, _T.CUDA_MANAGED)
+_ROCM_STACK = (_T.CPU, _T.ROCM, _T.ROCM_HOST)
+COPY_MOVES = frozenset(
+    [(src, _T.CPU) for src in HOST_ACCESSIBLE]
+    + [(src, dst) for stack in (_CUDA_STACK, _ROCM_STACK) for src in stack for dst in stack]
+)
+
+# Device types whose arrays cannot be read-only (CuPy arrays are always
+# writeable): a READ_ONLY capsule that lands there must be copied.
+ALWAYS_WRITEABLE = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED})
 
 
 class Plan(NamedTuple):
@@ -44,37 +71,66 @@ def target_device(source: Device, dl_device) -> Device:
     if dl_device is None:
         return source
     if type(dl_device) is Device:
-        return dl_device
+        return _host_id_zero(dl_device, dl_device)
     if not isinstance(dl_device, (tuple, list)):
         raise TypeError(
             f"dl_device must be None or a (device_type, device_id) tuple such as "
             f"(1, 0) for the CPU; got {type(dl_device).__name__} {dl_device!r}."
         )
     try:
-        return Device(tuple(dl_device))
+        target = Device(tuple(dl_device))
     except ValueError as exc:
         raise BufferError(f"dl_device={dl_device!r} names no DLPack device: {exc}") from None
+    return _host_id_zero(target, dl_device)
 
 
-def zero_copy(source: Device, target: Device) -> bool:
-    return source == target or (source.type, target.type) in ZERO_COPY_MOVES
+def _host_id_zero(target: Device, asked) -> Device:
+    # Host memory is one address space: a consumer may ask for device id 0
+    # only (the standard's (kDLCPU, 0)), though a producer may number it.
+    if target.index and target.type in HOST_ACCESSIBLE:
+        raise _errors.host_device_id(asked, target)
+    return target
 
 
-def plan_export(source, readonly, code, bits, max_version, dl_device, copy, can_copy_to) -> Plan:
+def zero_copy(source: Device, target: Device, addressable=None) -> bool:
+    """Whether data on ``source`` can be used on ``target`` without a copy.
+    ``addressable(source, target)`` is the backend's word on the hardware for
+    the ``MAPPED_MOVES``; without it those moves copy."""
+    if source == target or (source.type, target.type) in ZERO_COPY_MOVES:
+        return True
+    return (
+        addressable is not None
+        and (source.type, target.type) in MAPPED_MOVES
+        and addressable(source, target)
+    )
+
+
+def check_move(source: Device, target: Device) -> None:
+    """BufferError unless a copy can move data from ``source`` to ``target``."""
+    if source != target and (source.type, target.type) not in COPY_MOVES:
+        raise _errors.unreachable(source, target)
+
+
+def plan_export(
+    source, readonly, code, bits, max_version, dl_device, copy, can_copy_to, addressable=None
+) -> Plan:
     """Decide an export.
 
     ``readonly`` is True, False, or None when unknown (a legacy producer: its
     data is treated as read-only in a versioned capsule, and passed on as it
     came in a legacy one). ``code`` and ``bits`` are the DLPack dtype.
-    ``can_copy_to(source, target)`` says whether a backend can copy there.
+    ``can_copy_to(source, target)`` says whether the installed backends can
+    make a copy the rules allow (``COPY_MOVES``); ``addressable`` is as for
+    ``zero_copy``.
     """
     versioned = _versions.check_max_version(max_version)
     check_copy(copy)
     target = target_device(source, dl_device)
     needs_copy = copy is True
-    if not zero_copy(source, target):
+    if not zero_copy(source, target, addressable):
+        check_move(source, target)
         if not can_copy_to(source, target):
-            raise _errors.unreachable(source, target)
+            raise _errors.no_backend(target if target.type != _T.CPU else source)
         if copy is False:
             raise _errors.copy_forbidden(source, target, "the data is not addressable there")
         needs_copy = True
@@ -83,9 +139,11 @@ def plan_export(source, readonly, code, bits, max_version, dl_device, copy, can_
         raise _errors.readonly_legacy()
     if max_version is not None:
         _versions.check_describable(max_version, code, target.type)
-    if bits < 8 and not versioned:
-        # Only versioned capsules can say IS_SUBBYTE_TYPE_PADDED.
-        raise _errors.needs_version(f"a {bits}-bit dtype", (1, 1), max_version)
+    if bits < 8 and (not versioned or max_version < _versions.SUBBYTE_PADDED_SINCE):
+        # Only versioned capsules can say IS_SUBBYTE_TYPE_PADDED, and only a
+        # consumer of 1.1 or later knows the flag: an older one would read
+        # the padded bytes as packed data.
+        raise _errors.needs_version(f"a {bits}-bit dtype", _versions.SUBBYTE_PADDED_SINCE, max_version)
     return _new_plan(Plan, (versioned, needs_copy, source, target, read_only))
 
 
@@ -96,17 +154,27 @@ def import_target(source: Device, device) -> Device:
     """Where an import lands: ``device`` if given, else the CPU for memory the
     host can address, else the source device."""
     if device is not None:
-        return Device(device)
+        return _host_id_zero(Device(device), device)
     if source.type in HOST_ACCESSIBLE:
         return CPU
     return source
 
 
-def import_needs_copy(source: Device, target: Device, copy) -> bool:
+def import_needs_copy(source: Device, target: Device, copy, addressable=None) -> bool:
     """Whether an import copies; BufferError when ``copy=False`` forbids it."""
     check_copy(copy)
-    if zero_copy(source, target):
+    if zero_copy(source, target, addressable):
         return copy is True
     if copy is False:
         raise _errors.copy_forbidden(source, target, "the data is not addressable there")
+    return True
+
+
+def readonly_import_copies(target: Device, read_only: bool, copy) -> bool:
+    """Whether a capsule's READ_ONLY data must be copied to land on ``target``
+    (whose arrays may be always writeable); BufferError when ``copy=False``."""
+    if not read_only or target.type not in ALWAYS_WRITEABLE:
+        return False
+    if copy is False:
+        raise _errors.readonly_to_writeable(target)
     return True

@@ -3,6 +3,8 @@ device type, as data (array API standard, ``__dlpack__``)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
 
 from . import _errors
@@ -73,3 +75,203 @@ def check_stream(stream, device_type):
         )
         return 1
     raise _errors.bad_stream_value(stream, DLDeviceType(device_type).name, describe(device_type))
+
+
+# -- the handle each special value names --------------------------------------
+
+#: The stream ``None`` names, as a handle a backend can queue work on: the
+#: legacy default stream on CUDA (``cudaStreamLegacy``), the null stream on ROCm.
+DEFAULT_HANDLE = {
+    DLDeviceType.CUDA: 1,
+    DLDeviceType.CUDA_HOST: 1,
+    DLDeviceType.CUDA_MANAGED: 1,
+    DLDeviceType.ROCM: 0,
+    DLDeviceType.ROCM_HOST: 0,
+}
+
+
+def resolve(stream, device_type) -> int:
+    """The handle a checked ``stream`` names for memory of ``device_type``:
+    ``-1`` (no synchronization) or a stream to queue work on."""
+    if stream is None:
+        return DEFAULT_HANDLE[device_type]
+    return stream
+
+
+# -- copies the host may read at once -----------------------------------------
+
+ALWAYS = "always"
+WITHOUT_STREAM = "when the consumer names no stream to wait on"
+
+#: When data in host-readable memory is complete before ``__dlpack__``
+#: returns. A CPU consumer has no stream, so its data is always complete;
+#: pinned and managed memory may be read by the host or by a GPU, so work is
+#: left queued only on a stream the consumer named. ``-1`` names none for a
+#: copy (the consumer cannot know the copy's stream), but for data exported
+#: in place it means the consumer synchronizes the producer itself. Other
+#: targets are GPU memory, ordered on the consumer's stream.
+HOST_COMPLETION = {
+    DLDeviceType.CPU: ALWAYS,
+    DLDeviceType.CUDA_HOST: WITHOUT_STREAM,
+    DLDeviceType.ROCM_HOST: WITHOUT_STREAM,
+    DLDeviceType.CUDA_MANAGED: WITHOUT_STREAM,
+}
+
+
+#: Import targets whose results are NumPy arrays (host memory, read by the
+#: host at once): a copy into them is complete when ``from_dlpack`` returns.
+#: Other results are CuPy arrays, ordered on the consumer's stream.
+HOST_RESULTS = frozenset({DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST})
+
+
+def finishes_before_return(target_type, stream, copied=True) -> bool:
+    """Whether data for ``target_type`` (a copy, or memory exported in place)
+    must be complete when the call returns."""
+    when = HOST_COMPLETION.get(target_type)
+    if when == ALWAYS:
+        return True
+    return when == WITHOUT_STREAM and (stream is None or (stream == -1 and copied))
+
+
+# -- stream objects -------------------------------------------------------------
+
+def handle_of(stream):
+    """The int handle of a stream object, or ``stream`` itself when it is an
+    int, None or not a stream object (``check_stream`` then judges it).
+
+    Reads, in this order, the CUDA stream protocol ``__cuda_stream__()``
+    (CuPy 14, cuda.core), ``.ptr`` (CuPy), ``.cuda_stream`` (PyTorch) and
+    ``.handle`` (Numba: a ctypes pointer or a driver handle). A stream object
+    whose handle is 0 is the null stream, unambiguous, so on CUDA it becomes
+    the legacy default stream (1) without a warning; a bare ``0`` is
+    ambiguous and is left to ``check_stream``.
+    """
+    if stream is None or type(stream) is int or isinstance(stream, bool):
+        return stream
+    if hasattr(stream, "__index__"):
+        return stream  # an integer type (numpy.int64...): check_stream takes it
+    handle = _read_handle(stream)
+    if handle is None:
+        return stream
+    if handle == 0:
+        from ._devices import cupy_is_rocm
+
+        return 0 if cupy_is_rocm() else DEFAULT_HANDLE[DLDeviceType.CUDA]
+    return handle
+
+
+def _read_handle(stream):
+    protocol = getattr(type(stream), "__cuda_stream__", None)
+    if protocol is not None:
+        try:
+            version, handle = protocol(stream)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{type(stream).__name__}.__cuda_stream__() must return a (version, "
+                "handle) pair of ints."
+            ) from None
+        return int(handle)
+    for attr in ("ptr", "cuda_stream"):
+        value = getattr(stream, attr, None)
+        if type(value) is int:
+            return value
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        return None
+    value = getattr(handle, "value", handle)  # ctypes.c_void_p: .value, None for NULL
+    if value is None:
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def device_index_of(stream):
+    """The GPU index a stream object belongs to, when it says (CuPy
+    ``.device_id``, PyTorch ``.device.index``); None when unknown."""
+    index = getattr(stream, "device_id", None)
+    if type(index) is int:
+        return index if index >= 0 else None
+    device = getattr(stream, "device", None)
+    index = getattr(device, "index", None)
+    return index if type(index) is int else None
+
+
+# -- the exchange stream of a block -------------------------------------------
+
+_local = threading.local()
+
+
+def _stack():
+    try:
+        return _local.stack
+    except AttributeError:
+        _local.stack = []
+        return _local.stack
+
+
+@contextlib.contextmanager
+def use_stream(stream, device=None):
+    """Run a block of exchanges on one stream.
+
+    Inside the block, ``gpu_dlpack.from_dlpack`` (and ``gpu_dlpack.export`` of
+    GPU memory) treat ``stream`` as the consumer's stream whenever no
+    ``stream=`` is given: an imported array is ready to use on it, any copy is
+    queued on it, and the producer's pending work is made to wait for it,
+    without blocking the host. ``stream`` is an int handle or a stream object
+    (``cupy.cuda.Stream``, ``torch.cuda.Stream``, a Numba stream, anything
+    with ``__cuda_stream__``, ``.ptr``, ``.cuda_stream`` or ``.handle``).
+    ``device`` (any form ``Device`` reads, or an index) limits the block to
+    one GPU when the stream object does not say which it belongs to.
+
+    >>> import gpu_dlpack
+    >>> with gpu_dlpack.use_stream(-1):  # exchange without synchronization
+    ...     pass
+
+    Blocks nest and are per thread. CuPy's current stream is left alone: the
+    producer's stream is always the one its work was queued on.
+    """
+    handle = handle_of(stream)
+    if type(handle) is not int:
+        raise _errors.bad_stream_object(stream)
+    if handle < -1:
+        raise _errors.bad_stream_value(handle, "a GPU", describe(DLDeviceType.CUDA))
+    index = device_index_of(stream)
+    if device is not None:
+        index = device if type(device) is int else _device_index(device)
+    stack = _stack()
+    stack.append((handle, index))
+    try:
+        yield stream
+    finally:
+        stack.pop()
+
+
+def _device_index(device):
+    from ._devices import Device
+
+    return Device(device).index
+
+
+def in_block() -> bool:
+    """Whether this thread is inside a ``use_stream`` block."""
+    return bool(_local.__dict__.get("stack"))
+
+
+def block_stream(device):
+    """The stream of the innermost ``use_stream`` block that covers
+    ``device`` (a ``Device`` whose type has GPU streams), or None."""
+    if device.type not in RULES:
+        return None
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        return None
+    handle, index = stack[-1]
+    if index is not None and index != device.index and device.type in _INDEXED:
+        return None
+    return handle
+
+
+# Device types whose index names a GPU (pinned and managed memory say 0).
+_INDEXED = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})

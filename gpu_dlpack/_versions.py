@@ -32,6 +32,10 @@ DTYPE_SINCE = {
     **{code: (1, 1) for code in range(7, 18)},  # float8/6/4 family
 }
 
+# The DLPack version that introduced the IS_SUBBYTE_TYPE_PADDED flag, which
+# every sub-byte dtype exported here carries (one element per byte).
+SUBBYTE_PADDED_SINCE = (1, 1)
+
 # The DLPack version that introduced each device type.
 DEVICE_SINCE = {
     1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0), 7: (0, 3), 8: (0, 2), 9: (0, 2),
@@ -124,8 +128,13 @@ def check_max_version(max_version):
 
 
 def check_describable(max_version, dtype_code, device_type):
-    """BufferError when the consumer's version predates the dtype or device."""
-    if max_version is None or max_version >= (1, 2):
+    """BufferError when a legacy consumer's version predates the dtype or device.
+
+    Only major 0 is checked: within major 1 the consumer accepts any minor
+    version by the standard, and checks dtype codes itself (PyTorch asks for
+    1.0 yet reads the float8 codes of 1.1).
+    """
+    if max_version is None or max_version[0] >= 1:
         return
     need = DTYPE_SINCE.get(dtype_code, (0, 0))
     if max_version < need:

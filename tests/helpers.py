@@ -10,3 +10,72 @@ def pointer(x):
     if hasattr(x, "data_ptr"):
         return x.data_ptr()
     return x.unsafe_buffer_pointer()
+
+
+class OldProducer:
+    """A producer written before the 2023 revision of the standard: its
+    ``__dlpack__`` takes only ``stream`` and gives a legacy capsule."""
+
+    def __init__(self, array):
+        self.array = array
+        self.calls = []
+
+    def __dlpack__(self, stream=None):
+        self.calls.append({"stream": stream})
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class VersionedOnlyProducer:
+    """A producer that answers every request with a versioned capsule, even a
+    legacy consumer's (off-spec, seen in the wild)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self.array.__dlpack__(max_version=(1, 0))
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def aligned(shape, dtype=np.float64, align=64):
+    """A C-contiguous array whose data is ``align``-byte aligned (JAX imports
+    only aligned host memory without a copy)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(n + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    out = raw[start : start + n].view(dtype).reshape(shape)
+    out[...] = np.arange(out.size, dtype=dtype).reshape(shape) if out.size else out
+    return out
+
+
+# -- the DLPack structs, written out in tests/capsules.py independently of gpu_dlpack
+
+import ctypes
+
+from .capsules import DLManagedTensor, DLManagedTensorVersioned  # noqa: E402
+
+_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_GetPointer.restype = ctypes.c_void_p
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_GetName = ctypes.pythonapi.PyCapsule_GetName
+_GetName.restype = ctypes.c_char_p
+_GetName.argtypes = [ctypes.py_object]
+
+
+def capsule_name(capsule):
+    return _GetName(capsule).decode()
+
+
+def managed(capsule):
+    """The struct inside an unconsumed capsule, to read or alter in place."""
+    name = _GetName(capsule)
+    ptr = _GetPointer(capsule, name)
+    if name == b"dltensor_versioned":
+        return DLManagedTensorVersioned.from_address(ptr)
+    return DLManagedTensor.from_address(ptr)

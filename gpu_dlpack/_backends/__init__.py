@@ -1,5 +1,6 @@
 """Backends: one per array library that holds what gpu_dlpack exports or
-imports. NumPy holds host memory; CuPy holds CUDA and ROCm memory.
+imports. NumPy holds host memory; CuPy holds CUDA and ROCm memory, and makes
+every copy that involves a GPU (pinned and managed memory included).
 
 A backend does what ``_rules`` decided; adding one touches no rule.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from .. import _errors
-from .._devices import Device, HOST_ACCESSIBLE
+from .._devices import CPU, Device, DLDeviceType
 from . import cupy as cupy_backend
 from . import numpy as numpy_backend
 
@@ -23,9 +24,24 @@ def for_array(x):
     return None
 
 
+def device_of(x) -> Device:
+    """The device ``x`` reports through ``__dlpack_device__``, as its backend
+    corrects it (CuPy: managed memory, ROCm builds)."""
+    backend = for_array(x)
+    if backend is numpy_backend:
+        return CPU
+    if backend is not None:
+        return backend.device_of(x)
+    return Device.of(x)
+
+
 def for_device(device: Device):
-    """The backend that holds arrays on ``device``; BufferError if none can."""
-    if device.type in HOST_ACCESSIBLE:
+    """The backend that holds arrays on ``device``; BufferError if none can.
+
+    CPU arrays are NumPy arrays; every other target (GPU, pinned and managed
+    memory) needs CuPy and a GPU, even when the result is a NumPy array over
+    pinned memory."""
+    if device.type == DLDeviceType.CPU:
         return numpy_backend
     if cupy_backend.serves(device):
         return cupy_backend
@@ -33,7 +49,17 @@ def for_device(device: Device):
 
 
 def can_copy(source: Device, target: Device) -> bool:
-    """Whether some backend can copy data from ``source`` to ``target``."""
-    if source.type in HOST_ACCESSIBLE and target.type in HOST_ACCESSIBLE:
-        return target == Device("cpu") or cupy_backend.serves(target)
-    return cupy_backend.serves(source) and cupy_backend.serves(target)
+    """Whether the installed backends can make a copy from ``source`` to
+    ``target`` (which copies are allowed is ``_rules.COPY_MOVES``): NumPy
+    copies host-readable memory to the CPU; every other end needs CuPy."""
+    if target == CPU and source.is_host_accessible:
+        return True
+    return all(
+        end.type == DLDeviceType.CPU or cupy_backend.serves(end) for end in (source, target)
+    )
+
+
+def addressable(source: Device, target: Device) -> bool:
+    """Whether the ``target`` GPU can address memory of ``source`` in place
+    (``_rules.MAPPED_MOVES``): a question for the hardware."""
+    return cupy_backend.serves(target) and cupy_backend.addressable(source, target)

@@ -1,0 +1,200 @@
+"""``gpu-dlpack explain``: what a DLPack error message means, and how to fix it.
+
+The knowledge is data: ``explain.json`` in this package (read with
+``importlib.resources``, so it works from an installed wheel). Its
+``errors`` list holds one entry per message users meet, from NumPy, PyTorch,
+JAX, CuPy and gpu_dlpack itself:
+
+``id``
+    a stable name, such as ``jax-version-floor``.
+``library``, ``exception``
+    who raises it, and with which exception type.
+``pattern``
+    a regular expression searched for in the text once runs of white space
+    are folded into one space (so a wrapped traceback still matches). Named
+    groups, such as ``(?P<floor>...)``, can be quoted as ``{floor}`` in
+    ``meaning`` and ``remedies``.
+``meaning``, ``remedies``
+    what happened, and what to do about it, best remedy first.
+``avoid``
+    ``call``, ``before`` and ``after``: the gpu_dlpack call that avoids the
+    error, with a short example of the failing code and the fixed code.
+``refusal`` (optional, true)
+    gpu_dlpack declining, by design, what the standard forbids or cannot
+    say; ``gpu-dlpack doctor`` counts these as working as designed.
+
+Its ``hazards`` map holds the problems ``gpu-dlpack doctor`` finds without any
+exception (a consumer that writes through READ_ONLY, ...), each with a
+``problem`` and a ``remedy`` that may quote ``{producer}``, ``{consumer}`` and
+the other fields the doctor passes.
+
+>>> [m.entry.id for m in match("BufferError: JAX does not support any version "
+...     "below (0, 5) but version ((0, 4)) was requested.")]
+['jax-version-floor']
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import re
+import textwrap
+from dataclasses import dataclass
+
+DATA_FILE = "explain.json"
+
+_FIELD = re.compile(r"\{(\w+)\}")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One known error message."""
+
+    id: str
+    library: str
+    exception: str
+    pattern: re.Pattern
+    meaning: str
+    remedies: tuple
+    avoid: dict
+    refusal: bool = False
+
+
+@dataclass(frozen=True)
+class Match:
+    """An entry found in a text, with what its named groups captured."""
+
+    entry: Entry
+    groups: dict
+    excerpt: str
+
+    @property
+    def meaning(self) -> str:
+        return fill(self.entry.meaning, self.groups)
+
+    @property
+    def remedies(self) -> list:
+        return [fill(r, self.groups) for r in self.entry.remedies]
+
+    def as_dict(self) -> dict:
+        e = self.entry
+        return {
+            "id": e.id,
+            "library": e.library,
+            "exception": e.exception,
+            "excerpt": self.excerpt,
+            "meaning": self.meaning,
+            "remedies": self.remedies,
+            "avoid": dict(e.avoid),
+            "refusal": e.refusal,
+        }
+
+
+def fill(template: str, fields: dict) -> str:
+    """``template`` with ``{name}`` replaced for the names in ``fields`` only
+    (other braces, as in code examples, stay as written)."""
+    return _FIELD.sub(lambda m: str(fields[m[1]]) if m[1] in fields else m[0], template)
+
+
+@functools.lru_cache(maxsize=1)
+def _data() -> dict:
+    text = importlib.resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=1)
+def entries() -> tuple:
+    """Every known error, in the order of the data file (most specific first)."""
+    out = []
+    for raw in _data()["errors"]:
+        out.append(
+            Entry(
+                id=raw["id"],
+                library=raw["library"],
+                exception=raw["exception"],
+                pattern=re.compile(raw["pattern"]),
+                meaning=raw["meaning"],
+                remedies=tuple(raw["remedies"]),
+                avoid=dict(raw["avoid"]),
+                refusal=bool(raw.get("refusal", False)),
+            )
+        )
+    return tuple(out)
+
+
+def hazards() -> dict:
+    """The hazards ``gpu-dlpack doctor`` reports: id -> {problem, remedy}."""
+    return _data()["hazards"]
+
+
+def match(text: str) -> list:
+    """Every entry whose pattern occurs in ``text``, in the order they occur
+    there (ties in file order). A gpu_dlpack message that quotes a peer's
+    error yields both."""
+    flat = _SPACE.sub(" ", text)
+    found = []
+    for order, entry in enumerate(entries()):
+        m = entry.pattern.search(flat)
+        if m is not None:
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            found.append((m.start(), order, Match(entry, groups, m.group(0))))
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [m for _, _, m in found]
+
+
+def first(text: str):
+    """The first match in ``text``, or None."""
+    found = match(text)
+    return found[0] if found else None
+
+
+def render(matches: list) -> str:
+    """The terminal text for ``matches``."""
+    if not matches:
+        return (
+            "No known DLPack error matched this text.\n"
+            "Run `gpu-dlpack doctor` to see which exchanges work in this "
+            "environment, and `gpu-dlpack doctor --json` to attach to a bug report."
+        )
+    blocks = []
+    for m in matches:
+        e = m.entry
+        lines = [f"{e.id}: {e.exception} raised by {e.library}", f"  matched: {_short(m.excerpt, 160)}"]
+        lines.append("  what it means:")
+        lines += wrap_text(m.meaning, "    ")
+        lines.append("  remedies, in order:")
+        for i, remedy in enumerate(m.remedies, 1):
+            lines += wrap_text(remedy, f"    {i}. ", "       ")
+        avoid = e.avoid
+        lines.append(f"  with gpu_dlpack: {avoid['call']}")
+        lines.append("    before:")
+        lines += ["      " + s for s in avoid["before"].splitlines()]
+        lines.append("    after:")
+        lines += ["      " + s for s in avoid["after"].splitlines()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def wrap_text(text: str, first: str, rest: str | None = None, width: int = 88) -> list:
+    """``text`` wrapped to ``width``, the first line indented by ``first``."""
+    rest = first if rest is None else rest
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest) or [first]
+
+
+def run(text: str, as_json: bool = False) -> tuple:
+    """``(output, exit status)`` for ``gpu-dlpack explain``: 0 when something
+    matched, 1 when nothing did."""
+    matches = match(text)
+    if as_json:
+        out = json.dumps(
+            {"matched": bool(matches), "matches": [m.as_dict() for m in matches]}, indent=2
+        )
+    else:
+        out = render(matches)
+    return out, 0 if matches else 1

@@ -1,0 +1,209 @@
+"""Stream hand-off on CUDA and ROCm: the mechanism behind the stream rules.
+
+- ``handoff``: the consumer's stream waits for the work already queued on the
+  producer's stream: an event is recorded on the producer's stream and
+  ``cudaStreamWaitEvent`` queues the wait on the consumer's. The host never
+  blocks.
+- ``wait_host``: the host waits for the work queued so far on one stream (a
+  copy the host reads at once), not for the whole device.
+- ``keep_until_done``: objects stay alive until the work queued so far on a
+  stream is done (the source of an asynchronous copy), checked without
+  blocking at every exchange.
+- ``current_stream``: the stream CuPy queues work on for a device, as a
+  DLPack handle.
+
+Events come from a small pool per device, created with timing disabled.
+An event can go back to the pool as soon as the wait is queued:
+``cudaStreamWaitEvent`` uses the state the event captured when it is called,
+and a later ``cudaEventRecord`` does not change what is already waited for.
+Nothing here decides whether to synchronize; ``_streams`` and the backends do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import threading
+
+_POOL_SIZE = 8  # idle events kept per device
+_NOT_READY = 600  # cudaErrorNotReady and hipErrorNotReady
+
+_pools: dict = {}  # device -> [event handle, ...]
+_pending = collections.deque()  # (event, device, objects), oldest first
+_pending_lock = threading.Lock()
+
+
+def _runtime():
+    from cupy.cuda import runtime
+
+    return runtime
+
+
+def on_device(device: int):
+    """A context in which ``device`` is the current GPU."""
+    from cupy.cuda import Device
+
+    return Device(device)
+
+
+def _acquire(device: int) -> int:
+    pool = _pools.get(device)
+    if pool:
+        try:
+            return pool.pop()
+        except IndexError:  # another thread took the last one
+            pass
+    runtime = _runtime()
+    with on_device(device):
+        return runtime.eventCreateWithFlags(runtime.eventDisableTiming)
+
+
+def _release(device: int, event: int) -> None:
+    pool = _pools.setdefault(device, [])
+    if len(pool) < _POOL_SIZE:
+        pool.append(event)
+    else:
+        _runtime().eventDestroy(event)
+
+
+def pool_size(device: int) -> int:
+    """Idle events in the pool of ``device`` (for tests and diagnostics)."""
+    return len(_pools.get(device, ()))
+
+
+def handoff(producer: int, consumer: int, device: int, consumer_device: int | None = None) -> bool:
+    """Make ``consumer`` wait for the work queued so far on ``producer``.
+
+    Both are stream handles (``-1`` for the consumer means no
+    synchronization); ``producer`` lives on GPU ``device``, ``consumer`` on
+    ``consumer_device`` (default: the same GPU). Returns whether a wait was
+    queued. The special handles 1 and 2 name the default streams of the
+    current device, so each call is made on the device its stream belongs to.
+    """
+    if consumer_device is None:
+        consumer_device = device
+    if consumer == -1 or (consumer == producer and consumer_device == device):
+        return False
+    runtime = _runtime()
+    event = _acquire(device)
+    try:
+        with on_device(device):
+            runtime.eventRecord(event, producer)
+        with on_device(consumer_device):
+            runtime.streamWaitEvent(consumer, event, 0)
+    finally:
+        _release(device, event)
+    return True
+
+
+def wait_host(stream: int, device: int) -> None:
+    """Block the host until the work queued so far on ``stream`` is done."""
+    runtime = _runtime()
+    event = _acquire(device)
+    try:
+        with on_device(device):
+            runtime.eventRecord(event, stream)
+        runtime.eventSynchronize(event)
+    finally:
+        _release(device, event)
+
+
+def keep_until_done(stream: int, device: int, *objects) -> None:
+    """Keep ``objects`` alive until the work queued so far on ``stream`` is
+    done, without blocking: an event is recorded, and ``collect`` drops the
+    objects once it has completed."""
+    collect()
+    event = _acquire(device)
+    with on_device(device):
+        _runtime().eventRecord(event, stream)
+    _pending.append((event, device, objects))
+
+
+def collect() -> int:
+    """Drop what ``keep_until_done`` holds for completed work; returns how
+    many entries are still pending. Never blocks: a thread that finds
+    another one collecting moves on."""
+    if not _pending or not _pending_lock.acquire(blocking=False):
+        return len(_pending)
+    try:
+        runtime = _runtime()
+        while _pending:
+            event, device, _objects = _pending[0]
+            if runtime.eventQuery(event) == _NOT_READY:
+                break
+            _pending.popleft()
+            _release(device, event)
+    finally:
+        _pending_lock.release()
+    return len(_pending)
+
+
+@atexit.register
+def _drain():
+    # Copies still queued at exit must not read memory freed at shutdown.
+    while _pending:
+        event, _device, _objects = _pending.popleft()
+        with contextlib.suppress(Exception):
+            _runtime().eventSynchronize(event)
+
+
+def default_stream() -> int:
+    """The handle of CuPy's default stream: the per-thread default stream (2)
+    when CuPy runs with CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1, else the
+    legacy default stream (1); 0 (the null stream) on ROCm."""
+    runtime = _runtime()
+    if runtime.is_hip:
+        return 0
+    try:
+        from cupy_backends.cuda.stream import get_default_stream_ptr
+    except ImportError:  # older CuPy: read the switch CuPy reads
+        import os
+
+        ptds = os.environ.get("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+        return runtime.streamPerThread if ptds else runtime.streamLegacy
+    return int(get_default_stream_ptr())
+
+
+def current_stream(device: int) -> int:
+    """The handle of CuPy's current stream on GPU ``device`` (its null stream
+    as the default stream's handle, never the ambiguous 0 on CUDA)."""
+    from cupy.cuda import get_current_stream
+
+    ptr = int(get_current_stream(device).ptr)
+    if ptr == 0:
+        return default_stream()
+    return ptr
+
+
+@contextlib.contextmanager
+def queue_on(stream: int, device: int):
+    """Make ``stream`` CuPy's current stream on ``device`` for a block, so
+    that CuPy's allocations and kernels in it are ordered on that stream."""
+    with on_device(device), _cupy_stream(stream):
+        yield
+
+
+class _StreamHandle:
+    """A bare handle, for ``cupy.cuda.Stream.from_external`` (CUDA stream protocol)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def _cupy_stream(handle: int):
+    import cupy
+
+    stream_type = cupy.cuda.Stream
+    if hasattr(stream_type, "from_external"):  # CuPy 14
+        return stream_type.from_external(_StreamHandle(handle))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(handle)

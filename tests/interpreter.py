@@ -1,0 +1,28 @@
+"""Running a short script in a fresh interpreter, for what must be seen from
+outside: interpreter exit, or JAX started with other flags."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gpu_dlpack
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpu_dlpack.__file__)))
+
+
+def run_python(code, *, env=None, timeout=180, options=()):
+    """Run ``code`` with this interpreter (and its ``options``, such as
+    ``("-X", "dev")``), gpu_dlpack importable; returns the CompletedProcess
+    (text, stdout and stderr captured)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("JAX_PLATFORMS", "cpu")
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (ROOT, full_env.get("PYTHONPATH")) if p
+    )
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, *options, "-c", code], env=full_env, capture_output=True, text=True,
+        timeout=timeout, cwd=ROOT,
+    )

@@ -1,0 +1,375 @@
+"""``gpu-dlpack doctor``: the report's structure, its JSON schema, the exit
+status, and that a missing or broken library gets its row.
+
+The report is measured live against the real peers (numpy, torch, jax,
+array_api_strict, cupy without a GPU). Broken libraries are small modules
+written to a temporary directory: a library that fails to import, one whose
+arrays fail to export, one whose from_dlpack fails.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _cli, _doctor, _explain
+
+SEVERITIES = {"failure", "refused", "hazard", "fixed", "note"}
+OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
+
+
+@pytest.fixture(scope="module")
+def report():
+    return _doctor.run()
+
+
+def row(report, name):
+    (r,) = [r for r in report["libraries"] if r["name"] == name]
+    return r
+
+
+def host(report):
+    (m,) = [m for m in report["matrices"] if m["device"] == "cpu"]
+    return m
+
+
+def cell(report, producer, consumer):
+    (c,) = [c for c in host(report)["cells"] if (c["producer"], c["consumer"]) == (producer, consumer)]
+    return c
+
+
+# -- schema ------------------------------------------------------------------
+
+
+def _is(value, *types):
+    return any(value is None if t is None else isinstance(value, t) for t in types)
+
+
+def check_schema(doc):
+    """The schema documented in gpu_dlpack._doctor, checked field by field."""
+    assert doc["schema"] == "gpu_dlpack.doctor/1"
+    g = doc["gpu_dlpack"]
+    assert _is(g["version"], str) and len(g["dlpack_version"]) == 2 and len(g["min_dlpack_version"]) == 2
+    p = doc["platform"]
+    for key in ("python", "implementation", "executable", "os", "machine"):
+        assert _is(p[key], str), key
+    gpu = p["gpu"]
+    assert _is(gpu["usable"], bool)
+    assert gpu["backend"] in ("cuda", "rocm", None)
+    assert _is(gpu["reason"], str, None) and _is(gpu["nvidia_driver"], str, None)
+    assert (gpu["reason"] is None) == gpu["usable"]
+    if gpu["cupy"] is not None:
+        c = gpu["cupy"]
+        assert all(_is(d, str) for d in c["distributions"])
+        for key in ("version", "runtime_version", "driver_version", "error"):
+            assert _is(c[key], str, None), key
+        assert _is(c["device_count"], int, None)
+    for d in gpu["devices"]:
+        assert _is(d["index"], int) and _is(d["name"], str) and _is(d["memory_bytes"], int)
+        assert _is(d["compute_capability"], str)
+    if gpu["torch"] is not None:
+        assert _is(gpu["torch"]["cuda_available"], bool) and _is(gpu["torch"]["device_count"], int)
+    if gpu["jax"] is not None:
+        assert _is(gpu["jax"]["backend"], str) and all(_is(d, str) for d in gpu["jax"]["devices"])
+    for r in doc["libraries"]:
+        check_library(r)
+    for m in doc["matrices"]:
+        assert m["device"] in ("cpu", "cuda", "rocm", "gpu")
+        assert len(m["cells"]) == len(m["producers"]) * len(m["consumers"])
+        for skip in m["skipped"]:
+            assert _is(skip["producer"], str) and _is(skip["reason"], str)
+            assert skip["producer"] not in m["producers"]
+        for c in m["cells"]:
+            assert c["producer"] in m["producers"] and c["consumer"] in m["consumers"]
+            for side in ("direct", "via"):
+                check_result(c[side])
+    for f in doc["findings"]:
+        assert f["severity"] in SEVERITIES
+        assert f["subject"] and f["problem"] and f["remedy"]
+    s = doc["summary"]
+    assert set(s) == {"exchanges", "through_gpu_dlpack_ok", "through_gpu_dlpack_failed", "refused", "hazards"}
+    assert s["exchanges"] == sum(len(m["cells"]) for m in doc["matrices"])
+    assert doc["exit_status"] == (1 if s["through_gpu_dlpack_failed"] else 0)
+
+
+def check_library(r):
+    assert _is(r["name"], str) and _is(r["module"], str) and _is(r["installed"], bool)
+    assert _is(r["version"], str, None) and _is(r["error"], str, None)
+    if not r["installed"]:
+        assert r["error"] == "not installed" and r["producer"] is None and r["consumer"] is None
+        return
+    prod, cons = r["producer"], r["consumer"]
+    if prod is not None and prod["probed"]:
+        assert set(prod["capsules"]) == {"none", "1.0"}
+        for cap in prod["capsules"].values():
+            assert "error" in cap or (cap["name"] in ("dltensor", "dltensor_versioned") and _is(cap["version"], list, None))
+        assert set(prod["keywords"]) == {"stream", "max_version", "dl_device", "copy"}
+        assert all(_is(v, bool) for v in prod["keywords"].values())
+        assert _is(prod["floor"], list, None)
+        if prod["read_only"] is not None:
+            assert _is(prod["read_only"]["flag"], bool, None)
+            assert prod["read_only"]["legacy"] in ("refused", "exported", None)
+        assert _is(prod["copy"]["copies"], bool, None) and _is(prod["copy"]["flag"], bool, None)
+    elif prod is not None:
+        assert _is(prod["reason"], str)
+    if cons is not None and cons["probed"]:
+        assert _is(cons["call"], str) and _is(cons["sends"], dict, None) and _is(cons["error"], str, None)
+        assert _is(cons["zero_copy"], bool, None) and _is(cons["unaligned"], bool, str)
+        assert _is(cons["copy"]["forwarded"], bool, None) and _is(cons["copy"]["copied"], bool, None)
+        assert _is(cons["read_only"]["honoured"], bool, None) and _is(cons["read_only"]["detail"], str)
+        assert set(cons["raw_capsules"]) == {"legacy", "versioned"}
+        assert all(v is True or _is(v, str) for v in cons["raw_capsules"].values())
+        assert cons["takes"] in ("producers", "capsules")
+    elif cons is not None:
+        assert _is(cons["reason"], str)
+
+
+def check_result(r):
+    assert r["outcome"] in OUTCOMES and _is(r["call"], str)
+    assert r["ok"] == (r["outcome"] in ("zero-copy", "copied"))
+    assert (r["error"] is not None) == (r["outcome"] in ("error", "refused"))
+    assert _is(r["explain"], str, None) and _is(r["request"], dict, None)
+    assert all(h in _explain.hazards() for h in r["hazards"])
+
+
+def test_report_follows_the_documented_schema(report):
+    check_schema(report)
+
+
+def test_json_output_is_the_report(report):
+    assert json.loads(_doctor.to_json(report)) == json.loads(json.dumps(report))
+
+
+def test_every_library_asked_for_has_a_row(report):
+    names = [r["name"] for r in report["libraries"]]
+    assert names[:6] == ["numpy", "torch", "jax", "cupy", "array_api_strict", "numba"]
+    for r in report["libraries"]:
+        installed = importlib.util.find_spec(r["module"].split(".")[0]) is not None
+        assert r["installed"] == installed, r["name"]
+
+
+def test_platform_says_why_the_gpu_is_not_usable(report):
+    gpu = report["platform"]["gpu"]
+    if gpu["usable"]:
+        assert gpu["devices"] and gpu["backend"] in ("cuda", "rocm")
+    else:
+        assert gpu["reason"]
+        if importlib.util.find_spec("cupy") is not None:
+            assert any(d.startswith("cupy") for d in gpu["cupy"]["distributions"])
+
+
+# -- measured facts (the peers' behaviour in SPEC section 5) -------------------
+
+
+def test_producers_are_measured(report):
+    numpy = row(report, "numpy")["producer"]
+    assert numpy["capsules"]["none"] == {"name": "dltensor", "version": None}
+    assert numpy["capsules"]["1.0"]["name"] == "dltensor_versioned"
+    assert numpy["read_only"] == {"flag": True, "legacy": "refused", "detail": None}
+    assert numpy["copy"] == {"copies": True, "flag": True, "detail": None}
+    jax = row(report, "jax")["producer"]
+    assert jax["capsules"]["1.0"]["name"] == "dltensor"
+    assert jax["floor"] == [0, 5] and "JAX does not support" in jax["floor_error"]
+
+
+def test_consumers_are_measured(report):
+    numpy, torch, jax = (row(report, n)["consumer"] for n in ("numpy", "torch", "jax"))
+    assert numpy["sends"] == {"max_version": [1, 0]} and numpy["read_only"]["honoured"] is True
+    assert torch["read_only"]["honoured"] is False
+    assert torch["raw_capsules"] == {"legacy": True, "versioned": True}
+    assert jax["sends"] == {} and jax["read_only"]["honoured"] is None
+    assert numpy["copy"]["forwarded"] is True and jax["copy"]["forwarded"] is False
+
+
+def test_cupy_without_gpu_is_a_row_with_the_reason(report):
+    if importlib.util.find_spec("cupy") is None or report["platform"]["gpu"]["usable"]:
+        pytest.skip("needs CuPy installed on a machine without a usable GPU")
+    cupy = row(report, "cupy")
+    assert cupy["installed"] and cupy["version"]
+    assert not cupy["producer"]["probed"] and "GPU" in cupy["producer"]["reason"]
+    assert "CPU arrays cannot be directly imported" in cupy["consumer"]["error"]
+
+
+def test_matrix_covers_every_host_producer_and_consumer(report):
+    m = host(report)
+    assert {"numpy", "numpy (read-only)", "torch", "jax", "array_api_strict"} <= set(m["producers"])
+    assert {"numpy", "torch", "jax", "array_api_strict"} <= set(m["consumers"])
+    assert "cupy" not in m["consumers"]
+
+
+def test_zero_copy_is_judged_by_pointers(report):
+    c = cell(report, "torch", "numpy")
+    assert c["direct"]["outcome"] == "zero-copy" and c["via"]["outcome"] == "zero-copy"
+    assert c["via"]["call"] == "gpu_dlpack.from_dlpack(x)"
+
+
+def test_read_only_numpy_into_jax_fails_directly_and_is_refused_by_rule(report):
+    c = cell(report, "numpy (read-only)", "jax")
+    assert c["direct"]["outcome"] == "error" and c["direct"]["explain"] == "numpy-readonly-legacy"
+    assert c["via"]["outcome"] == "refused" and c["via"]["explain"] == "gpu_dlpack-readonly-legacy"
+    assert c["via"]["request"] == {}
+    (f,) = [f for f in report["findings"] if f["subject"].startswith("numpy (read-only) -> jax")]
+    assert f["severity"] == "refused" and "copy" in f["remedy"]
+
+
+def test_consumer_writing_through_read_only_is_a_hazard_with_a_remedy(report):
+    c = cell(report, "numpy (read-only)", "torch")
+    assert "consumer-ignores-read-only" in c["via"]["hazards"]
+    (f,) = [f for f in report["findings"] if f.get("hazard") == "consumer-ignores-read-only"]
+    assert f["subject"] == "torch" and "copy=True" in f["remedy"]
+
+
+def test_findings_are_sorted_by_severity(report):
+    order = [_doctor.SEVERITIES.index(f["severity"]) for f in report["findings"]]
+    assert order == sorted(order)
+
+
+# -- exit status ---------------------------------------------------------------
+
+
+def test_exit_status_0_when_every_exchange_through_gpu_dlpack_works(report):
+    assert report["summary"]["through_gpu_dlpack_failed"] == 0
+    assert report["exit_status"] == 0
+
+
+@pytest.fixture
+def libdir(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(name, source):
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        return name
+
+    yield write
+    for name in list(sys.modules):
+        if name.startswith("doctor_test_"):
+            del sys.modules[name]
+
+
+NUMPY_LIKE = """
+    import numpy as np
+
+    class Array:
+        def __init__(self, a):
+            self.a = np.ascontiguousarray(a)
+        def __dlpack__(self, **kw):
+            {export}
+        def __dlpack_device__(self):
+            return (1, 0)
+        def __setitem__(self, i, v):
+            self.a[i] = v
+
+    def asarray(a):
+        return Array(a)
+
+    def from_dlpack(x, copy=None):
+        {consume}
+"""
+
+
+def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
+    name = libdir("doctor_test_badconsumer", NUMPY_LIKE.format(
+        export="return self.a.__dlpack__(**kw)",
+        consume="raise RuntimeError('this consumer fails every import')",
+    ))
+    rep = _doctor.run(extra=[name])
+    check_schema(rep)
+    assert name in host(rep)["consumers"]
+    bad = [c for c in host(rep)["cells"] if c["consumer"] == name]
+    assert bad and all(c["via"]["outcome"] == "error" for c in bad)
+    assert rep["summary"]["through_gpu_dlpack_failed"] == len(bad)
+    assert rep["exit_status"] == 1
+    assert any(f["severity"] == "failure" and name in f["subject"] for f in rep["findings"])
+
+
+def test_missing_library_gets_a_row():
+    rep = _doctor.run(extra=["doctor_test_not_installed_anywhere"])
+    r = row(rep, "doctor_test_not_installed_anywhere")
+    assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
+                 "installed": False, "version": None, "error": "not installed", "producer": None,
+                 "consumer": None}
+    check_schema(rep)
+
+
+def test_library_that_fails_to_import_gets_a_row(libdir):
+    name = libdir("doctor_test_broken_import", "raise RuntimeError('compiled for another Python')\n")
+    rep = _doctor.run(extra=[name])
+    r = row(rep, name)
+    assert r["installed"] and r["error"] == "import failed: RuntimeError: compiled for another Python"
+    assert any(f["subject"] == name and f["severity"] == "note" for f in rep["findings"])
+    check_schema(rep)
+    assert rep["exit_status"] == 0
+
+
+def test_library_that_raises_while_probed_gets_a_row(libdir):
+    name = libdir("doctor_test_broken_export", NUMPY_LIKE.format(
+        export="raise MemoryError('allocator is broken')",
+        consume="return np.from_dlpack(x)",
+    ))
+    rep = _doctor.run(extra=[name])
+    prod = row(rep, name)["producer"]
+    assert prod["probed"]
+    assert prod["capsules"]["none"] == {"error": "MemoryError: allocator is broken"}
+    check_schema(rep)
+    bad = [c for c in host(rep)["cells"] if c["producer"] == name]
+    # gpu_dlpack names the failing producer in the standard's BufferError
+    assert bad and all(c["via"]["outcome"] == "error" for c in bad)
+    assert all("allocator is broken" in c["via"]["error"] for c in bad)
+
+
+def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
+    name = libdir("doctor_test_no_dlpack", """
+        import numpy as np
+
+        class Array:
+            def __init__(self, a):
+                self.a = a
+
+        def asarray(a):
+            return Array(a)
+
+        def from_dlpack(x, copy=None):
+            return np.from_dlpack(x)
+    """)
+    rep = _doctor.run(extra=[name])
+    check_schema(rep)
+    m = host(rep)
+    assert {"producer": name, "reason": "Array has no __dlpack__"} in m["skipped"]
+    assert name not in m["producers"] and name in m["consumers"]
+    assert not row(rep, name)["producer"]["probed"]
+    assert rep["exit_status"] == 0
+
+
+# -- terminal and command ------------------------------------------------------
+
+
+def test_terminal_report_has_every_section(report):
+    text = _doctor.render(report)
+    for heading in ("Platform", "Producers:", "Consumers:", "Exchanges on cpu", "Findings"):
+        assert heading in text, heading
+    assert "numpy (read-only)" in text and "IGNORED" in text
+    last = text.rstrip().splitlines()[-1]
+    assert last.startswith("OK:" if report["exit_status"] == 0 else "FAILED:")
+    assert f"Exit status {report['exit_status']}" in last
+
+
+def test_cli_doctor_json(capsys):
+    status = _cli.main(["doctor", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    check_schema(doc)
+    assert status == doc["exit_status"]
+
+
+def test_python_m_gpu_dlpack_doctor():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gpu_dlpack.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + sys.path))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpu_dlpack", "doctor"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert "Exchanges on cpu" in done.stdout, done.stdout + done.stderr
+    assert f"Exit status {done.returncode}." in done.stdout.rstrip().splitlines()[-1]

@@ -1,0 +1,625 @@
+"""``gpu-dlpack explain``: every entry of the knowledge file recognises the
+real message it describes.
+
+Each message is raised here by the real library (NumPy, PyTorch, JAX, CuPy
+without a GPU, gpu_dlpack) wherever it can be raised on a CPU. Messages that
+only a GPU can raise are quoted from the library's source, and the test says
+where; for PyTorch the quote is checked against the installed source.
+"""
+
+import ctypes
+import datetime
+import inspect
+import io
+import json
+import struct
+import warnings
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _capsule, _cli, _errors, _explain, _rules, _streams
+from gpu_dlpack._devices import DLDeviceType
+
+
+def raised(fn) -> str:
+    """``Type: message`` of what ``fn()`` raises, as a traceback shows it."""
+    try:
+        fn()
+    except Exception as exc:  # the message is what is tested
+        return f"{type(exc).__name__}: {exc}"
+    raise AssertionError(f"{fn} raised nothing")
+
+
+def warned(fn) -> str:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    assert caught, f"{fn} warned nothing"
+    w = caught[-1]
+    return f"{w.category.__name__}: {w.message}"
+
+
+def numpy_capsule(device_type=1, versioned=False, major=None, dtype=None, ndim=None):
+    """A NumPy capsule with fields rewritten, to make real consumers meet
+    memory kinds and layouts this CPU-only machine cannot produce."""
+    a = np.arange(6.0)
+    cap = a.__dlpack__(max_version=(1, 0)) if versioned else a.__dlpack__()
+    ptr = _capsule.pointer(cap, versioned)
+    tensor = ptr + (32 if versioned else 0)
+    ctypes.memmove(tensor + 8, struct.pack("<ii", device_type, 0), 8)
+    if major is not None:
+        _capsule.set_version(ptr, (major, 0))
+    if dtype is not None:
+        ctypes.memmove(tensor + 20, struct.pack("<BBH", *dtype), 4)
+    if ndim is not None:
+        ctypes.memmove(tensor + 16, struct.pack("<i", ndim), 4)
+    return cap
+
+
+class Producer:
+    """A minimal DLPack producer that hands out given capsules and claims a
+    given device: it plays memory kinds (pinned, managed, CUDA) here."""
+
+    def __init__(self, device_type, make=None):
+        self.device_type = device_type
+        self.make = make or (lambda kw: numpy_capsule(device_type, kw.get("max_version") is not None))
+
+    def __dlpack__(self, **kw):
+        return self.make(kw)
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+
+class OldProducer:
+    """A producer written before the 2023 revision: only ``stream``."""
+
+    def __init__(self):
+        self.a = np.arange(3.0)
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+class BrokenProducer:
+    def __dlpack__(self, **kw):
+        raise RuntimeError("device lost")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _jax():
+    import jax
+    import jax.dlpack
+    import jax.numpy
+
+    return jax
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _torch_source_has(text):
+    """True when the installed PyTorch's Tensor.__dlpack__ source holds ``text``."""
+    return text in inspect.getsource(_torch().Tensor.__dlpack__)
+
+
+def _consume_twice_numpy():
+    cap = np.arange(3.0).__dlpack__()
+    handoff = Producer(1, lambda kw: cap)
+    np.from_dlpack(handoff)
+    np.from_dlpack(handoff)
+
+
+def _consume_twice_cupy():
+    cap = np.arange(3.0).__dlpack__()
+    _torch().from_dlpack(cap)
+    _cupy().from_dlpack(cap)
+
+
+def _gpu_dlpack_consumed():
+    cap = np.arange(3.0).__dlpack__()
+    gpu_dlpack.from_dlpack(cap)
+    gpu_dlpack.from_dlpack(cap)
+
+
+def _unaligned_view():
+    buf = np.zeros(17, np.float32)
+    view = buf[1:] if buf.ctypes.data % 64 == 0 else buf[(64 - buf.ctypes.data % 64) // 4 + 1:]
+    assert view.ctypes.data % 64
+    return view
+
+
+def _sub_itemsize_strides():
+    buf = np.zeros(16, np.uint8)
+    return np.ndarray((2,), dtype=np.int32, buffer=buf, offset=1, strides=(3,))
+
+
+# The real message for each entry of explain.json.
+class _SaysCpuGivesPinned:
+    """A producer whose capsule contradicts its __dlpack_device__."""
+
+    def __dlpack__(self, **kwargs):
+        from .helpers import managed
+
+        cap = np.arange(3.0).__dlpack__()
+        managed(cap).dl_tensor.device.device_type = 3
+        return cap
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+REAL_MESSAGES = {
+    # -- gpu_dlpack itself
+    "gpu_dlpack-below-floor": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4))),
+    "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
+    "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
+    "gpu_dlpack-needs-version": lambda: raised(
+        lambda: gpu_dlpack.export(np.ones(3, bool), max_version=(0, 6))
+    ),
+    "gpu_dlpack-bad-copy": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), copy=1)),
+    "gpu_dlpack-bad-stream-type": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), stream="s")),
+    "gpu_dlpack-bad-stream-value": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), stream=5)),
+    "gpu_dlpack-stream-zero": lambda: warned(lambda: _streams.check_stream(0, DLDeviceType.CUDA)),
+    "gpu_dlpack-bad-device": lambda: raised(lambda: gpu_dlpack.Device("gpu0")),
+    "gpu_dlpack-bad-device-type": lambda: raised(lambda: gpu_dlpack.Device(0.5)),
+    "gpu_dlpack-array-not-device": lambda: raised(lambda: gpu_dlpack.Device(np.arange(3))),
+    "gpu_dlpack-bad-dl-device": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device="cpu")),
+    "gpu_dlpack-readonly-flag-type": lambda: raised(lambda: gpu_dlpack.wrap(np.arange(3), readonly=1)),
+    "gpu_dlpack-not-dlpack": lambda: raised(lambda: gpu_dlpack.from_dlpack([1, 2, 3])),
+    "gpu_dlpack-readonly-legacy": lambda: raised(
+        lambda: _jax().dlpack.from_dlpack(gpu_dlpack.wrap(readonly(np.arange(3.0))))
+    ),
+    "gpu_dlpack-copy-forbidden": lambda: raised(
+        lambda: gpu_dlpack.from_dlpack(Producer(2), device="cpu", copy=False)
+    ),
+    "gpu_dlpack-unreachable": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(4, 0))),
+    "gpu_dlpack-device-mismatch": lambda: raised(lambda: gpu_dlpack.export(_SaysCpuGivesPinned())),
+    "gpu_dlpack-host-device-id": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(1, 1))),
+    "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
+    "gpu_dlpack-bad-stream-object": lambda: raised(lambda: gpu_dlpack.use_stream("default").__enter__()),
+    "gpu_dlpack-readonly-to-writeable": lambda: raised(
+        lambda: _rules.readonly_import_copies(gpu_dlpack.Device("cuda:0"), True, False)
+    ),
+    # GPU only: gpu_dlpack/_backends/cupy.py, where CuPy refuses a capsule or
+    # is older than 13.4 (the builders in gpu_dlpack._errors give the text).
+    "gpu_dlpack-gpu-failed": lambda: "BufferError: " + str(
+        _errors.gpu_failed("import the capsule", TypeError("Unsupported dtype. dtype code: 7"))
+    ),
+    "gpu_dlpack-old-cupy": lambda: "BufferError: " + str(_errors.old_cupy("export a versioned DLPack capsule")),
+    "gpu_dlpack-producer-refused": lambda: raised(lambda: gpu_dlpack.from_dlpack(BrokenProducer())),
+    "gpu_dlpack-consumed": lambda: raised(_gpu_dlpack_consumed),
+    "gpu_dlpack-not-a-capsule": lambda: raised(lambda: gpu_dlpack.inspect(np.arange(3))),
+    "gpu_dlpack-bad-capsule-name": lambda: raised(lambda: gpu_dlpack.inspect(datetime.datetime_CAPI)),
+    "gpu_dlpack-unsupported-major": lambda: raised(
+        lambda: gpu_dlpack.from_dlpack(numpy_capsule(versioned=True, major=2))
+    ),
+    "gpu_dlpack-unreadable-major": lambda: raised(
+        lambda: gpu_dlpack.inspect(numpy_capsule(versioned=True, major=2))
+    ),
+    "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
+    "gpu_dlpack-numpy-import": lambda: raised(
+        # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
+        lambda: gpu_dlpack._backends.numpy_backend.consume(
+            *(lambda c: (c, False, _capsule.peek(c, False)))(numpy_capsule(device_type=10))
+        )
+    ),
+    "gpu_dlpack-unsupported-dtype": lambda: raised(
+        lambda: gpu_dlpack.from_dlpack(numpy_capsule(dtype=(2, 64, 4)))
+    ),
+    "gpu_dlpack-unsupported-numpy-dtype": lambda: raised(lambda: gpu_dlpack.export(np.array(["a", "b"]))),
+    # -- NumPy
+    "numpy-readonly-legacy": lambda: raised(lambda: _jax().dlpack.from_dlpack(readonly(np.arange(3.0)))),
+    "numpy-stream": lambda: raised(lambda: np.arange(3).__dlpack__(stream=1)),
+    "numpy-unsupported-device-requested": lambda: raised(lambda: np.arange(3).__dlpack__(dl_device=(2, 0))),
+    "numpy-byte-order": lambda: raised(lambda: np.arange(3.0).astype(">f8").__dlpack__()),
+    "numpy-dtype-export": lambda: raised(lambda: np.array(["a", "b"]).__dlpack__()),
+    "numpy-strides-itemsize": lambda: raised(lambda: _sub_itemsize_strides().__dlpack__()),
+    "numpy-longdouble": lambda: raised(lambda: np.ones(3, np.longdouble).__dlpack__()),
+    "numpy-unsupported-device-import": lambda: raised(lambda: np.from_dlpack(Producer(2))),
+    "numpy-unsupported-dtype-import": lambda: raised(
+        lambda: np.from_dlpack(_torch().ones(3, dtype=_torch().bfloat16))
+    ),
+    "numpy-lanes": lambda: raised(
+        lambda: np.from_dlpack(Producer(1, lambda kw: numpy_capsule(dtype=(2, 64, 4))))
+    ),
+    "numpy-major-too-high": lambda: raised(
+        lambda: np.from_dlpack(Producer(1, lambda kw: numpy_capsule(versioned=True, major=2)))
+    ),
+    "numpy-device-not-understood": lambda: raised(lambda: np.from_dlpack(np.arange(3), device="cuda")),
+    "numpy-max-version-type": lambda: raised(lambda: np.arange(3).__dlpack__(max_version=1)),
+    "numpy-readonly-result": lambda: raised(
+        lambda: np.from_dlpack(_jax().numpy.arange(3.0)).__setitem__(0, 1.0)
+    ),
+    "capsule-no-dlpack-attr": lambda: raised(lambda: np.from_dlpack(np.arange(3).__dlpack__())),
+    "no-dlpack-attr": lambda: raised(lambda: np.from_dlpack([1, 2])),
+    "capsule-incorrect-name": lambda: raised(_consume_twice_numpy),
+    # -- PyTorch
+    "torch-requires-grad": lambda: raised(lambda: _torch().ones(3, requires_grad=True).__dlpack__()),
+    "torch-conj": lambda: raised(lambda: _torch().ones(3, dtype=_torch().complex64).conj().__dlpack__()),
+    "torch-layout": lambda: raised(lambda: _torch().ones(3).to_sparse().__dlpack__()),
+    # GPU only: torch/_tensor.py, Tensor.__dlpack__ (checked against the
+    # installed source in test_gpu_only_quotes_are_in_the_installed_source).
+    "torch-other-cuda-device": lambda: (
+        "BufferError: Can't export tensors on a different CUDA device index. Expected: 1. Current device: 0."
+    ),
+    "torch-per-thread-stream": lambda: "BufferError: per-thread default stream is not supported.",
+    "torch-unsupported-stream": lambda: "AssertionError: unsupported stream on CUDA: 0.",
+    "torch-stream-cpu": lambda: raised(lambda: _torch().arange(3).__dlpack__(stream=1)),
+    "torch-stream-type": lambda: raised(lambda: _torch().arange(3).__dlpack__(stream="s")),
+    "torch-unsupported-device-type": lambda: raised(lambda: _torch().from_dlpack(Producer(13))),
+    "torch-invalid-capsule": lambda: raised(lambda: _torch().from_dlpack([1])),
+    "torch-major-version": lambda: raised(
+        lambda: _torch().from_dlpack(numpy_capsule(versioned=True, major=2))
+    ),
+    "torch-capsule-kwargs": lambda: raised(
+        lambda: _torch().from_dlpack(np.arange(3.0).__dlpack__(), copy=True)
+    ),
+    "torch-cannot-move": lambda: raised(lambda: _torch().from_dlpack(Producer(2), device="cpu", copy=False)),
+    "torch-copy-false-move": lambda: raised(
+        lambda: _torch().arange(3.0).__dlpack__(dl_device=(2, 0), copy=False)
+    ),
+    "torch-no-cuda": lambda: raised(lambda: _torch().from_dlpack(Producer(2))),
+    # -- JAX
+    "jax-version-floor": lambda: raised(lambda: _jax().numpy.arange(3.0).__dlpack__(max_version=(0, 4))),
+    "jax-versioned-capsule": lambda: raised(
+        lambda: _jax().dlpack.from_dlpack(Producer(1, lambda kw: numpy_capsule(versioned=True)))
+    ),
+    "jax-needs-methods": lambda: raised(lambda: _jax().dlpack.from_dlpack(np.arange(3.0).__dlpack__())),
+    "jax-unsupported-device": lambda: raised(lambda: _jax().dlpack.from_dlpack(Producer(13))),
+    "jax-compact-strides": lambda: raised(
+        lambda: _jax().dlpack.from_dlpack(np.arange(12.0).reshape(3, 4)[:, ::2])
+    ),
+    "jax-stream-cpu": lambda: raised(lambda: _jax().numpy.arange(3.0).__dlpack__(stream=1)),
+    "jax-unknown-backend": lambda: raised(lambda: _jax().dlpack.from_dlpack(Producer(2))),
+    "jax-unaligned-copy-false": lambda: raised(lambda: _jax().dlpack.from_dlpack(_unaligned_view(), copy=False)),
+    "jax-to-dlpack-device": lambda: raised(
+        lambda: _jax().numpy.arange(3.0).__dlpack__(dl_device=(14, 0))
+    ),
+    # -- CuPy (installed, without a GPU)
+    "cupy-cpu-import": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0))),
+    "cupy-unsupported-array-type": lambda: raised(lambda: _cupy().from_dlpack(Producer(3))),
+    # GPU only: cupy/_core/core.pyx, _ndarray_base.__dlpack__ (cupy v14.2.0).
+    "cupy-copy-true": lambda: "BufferError: copy=True only supported for copy to CPU.",
+    "cupy-gpu-to-cpu-no-copy": lambda: "ValueError: GPU memory cannot be exported to CPU without copy.",
+    "cupy-stream-cuda": lambda: (
+        "ValueError: On CUDA, the valid stream for the DLPack protocol is -1, 1, 2, "
+        "or any larger value, but -5 was provided"
+    ),
+    "cupy-stream-rocm": lambda: (
+        "ValueError: On ROCm/HIP, the valid stream for the DLPack protocol is -1, 0, "
+        "or any value > 2, but 1 was provided"
+    ),
+    "cupy-stream-zero-warning": lambda: (
+        "UserWarning: Stream 0 is passed from a library that you are converting to; CuPy "
+        "assumes 0 as a legacy default stream. Please report this problem to the library "
+        "as this violates the DLPack protocol."
+    ),
+    # GPU only: cupy/_core/dlpack.pyx (cupy v14.2.0), _dlpack_to_cupy_array
+    # and get_dlpack_dtype_code.
+    "cupy-bfloat16": lambda: (
+        "NotImplementedError: CuPy does not support bfloat16. Please install ml_dtypes to use bfloat16."
+    ),
+    "cupy-export-dtype": lambda: "BufferError: dtype is not supported for dlpack export",
+    "cupy-backend-mismatch": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0).__dlpack__())),
+    "cupy-consumed": lambda: raised(_consume_twice_cupy),
+    "cupy-device-kwarg": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0), device=(2, 0))),
+    "cupy-major": lambda: raised(lambda: _cupy().from_dlpack(numpy_capsule(versioned=True, major=2))),
+    "cuda-runtime-unusable": lambda: raised(lambda: _cupy().arange(3)),
+    # -- any producer
+    "old-producer-keyword": lambda: raised(lambda: OldProducer().__dlpack__(max_version=(1, 0))),
+}
+
+def _torch_has_cuda():
+    return bool(_torch().cuda.is_available())
+
+
+def _jax_has_gpu():
+    try:
+        return bool(_jax().devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def _cupy_has_gpu():
+    return gpu_dlpack._backends.cupy_backend.device_count() > 0
+
+
+# Messages raised here only because a library has no GPU, with the check
+# With a GPU the same call would hand a host pointer to a GPU library.
+NEEDS_NO_GPU = {
+    "cuda-runtime-unusable": _cupy_has_gpu,
+    "gpu_dlpack-no-backend": _cupy_has_gpu,
+    "torch-no-cuda": _torch_has_cuda,
+    "jax-unknown-backend": _jax_has_gpu,
+}
+
+
+def test_every_entry_has_a_real_message():
+    assert set(REAL_MESSAGES) == {e.id for e in _explain.entries()}
+
+
+@pytest.mark.parametrize("entry_id", sorted(REAL_MESSAGES))
+def test_entry_recognises_its_real_message(entry_id, floor):
+    if entry_id in NEEDS_NO_GPU and NEEDS_NO_GPU[entry_id]():
+        pytest.skip("this message is raised only where no GPU is usable")
+    text = REAL_MESSAGES[entry_id]()
+    found = _explain.match(text)
+    assert found, f"nothing matched {text!r}"
+    assert found[0].entry.id == entry_id, (text, [m.entry.id for m in found])
+
+
+def test_gpu_only_quotes_are_in_the_installed_source():
+    assert _torch_source_has("Can't export tensors on a different CUDA device index. ")
+    assert _torch_source_has("per-thread default stream is not supported.")
+    assert _torch_source_has('f"unsupported stream on {device_str}: {stream}."')
+
+
+def test_entries_are_complete():
+    for e in _explain.entries():
+        assert e.library and e.exception and e.meaning, e.id
+        assert e.remedies and all(r.strip() for r in e.remedies), e.id
+        assert "gpu_dlpack" in e.avoid["call"], e.id
+        assert e.avoid["before"].strip() and e.avoid["after"].strip(), e.id
+
+
+def test_named_groups_fill_the_meaning():
+    (m,) = _explain.match(REAL_MESSAGES["jax-version-floor"]())
+    assert m.groups == {"floor": "0, 5", "major": "0", "minor": "4"}
+    assert "max_version=(0, 4)" in m.meaning and "(0, 5)" in m.meaning
+    assert any("GPU_DLPACK_MIN_VERSION=0.4" in r for r in m.remedies)
+
+
+def test_fill_leaves_unknown_braces():
+    assert _explain.fill("{a} and {b} and {}", {"a": 1}) == "1 and {b} and {}"
+
+
+def test_wrapped_traceback_still_matches():
+    text = "Traceback (most recent call last):\n  ...\nBufferError: Cannot export readonly array\n   since signalling readonly is unsupported by DLPack"
+    assert _explain.first(text).entry.id == "numpy-readonly-legacy"
+
+
+def test_gpu_dlpack_wrapper_explains_the_peer_message_too():
+    text = raised(lambda: gpu_dlpack.from_dlpack(Producer(1, lambda kw: (_ for _ in ()).throw(
+        RuntimeError("NumPy only supports stream=None.")))))
+    ids = [m.entry.id for m in _explain.match(text)]
+    assert ids == ["gpu_dlpack-producer-refused", "numpy-stream"]
+
+
+def test_hazards_have_problem_and_remedy():
+    for name, h in _explain.hazards().items():
+        assert h["problem"] and h["remedy"], name
+
+
+def test_data_file_is_package_data():
+    import importlib.resources
+
+    text = importlib.resources.files("gpu_dlpack").joinpath("explain.json").read_text(encoding="utf-8")
+    assert json.loads(text)["errors"]
+
+
+# -- the command -------------------------------------------------------------
+
+
+def test_explain_matched_exits_0(capsys):
+    status = _cli.main(["explain", "BufferError: JAX does not support any version below (0, 5) but version ((0, 4)) was requested."])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "jax-version-floor" in out and "remedies, in order:" in out and "before:" in out
+
+
+def test_explain_unknown_text_exits_1_and_suggests_doctor(capsys):
+    status = _cli.main(["explain", "the quick brown fox"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "No known DLPack error matched" in out and "gpu-dlpack doctor" in out
+
+
+def test_explain_reads_standard_input(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(REAL_MESSAGES["torch-requires-grad"]()))
+    assert _cli.main(["explain"]) == 0
+    assert "torch-requires-grad" in capsys.readouterr().out
+
+
+def test_explain_json(capsys):
+    status = _cli.main(["explain", "--json", REAL_MESSAGES["cupy-cpu-import"]()])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 0 and doc["matched"] is True
+    (m,) = doc["matches"]
+    assert m["id"] == "cupy-cpu-import" and m["library"] == "CuPy" and m["remedies"]
+    assert set(m["avoid"]) == {"call", "before", "after"}
+
+
+def test_explain_list(capsys):
+    assert _cli.main(["explain", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(e.id in out for e in _explain.entries())
+
+
+# -- the advice works ----------------------------------------------------------
+
+
+class OldConsumer:
+    """A consumer from before the floor existed: asks for max_version=(0, 4)
+    and reads the legacy capsule it gets."""
+
+    @staticmethod
+    def from_dlpack(x):
+        cap = x.__dlpack__(max_version=(0, 4))
+        return gpu_dlpack.from_dlpack(cap)
+
+
+class VersionedOnly(Producer):
+    """A producer that answers every request with a versioned capsule."""
+
+    def __init__(self):
+        super().__init__(1, lambda kw: numpy_capsule(versioned=True))
+
+
+def _jax_floor_fixed():
+    with pytest.raises(BufferError, match="below"):
+        OldConsumer.from_dlpack(gpu_dlpack.wrap(_jax().numpy.arange(3.0)))
+    gpu_dlpack.MIN_DLPACK_VERSION = (0, 4)
+    out = OldConsumer.from_dlpack(gpu_dlpack.wrap(_jax().numpy.arange(3.0)))
+    assert out.tolist() == [0.0, 1.0, 2.0]
+
+
+def _readonly_for_jax_fixed():
+    a = readonly(np.arange(3.0))
+    j = _jax().dlpack.from_dlpack(gpu_dlpack.wrap(a.copy()))
+    assert j.tolist() == [0.0, 1.0, 2.0]
+    b = gpu_dlpack.from_dlpack(a)
+    assert b.ctypes.data == a.ctypes.data and not b.flags.writeable
+
+
+def _writeable_import_fixed():
+    a = gpu_dlpack.from_dlpack(_jax().numpy.arange(3.0), copy=True)
+    a[0] = 1.0
+    assert a.tolist() == [1.0, 1.0, 2.0]
+
+
+def _torch_copy_through_wrap():
+    a = np.arange(3.0)
+    t = _torch().from_dlpack(gpu_dlpack.wrap(a), copy=True)
+    assert t.data_ptr() != a.ctypes.data and t.tolist() == [0.0, 1.0, 2.0]
+
+
+def _torch_reads_managed_through_gpu_dlpack():
+    host = gpu_dlpack.from_dlpack(Producer(13))
+    t = _torch().from_numpy(host)
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _jax_reads_managed_through_gpu_dlpack():
+    j = _jax().numpy.asarray(gpu_dlpack.from_dlpack(Producer(13)))
+    assert j.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _jax_gets_legacy_from_versioned_only():
+    j = _jax().dlpack.from_dlpack(gpu_dlpack.wrap(VersionedOnly()))
+    assert j.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _old_producer_through_gpu_dlpack():
+    old = OldProducer()
+    a = gpu_dlpack.from_dlpack(old, copy=False)
+    assert a.ctypes.data == old.a.ctypes.data
+
+
+def _raw_capsule_through_gpu_dlpack():
+    a = gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__())
+    assert a.tolist() == [0.0, 1.0, 2.0]
+
+
+def _unaligned_shared_through_gpu_dlpack():
+    view = _unaligned_view()
+    assert gpu_dlpack.from_dlpack(view, copy=False).ctypes.data == view.ctypes.data
+
+
+def _needs_version_fixed():
+    cap = gpu_dlpack.export(np.ones(3, bool).view(np.uint8), max_version=(0, 6))
+    assert gpu_dlpack.inspect(cap).dtype == (1, 8, 1)
+
+
+# The "after" of an entry, run with the inputs that raised its real message.
+AFTER_WORKS = {
+    "jax-version-floor": _jax_floor_fixed,
+    "gpu_dlpack-below-floor": _jax_floor_fixed,
+    "gpu_dlpack-readonly-legacy": _readonly_for_jax_fixed,
+    "numpy-readonly-legacy": _readonly_for_jax_fixed,
+    "numpy-readonly-result": _writeable_import_fixed,
+    "torch-capsule-kwargs": _torch_copy_through_wrap,
+    "torch-unsupported-device-type": _torch_reads_managed_through_gpu_dlpack,
+    "jax-unsupported-device": _jax_reads_managed_through_gpu_dlpack,
+    "jax-versioned-capsule": _jax_gets_legacy_from_versioned_only,
+    "old-producer-keyword": _old_producer_through_gpu_dlpack,
+    "capsule-no-dlpack-attr": _raw_capsule_through_gpu_dlpack,
+    "jax-unaligned-copy-false": _unaligned_shared_through_gpu_dlpack,
+    "gpu_dlpack-needs-version": _needs_version_fixed,
+}
+
+
+@pytest.mark.parametrize("entry_id", sorted(AFTER_WORKS))
+def test_the_gpu_dlpack_way_works(entry_id, floor):
+    assert entry_id in {e.id for e in _explain.entries()}
+    AFTER_WORKS[entry_id]()
+
+
+def test_explain_without_text_on_a_terminal_says_how(capsys, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal())
+    assert _cli.main(["explain"]) == 2
+    assert "pipe it in" in capsys.readouterr().err
+
+
+# Sample arguments for every message builder in gpu_dlpack._errors.
+BUILDER_ARGS = {
+    "below_floor": ((0, 4), (0, 5)),
+    "bad_max_version": ([1, 0],),
+    "bad_floor": ("x", "GPU_DLPACK_MIN_VERSION"),
+    "needs_version": ("dtype bool", (0, 8), (0, 6)),
+    "bad_copy": (1,),
+    "bad_stream_type": ("s", "CPU", "None"),
+    "bad_stream_value": (5, "CPU", "None"),
+    "bad_device": ("gpu0", "'cpu'"),
+    "bad_device_type": (0.5,),
+    "not_dlpack": ([1],),
+    "readonly_legacy": (),
+    "copy_forbidden": ("cuda:0", "cpu", "the data is not addressable there"),
+    "unreachable": ("cpu", "cuda:0"),
+    "no_backend": ("cuda:0",),
+    "producer_refused": ("lib.Array", RuntimeError("device lost")),
+    "consumed": ("used_dltensor",),
+    "not_a_capsule": (3,),
+    "bad_capsule_name": ("other",),
+    "unsupported_major": (2,),
+    "unreadable_major": ((2, 0),),
+    "malformed": ("ndim=-1",),
+    "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
+    "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
+    "bad_stream_object": ("default",),
+    "readonly_to_writeable": ("cuda:0",),
+    "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),
+    "old_cupy": ("export a versioned DLPack capsule",),
+    "device_mismatch": ("lib.Array", "cpu", "cuda:0"),
+    "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
+}
+
+
+def test_every_gpu_dlpack_message_is_known_to_explain():
+    from gpu_dlpack import _errors
+
+    builders = {
+        name for name, obj in vars(_errors).items()
+        if inspect.isfunction(obj) and obj.__module__ == _errors.__name__ and not name.startswith("_")
+    }
+    assert builders == set(BUILDER_ARGS), "add an explain.json entry and sample arguments for new messages"
+    for name, args in BUILDER_ARGS.items():
+        exc = getattr(_errors, name)(*args)
+        found = _explain.first(f"{type(exc).__name__}: {exc}")
+        assert found is not None and found.entry.library == "gpu_dlpack", name

@@ -1,0 +1,239 @@
+"""Exporter rules 2-7: copy, device, streams, read-only, capsule kinds,
+bfloat16/float8. Each against the real peers."""
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY, export, inspect, wrap
+
+from .helpers import OldProducer, VersionedOnlyProducer, aligned, pointer
+
+
+def _readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+# -- rule 2: copy ------------------------------------------------------------
+
+def test_copy_true_always_copies_and_sets_is_copied(torch, jax):
+    for x in (np.arange(4.0), torch.arange(4.0), jax.numpy.arange(4.0)):
+        info = inspect(export(x, max_version=(1, 0), copy=True))
+        assert info.flags & FLAG_IS_COPIED
+        assert not info.flags & FLAG_READ_ONLY  # a copy is the consumer's to write
+        assert info.data != pointer(x)
+
+
+def test_copy_true_sets_is_copied_where_torch_forgets_it(torch):
+    t = torch.arange(4.0)
+    assert not inspect(t.__dlpack__(max_version=(1, 0), copy=True)).flags & FLAG_IS_COPIED
+    assert inspect(export(t, max_version=(1, 0), copy=True)).flags & FLAG_IS_COPIED
+
+
+def test_copy_true_values_survive_and_are_independent(torch):
+    a = np.arange(6.0).reshape(2, 3)
+    out = torch.from_dlpack(wrap(a).__dlpack__(max_version=(1, 0), copy=True))
+    assert out.tolist() == a.tolist()
+    out[0, 0] = 99
+    assert a[0, 0] == 0
+
+
+@pytest.mark.parametrize("copy", [None, False])
+def test_copy_false_or_none_exports_in_place(copy, torch, jax):
+    for x in (np.arange(4.0), torch.arange(4.0), jax.numpy.arange(4.0)):
+        info = inspect(export(x, max_version=(1, 0), copy=copy))
+        assert info.data == pointer(x)
+        assert not info.flags & FLAG_IS_COPIED
+
+
+def test_copy_false_when_a_copy_is_needed_is_a_buffer_error():
+    with pytest.raises(BufferError, match="cuda:0"):
+        export(np.arange(3), dl_device=(2, 0), copy=False)
+
+
+@pytest.mark.parametrize("bad", [1, 0, "yes", np.bool_(True)])
+def test_copy_of_the_wrong_type_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="copy must be True, False or None"):
+        export(np.arange(3), copy=bad)
+
+
+# -- rule 3: device ----------------------------------------------------------
+
+@pytest.mark.parametrize("dl_device", [None, (1, 0), gpu_dlpack.Device("cpu")])
+def test_own_device_or_cpu_exports_in_place(dl_device, torch):
+    for x in (np.arange(3.0), torch.arange(3.0)):
+        info = inspect(export(x, max_version=(1, 0), dl_device=dl_device))
+        assert info.device == gpu_dlpack.Device("cpu") and info.data == pointer(x)
+
+
+@pytest.mark.parametrize("dl_device, name", [((2, 0), "cuda:0"), ((10, 1), "rocm:1"), ((3, 0), "cuda_host")])
+def test_an_unreachable_device_is_a_buffer_error_naming_it(dl_device, name, torch):
+    for x in (np.arange(3.0), torch.arange(3.0)):
+        with pytest.raises(BufferError, match=name):
+            export(x, max_version=(1, 0), dl_device=dl_device)
+
+
+def test_a_device_that_does_not_exist_is_a_buffer_error():
+    with pytest.raises(BufferError, match="names no DLPack device"):
+        export(np.arange(3), dl_device=(99, 0))
+
+
+@pytest.mark.parametrize("bad", ["cpu", 1, 1.0])
+def test_dl_device_of_the_wrong_type_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="dl_device must be None or a"):
+        export(np.arange(3), dl_device=bad)
+
+
+# -- rule 4: streams ---------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [None, -1])
+def test_host_memory_takes_stream_none_or_minus_one(stream, torch, jax):
+    for x in (np.arange(3.0), torch.arange(3.0), jax.numpy.arange(3.0)):
+        assert inspect(export(x, max_version=(1, 0), stream=stream)).data == pointer(x)
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2, 3, 12345, -2])
+def test_any_other_int_stream_on_host_memory_is_a_value_error_naming_the_valid_values(stream, torch):
+    for x in (np.arange(3.0), torch.arange(3.0)):
+        with pytest.raises(ValueError, match=r"not valid for CPU.*None.*-1 \(no synchronization\)"):
+            export(x, stream=stream)
+
+
+@pytest.mark.parametrize("stream", ["1", 1.0, True, object()])
+def test_a_non_int_stream_is_a_type_error_naming_the_valid_values(stream):
+    with pytest.raises(TypeError, match=r"stream must be an int or None.*-1"):
+        export(np.arange(3), stream=stream)
+
+
+# -- rule 5: read-only -------------------------------------------------------
+
+def test_a_read_only_source_exports_versioned_with_read_only():
+    ro = _readonly(np.arange(3.0))
+    info = inspect(export(ro, max_version=(1, 0)))
+    assert info.read_only and info.data == ro.ctypes.data
+
+
+def test_readonly_wrap_exports_a_read_only_view_of_a_writeable_array(torch):
+    for x in (np.arange(3.0), torch.arange(3.0)):
+        w = wrap(x, readonly=True)
+        assert inspect(w.__dlpack__(max_version=(1, 0))).read_only
+        out = np.from_dlpack(w)
+        assert not out.flags.writeable and pointer(out) == pointer(x)
+    a = np.arange(3.0)
+    np.from_dlpack(wrap(a, readonly=True))
+    assert a.flags.writeable  # the source itself is untouched
+
+
+def test_a_legacy_export_of_read_only_data_is_a_buffer_error_unless_copied(torch):
+    ro = _readonly(np.arange(3.0))
+    for producer in (ro, wrap(np.arange(3.0), readonly=True), wrap(torch.arange(3.0), readonly=True)):
+        with pytest.raises(BufferError, match="read-only.*max_version=\\(1, 0\\).*copy=True"):
+            producer.__dlpack__() if isinstance(producer, gpu_dlpack.Exportable) else export(producer)
+    info = inspect(export(ro, copy=True))
+    assert info.name == "dltensor" and info.data != ro.ctypes.data
+
+
+def test_a_read_only_numpy_array_reaches_a_legacy_consumer_only_as_a_copy(jax):
+    # JAX never sends max_version (jax issue 40789): it gets a legacy request.
+    ro = _readonly(np.arange(3.0))
+    with pytest.raises(BufferError, match="read-only"):
+        jax.dlpack.from_dlpack(wrap(ro))
+
+
+# -- rule 6: adapting between capsule kinds -----------------------------------
+
+def test_a_legacy_only_producer_yields_versioned_zero_copy_and_read_only(jax):
+    j = jax.numpy.arange(5.0)
+    assert inspect(j.__dlpack__(max_version=(1, 0))).name == "dltensor"  # JAX's own answer
+    info = inspect(export(j, max_version=(1, 0)))
+    assert info.name == "dltensor_versioned" and info.read_only
+    assert info.data == pointer(j)
+    out = np.from_dlpack(wrap(j))
+    assert out.tolist() == [0, 1, 2, 3, 4] and not out.flags.writeable and pointer(out) == pointer(j)
+
+
+def test_a_legacy_request_on_a_legacy_producer_passes_its_capsule_through(jax):
+    j = jax.numpy.arange(5.0)
+    info = inspect(export(j))
+    assert info.name == "dltensor" and info.data == pointer(j)
+
+
+def test_an_old_producer_that_takes_only_stream_is_adapted_too():
+    a = np.arange(4.0)
+    old = OldProducer(a)
+    info = inspect(export(old, max_version=(1, 0)))
+    assert info.name == "dltensor_versioned" and info.data == a.ctypes.data and info.read_only
+
+
+def test_a_versioned_only_producer_serves_a_legacy_consumer(jax):
+    a = aligned((4,))
+    producer = VersionedOnlyProducer(a)
+    info = inspect(export(producer))
+    assert info.name == "dltensor" and info.data == a.ctypes.data
+    out = jax.dlpack.from_dlpack(wrap(producer))
+    assert out.tolist() == a.tolist()
+
+
+def test_a_versioned_only_producer_of_read_only_data_cannot_serve_a_legacy_consumer():
+    producer = VersionedOnlyProducer(_readonly(np.arange(4.0)))
+    with pytest.raises(BufferError, match="read-only"):
+        export(producer)
+
+
+# -- rule 7: bfloat16 and the float8 family -----------------------------------
+
+def test_torch_bfloat16_imports_into_numpy_as_ml_dtypes_bfloat16(torch, ml_dtypes):
+    t = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError):
+        np.from_dlpack(t)  # NumPy alone refuses it
+    out = gpu_dlpack.from_dlpack(t)
+    assert out.dtype == ml_dtypes.bfloat16
+    assert out.astype(np.float32).tolist() == [1.5, -2.0, 3.25]
+    assert pointer(out) == t.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "name, code", [("bfloat16", 4), ("float8_e4m3fn", 10), ("float8_e5m2", 12), ("float8_e4m3fnuz", 11)]
+)
+def test_ml_dtypes_arrays_export_with_the_right_dlpack_code(name, code, ml_dtypes):
+    dtype = getattr(ml_dtypes, name)
+    a = np.array([0.5, 1.0, -2.0], dtype=dtype)
+    info = inspect(export(a, max_version=(1, 1)))
+    assert info.dtype == (code, np.dtype(dtype).itemsize * 8, 1)
+    back = gpu_dlpack.from_dlpack(wrap(a))
+    assert back.dtype == np.dtype(dtype) and back.astype(np.float32).tolist() == [0.5, 1.0, -2.0]
+
+
+def test_numpy_bfloat16_reaches_torch(torch, ml_dtypes):
+    a = np.array([1.0, 2.5], dtype=ml_dtypes.bfloat16)
+    t = torch.from_dlpack(wrap(a))
+    assert t.dtype == torch.bfloat16 and t.tolist() == [1.0, 2.5] and t.data_ptr() == a.ctypes.data
+
+
+def test_numpy_float8_reaches_torch(torch, ml_dtypes):
+    a = np.array([1.0, -0.5], dtype=ml_dtypes.float8_e4m3fn)
+    t = torch.from_dlpack(wrap(a))
+    assert t.dtype == torch.float8_e4m3fn and t.float().tolist() == [1.0, -0.5]
+
+
+def test_sub_byte_types_travel_padded_in_versioned_capsules_only(ml_dtypes):
+    a = np.array([1.0, -0.5, 6.0], dtype=ml_dtypes.float4_e2m1fn)
+    info = inspect(export(a, max_version=(1, 1)))
+    assert info.dtype == (17, 4, 1) and info.flags & gpu_dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert gpu_dlpack.from_dlpack(wrap(a)).astype(np.float32).tolist() == [1.0, -0.5, 6.0]
+    i4 = np.array([1, -2], dtype=ml_dtypes.int4)
+    with pytest.raises(BufferError, match="4-bit dtype needs DLPack 1.1"):
+        export(i4)
+
+
+def test_a_non_native_byte_order_is_a_buffer_error_with_the_remedy():
+    with pytest.raises(BufferError, match="newbyteorder"):
+        export(np.arange(3, dtype=">i4"), max_version=(1, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype("U3"), np.dtype([("a", "i4")]), np.dtype("O"), np.longdouble])
+def test_a_dtype_dlpack_cannot_describe_is_a_buffer_error(dtype):
+    with pytest.raises(BufferError, match="cannot export NumPy dtype"):
+        export(np.zeros(2, dtype=dtype), max_version=(1, 0))

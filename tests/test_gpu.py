@@ -1,0 +1,436 @@
+"""Exchanges on a GPU with real CuPy, PyTorch (CUDA), JAX (GPU) and Numba, in
+both directions, and the proof of the stream rules.
+
+Every test here is marked ``gpu``: the root conftest skips them without a GPU
+usable by CuPy. On a GPU machine: ``PYTHONPATH=. python3 -m pytest -m gpu``
+(or ``scripts/gpu-tests.sh``). JAX runs on the GPU only when JAX_PLATFORMS
+allows it (the script sets it); otherwise its GPU tests skip.
+"""
+
+import gc
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import (
+    FLAG_IS_COPIED, FLAG_READ_ONLY, Device, export, from_dlpack, inspect, use_stream, wrap,
+)
+from gpu_dlpack import _backends, _handoff
+
+pytestmark = pytest.mark.gpu
+
+SPIN_MS = 200  # how long the producer's kernel keeps its stream busy
+
+
+# -- peers ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cp():
+    return pytest.importorskip("cupy")
+
+
+@pytest.fixture(scope="module")
+def tc():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA (or ROCm) device")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def jgpu():
+    jax = pytest.importorskip("jax")
+    import jax.dlpack  # noqa: F401
+    import jax.numpy  # noqa: F401
+
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX has no GPU backend here (JAX_PLATFORMS, or a CPU-only jaxlib)")
+    return jax
+
+
+@pytest.fixture(scope="module")
+def nb():
+    numba_cuda = pytest.importorskip("numba.cuda")
+    if not numba_cuda.is_available():
+        pytest.skip("Numba sees no GPU")
+    return numba_cuda
+
+
+@pytest.fixture
+def two_gpus(cp):
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+
+
+def _memory_type(cp, ptr):
+    return cp.cuda.runtime.pointerGetAttributes(ptr).type
+
+
+def _gpu0():
+    return Device("cuda:0")  # (ROCM, 0) on a ROCm build
+
+
+# -- export of CuPy arrays -----------------------------------------------------
+
+def test_cupy_export_on_its_device_is_zero_copy_and_versioned(cp):
+    x = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    info = inspect(export(x, max_version=(1, 0)))
+    assert info.data == x.data.ptr and info.device == _gpu0()
+    assert info.version == gpu_dlpack.DLPACK_VERSION and info.flags == 0
+    assert info.shape == (3, 4) and info.strides == (4, 1) and info.dtype == (2, 32, 1)
+    assert inspect(export(x)).name == "dltensor"
+    assert Device.of(wrap(x)) == _gpu0()
+
+
+def test_cupy_export_readonly_sets_read_only_and_a_legacy_one_is_refused(cp):
+    x = cp.arange(3.0)
+    assert inspect(wrap(x, readonly=True).__dlpack__(max_version=(1, 0))).flags == FLAG_READ_ONLY
+    with pytest.raises(BufferError, match="read-only"):
+        wrap(x, readonly=True).__dlpack__()
+
+
+def test_cupy_copy_true_on_its_device_is_a_device_copy_flagged_is_copied(cp):
+    x = cp.arange(6.0).reshape(2, 3)
+    cap = export(x, max_version=(1, 0), copy=True)
+    info = inspect(cap)
+    assert info.flags == FLAG_IS_COPIED and info.device == _gpu0() and info.data != x.data.ptr
+    out = from_dlpack(cap)
+    assert isinstance(out, cp.ndarray) and out.tolist() == x.tolist()
+    out[0, 0] = 9
+    assert float(x[0, 0]) == 0.0
+
+
+def test_cupy_export_to_the_cpu_copies_into_pinned_memory(cp):
+    x = cp.arange(6.0).reshape(2, 3).T  # not contiguous
+    cap = export(x, max_version=(1, 0), dl_device=(1, 0))
+    info = inspect(cap)
+    assert info.device == Device("cpu") and info.flags == FLAG_IS_COPIED
+    assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost  # page-locked
+    out = from_dlpack(cap)
+    assert isinstance(out, np.ndarray) and out.tolist() == x.get().tolist()
+    with pytest.raises(BufferError, match="copy=False"):
+        export(x, max_version=(1, 0), dl_device=(1, 0), copy=False)
+
+
+def test_numpy_imports_a_cupy_array_through_wrap(cp):
+    x = cp.arange(5, dtype=cp.int64)
+    out = np.from_dlpack(wrap(x), device="cpu")
+    assert out.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_cupy_export_to_cuda_host_is_pinned_memory_labelled_cuda_host(cp):
+    x = cp.arange(4, dtype=cp.int32)
+    info = inspect(export(x, max_version=(1, 0), dl_device=Device("cuda_host").dlpack))
+    assert info.device == Device("cuda_host") and info.flags == FLAG_IS_COPIED
+    assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost
+    out = from_dlpack(export(x, max_version=(1, 0), dl_device=Device("cuda_host").dlpack))
+    assert out.tolist() == [0, 1, 2, 3]
+
+
+def test_cupy_export_to_another_gpu_is_a_peer_copy(cp, two_gpus):
+    x = cp.arange(5.0)
+    cap = export(x, max_version=(1, 0), dl_device=Device("cuda:1").dlpack)
+    info = inspect(cap)
+    assert info.device == Device("cuda:1") and info.flags == FLAG_IS_COPIED
+    out = from_dlpack(cap)
+    assert out.device.id == 1 and out.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(BufferError, match="copy=False"):
+        export(x, max_version=(1, 0), dl_device=Device("cuda:1").dlpack, copy=False)
+
+
+def test_managed_memory_says_cuda_managed_and_reaches_the_cpu_in_place(cp):
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("DLPack has no ROCm managed type")
+    with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+        m = cp.arange(4.0)
+    assert wrap(m).__dlpack_device__() == (13, 0)
+    info = inspect(export(m, max_version=(1, 0), dl_device=(1, 0)))
+    assert info.device == Device("cpu") and info.data == m.data.ptr and info.flags == 0
+    assert from_dlpack(export(m, max_version=(1, 0), dl_device=(1, 0))).tolist() == [0, 1, 2, 3]
+    assert from_dlpack(m).tolist() == [0, 1, 2, 3]  # NumPy over managed memory, after a sync
+
+
+def test_bfloat16_travels_with_its_dlpack_code(cp):
+    ml = pytest.importorskip("ml_dtypes")
+    try:
+        x = cp.arange(4).astype(ml.bfloat16)
+    except Exception as exc:
+        pytest.skip(f"this CuPy holds no bfloat16: {exc}")
+    assert inspect(export(x, max_version=(1, 0))).dtype == (4, 16, 1)
+    back = from_dlpack(export(x, max_version=(1, 0)))
+    assert back.dtype == x.dtype and back.data.ptr == x.data.ptr
+
+
+# -- other consumers of CuPy arrays ---------------------------------------------
+
+def test_torch_imports_a_cupy_array_zero_copy(cp, tc):
+    x = cp.arange(6, dtype=cp.float32)
+    w = wrap(x)
+    t = tc.from_dlpack(w)
+    assert t.is_cuda and t.data_ptr() == x.data.ptr and t.tolist() == [0, 1, 2, 3, 4, 5]
+    assert type(w.last_request["stream"]) is int
+
+
+def test_cupy_imports_through_wrap_zero_copy(cp):
+    x = cp.arange(3.0)
+    out = cp.from_dlpack(wrap(x))
+    assert out.data.ptr == x.data.ptr
+
+
+def test_jax_imports_a_cupy_array(cp, jgpu):
+    x = cp.arange(8, dtype=cp.float32)
+    j = jgpu.dlpack.from_dlpack(wrap(x))
+    assert next(iter(j.devices())).platform == "gpu"
+    assert np.asarray(j).tolist() == list(range(8))
+
+
+# -- imports to the GPU ----------------------------------------------------------
+
+def test_a_torch_cuda_tensor_imports_zero_copy_and_is_freed_with_the_last_view(cp, tc):
+    gc.collect()
+    base = tc.cuda.memory_allocated()
+    t = tc.arange(1 << 20, dtype=tc.float32, device="cuda")
+    held = tc.cuda.memory_allocated()
+    a = from_dlpack(t)
+    assert isinstance(a, cp.ndarray) and a.data.ptr == t.data_ptr() and int(a[5]) == 5
+    view = a[10:]
+    del t, a
+    gc.collect()
+    assert tc.cuda.memory_allocated() == held  # the view keeps the tensor's memory
+    del view
+    gc.collect()
+    assert tc.cuda.memory_allocated() == base  # deleter called once the last view died
+
+
+def test_a_torch_cuda_tensor_with_copy_true_is_copied(cp, tc):
+    t = tc.arange(4.0, device="cuda")
+    a = from_dlpack(t, copy=True)
+    assert a.data.ptr != t.data_ptr() and a.tolist() == [0, 1, 2, 3]
+
+
+def test_a_cupy_array_imports_as_a_view_or_a_copy(cp):
+    x = cp.arange(4.0)
+    assert from_dlpack(x).data.ptr == x.data.ptr
+    c = from_dlpack(x, copy=True)
+    assert c.data.ptr != x.data.ptr and c.tolist() == [0, 1, 2, 3]
+
+
+def test_read_only_device_data_is_copied_or_refused(cp):
+    x = cp.arange(4.0)
+    a = from_dlpack(wrap(x, readonly=True))
+    assert a.data.ptr != x.data.ptr and a.tolist() == [0, 1, 2, 3]
+    with pytest.raises(BufferError, match="READ_ONLY"):
+        from_dlpack(wrap(x, readonly=True), copy=False)
+
+
+def test_a_jax_gpu_array_imports_zero_copy(cp, jgpu):
+    j = jgpu.numpy.arange(8.0, dtype=jgpu.numpy.float32)
+    a = from_dlpack(j)
+    assert isinstance(a, cp.ndarray) and a.data.ptr == j.unsafe_buffer_pointer()
+    assert a.tolist() == list(range(8))
+
+
+@pytest.mark.parametrize("n", [5, 1 << 18])  # small, and large enough for pinned staging
+def test_host_producers_reach_the_gpu_by_a_copy(cp, tc, n):
+    jax = pytest.importorskip("jax")
+    producers = [np.arange(n, dtype=np.float32), tc.arange(n, dtype=tc.float32),
+                 jax.device_put(np.arange(n, dtype=np.float32), jax.devices("cpu")[0])]
+    for x in producers:
+        a = from_dlpack(x, device="cuda:0")
+        assert isinstance(a, cp.ndarray) and a.device.id == 0
+        assert _memory_type(cp, a.data.ptr) == cp.cuda.runtime.memoryTypeDevice
+        assert a[:5].tolist() == [0, 1, 2, 3, 4] and int(a[-1]) == n - 1
+    mapped = _backends.addressable(Device("cpu"), _gpu0())
+    if mapped:  # the GPU uses the host's page tables: pageable memory in place
+        a = np.arange(4.0)
+        assert from_dlpack(a, device="cuda:0", copy=False).data.ptr == a.ctypes.data
+    else:
+        with pytest.raises(BufferError, match="copy=False"):
+            from_dlpack(np.arange(4.0), device="cuda:0", copy=False)
+
+
+def test_pinned_host_memory_is_used_in_place_or_copied(cp):
+    cap = export(cp.arange(4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
+    pinned = inspect(cap).data
+    if _backends.addressable(Device("cuda_host"), _gpu0()):
+        a = from_dlpack(cap, device="cuda:0")
+        assert a.data.ptr == pinned and (a * 2).tolist() == [0, 2, 4, 6]  # a kernel reads it
+    cap = export(cp.arange(4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
+    c = from_dlpack(cap, device="cuda:0", copy=True)
+    assert _memory_type(cp, c.data.ptr) == cp.cuda.runtime.memoryTypeDevice and c.tolist() == [0, 1, 2, 3]
+
+
+def test_a_gpu_array_imports_to_pinned_memory_as_numpy(cp, tc):
+    for x in (cp.arange(3.0), tc.arange(3.0, device="cuda")):
+        out = from_dlpack(x, device="cuda_host")
+        assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
+        assert _memory_type(cp, out.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+
+
+def test_a_numpy_array_exports_to_the_gpu(cp):
+    a = np.arange(6.0).reshape(2, 3)
+    info = inspect(export(a, max_version=(1, 0), dl_device=_gpu0().dlpack))
+    assert info.device == _gpu0() and info.flags == FLAG_IS_COPIED
+    back = from_dlpack(export(a, max_version=(1, 0), dl_device=_gpu0().dlpack))
+    assert isinstance(back, cp.ndarray) and back.tolist() == a.tolist()
+
+
+def test_a_tensor_on_another_gpu_is_peer_copied(cp, tc, two_gpus):
+    t = tc.arange(4.0, device="cuda:0")
+    a = from_dlpack(t, device="cuda:1")
+    assert a.device.id == 1 and a.tolist() == [0, 1, 2, 3]
+    with pytest.raises(BufferError, match="copy=False"):
+        from_dlpack(t, device="cuda:1", copy=False)
+
+
+def test_a_device_capsule_imports_to_the_cpu(cp, tc):
+    out = from_dlpack(tc.arange(3.0, device="cuda").__dlpack__(), device="cpu")
+    assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
+
+
+def test_numba_streams_are_taken(cp, tc, nb):
+    s = nb.stream()
+    t = tc.arange(4.0, device="cuda")
+    a = from_dlpack(t, stream=s)
+    s.synchronize()
+    assert a.tolist() == [0, 1, 2, 3]
+    assert nb.as_cuda_array(a).copy_to_host().tolist() == [0, 1, 2, 3]
+
+
+def test_numba_exchanges_both_ways_where_it_speaks_dlpack(cp, nb):
+    x = cp.arange(5, dtype=cp.float32)
+    if hasattr(nb, "from_dlpack"):
+        d = nb.from_dlpack(wrap(x))
+        assert d.copy_to_host().tolist() == [0, 1, 2, 3, 4]
+    d = nb.to_device(np.arange(4, dtype=np.float32))
+    if not hasattr(type(d), "__dlpack__"):
+        pytest.skip("this Numba's device arrays speak no DLPack")
+    a = from_dlpack(d)
+    assert isinstance(a, cp.ndarray) and a.data.ptr == d.__cuda_array_interface__["data"][0]
+    assert a.tolist() == [0, 1, 2, 3]
+
+
+# -- the stream rules, proved with a kernel that keeps the producer busy ---------
+
+_SPIN = r"""
+extern "C" __global__ void spin_then_fill(float* out, long long n, float value, long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
+        out[i] = value;
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def spin(cp):
+    """spin(x, value, stream): on ``stream``, busy-wait SPIN_MS, then fill x."""
+    try:
+        kernel = cp.RawKernel(_SPIN, "spin_then_fill")
+        kernel.compile()
+    except Exception as exc:
+        pytest.skip(f"cannot compile the spin kernel: {exc}")
+    khz = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0)
+    cycles = int(khz) * SPIN_MS
+
+    def run(x, value, stream):
+        with stream:
+            kernel((1,), (256,), (x, np.int64(x.size), np.float32(value), np.int64(cycles)))
+
+    return run
+
+
+@pytest.fixture
+def streams(cp):
+    producer, consumer = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    yield producer, consumer
+    producer.synchronize()
+    consumer.synchronize()
+
+
+def _busy(cp, spin, producer, n=1 << 16):
+    x = cp.zeros(n, dtype=cp.float32)
+    cp.cuda.Device().synchronize()
+    spin(x, 7.0, producer)
+    return x
+
+
+def test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host(cp, spin, streams):
+    producer, consumer = streams
+    with producer:
+        x = _busy(cp, spin, producer)
+        cap = export(x, max_version=(1, 0), stream=consumer.ptr)
+        assert not producer.done  # the call returned while the kernel still runs
+    assert not consumer.done  # the consumer waits for it
+    a = cp.from_dlpack(cap)
+    with consumer:
+        y = a + 0  # queued behind the wait
+    assert not consumer.done
+    consumer.synchronize()
+    assert bool((y == 7).all())
+
+
+def test_stream_minus_one_asks_for_no_synchronization(cp, spin, streams):
+    producer, consumer = streams
+    with producer:
+        x = _busy(cp, spin, producer)
+        export(x, max_version=(1, 0), stream=-1)
+        assert not producer.done
+    assert consumer.done  # nothing was queued on it: the proof above can fail
+
+
+def test_an_import_is_ready_on_the_consumer_stream_without_blocking_the_host(cp, spin, streams):
+    producer, consumer = streams
+    with producer:  # the producer's stream is CuPy's current one, as for CuPy's own exports
+        x = _busy(cp, spin, producer)
+        a = from_dlpack(x, stream=consumer)  # a cupy.cuda.Stream object
+        assert not producer.done and not consumer.done
+    with consumer:
+        y = a * 1
+    consumer.synchronize()
+    assert bool((y == 7).all())
+
+
+def test_a_use_stream_block_runs_imports_on_its_stream(cp, spin, streams):
+    producer, consumer = streams
+    with producer, use_stream(consumer):
+        x = _busy(cp, spin, producer)
+        a = from_dlpack(x, copy=True)  # the copy is queued on the consumer's stream too
+        assert not producer.done and not consumer.done
+    consumer.synchronize()
+    assert bool((a == 7).all())
+
+
+def test_torch_on_its_own_stream_waits_for_the_cupy_producer(cp, tc, spin, streams):
+    producer, _ = streams
+    ts = tc.cuda.Stream()
+    with producer, tc.cuda.stream(ts):
+        x = _busy(cp, spin, producer)
+        w = wrap(x)
+        t = tc.from_dlpack(w)
+        assert w.last_request["stream"] == ts.cuda_stream
+        assert not producer.done and not ts.query()
+        total = t.sum()
+    ts.synchronize()
+    assert float(total) == 7.0 * x.size
+
+
+def test_a_copy_to_the_cpu_is_complete_when_the_call_returns(cp, spin, streams):
+    producer, _ = streams
+    with producer:
+        x = _busy(cp, spin, producer)
+        out = from_dlpack(export(x, max_version=(1, 0), dl_device=(1, 0)))
+    assert (out == 7).all()  # read on the host at once: the final values
+
+
+def test_events_come_from_a_small_pool(cp, streams):
+    _, consumer = streams
+    x = cp.arange(3.0)
+    for _ in range(50):
+        export(x, max_version=(1, 0), stream=consumer.ptr)
+    assert 1 <= _handoff.pool_size(x.device.id) <= _handoff._POOL_SIZE

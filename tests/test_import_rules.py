@@ -1,0 +1,291 @@
+"""Importer rules: negotiation, capsule checks, ownership, read-only, zero-copy."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import ConsumedCapsuleError, NotDLPackError, from_dlpack, inspect, wrap
+
+from .helpers import OldProducer, aligned, capsule_name, managed, pointer
+
+
+# -- negotiation -------------------------------------------------------------
+
+def test_asks_with_max_version_and_without_unneeded_keywords():
+    w = wrap(np.arange(3.0))
+    from_dlpack(w)
+    assert w.last_request == {
+        "stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": None, "copy": None
+    }
+    from_dlpack(w, copy=False)
+    assert w.last_request["copy"] is False
+
+
+def test_a_legacy_only_producer_is_imported(jax):
+    j = jax.numpy.arange(4.0)
+    out = from_dlpack(j)
+    assert out.tolist() == [0, 1, 2, 3] and pointer(out) == pointer(j)
+
+
+def test_a_producer_that_takes_only_stream_is_asked_again_without_new_keywords():
+    a = np.arange(4.0)
+    old = OldProducer(a)
+    out = from_dlpack(old)
+    assert pointer(out) == a.ctypes.data and out.tolist() == a.tolist()
+    assert old.calls[-1] == {"stream": None}
+
+
+def test_the_layer_copies_for_a_producer_that_cannot():
+    a = np.arange(4.0)
+    out = from_dlpack(OldProducer(a), copy=True)
+    assert pointer(out) != a.ctypes.data and out.flags.writeable
+    out[0] = 7
+    assert a[0] == 0
+
+
+def test_a_producers_buffer_error_propagates():
+    with pytest.raises(BufferError, match="Cannot export readonly array"):
+        np_ro = np.arange(3.0)
+        np_ro.flags.writeable = False
+        from_dlpack(OldProducer(np_ro))  # NumPy refuses a legacy export of read-only data
+
+
+def test_torchs_refusal_of_tensors_that_require_grad_propagates(torch):
+    t = torch.ones(3, requires_grad=True)
+    with pytest.raises(BufferError, match="detach"):
+        from_dlpack(t)
+
+
+class _FailingProducer:
+    def __dlpack__(self, **kwargs):
+        raise RuntimeError("device lost")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_a_producers_other_errors_become_buffer_errors_naming_it():
+    with pytest.raises(BufferError, match=r"_FailingProducer.__dlpack__ refused.*RuntimeError: device lost"):
+        from_dlpack(_FailingProducer())
+
+
+def test_an_object_without_dlpack_is_an_attribute_and_type_error():
+    for bad in ([1, 2], 3.0, object()):
+        with pytest.raises(AttributeError):
+            from_dlpack(bad)
+        with pytest.raises(TypeError, match="does not support DLPack"):
+            from_dlpack(bad)
+    assert issubclass(NotDLPackError, TypeError)
+
+
+def test_an_unsupported_device_is_a_buffer_error():
+    with pytest.raises(BufferError, match="CuPy and a working GPU"):
+        from_dlpack(np.arange(3), device="cuda:0")
+    with pytest.raises(ValueError, match="Accepted forms"):
+        from_dlpack(np.arange(3), device="tpu")
+
+
+def test_copy_of_the_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError, match="copy must be"):
+        from_dlpack(np.arange(3), copy="no")
+
+
+# -- capsule checks ----------------------------------------------------------
+
+def test_raw_capsules_of_either_name_are_imported(torch):
+    a = np.arange(3.0)
+    for cap in (a.__dlpack__(), a.__dlpack__(max_version=(1, 0)), torch.arange(3.0).__dlpack__()):
+        out = from_dlpack(cap)
+        assert out.tolist() == [0, 1, 2]
+        assert capsule_name(cap).startswith("used_")
+
+
+def test_a_capsule_with_a_wrong_name_is_refused():
+    import ctypes
+
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    buf = ctypes.create_string_buffer(8)
+    cap = new(ctypes.addressof(buf), b"not_dltensor", None)
+    with pytest.raises(BufferError, match="'dltensor' or 'dltensor_versioned'"):
+        from_dlpack(cap)
+
+
+def test_a_versioned_major_above_1_is_a_buffer_error_after_the_deleter_runs():
+    a = np.arange(3.0)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__(max_version=(1, 0))
+    managed(cap).version.major = 2
+    del a
+    assert ref() is not None  # the capsule keeps the array alive
+    with pytest.raises(BufferError, match="2.x"):
+        from_dlpack(cap)
+    gc.collect()
+    assert ref() is None  # the deleter ran: the array is freed
+    assert capsule_name(cap) == "used_dltensor_versioned"
+    del cap  # and the capsule's destructor does not free it twice
+
+
+def test_null_strides_mean_compact_row_major():
+    a = np.arange(12.0).reshape(3, 4)
+    for cap in (a.__dlpack__(), a.__dlpack__(max_version=(1, 0))):
+        managed(cap).dl_tensor.strides = None
+        assert inspect(cap).strides is None
+        out = from_dlpack(cap)
+        assert out.tolist() == a.tolist() and out.strides == a.strides
+
+
+def test_byte_offset_is_honoured():
+    a = np.arange(10.0)
+    cap = a[2:].__dlpack__(max_version=(1, 0))
+    t = managed(cap).dl_tensor
+    t.data -= 16
+    t.byte_offset = 16
+    assert inspect(cap).byte_offset == 16
+    out = from_dlpack(cap)
+    assert out.tolist() == list(range(2, 10)) and pointer(out) == a.ctypes.data + 16
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0), (0, 2, 5)])
+def test_zero_size_and_0d_arrays_work(shape, torch, jax):
+    a = np.ones(shape)
+    for x in (a, torch.ones(shape, dtype=torch.float64), jax.numpy.ones(shape)):
+        out = from_dlpack(x)
+        assert out.shape == shape and out.dtype == np.float64
+        assert np.array_equal(out, a)
+        out = from_dlpack(wrap(x).__dlpack__(max_version=(1, 0)))
+        assert out.shape == shape
+
+
+def test_an_unknown_dtype_code_is_a_buffer_error_and_the_capsule_is_freed():
+    a = np.arange(3.0)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__(max_version=(1, 0))
+    managed(cap).dl_tensor.dtype.code = 99
+    del a
+    with pytest.raises(BufferError, match="code=99"):
+        from_dlpack(cap)
+    gc.collect()
+    assert ref() is None
+
+
+def test_vector_lanes_are_a_buffer_error():
+    cap = np.arange(4.0).__dlpack__()
+    managed(cap).dl_tensor.dtype.lanes = 4
+    with pytest.raises(BufferError, match="lanes"):
+        from_dlpack(cap)
+
+
+# -- ownership ---------------------------------------------------------------
+
+def test_the_capsule_is_renamed_used_and_the_deleter_runs_once_when_all_views_die():
+    a = np.arange(6.0)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__(max_version=(1, 0))
+    del a
+    out = from_dlpack(cap)
+    assert capsule_name(cap) == "used_dltensor_versioned"
+    view = out[2:]
+    del out, cap
+    gc.collect()
+    assert ref() is not None  # a view is still alive
+    assert view.tolist() == [2, 3, 4, 5]
+    del view
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_capsule_consumed_twice_is_an_error_not_a_crash():
+    cap = np.arange(3.0).__dlpack__()
+    from_dlpack(cap)
+    with pytest.raises(ConsumedCapsuleError, match="already consumed"):
+        from_dlpack(cap)
+    with pytest.raises(BufferError):
+        from_dlpack(cap)
+    with pytest.raises(ValueError):
+        inspect(cap)
+
+
+# -- read-only ---------------------------------------------------------------
+
+def test_a_read_only_capsule_gives_a_non_writeable_array():
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    out = from_dlpack(ro.__dlpack__(max_version=(1, 0)))
+    assert not out.flags.writeable and pointer(out) == ro.ctypes.data
+
+
+def test_a_legacy_capsule_gives_a_non_writeable_array_unless_copied(torch):
+    t = torch.arange(3.0)
+    assert not from_dlpack(t.__dlpack__()).flags.writeable
+    assert from_dlpack(t.__dlpack__(max_version=(1, 0))).flags.writeable
+    copied = from_dlpack(t.__dlpack__(), copy=True)
+    assert copied.flags.writeable and pointer(copied) != t.data_ptr()
+
+
+def test_copy_true_always_gives_a_writeable_array(jax, torch):
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    for x in (ro, jax.numpy.arange(3.0), torch.arange(3.0), OldProducer(np.arange(3.0))):
+        out = from_dlpack(x, copy=True)
+        assert out.flags.writeable and out.tolist() == [0, 1, 2]
+
+
+def test_copy_false_is_zero_copy_even_from_legacy_producers(jax):
+    j = jax.numpy.arange(3.0)
+    out = from_dlpack(j, copy=False)
+    assert pointer(out) == pointer(j) and not out.flags.writeable
+
+
+# -- zero-copy with each peer, both directions -------------------------------
+
+def test_zero_copy_numpy_and_torch_both_ways(torch):
+    a = np.arange(6.0).reshape(2, 3)
+    t = torch.from_dlpack(wrap(a))
+    assert t.data_ptr() == a.ctypes.data and t.tolist() == a.tolist()
+    t2 = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)[:, 1:]
+    out = from_dlpack(t2)
+    assert pointer(out) == t2.data_ptr() and out.tolist() == t2.tolist()
+    assert out.strides == (24, 8)
+
+
+def test_zero_copy_numpy_and_jax_both_ways(jax):
+    a = aligned((4, 4))
+    j = jax.dlpack.from_dlpack(wrap(a))
+    assert j.unsafe_buffer_pointer() == a.ctypes.data and j.tolist() == a.tolist()
+    j2 = jax.numpy.arange(8.0)
+    out = from_dlpack(j2)
+    assert pointer(out) == pointer(j2)
+
+
+def test_zero_copy_numpy_and_array_api_strict_both_ways(xp_strict):
+    a = np.arange(5.0)
+    s = xp_strict.from_dlpack(wrap(a))
+    assert s._array.ctypes.data == a.ctypes.data
+    s2 = xp_strict.asarray([1.0, 2.0, 3.0])
+    out = from_dlpack(s2)
+    assert out.tolist() == [1, 2, 3] and pointer(out) == s2._array.ctypes.data
+
+
+def test_numpy_from_dlpack_of_a_wrapped_torch_tensor_is_zero_copy(torch):
+    t = torch.arange(4.0)
+    out = np.from_dlpack(wrap(t))
+    assert pointer(out) == t.data_ptr() and out.flags.writeable
+
+
+def test_a_numpy_array_imports_as_a_writeable_view():
+    a = np.arange(3.0)
+    out = from_dlpack(a)
+    assert pointer(out) == a.ctypes.data and out.flags.writeable and out is not a
+
+
+@pytest.mark.parametrize("stream, error", [(5, ValueError), (0, ValueError), ("s", TypeError)])
+def test_a_stream_for_a_host_import_must_be_none_or_minus_one(stream, error, torch):
+    for x in (torch.arange(3.0), np.arange(3.0).__dlpack__()):
+        with pytest.raises(error, match="-1"):
+            from_dlpack(x, stream=stream)
+    assert from_dlpack(torch.arange(3.0), stream=-1).tolist() == [0, 1, 2]

@@ -1,0 +1,68 @@
+"""inspect(): a frozen record of an unconsumed capsule, read without consuming it."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import Device, inspect
+
+from .helpers import capsule_name, managed
+
+
+def test_inspect_reads_a_legacy_capsule_without_consuming_it():
+    a = np.zeros((2, 3), np.float32)[:, ::2]
+    cap = a.__dlpack__()
+    info = inspect(cap)
+    assert info.name == "dltensor" and not info.versioned and info.version is None
+    assert info.flags == 0 and not info.read_only and not info.is_copied
+    assert info.device == Device("cpu")
+    assert info.dtype == (2, 32, 1)
+    assert info.shape == (2, 2) and info.strides == (3, 2)
+    assert info.byte_offset == 0 and info.data == a.ctypes.data
+    assert capsule_name(cap) == "dltensor"
+    assert gpu_dlpack.from_dlpack(cap).tolist() == a.tolist()  # still importable
+
+
+def test_inspect_reads_a_versioned_capsule(torch):
+    cap = torch.arange(4, dtype=torch.int16).__dlpack__(max_version=(1, 0))
+    info = inspect(cap)
+    assert info.name == "dltensor_versioned" and info.versioned and info.version == (1, 3)
+    assert info.dtype == (0, 16, 1) and info.shape == (4,) and info.strides == (1,)
+    ro = np.arange(3)
+    ro.flags.writeable = False
+    info = inspect(ro.__dlpack__(max_version=(1, 0), copy=True))
+    assert info.is_copied and not info.read_only
+    assert inspect(ro.__dlpack__(max_version=(1, 0))).read_only
+
+
+def test_inspect_gives_none_strides_when_null():
+    cap = np.arange(6).reshape(2, 3).__dlpack__()
+    managed(cap).dl_tensor.strides = None
+    assert inspect(cap).strides is None
+
+
+def test_inspect_record_is_frozen():
+    info = inspect(np.arange(3).__dlpack__())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.shape = (4,)
+
+
+def test_inspect_of_a_consumed_capsule_is_a_value_error():
+    cap = np.arange(3).__dlpack__()
+    np.from_dlpack(type("H", (), {"__dlpack__": lambda self, **k: cap, "__dlpack_device__": lambda self: (1, 0)})())
+    with pytest.raises(ValueError, match="already consumed"):
+        inspect(cap)
+
+
+def test_inspect_of_a_non_capsule_is_a_type_error():
+    with pytest.raises(TypeError, match="PyCapsule"):
+        inspect(np.arange(3))
+
+
+def test_inspect_does_not_read_the_tensor_of_an_unknown_major_version():
+    cap = np.arange(3).__dlpack__(max_version=(1, 0))
+    managed(cap).version.major = 2
+    with pytest.raises(BufferError, match="2.0"):
+        inspect(cap)

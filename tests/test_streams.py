@@ -1,0 +1,266 @@
+"""The stream rules (array API standard, ``__dlpack__(stream=...)``): the table
+per device type, argument checks, stream objects, and ``use_stream`` blocks.
+All of it runs without a GPU."""
+
+import ctypes
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import Device, DLDeviceType, StreamWarning, export, from_dlpack, use_stream
+from gpu_dlpack import _streams
+
+T = DLDeviceType
+CUDA_FAMILY = [T.CUDA, T.CUDA_HOST, T.CUDA_MANAGED]
+ROCM_FAMILY = [T.ROCM, T.ROCM_HOST]
+
+
+# -- the table ---------------------------------------------------------------
+
+@pytest.mark.parametrize("device_type", CUDA_FAMILY)
+@pytest.mark.parametrize("stream", [None, -1, 1, 2, 3, 0x7F00DEADBEEF])
+def test_cuda_takes_none_minus_one_one_two_and_handles(device_type, stream):
+    assert _streams.check_stream(stream, device_type) == stream
+
+
+@pytest.mark.parametrize("device_type", ROCM_FAMILY)
+@pytest.mark.parametrize("stream", [None, -1, 0, 3, 0x7F00DEADBEEF])
+def test_rocm_takes_none_minus_one_zero_and_handles(device_type, stream):
+    assert _streams.check_stream(stream, device_type) == stream
+
+
+@pytest.mark.parametrize("device_type", CUDA_FAMILY)
+def test_cuda_zero_is_the_legacy_default_stream_with_a_stream_warning(device_type):
+    with pytest.warns(StreamWarning, match="ambiguous for CUDA.*legacy default stream"):
+        assert _streams.check_stream(0, device_type) == 1
+
+
+@pytest.mark.parametrize("device_type", CUDA_FAMILY)
+@pytest.mark.parametrize("stream", [-2, -100])
+def test_other_cuda_values_are_a_value_error_naming_the_valid_ones(device_type, stream):
+    with pytest.raises(ValueError, match=r"not valid for CUDA.*-1 \(no synchronization\).*"
+                                         r"2 \(the per-thread default stream\).*an int > 2"):
+        _streams.check_stream(stream, device_type)
+
+
+@pytest.mark.parametrize("device_type", ROCM_FAMILY)
+@pytest.mark.parametrize("stream", [1, 2, -2])
+def test_rocm_refuses_the_cuda_default_stream_values(device_type, stream):
+    with pytest.raises(ValueError, match=r"not valid for ROCM.*0 \(the default stream\)"):
+        _streams.check_stream(stream, device_type)
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2, 3, -2])
+def test_host_memory_takes_only_none_and_minus_one(stream):
+    with pytest.raises(ValueError, match=r"not valid for CPU"):
+        _streams.check_stream(stream, T.CPU)
+    assert _streams.check_stream(-1, T.CPU) == -1
+
+
+@pytest.mark.parametrize("device_type", [T.CPU, T.CUDA, T.ROCM])
+@pytest.mark.parametrize("stream", ["1", 1.0, True, object()])
+def test_a_stream_that_is_not_an_int_is_a_type_error(device_type, stream):
+    with pytest.raises(TypeError, match="stream must be an int or None"):
+        _streams.check_stream(stream, device_type)
+
+
+def test_an_integer_type_that_is_not_int_is_taken():
+    assert _streams.check_stream(np.int64(7), T.CUDA) == 7
+
+
+def test_rocm_zero_is_valid_and_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _streams.check_stream(0, T.ROCM) == 0
+
+
+@pytest.mark.parametrize(
+    "device_type, handle", [(T.CUDA, 1), (T.CUDA_HOST, 1), (T.CUDA_MANAGED, 1), (T.ROCM, 0), (T.ROCM_HOST, 0)]
+)
+def test_none_names_the_legacy_default_stream_on_cuda_and_the_null_stream_on_rocm(device_type, handle):
+    assert _streams.resolve(None, device_type) == handle
+    assert _streams.resolve(-1, device_type) == -1
+    assert _streams.resolve(12345, device_type) == 12345
+
+
+# -- copies the host reads at once ---------------------------------------------
+
+def test_a_copy_to_the_cpu_is_always_complete_on_return():
+    assert _streams.finishes_before_return(T.CPU, None)
+    assert _streams.finishes_before_return(T.CPU, -1)
+
+
+@pytest.mark.parametrize("device_type", [T.CUDA_HOST, T.ROCM_HOST, T.CUDA_MANAGED])
+def test_a_copy_to_pinned_or_managed_memory_is_left_queued_only_on_a_named_stream(device_type):
+    assert _streams.finishes_before_return(device_type, None)
+    assert _streams.finishes_before_return(device_type, -1)
+    assert not _streams.finishes_before_return(device_type, 1)
+    assert not _streams.finishes_before_return(device_type, 0xBEEF)
+
+
+@pytest.mark.parametrize("device_type", [T.CUDA_HOST, T.CUDA_MANAGED])
+def test_memory_exported_in_place_with_minus_one_is_left_to_the_consumer(device_type):
+    assert not _streams.finishes_before_return(device_type, -1, copied=False)
+    assert _streams.finishes_before_return(device_type, None, copied=False)
+    assert _streams.finishes_before_return(T.CPU, -1, copied=False)
+
+
+@pytest.mark.parametrize("device_type", [T.CUDA, T.ROCM])
+def test_a_copy_to_gpu_memory_is_ordered_on_the_consumers_stream(device_type):
+    assert not _streams.finishes_before_return(device_type, None)
+
+
+def test_imports_to_host_memory_return_numpy_arrays_complete():
+    assert _streams.HOST_RESULTS == {T.CPU, T.CUDA_HOST, T.ROCM_HOST}
+
+
+# -- stream objects ------------------------------------------------------------
+
+class Ptr:  # the attribute CuPy streams carry
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class CudaStream:  # the attribute PyTorch streams carry
+    def __init__(self, handle, index=None):
+        self.cuda_stream = handle
+        self.device = type("device", (), {"index": index, "type": "cuda"})()
+
+
+class Handle:  # Numba streams: a ctypes pointer
+    def __init__(self, value):
+        self.handle = ctypes.c_void_p(value)
+
+
+class Protocol:  # the CUDA stream protocol (cuda.core, CuPy 14)
+    def __init__(self, handle):
+        self._handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self._handle)
+
+
+@pytest.mark.parametrize(
+    "stream, handle",
+    [(Ptr(0xABC0), 0xABC0), (CudaStream(0xABC1), 0xABC1), (Handle(0xABC2), 0xABC2),
+     (Protocol(0xABC3), 0xABC3), (5, 5), (-1, -1), (None, None)],
+)
+def test_stream_objects_become_their_handle(stream, handle):
+    assert _streams.handle_of(stream) == handle
+
+
+@pytest.mark.parametrize("stream", [Ptr(0), CudaStream(0), Handle(None), Handle(0), Protocol(0)])
+def test_a_stream_object_with_handle_zero_is_the_null_stream_without_a_warning(stream, monkeypatch):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _streams.handle_of(stream) == 1  # the legacy default stream on CUDA
+        monkeypatch.setattr("gpu_dlpack._devices.cupy_is_rocm", lambda: True)
+        assert _streams.handle_of(stream) == 0  # the null stream is ROCm's default stream
+
+
+def test_cupys_own_stream_singletons_are_read_without_a_gpu():
+    cupy = pytest.importorskip("cupy")
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("a ROCm build has no legacy or per-thread default stream")
+    assert _streams.handle_of(cupy.cuda.Stream.null) == 1
+    assert _streams.handle_of(cupy.cuda.Stream.ptds) == 2
+
+
+def test_what_is_not_a_stream_object_is_left_for_the_stream_check():
+    thing = object()
+    assert _streams.handle_of(thing) is thing
+    with pytest.raises(TypeError, match="stream must be an int or None"):
+        export(np.arange(3), stream=thing)
+
+
+def test_a_broken_stream_protocol_is_a_type_error():
+    class Broken:
+        def __cuda_stream__(self):
+            return 42
+
+    with pytest.raises(TypeError, match="must return a \\(version, handle\\) pair"):
+        _streams.handle_of(Broken())
+
+
+def test_the_device_of_a_stream_object_is_read_when_it_says():
+    assert _streams.device_index_of(CudaStream(9, index=1)) == 1
+    assert _streams.device_index_of(CudaStream(9)) is None
+    assert _streams.device_index_of(Ptr(9)) is None
+
+
+def test_a_stream_object_is_checked_for_the_memory_it_is_used_with():
+    # A GPU stream handle means nothing to host memory.
+    with pytest.raises(ValueError, match="not valid for CPU"):
+        export(np.arange(3), stream=Ptr(0xABC0))
+    with pytest.raises(ValueError, match="not valid for CPU"):
+        from_dlpack(np.arange(3).__dlpack__(), stream=CudaStream(0xABC0))
+    assert from_dlpack(np.arange(3.0), stream=Ptr(-1)).tolist() == [0, 1, 2]
+
+
+# -- use_stream blocks ---------------------------------------------------------
+
+def test_a_block_names_the_consumer_stream_for_gpu_memory():
+    assert _streams.block_stream(Device("cuda:0")) is None
+    with use_stream(0xABC0) as s:
+        assert s == 0xABC0
+        assert _streams.in_block()
+        for name in ("cuda:0", "cuda:3", "cuda_host", "cuda_managed", "rocm:1"):
+            assert _streams.block_stream(Device(name)) == 0xABC0
+        assert _streams.block_stream(Device("cpu")) is None  # host memory has no stream
+    assert not _streams.in_block() and _streams.block_stream(Device("cuda:0")) is None
+
+
+def test_blocks_nest_and_end_even_on_an_exception():
+    with use_stream(Ptr(0xA)):
+        with pytest.raises(RuntimeError):
+            with use_stream(CudaStream(0xB)):
+                assert _streams.block_stream(Device("cuda:0")) == 0xB
+                raise RuntimeError
+        assert _streams.block_stream(Device("cuda:0")) == 0xA
+    assert _streams.block_stream(Device("cuda:0")) is None
+
+
+def test_a_block_is_limited_to_the_gpu_its_stream_belongs_to():
+    with use_stream(CudaStream(0xC, index=1)):
+        assert _streams.block_stream(Device("cuda:1")) == 0xC
+        assert _streams.block_stream(Device("cuda:0")) is None
+        assert _streams.block_stream(Device("cuda_host")) == 0xC  # pinned memory: any GPU
+    with use_stream(0xD, device="cuda:2"):
+        assert _streams.block_stream(Device("cuda:2")) == 0xD
+        assert _streams.block_stream(Device("cuda:0")) is None
+
+
+def test_a_block_belongs_to_its_thread():
+    seen = []
+    with use_stream(0xE):
+        t = threading.Thread(target=lambda: seen.append(_streams.block_stream(Device("cuda:0"))))
+        t.start()
+        t.join()
+    assert seen == [None]
+
+
+def test_a_block_leaves_host_exchanges_alone():
+    a = np.arange(3.0)
+    with use_stream(0xABC0):
+        assert gpu_dlpack.inspect(export(a, max_version=(1, 0))).data == a.ctypes.data
+        assert from_dlpack(a.__dlpack__()).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad", ["s", 1.5, object()])
+def test_a_block_needs_a_stream(bad):
+    with pytest.raises(TypeError, match="cannot read a stream from"):
+        with use_stream(bad):
+            pass
+
+
+def test_a_block_refuses_a_negative_handle_other_than_minus_one():
+    with pytest.raises(ValueError, match="stream=-2 is not valid"):
+        with use_stream(-2):
+            pass
+
+
+def test_use_stream_is_public():
+    assert gpu_dlpack.use_stream is use_stream and "use_stream" in gpu_dlpack.__all__

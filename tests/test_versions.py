@@ -1,0 +1,116 @@
+"""Exporter rule 1: versions and the version floor."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import DLPACK_VERSION, export, inspect, wrap
+
+
+def test_dlpack_version_is_the_newest_produced():
+    assert DLPACK_VERSION == (1, 2)
+    assert all(type(p) is int for p in DLPACK_VERSION)
+
+
+def test_floor_defaults_to_0_5():
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 5)
+
+
+@pytest.mark.parametrize("value, expected", [("0.8", (0, 8)), ("1.0", (1, 0)), ("0,6", (0, 6))])
+def test_floor_is_read_from_the_environment(value, expected):
+    out = subprocess.run(
+        [sys.executable, "-c", "import gpu_dlpack; print(gpu_dlpack.MIN_DLPACK_VERSION)"],
+        env={"GPU_DLPACK_MIN_VERSION": value, "PATH": ""}, capture_output=True, text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == str(expected)
+
+
+def test_a_bad_floor_in_the_environment_is_a_value_error_on_import():
+    out = subprocess.run(
+        [sys.executable, "-c", "import gpu_dlpack"],
+        env={"GPU_DLPACK_MIN_VERSION": "banana", "PATH": ""}, capture_output=True, text=True,
+    )
+    assert out.returncode != 0
+    assert "ValueError" in out.stderr and "GPU_DLPACK_MIN_VERSION" in out.stderr
+
+
+def test_floor_is_settable_at_run_time(floor):
+    a = np.arange(3)
+    gpu_dlpack.MIN_DLPACK_VERSION = (0, 8)
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 8)
+    with pytest.raises(BufferError, match=r"below \(0, 8\)"):
+        export(a, max_version=(0, 7))
+    gpu_dlpack.MIN_DLPACK_VERSION = "0.3"
+    assert inspect(export(a, max_version=(0, 4))).name == "dltensor"
+    assert gpu_dlpack.set_min_dlpack_version((0, 5)) == (0, 3)
+
+
+@pytest.mark.parametrize("bad", [(2, 0), (-1, 0), "x", (0,), 5])
+def test_a_bad_floor_at_run_time_is_refused(bad, floor):
+    with pytest.raises(ValueError):
+        gpu_dlpack.MIN_DLPACK_VERSION = bad
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 5)
+
+
+def test_max_version_none_gives_legacy(torch, jax):
+    for x in (np.arange(3.0), torch.arange(3.0), jax.numpy.arange(3.0)):
+        info = inspect(export(x))
+        assert (info.name, info.versioned, info.version) == ("dltensor", False, None)
+
+
+@pytest.mark.parametrize("max_version", [(0, 5), (0, 8), (0, 99)])
+def test_major_0_at_or_above_the_floor_gives_legacy(max_version, torch):
+    for x in (np.arange(3.0), torch.arange(3.0)):
+        assert inspect(export(x, max_version=max_version)).name == "dltensor"
+
+
+@pytest.mark.parametrize("max_version", [(1, 0), (1, 1), (1, 5), (2, 0), (7, 3)])
+def test_major_1_or_more_gives_versioned_with_the_layers_version(max_version, torch, jax):
+    # NumPy produces 1.0 and torch 1.3; JAX produces only legacy capsules.
+    for x in (np.arange(3.0), torch.arange(3.0), jax.numpy.arange(3.0)):
+        info = inspect(export(x, max_version=max_version))
+        assert info.name == "dltensor_versioned"
+        assert info.version == DLPACK_VERSION
+
+
+@pytest.mark.parametrize("max_version", [(0, 4), (0, 0)])
+def test_below_the_floor_is_a_buffer_error_naming_floor_request_and_remedies(max_version, jax):
+    for x in (np.arange(3.0), jax.numpy.arange(3.0), wrap(np.arange(3.0))):
+        with pytest.raises(BufferError) as err:
+            if isinstance(x, gpu_dlpack.Exportable):
+                x.__dlpack__(max_version=max_version)
+            else:
+                export(x, max_version=max_version)
+        msg = str(err.value)
+        assert "(0, 5)" in msg and f"max_version={max_version}".replace(" ", "") in msg.replace(" ", "")
+        assert "upgrade" in msg and "without max_version" in msg and "GPU_DLPACK_MIN_VERSION" in msg
+
+
+@pytest.mark.parametrize("bad", [(1,), (1, 0, 0), [1, 0], (1.0, 0), ("1", "0"), "1.0", 1, (True, 0)])
+def test_max_version_not_a_2_tuple_of_ints_is_a_type_error_showing_the_form(bad):
+    with pytest.raises(TypeError, match=r"max_version=\(1, 0\)"):
+        export(np.arange(3), max_version=bad)
+
+
+def test_bool_needs_dlpack_0_8(floor):
+    gpu_dlpack.MIN_DLPACK_VERSION = (0, 5)
+    b = np.array([True, False])
+    with pytest.raises(BufferError, match="bool needs DLPack 0.8"):
+        export(b, max_version=(0, 7))
+    assert inspect(export(b, max_version=(0, 8))).dtype == (6, 8, 1)
+    assert inspect(export(b)).dtype == (6, 8, 1)  # an unversioned consumer gets what it asks
+
+
+def test_float8_needs_a_versioned_capsule(ml_dtypes):
+    f8 = np.zeros(4, dtype=ml_dtypes.float8_e4m3fn)
+    with pytest.raises(BufferError, match="needs DLPack 1.1"):
+        export(f8, max_version=(0, 8))
+    # Any 1.x consumer takes a 1.2 capsule (minor versions are compatible) and
+    # checks dtype codes itself.
+    for max_version in ((1, 0), (1, 1)):
+        info = inspect(export(f8, max_version=max_version))
+        assert info.dtype == (10, 8, 1) and info.version == DLPACK_VERSION
