@@ -37,7 +37,8 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     to GPU memory without ``stream`` uses ``s``.
     """
     if stream is None:
-        if _streams.in_block():
+        # A NumPy array that stays on the host has no stream to take.
+        if (dl_device is not None or type(x) is not _ndarray) and _streams.in_block():
             stream = _block_stream(x, dl_device)
     elif type(stream) is not int:
         stream = _streams.handle_of(stream)
