@@ -3,10 +3,12 @@ figure is measured beside its peer's own path, in the same run and group.
 
 Each benchmark records in ``extra_info`` what ``bench/report.py`` needs:
 ``label`` (the call measured, as a user would write it), ``role`` ("peer",
-"gpu_dlpack" or "other": another library's figure shown for context),
-``peer`` (for gpu_dlpack rows: the label of the peer it is compared with),
-``target`` (the highest ratio to the peer that meets the target, if any)
-and, for copies, ``bytes`` (so the report can compute GB/s).
+"gpu_dlpack", "ceiling": the hardware's best, or "other": a figure shown for
+context), ``peer`` (for gpu_dlpack rows: the label of the peer it is
+compared with), ``target`` (the highest ratio to the peer that meets the
+target, if any), ``minus`` (the label of a row whose time is subtracted
+first: the cost of one step alone) and, for copies, ``bytes`` and
+``direction`` (so the report can compute GB/s).
 
 ``python -m pytest bench --benchmark-disable`` runs each call once, as a
 smoke test: every benchmark also checks what its call returned.
@@ -50,13 +52,23 @@ def j(jax):
 
 
 @pytest.fixture
+def cupy_current():
+    """Restores CuPy's current stream after a test that changes it."""
+    import cupy
+
+    before = cupy.cuda.get_current_stream()
+    yield cupy
+    before.use()
+
+
+@pytest.fixture
 def measure(benchmark):
     """``measure(fn, label, role="peer", peer=None, target=None, **info)``:
     benchmark ``fn`` (no arguments) and record what the report needs.
     Returns what one call of ``fn`` returned."""
 
     def run(fn, label, role="peer", peer=None, target=None, rounds=None, **info):
-        if role not in ("peer", "gpu_dlpack", "other"):
+        if role not in ("peer", "gpu_dlpack", "ceiling", "other"):
             raise ValueError(f"unknown role {role!r}")
         if role == "gpu_dlpack" and peer is None:
             raise ValueError("a gpu_dlpack figure needs the label of its peer")

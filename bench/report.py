@@ -79,17 +79,23 @@ def exchange_rows(doc):
         groups[b.get("group") or b["name"]].append(b)
     out = {}
     for group, benches in groups.items():
+        medians = {b["extra_info"]["label"]: b["stats"]["median"] for b in benches}
         peers = {b["extra_info"]["label"]: b["stats"]["median"] for b in benches
                  if b["extra_info"].get("role") == "peer"}
         rows = []
         for b in sorted(benches, key=lambda b: b["extra_info"].get("role") != "peer"):
             info = b["extra_info"]
-            median = b["stats"]["median"]
+            label, median = info["label"], b["stats"]["median"]
+            minus = info.get("minus")
+            if minus in medians:
+                # The cost of one step alone: this call less the same call without it.
+                median -= medians[minus]
+                label = f"{label}` less `{minus}"
             peer_label = info.get("peer") or (next(iter(peers)) if info.get("role") == "other" and peers else None)
             peer = peers.get(peer_label) if peer_label else None
             ratio = median / peer if peer else None
             added = median - peer if peer else None
-            rows.append((info["label"], info.get("role"), median, ratio, added, info.get("target")))
+            rows.append((label, info.get("role"), median, ratio, added, info.get("target")))
         out[group] = rows
     return out
 
@@ -172,19 +178,21 @@ def plot(doc, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed"
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for direction, style in zip(data, ("-", "--", ":", "-.")):
+    fig, axes = plt.subplots(1, len(data), figsize=(6 * len(data), 4.5), squeeze=False)
+    colors = {"gpu_dlpack": "tab:blue", "peer": "tab:orange", "ceiling": "tab:green"}
+    for ax, direction in zip(axes[0], data):
         sizes = data[direction]
-        labels = {label for by_label in sizes.values() for label in by_label}
-        for label in sorted(labels):
+        labels = {(label, role) for by_label in sizes.values() for label, (_, role) in by_label.items()}
+        for label, role in sorted(labels, key=lambda lr: lr[1] or ""):
             xs = [s for s in sorted(sizes) if label in sizes[s]]
-            ax.plot(xs, [sizes[s][label][0] for s in xs], style, marker="o", label=f"{direction}: {label}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bytes")
-    ax.set_ylabel("GB/s (median)")
-    ax.set_title("gpu_dlpack copies against CuPy and the pinned-copy ceiling")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="x-small")
+            ax.plot(xs, [sizes[s][label][0] for s in xs], marker="o", color=colors.get(role), label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per copy")
+        ax.set_ylabel("GB/s (median)")
+        ax.set_title(direction)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("gpu_dlpack copies against CuPy and the pinned-copy ceiling")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
