@@ -55,7 +55,7 @@ def _block_stream(x, dl_device):
     return _streams.block_stream(target)
 
 
-def _export(x, readonly, stream, max_version, dl_device, copy):
+def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     if type(x) is _ndarray:
         if stream is None and dl_device is None and copy is None and not readonly and (
             x.dtype.isbuiltin == 1  # NumPy's own types: no carrier, no code newer than 1.0
@@ -76,7 +76,8 @@ def _export(x, readonly, stream, max_version, dl_device, copy):
         return backend.export_array(x, readonly, stream, max_version, dl_device, copy)
     if not hasattr(type(x), "__dlpack__"):
         raise _errors.not_dlpack(x)
-    source = Device.of(x)
+    if source is None:
+        source = Device.of(x)
     if source.is_host_accessible:
         return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
     return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
@@ -210,19 +211,24 @@ class Exportable:
     a caller can see what a consumer really asks for.
     """
 
-    __slots__ = ("_x", "_readonly", "_device", "_request")
+    __slots__ = ("_x", "_readonly", "_source", "_device", "_request")
 
     def __init__(self, x, readonly=False):
         if readonly is not False and readonly is not True:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
         self._readonly = readonly
-        self._device = _CPU_DLPACK if type(x) is _ndarray else _backends.device_of(x).dlpack
+        if type(x) is _ndarray:
+            self._source, self._device = CPU, _CPU_DLPACK
+        else:
+            # Read once: the device __dlpack_device__ reports is the one exported.
+            self._source = _backends.device_of(x)
+            self._device = self._source.dlpack
         self._request = None
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
-        return _export(self._x, self._readonly, stream, max_version, dl_device, copy)
+        return _export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
 
     def __dlpack_device__(self):
         return self._device
