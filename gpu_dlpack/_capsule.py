@@ -352,6 +352,24 @@ def take(capsule, versioned: bool) -> Owner:
     return Owner(ptr, deleter)
 
 
+def checked(capsule, likely_versioned: bool = True, check_dtype=None):
+    """``(versioned, header)`` of a capsule handed to the layer, after the
+    checks every exchange makes (readable tensor, major version 1, and
+    ``check_dtype(code, bits, lanes)`` when given). A refused capsule is
+    discarded: its deleter runs once, now."""
+    versioned, ptr = kind_and_pointer(capsule, likely_versioned)
+    try:
+        head = header(ptr, versioned)
+        if versioned and head.major != 1:
+            raise _errors.unsupported_major(head.major)
+        if check_dtype is not None:
+            check_dtype(head.code, head.bits, head.lanes)
+    except BufferError:
+        discard(capsule, versioned)
+        raise
+    return versioned, head
+
+
 def discard(capsule, versioned: bool) -> None:
     """Take ownership of an unconsumed capsule and free what it holds now:
     rename it ``used_*`` (so its destructor does not free it again) and call

@@ -107,7 +107,9 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
     # NumPy-based producer refuses one for read-only data).
     ask_versioned = want_versioned or copy is True
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
-    versioned, header = _check_major(capsule, ask_versioned and type(x) not in gave_legacy)
+    versioned, header = _capsule.checked(
+        capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.check_known
+    )
     if ask_versioned and not versioned:
         gave_legacy.add(type(x))
     # Host memory is one address space whatever the id (JAX numbers its CPU
@@ -162,7 +164,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
         dl_device=None if dl_device is None else target.dlpack, copy=copy,
     )
-    versioned, header = _check_major(capsule, want_versioned)
+    versioned, header = _capsule.checked(capsule, want_versioned, _dtypes.check_known)
     if (header.device_type, header.device_id) != target.dlpack or versioned != want_versioned or (
         not full and copy
     ):
@@ -186,22 +188,6 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         _capsule.discard(capsule, versioned)
         raise _errors.readonly_legacy()
     return capsule
-
-
-def _check_major(capsule, likely_versioned):
-    """``(versioned, header)``, after refusing a capsule of an unknown major
-    version or of a dtype gpu_dlpack does not know (it may be passed on,
-    relabelled). One ctypes call when the capsule is of the likely kind."""
-    versioned, ptr = _capsule.kind_and_pointer(capsule, likely_versioned)
-    try:
-        header = _capsule.header(ptr, versioned)
-        if versioned and header.major != 1:
-            raise _errors.unsupported_major(header.major)
-        _dtypes.check_known(header.code, header.bits, header.lanes)
-    except BufferError:
-        _capsule.discard(capsule, versioned)
-        raise
-    return versioned, header
 
 
 class Exportable:

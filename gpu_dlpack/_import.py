@@ -80,7 +80,7 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         capsule, full = backend.export_array(x, False, None, **ask), True
     else:
         capsule, full = request(x, **ask)
-    versioned, header = _checked(capsule)
+    versioned, header = _capsule.checked(capsule)
     if moves and not full:
         # An old producer could not move its data: a backend for its device does.
         backend = _backends.for_device(source)
@@ -92,14 +92,14 @@ def _import_host(x):
     """The common import: host memory of a foreign producer, no copy. The
     producer's zero-copy capsule becomes a NumPy array."""
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
-    versioned, header = _checked(capsule, type(x) not in gave_legacy)
+    versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))
     return _land_on_host(capsule, versioned, header, False)
 
 
 def _from_capsule(capsule, device, copy, stream):
-    versioned, header = _checked(capsule)
+    versioned, header = _capsule.checked(capsule)
     try:
         _rules.check_copy(copy)
         if stream is not None and type(stream) is not int:
@@ -120,21 +120,6 @@ def _from_capsule(capsule, device, copy, stream):
         if _capsule.is_unconsumed(capsule):
             _capsule.discard(capsule, versioned)
         raise
-
-
-def _checked(capsule, likely_versioned=True):
-    """``(versioned, header)`` of a capsule, after the checks every import
-    makes. On a refusal of a DLPack capsule, it is discarded: its deleter
-    runs once, now."""
-    versioned, ptr = _capsule.kind_and_pointer(capsule, likely_versioned)
-    try:
-        header = _capsule.header(ptr, versioned)
-        if versioned and header.major != 1:
-            raise _errors.unsupported_major(header.major)
-    except BufferError:
-        _capsule.discard(capsule, versioned)
-        raise
-    return versioned, header
 
 
 def _land_on_host(capsule, versioned, header, copy):

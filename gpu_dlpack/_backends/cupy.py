@@ -274,8 +274,7 @@ def import_to(x, source, target, copy, needs_copy, stream):
         capsule, _full = request(
             x, stream=ask, max_version=_versions.DLPACK_VERSION, copy=False if copy is False else None
         )
-    versioned = _capsule.kind(capsule)
-    header = _checked(capsule, versioned)
+    versioned, header = _capsule.checked(capsule)
     got = Device((header.device_type, header.device_id))
     if got != source:
         _capsule.discard(capsule, versioned)
@@ -446,17 +445,6 @@ def _consumer_stream(stream, target: Device, gpu: int) -> int:
 
 def _lands_on_host(target: Device) -> bool:
     return target.type in _streams.HOST_RESULTS
-
-
-def _checked(capsule, versioned):
-    try:
-        header = _capsule.peek(capsule, versioned)
-        if versioned and header.major != 1:
-            raise _errors.unsupported_major(header.major)
-    except BufferError:
-        _capsule.discard(capsule, versioned)
-        raise
-    return header
 
 
 # -- copies ------------------------------------------------------------------
