@@ -25,6 +25,16 @@ def _pointer(x):
     return None
 
 
+def _aligned(values, align=64):
+    """A copy of ``values`` whose data is ``align``-byte aligned: JAX shares
+    host memory only when it is (it copies otherwise)."""
+    raw = np.empty(values.nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    out = raw[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
 def _describe_capsule(capsule):
     info = _capsule.read(capsule)
     flags = [n for bit, n in ((1, "READ_ONLY"), (2, "IS_COPIED"), (4, "SUBBYTE_PADDED")) if info.flags & bit]
@@ -60,7 +70,7 @@ def run_demo() -> int:
         except Exception as exc:
             print(f"  ({name} is not usable here: {type(exc).__name__}: {exc})")
     failures = 0
-    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = _aligned(np.arange(12, dtype=np.float32).reshape(3, 4))
     ro = a.copy()
     ro.flags.writeable = False
     print("gpu_dlpack demo exchange (host memory)")
