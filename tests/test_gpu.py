@@ -238,12 +238,14 @@ def test_host_producers_reach_the_gpu_by_a_copy(cp, tc, n):
     jax = pytest.importorskip("jax")
     producers = [np.arange(n, dtype=np.float32), tc.arange(n, dtype=tc.float32),
                  jax.device_put(np.arange(n, dtype=np.float32), jax.devices("cpu")[0])]
+    # Where the GPU uses the host's page tables (ATS), host memory is used in
+    # place unless a copy is asked for.
+    mapped = _backends.addressable(Device("cpu"), _gpu0())
     for x in producers:
-        a = from_dlpack(x, device="cuda:0")
+        a = from_dlpack(x, device="cuda:0", copy=True if mapped else None)
         assert isinstance(a, cp.ndarray) and a.device.id == 0
         assert _memory_type(cp, a.data.ptr) == cp.cuda.runtime.memoryTypeDevice
         assert a[:5].tolist() == [0, 1, 2, 3, 4] and int(a[-1]) == n - 1
-    mapped = _backends.addressable(Device("cpu"), _gpu0())
     if mapped:  # the GPU uses the host's page tables: pageable memory in place
         a = np.arange(4.0)
         assert from_dlpack(a, device="cuda:0", copy=False).data.ptr == a.ctypes.data
