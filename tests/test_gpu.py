@@ -104,13 +104,14 @@ def test_cupy_copy_true_on_its_device_is_a_device_copy_flagged_is_copied(cp):
 
 
 def test_cupy_export_to_the_cpu_copies_into_pinned_memory(cp):
-    x = cp.arange(6.0).reshape(2, 3).T  # not contiguous
-    cap = export(x, max_version=(1, 0), dl_device=(1, 0))
-    info = inspect(cap)
-    assert info.device == Device("cpu") and info.flags == FLAG_IS_COPIED
-    assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost  # page-locked
-    out = from_dlpack(cap)
-    assert isinstance(out, np.ndarray) and out.tolist() == x.get().tolist()
+    # F-ordered (copied as it is laid out), and not contiguous (made so first)
+    for x in (cp.arange(6.0).reshape(2, 3).T, cp.arange(12.0).reshape(3, 4)[:, ::2]):
+        cap = export(x, max_version=(1, 0), dl_device=(1, 0))
+        info = inspect(cap)
+        assert info.device == Device("cpu") and info.flags == FLAG_IS_COPIED
+        assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost  # page-locked
+        out = from_dlpack(cap)
+        assert isinstance(out, np.ndarray) and out.tolist() == x.get().tolist()
     with pytest.raises(BufferError, match="copy=False"):
         export(x, max_version=(1, 0), dl_device=(1, 0), copy=False)
 
