@@ -229,11 +229,14 @@ def _d2h_setup(cp, nbytes):
 
 
 @pytest.mark.parametrize("nbytes", SIZES, ids=_id)
-def test_device_to_host_gpu_dlpack(measure, benchmark, cp, nbytes):
+def test_device_to_host_gpu_dlpack(measure, benchmark, cp, nbytes, cupy_current):
     benchmark.group = f"gpu: device to host {_size(nbytes)}"
     a, stream = _d2h_setup(cp, nbytes)
+    # A CPU consumer names no stream (a CUDA handle is refused for dl_device=(1, 0)):
+    # the copy is queued on CuPy's current stream, the one a.get(stream=stream) uses.
+    stream.use()
     cap = measure(
-        lambda: gpu_dlpack.export(a, stream=stream.ptr, dl_device=(1, 0), max_version=VERSIONED),
+        lambda: gpu_dlpack.export(a, dl_device=(1, 0), max_version=VERSIONED),
         "gpu_dlpack.export(a, dl_device=(1, 0))", role="gpu_dlpack", peer="a.get()",
         rounds=_rounds(nbytes), bytes=nbytes, direction="device to host",
     )

@@ -193,7 +193,7 @@ def test_eight_threads_each_on_its_own_stream(figures):
                 with consumer:
                     e = gpu_dlpack.from_dlpack(cap, stream=consumer.ptr)
                     host = gpu_dlpack.from_dlpack(
-                        gpu_dlpack.export(e, dl_device=(1, 0), max_version=(1, 0), stream=consumer.ptr)
+                        gpu_dlpack.export(e, dl_device=(1, 0), max_version=(1, 0))  # on `consumer`
                     )
                 if host[0] != k + i + 1 or host[-1] != k + i + 1:
                     raise AssertionError(f"thread {k} read before its producer stream's work finished")
