@@ -28,3 +28,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# -- the peers, real libraries, shared by tests/ and bench/ -----------------
+
+
+@pytest.fixture(scope="session")
+def torch():
+    import torch
+
+    return torch
+
+
+@pytest.fixture(scope="session")
+def jax():
+    import jax
+    import jax.dlpack  # noqa: F401
+    import jax.numpy  # noqa: F401
+
+    return jax
+
+
+@pytest.fixture(scope="session")
+def cp():
+    return pytest.importorskip("cupy")
+
+
+@pytest.fixture(scope="session")
+def tc():
+    """PyTorch with a CUDA (or ROCm) device."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA (or ROCm) device")
+    return torch

@@ -20,22 +20,6 @@ import pytest
 SMALL = 1000  # elements: exchanges are zero-copy, so the size does not matter
 
 
-@pytest.fixture(scope="session")
-def torch():
-    import torch
-
-    return torch
-
-
-@pytest.fixture(scope="session")
-def jax():
-    import jax
-    import jax.dlpack  # noqa: F401
-    import jax.numpy  # noqa: F401
-
-    return jax
-
-
 @pytest.fixture
 def x():
     return np.arange(SMALL, dtype=np.float64)

@@ -39,18 +39,6 @@ def _id(n):
 
 # --- peers and streams --------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cp():
-    return pytest.importorskip("cupy")
-
-
-@pytest.fixture(scope="module")
-def tc():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("this PyTorch has no CUDA (or ROCm) device")
-    return torch
-
 
 @pytest.fixture(scope="module")
 def streams(cp):

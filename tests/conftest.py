@@ -1,24 +1,7 @@
 """Fixtures for the peers. Each is the real library; a test that needs one
 that is missing fails (the test command installs them all)."""
 
-import numpy as np
 import pytest
-
-
-@pytest.fixture(scope="session")
-def torch():
-    import torch
-
-    return torch
-
-
-@pytest.fixture(scope="session")
-def jax():
-    import jax
-    import jax.dlpack  # noqa: F401
-    import jax.numpy  # noqa: F401
-
-    return jax
 
 
 @pytest.fixture(scope="session")

@@ -25,18 +25,6 @@ SPIN_MS = 200  # how long the producer's kernel keeps its stream busy
 
 # -- peers ---------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cp():
-    return pytest.importorskip("cupy")
-
-
-@pytest.fixture(scope="module")
-def tc():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("this PyTorch has no CUDA (or ROCm) device")
-    return torch
-
 
 @pytest.fixture(scope="module")
 def jgpu():
