@@ -35,7 +35,6 @@ import gpu_dlpack
 from gpu_dlpack import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY
 
 from .figures import counter_fixture
-from .helpers import pointer
 
 cases = counter_fixture("property cases generated")
 
