@@ -98,6 +98,26 @@ def export_refused(code, bits, readonly, max_version, copy):
     return None
 
 
+def export_or_refuse(cases, label, x, code, bits, readonly, shape, max_version, copy, dl_device=None):
+    """Export ``x`` as asked, or check that the rules refuse it. Returns the
+    capsule and its record, with the header fields every export must have
+    already checked; None when refused."""
+    if export_refused(code, bits, readonly, max_version, copy):
+        cases[f"{label} export: refused"] += 1
+        with pytest.raises(BufferError):
+            gpu_dlpack.export(x, max_version=max_version, copy=copy, dl_device=dl_device)
+        return None
+    cases[f"{label} export: exchanged"] += 1
+    cap = gpu_dlpack.export(x, max_version=max_version, copy=copy, dl_device=dl_device)
+    info = gpu_dlpack.inspect(cap)
+    versioned = max_version is not None and max_version[0] >= 1
+    assert info.versioned is versioned
+    assert info.version == (gpu_dlpack.DLPACK_VERSION if versioned else None)
+    assert info.dtype == (code, bits, 1)
+    assert info.shape == tuple(shape)
+    return cap, info
+
+
 # -- arrays ------------------------------------------------------------------
 
 def values(rng, dtype, shape):
@@ -184,20 +204,11 @@ def test_numpy_export_then_import_keeps_values_pointers_and_flags(
     x = build(np.random.default_rng(seed), dtype, layout)
     code, bits = code_bits(dtype)
     readonly = not x.flags.writeable
-    refused = export_refused(code, bits, readonly, max_version, copy)
-    if refused:
-        cases["numpy export: refused"] += 1
-        with pytest.raises(BufferError):
-            gpu_dlpack.export(x, max_version=max_version, copy=copy, dl_device=dl_device)
+    done = export_or_refuse(cases, "numpy", x, code, bits, readonly, x.shape, max_version, copy, dl_device)
+    if done is None:
         return
-    cases["numpy export: exchanged"] += 1
-    cap = gpu_dlpack.export(x, max_version=max_version, copy=copy, dl_device=dl_device)
-    info = gpu_dlpack.inspect(cap)
-    versioned = max_version is not None and max_version[0] >= 1
-    assert info.versioned is versioned
-    assert info.version == (gpu_dlpack.DLPACK_VERSION if versioned else None)
-    assert info.dtype == (code, bits, 1)
-    assert info.shape == x.shape
+    cap, info = done
+    versioned = info.versioned
     assert info.device == gpu_dlpack.Device("cpu")
     copied = copy is True
     if versioned:
@@ -517,20 +528,11 @@ def test_torch_tensors_through_gpu_dlpack_keep_values_pointers_and_flags(
             assert (arr.ctypes.data == ptr) is (import_copy is not True)
         assert arr.flags.writeable  # torch data may be written
         return
-    refused = export_refused(code, bits, False, max_version, copy)
-    if refused:
-        cases["torch export: refused"] += 1
-        with pytest.raises(BufferError):
-            gpu_dlpack.export(t, max_version=max_version, copy=copy, dl_device=dl_device)
+    done = export_or_refuse(cases, "torch", t, code, bits, False, t.shape, max_version, copy, dl_device)
+    if done is None:
         return
-    cases[f"torch {path}: exchanged"] += 1
-    cap = gpu_dlpack.export(t, max_version=max_version, copy=copy, dl_device=dl_device)
-    info = gpu_dlpack.inspect(cap)
-    versioned = max_version is not None and max_version[0] >= 1
-    assert info.versioned is versioned
-    assert info.version == (gpu_dlpack.DLPACK_VERSION if versioned else None)
-    assert info.dtype == (code, bits, 1)
-    assert info.shape == tuple(t.shape)
+    cap, info = done
+    versioned = info.versioned
     if versioned:
         assert not info.flags & FLAG_READ_ONLY  # torch data is writeable
         assert bool(info.flags & FLAG_IS_COPIED) is (copy is True)
@@ -584,20 +586,11 @@ def test_jax_arrays_through_gpu_dlpack_keep_values_pointers_and_flags(
             assert (arr.ctypes.data == ptr) is (import_copy is not True)
         assert arr.flags.writeable is (import_copy is True)
         return
-    refused = export_refused(code, bits, None, max_version, copy)
-    if refused:
-        cases["jax export: refused"] += 1
-        with pytest.raises(BufferError):
-            gpu_dlpack.export(j, max_version=max_version, copy=copy, dl_device=dl_device)
+    done = export_or_refuse(cases, "jax", j, code, bits, None, x.shape, max_version, copy, dl_device)
+    if done is None:
         return
-    cases["jax export: exchanged"] += 1
-    cap = gpu_dlpack.export(j, max_version=max_version, copy=copy, dl_device=dl_device)
-    info = gpu_dlpack.inspect(cap)
-    versioned = max_version is not None and max_version[0] >= 1
-    assert info.versioned is versioned
-    assert info.version == (gpu_dlpack.DLPACK_VERSION if versioned else None)
-    assert info.dtype == (code, bits, 1)
-    assert info.shape == x.shape
+    cap, info = done
+    versioned = info.versioned
     if versioned:
         assert bool(info.flags & FLAG_READ_ONLY) is (copy is not True)
         assert bool(info.flags & FLAG_IS_COPIED) is (copy is True)
@@ -642,16 +635,10 @@ def test_array_api_strict_arrays_through_gpu_dlpack_keep_values_and_pointers(
         assert arr.flags.writeable is (copy is True or not readonly)
         return
     code, bits = code_bits(dtype)
-    refused = export_refused(code, bits, readonly, max_version, copy)
-    if refused:
-        cases["array_api_strict export: refused"] += 1
-        with pytest.raises(BufferError):
-            gpu_dlpack.export(s, max_version=max_version, copy=copy)
+    done = export_or_refuse(cases, "array_api_strict", s, code, bits, readonly, want.shape, max_version, copy)
+    if done is None:
         return
-    cases["array_api_strict export: exchanged"] += 1
-    cap = gpu_dlpack.export(s, max_version=max_version, copy=copy)
-    info = gpu_dlpack.inspect(cap)
-    assert info.versioned is (max_version is not None and max_version[0] >= 1)
+    cap, info = done
     if info.versioned:
         assert bool(info.flags & FLAG_READ_ONLY) is (readonly and copy is not True)
         assert bool(info.flags & FLAG_IS_COPIED) is (copy is True)
