@@ -1,7 +1,14 @@
 """The NumPy backend: host memory. Exports through NumPy's own ``__dlpack__``
 (whose C deleter is safe on any thread and at shutdown) and imports through
 ``numpy.from_dlpack``, patching in what NumPy cannot say itself: the layer's
-version and the dtypes NumPy does not know (bfloat16, float8, sub-byte)."""
+version and the dtypes NumPy does not know (bfloat16, float8, sub-byte).
+
+NumPy before 2.1 makes and reads only legacy capsules: versioned ones are
+then built and read by ``_old_numpy``.
+
+An ndarray subclass that overrides ``__dlpack__`` is a producer of its own
+(it may take only ``stream``, as every producer older than the standard's
+keywords): it is asked like any foreign producer, not exported here."""
 
 from __future__ import annotations
 
@@ -9,13 +16,27 @@ import numpy as np
 
 from .. import _capsule, _dtypes, _errors
 from .._versions import DLPACK_VERSION
+from . import _old_numpy
 
 _ASK = (1, 0)  # NumPy produces 1.0; the capsule is relabelled DLPACK_VERSION
 _STAMP = _capsule.version_word(DLPACK_VERSION)
+_ndarray_dlpack = np.ndarray.__dlpack__
+
+
+def _makes_versioned() -> bool:
+    try:
+        np.empty(0).__dlpack__(max_version=_ASK)
+    except TypeError:
+        return False
+    return True
+
+
+#: Whether this NumPy makes and reads versioned capsules (NumPy 2.1+).
+VERSIONED_NUMPY = _makes_versioned()
 
 
 def owns(x) -> bool:
-    return isinstance(x, np.ndarray)
+    return isinstance(x, np.ndarray) and type(x).__dlpack__ is _ndarray_dlpack
 
 
 def readonly(x) -> bool:
@@ -29,6 +50,8 @@ def dtype_of(x) -> _dtypes.DType:
 def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     """A capsule for ``arr`` as ``plan`` says (the device is the CPU)."""
     view = arr if dtype.carrier is None else arr.view(dtype.carrier)
+    if not VERSIONED_NUMPY:
+        return _export_old(view, plan, dtype)
     if plan.read_only and view.flags.writeable:
         view = view.view()
         view.flags.writeable = False
@@ -49,12 +72,34 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     return capsule
 
 
+def _export_old(view: np.ndarray, plan, dtype: _dtypes.DType):
+    """``export`` on a NumPy that makes only legacy capsules."""
+    flags = 0
+    if plan.copy:
+        view = np.array(view, copy=True)
+        flags |= _capsule.IS_COPIED
+    if not plan.versioned:
+        if plan.read_only:
+            raise _errors.readonly_legacy()
+        capsule = view.__dlpack__()
+        if dtype.carrier is not None:
+            _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
+        return capsule
+    if plan.read_only:
+        flags |= _capsule.READ_ONLY
+    if dtype.padded:
+        flags |= _capsule.IS_SUBBYTE_TYPE_PADDED
+    return _old_numpy.export_versioned(view, _STAMP, flags, dtype.code, dtype.bits)
+
+
 def export_in_place(arr: np.ndarray, versioned: bool):
     """NumPy's own capsule for ``arr`` where it is already what the rules ask
     for (on the CPU, no copy, a dtype NumPy describes, READ_ONLY set by NumPy
     for read-only data), relabelled DLPACK_VERSION when versioned. None when
     NumPy refuses (a read-only array as legacy, a dtype it cannot export):
     the general path then says why, in gpu_dlpack's words."""
+    if versioned and not VERSIONED_NUMPY:
+        return None  # built by the general path
     try:
         capsule = arr.__dlpack__(max_version=_ASK) if versioned else arr.__dlpack__()
     except BufferError:
@@ -95,7 +140,10 @@ def consume(capsule, versioned, header) -> np.ndarray:
     if dtype.carrier is not None:
         _capsule.set_dtype(header.ptr, versioned, _dtypes.UINT, dtype.carrier.itemsize * 8)
     try:
-        arr = np.from_dlpack(_Handoff(capsule, (header.device_type, header.device_id)))
+        if versioned and not VERSIONED_NUMPY:
+            arr = _old_numpy.consume_versioned(capsule, dtype.carrier or dtype.numpy)
+        else:
+            arr = np.from_dlpack(_Handoff(capsule, (header.device_type, header.device_id)))
     except (RuntimeError, TypeError, ValueError) as exc:
         raise BufferError(f"NumPy could not import the capsule: {exc}") from exc
     if dtype.carrier is not None:

@@ -1,0 +1,120 @@
+"""Versioned capsules for NumPy < 2.1, whose ``__dlpack__`` makes only legacy
+``dltensor`` capsules (no ``max_version``, ``copy`` or ``dl_device``) and whose
+``from_dlpack`` reads only those.
+
+Export builds the ``DLManagedTensorVersioned`` here: one allocation holding
+the struct, the shape and the strides, a reference to the array kept until
+the consumer calls the deleter (or the unconsumed capsule dies). Import
+reads a versioned capsule through the array interface, the capsule's owner
+kept alive by the array's base.
+
+The deleter and the capsule destructor are ctypes callbacks, kept alive for
+the life of the process (a capsule may outlive this module at shutdown).
+NumPy 2.1 and later never come here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+
+from .. import _capsule, _errors
+
+_VERSIONED = _capsule.VERSIONED.encode()
+_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor
+_HEAD_SIZE = _HEAD.size  # 80
+
+_api = ctypes.pythonapi
+# Fresh function objects (``pythonapi[...]``), so their argtypes are ours.
+_IsValid = _api["PyCapsule_IsValid"]
+_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_IsValid.restype = ctypes.c_int
+_GetPointer = _api["PyCapsule_GetPointer"]
+_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_GetPointer.restype = ctypes.c_void_p
+_New = _api["PyCapsule_New"]
+_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_New.restype = ctypes.py_object
+
+# struct address -> (its memory, the array): what a capsule keeps alive.
+_live: dict = {}
+_name = ctypes.create_string_buffer(_VERSIONED)  # the capsule keeps a pointer to it
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _deleter(ptr):
+    _live.pop(ptr, None)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _destructor(capsule):
+    # An unconsumed capsule frees its tensor; a consumed one was renamed.
+    if _IsValid(capsule, _VERSIONED):
+        _live.pop(_GetPointer(capsule, _VERSIONED), None)
+
+
+# Never freed: a capsule or a consumer may call them during shutdown.
+for _keep in (_deleter, _destructor, _live, _name, _IsValid, _GetPointer):
+    _api.Py_IncRef(ctypes.py_object(_keep))
+_DELETER = ctypes.cast(_deleter, ctypes.c_void_p).value
+_DESTRUCTOR = ctypes.cast(_destructor, ctypes.c_void_p).value
+
+
+def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, bits: int):
+    """A ``dltensor_versioned`` capsule over ``arr``'s memory (no copy)."""
+    itemsize = arr.itemsize
+    ndim = arr.ndim
+    strides = []
+    for s in arr.strides:
+        if s % itemsize:
+            raise _errors.unsupported_numpy_dtype(
+                arr.dtype, f"the strides {arr.strides} are not a multiple of the item size {itemsize}"
+            )
+        strides.append(s // itemsize)
+    mem = ctypes.create_string_buffer(_HEAD_SIZE + 16 * ndim)
+    ptr = ctypes.addressof(mem)
+    shape_at = ptr + _HEAD_SIZE
+    strides_at = shape_at + 8 * ndim
+    _HEAD.pack_into(
+        mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, _DELETER, flags,
+        arr.__array_interface__["data"][0], 1, 0, ndim, code, bits, 1,
+        shape_at if ndim else 0, strides_at if ndim else 0, 0,
+    )
+    struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE, *arr.shape, *strides)
+    _live[ptr] = (mem, arr)
+    try:
+        return _New(ptr, _name, _DESTRUCTOR)
+    except BaseException:
+        _live.pop(ptr, None)
+        raise
+
+
+class _Held:
+    """An array interface over a consumed capsule's memory, owning it."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, interface, owner):
+        self.__array_interface__ = interface
+        self.owner = owner
+
+
+def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
+    """A NumPy array over a checked versioned capsule of host memory,
+    zero-copy, read-only when the capsule says READ_ONLY."""
+    info = _capsule.read(capsule)
+    itemsize = dtype.itemsize
+    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    owner = _capsule.take(capsule, True)
+    interface = {
+        "version": 3,
+        "shape": info.shape,
+        "typestr": dtype.str,
+        "strides": strides,
+        "data": (info.data + info.byte_offset, info.read_only),
+    }
+    if dtype.fields is None and dtype.str.startswith("|V"):
+        interface["descr"] = [("", dtype.str)]
+    return np.asarray(_Held(interface, owner))
