@@ -1,9 +1,18 @@
-"""The ``gpu-dlpack`` command (also ``python -m gpu_dlpack``)."""
+"""The ``gpu-dlpack`` command (also ``python -m gpu_dlpack``).
+
+When the reader of standard output goes away (``gpu-dlpack doctor | head``),
+the command stops quietly with exit status 141, the status a shell gives a
+program ended by SIGPIPE, as ``cat`` or ``yes`` would.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+#: Exit status when standard output was closed by its reader: 128 + SIGPIPE.
+EXIT_BROKEN_PIPE = 141
 
 
 def _demo(args) -> int:
@@ -37,11 +46,18 @@ def _explain(args) -> int:
     return status
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _asks_version(argv=None) -> bool:
+    return "--version" in (sys.argv[1:] if argv is None else argv)
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpu-dlpack", description="DLPack interop checks and tools."
+        prog="gpu-dlpack", description="DLPack interop checks and tools.",
+        epilog=f"Exit status {EXIT_BROKEN_PIPE} when the reader of standard output closes it early.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Printed by main, not by argparse, which would hide a closed pipe.
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=not _asks_version(argv))
     demo = sub.add_parser("demo", help="exchange arrays between NumPy, PyTorch and JAX and say what happened")
     demo.set_defaults(func=_demo)
 
@@ -74,8 +90,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        args = build_parser(argv).parse_args(argv)
+        if args.version:
+            from . import __version__
+
+            print(f"gpu-dlpack {__version__}")
+            status = 0
+        else:
+            status = args.func(args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe cannot be caught
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that the flush Python
+    makes at exit does not fail again over the closed pipe."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
