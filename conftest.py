@@ -1,5 +1,6 @@
 """Shared test set-up: the peers are real libraries, imported here once."""
 
+import importlib.util
 import os
 
 import pytest
@@ -7,6 +8,14 @@ import pytest
 # JAX on the CPU, quietly, with 64-bit types so dtypes match NumPy's.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_ENABLE_X64", "1")
+
+# GPU_DLPACK_TEST_HIDE=cupy,torch,... runs the suite as if those peers were
+# not installed, here and in the interpreters the tests start.
+if os.environ.get("GPU_DLPACK_TEST_HIDE"):
+    _hide = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "hide")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_hide, os.environ.get("PYTHONPATH")]))
+    _spec = importlib.util.spec_from_file_location("_hide_peers", os.path.join(_hide, "sitecustomize.py"))
+    _spec.loader.exec_module(importlib.util.module_from_spec(_spec))  # installs the finder
 
 
 def _gpu_available():
@@ -33,16 +42,18 @@ def pytest_collection_modifyitems(config, items):
 # -- the peers, real libraries, shared by tests/ and bench/ -----------------
 
 
+# Every peer is optional: a test that needs a missing one is skipped (the
+# test command checks that its own environment has them all).
+
+
 @pytest.fixture(scope="session")
 def torch():
-    import torch
-
-    return torch
+    return pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="session")
 def jax():
-    import jax
+    jax = pytest.importorskip("jax")
     import jax.dlpack  # noqa: F401
     import jax.numpy  # noqa: F401
 

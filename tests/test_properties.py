@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +34,8 @@ import gpu_dlpack
 from gpu_dlpack import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY
 
 from .figures import counter_fixture
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # the property tests cover its dtypes throughout
 
 cases = counter_fixture("property cases generated")
 

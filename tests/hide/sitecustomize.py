@@ -1,0 +1,35 @@
+"""Hides the modules named in GPU_DLPACK_TEST_HIDE (comma-separated, e.g.
+``cupy`` or ``cupy,torch,jax,ml_dtypes``) from ``import``, as if they were
+not installed. The root conftest installs it in the test process and puts
+this folder on PYTHONPATH, so the interpreters the tests start hide them
+too (Python imports ``sitecustomize`` at start-up)."""
+
+import os
+import sys
+
+HIDDEN = frozenset(n.strip() for n in os.environ.get("GPU_DLPACK_TEST_HIDE", "").split(",") if n.strip())
+
+
+class HideFinder:
+    """Wraps a meta path finder so that it finds nothing of the hidden
+    modules: ``import`` raises ModuleNotFoundError and
+    ``importlib.util.find_spec`` gives None, as when they are not installed."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            return None
+        return self.inner.find_spec(name, path, target)
+
+    def invalidate_caches(self):
+        getattr(self.inner, "invalidate_caches", lambda: None)()
+
+
+def install():
+    if HIDDEN and not any(isinstance(f, HideFinder) for f in sys.meta_path):
+        sys.meta_path[:] = [f if not hasattr(f, "find_spec") else HideFinder(f) for f in sys.meta_path]
+
+
+install()
