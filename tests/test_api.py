@@ -4,6 +4,8 @@ CuPy and a GPU."""
 import subprocess
 import sys
 
+import pytest
+
 import gpu_dlpack
 
 
@@ -31,6 +33,7 @@ def test_import_needs_only_numpy():
 
 
 def test_import_with_cupy_installed_but_no_gpu():
+    pytest.importorskip("cupy")
     code = (
         "import cupy, numpy as np, gpu_dlpack\n"
         "a = np.arange(3.0)\n"
