@@ -41,7 +41,9 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     """
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
-            return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+            if _plain(x):
+                return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+            return _import_numpy(x)
         if known_on_host(x):
             return _import_host(x)
     if type(x) is _CapsuleType:
@@ -86,6 +88,31 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         backend = _backends.for_device(source)
         return backend.to_host(backend.consume(capsule, versioned, header), copy)
     return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+
+
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+def _plain(x) -> bool:
+    """Whether the view shortcut may take NumPy array ``x``: a native numeric
+    dtype and strides in whole elements, as DLPack describes it."""
+    dtype = x.dtype
+    if dtype.isbuiltin != 1 or dtype.kind not in _NUMERIC_KINDS:
+        return False
+    if x.flags.c_contiguous:
+        return True
+    size = dtype.itemsize
+    return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
+
+
+def _import_numpy(x):
+    """A NumPy array the shortcut does not take, through the exchange itself:
+    zero-copy for what DLPack can describe (ml_dtypes types), BufferError as
+    NumPy gives for the rest (datetime64, byte-swapped data, a field of a
+    structured array)."""
+    from ._export import _export
+
+    return _from_capsule(_export(x, False, None, _versions.DLPACK_VERSION, None, None), None, None, None)
 
 
 def _import_host(x):

@@ -67,8 +67,8 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
     itemsize = arr.itemsize
     ndim = arr.ndim
     strides = []
-    for s in arr.strides:
-        if s % itemsize:
+    for n, s in zip(arr.shape, arr.strides):
+        if s % itemsize and n != 1:  # the stride of a length-1 axis is never used
             raise _errors.unsupported_numpy_dtype(
                 arr.dtype, f"the strides {arr.strides} are not a multiple of the item size {itemsize}"
             )
