@@ -19,6 +19,7 @@ from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack
 from ._streams import use_stream
+from ._typing import Capsule, Version
 from ._versions import DLPACK_VERSION
 
 __version__ = "0.1.0"
@@ -29,7 +30,7 @@ FLAG_IS_COPIED = _capsule.IS_COPIED
 FLAG_IS_SUBBYTE_TYPE_PADDED = _capsule.IS_SUBBYTE_TYPE_PADDED
 
 
-def inspect(capsule) -> CapsuleInfo:
+def inspect(capsule: Capsule) -> CapsuleInfo:
     """Read an unconsumed DLPack capsule without consuming it.
 
     >>> import numpy as np, gpu_dlpack
@@ -42,7 +43,7 @@ def inspect(capsule) -> CapsuleInfo:
     return _capsule.read(capsule)
 
 
-def set_min_dlpack_version(version):
+def set_min_dlpack_version(version: Version | str) -> Version:
     """Set the version floor (``(0, 8)`` or ``"0.8"``); returns the old one.
     Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``."""
     return _versions.set_min_version(version)

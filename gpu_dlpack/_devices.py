@@ -8,8 +8,10 @@ import functools
 import importlib.util
 import operator
 import sys
+from typing import Any
 
 from . import _errors
+from ._typing import DeviceLike
 
 
 class DLDeviceType(enum.IntEnum):
@@ -93,8 +95,10 @@ class Device:
     """
 
     __slots__ = ("_type", "_index")
+    _type: DLDeviceType
+    _index: int
 
-    def __new__(cls, spec, index=None):
+    def __new__(cls, spec: DeviceLike, index: int | None = None) -> Device:
         if index is None:
             if type(spec) is Device:
                 return spec
@@ -123,7 +127,7 @@ class Device:
         return self
 
     @classmethod
-    def of(cls, x) -> "Device":
+    def of(cls, x: Any) -> Device:
         """The device of any object with ``__dlpack_device__``.
 
         >>> import numpy as np
@@ -145,7 +149,7 @@ class Device:
         return self._index
 
     @property
-    def dlpack(self) -> tuple:
+    def dlpack(self) -> tuple[int, int]:
         """The plain ``(device_type, device_id)`` tuple of ints DLPack uses."""
         return (int(self._type), self._index)
 
@@ -156,21 +160,21 @@ class Device:
     def __setattr__(self, name, value):
         raise AttributeError("Device is immutable")
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if type(other) is not Device:
             return NotImplemented
         return self._type == other._type and self._index == other._index
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((Device, int(self._type), self._index))
 
-    def __str__(self):
+    def __str__(self) -> str:
         name = self._type.name.lower()
         if self._type in _SINGLE and self._index == 0:
             return name
         return f"{name}:{self._index}"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Device({str(self)!r})"
 
     def __reduce__(self):

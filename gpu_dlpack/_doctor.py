@@ -1124,7 +1124,7 @@ def _producer_cells(row):
     return [
         f"{_capsule_text(p['capsules']['none'])} / {_capsule_text(p['capsules']['1.0'])}",
         "-" if not floor else f"{floor[0]}.{floor[1]}",
-        ", ".join(missing) or "all",
+        "all" if not missing else ", ".join(k for k, taken in p["keywords"].items() if taken) or "none",
         ro_text,
         copy_text,
         p.get("device", ""),

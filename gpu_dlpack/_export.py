@@ -9,6 +9,8 @@ to do).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
@@ -16,11 +18,15 @@ from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
 from ._producer import producer_name as _producer_name
+from ._typing import Capsule, StreamLike, Version
 
 _ndarray = np.ndarray
 
 
-def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
+def export(
+    x: Any, *, stream: StreamLike | None = None, max_version: Version | None = None,
+    dl_device: tuple[int, int] | None = None, copy: bool | None = None,
+) -> Capsule:
     """A DLPack capsule for ``x``, following the array API standard exactly.
 
     ``x`` is a NumPy array, a CuPy array, or any object with ``__dlpack__``
@@ -198,8 +204,9 @@ class Exportable:
     """
 
     __slots__ = ("_x", "_readonly", "_source", "_device", "_request")
+    _request: tuple | None
 
-    def __init__(self, x, readonly=False):
+    def __init__(self, x: Any, readonly: bool = False) -> None:
         if readonly is not False and readonly is not True:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
@@ -212,21 +219,24 @@ class Exportable:
             self._device = self._source.dlpack
         self._request = None
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(
+        self, *, stream: StreamLike | None = None, max_version: Version | None = None,
+        dl_device: tuple[int, int] | None = None, copy: bool | None = None,
+    ) -> Capsule:
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
         return _export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         return self._device
 
     @property
-    def last_request(self):
+    def last_request(self) -> dict[str, Any] | None:
         """The keywords of the latest ``__dlpack__`` call (None before any)."""
         request = self._request
         return None if request is None else dict(zip(_REQUEST_KEYS, request))
 
     @property
-    def array(self):
+    def array(self) -> Any:
         """The wrapped array."""
         return self._x
 
@@ -234,12 +244,12 @@ class Exportable:
     def readonly(self) -> bool:
         return self._readonly
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         ro = ", readonly=True" if self._readonly else ""
         return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro})"
 
 
-def wrap(x, *, readonly=False) -> Exportable:
+def wrap(x: Any, *, readonly: bool = False) -> Exportable:
     """A DLPack producer over ``x`` that any consumer can import correctly.
 
     >>> import numpy as np, torch, gpu_dlpack

@@ -7,18 +7,24 @@ host targets, a CuPy array for GPU targets.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import _backends, _capsule, _errors, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import gave_legacy, request
+from ._typing import DeviceLike, StreamLike
 
 _ndarray = np.ndarray
 _CapsuleType = _capsule.CapsuleType
 
 
-def from_dlpack(x, *, device=None, copy=None, stream=None):
+def from_dlpack(
+    x: Any, *, device: DeviceLike | None = None, copy: bool | None = None,
+    stream: StreamLike | None = None,
+) -> Any:
     """Import ``x`` (any DLPack producer, or a raw capsule) as an array.
 
     Host data becomes a NumPy array, zero-copy unless ``copy=True`` or the

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+from typing import Iterator
 
 from . import _errors
 from ._devices import DLDeviceType
+from ._typing import DeviceLike, StreamLike
 
 # What each special value means. A value missing from a table is invalid for
 # that device type; ABOVE_2 stands for every int > 2 (a stream handle).
@@ -212,7 +214,7 @@ def _stack():
 
 
 @contextlib.contextmanager
-def use_stream(stream, device=None):
+def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> Iterator[StreamLike]:
     """Run a block of exchanges on one stream.
 
     Inside the block, ``gpu_dlpack.from_dlpack`` (and ``gpu_dlpack.export`` of

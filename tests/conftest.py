@@ -1,21 +1,18 @@
 """Fixtures for the peers. Each is the real library; a test that needs one
-that is missing fails (the test command installs them all)."""
+that is missing is skipped (scripts/test.sh checks that its environment has
+them all)."""
 
 import pytest
 
 
 @pytest.fixture(scope="session")
 def xp_strict():
-    import array_api_strict
-
-    return array_api_strict
+    return pytest.importorskip("array_api_strict")
 
 
 @pytest.fixture(scope="session")
 def ml_dtypes():
-    import ml_dtypes
-
-    return ml_dtypes
+    return pytest.importorskip("ml_dtypes")
 
 
 @pytest.fixture

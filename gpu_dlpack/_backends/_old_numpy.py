@@ -108,6 +108,12 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     itemsize = dtype.itemsize
     strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
     owner = _capsule.take(capsule, True)
+    if not info.data or 0 in info.shape:
+        # No elements (maybe no data pointer, which NumPy does not take).
+        owner.release()
+        arr = np.empty(info.shape, dtype)
+        arr.flags.writeable = not info.read_only
+        return arr
     interface = {
         "version": 3,
         "shape": info.shape,

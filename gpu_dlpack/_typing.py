@@ -1,0 +1,20 @@
+"""The types the public API speaks of, for annotations."""
+
+from __future__ import annotations
+
+from typing import Any, Tuple, Union
+
+#: A DLPack ``PyCapsule`` (``types.CapsuleType`` from Python 3.13 on).
+Capsule = Any
+
+#: A DLPack version, ``(major, minor)``.
+Version = Tuple[int, int]
+
+#: What ``Device`` reads: a ``Device``, a name (``"cpu"``, ``"cuda:1"``), a
+#: ``(device_type, device_id)`` pair, a ``DLDeviceType`` or its value, a
+#: torch or JAX device.
+DeviceLike = Any
+
+#: A GPU stream: an int handle, or a stream object (``cupy.cuda.Stream``,
+#: ``torch.cuda.Stream``, anything with ``__cuda_stream__``...).
+StreamLike = Union[int, Any]

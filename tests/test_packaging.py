@@ -1,0 +1,128 @@
+"""What a packager and a typed program see: the sdist carries the whole
+test suite (it runs from an unpacked sdist), the wheel carries the package,
+its data, ``py.typed`` and the LICENSE, the metadata says MIT as an SPDX
+expression, and the public API is annotated."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import typing
+import zipfile
+
+import pytest
+
+import gpu_dlpack
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tracked_files():
+    if shutil.which("git") is None or not os.path.exists(os.path.join(ROOT, ".git")):
+        pytest.skip("not a git checkout (an unpacked sdist, say): nothing to compare with")
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return sorted(f for f in out.stdout.split("\0") if f and os.path.exists(os.path.join(ROOT, f)))
+
+
+def _new_setuptools():
+    try:
+        import setuptools
+    except ImportError:
+        pytest.skip("setuptools is not installed")
+    major = int(setuptools.__version__.split(".")[0])
+    if major < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} cannot build this project (77+ reads SPDX licenses)")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sdist and the wheel, built from the repository's tracked files
+    only (what a fresh clone holds), without network access."""
+    files = _tracked_files()
+    _new_setuptools()
+    tmp = tmp_path_factory.mktemp("build")
+    clone = tmp / "clone"
+    for f in files:
+        (clone / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, f), clone / f)
+    out = tmp / "dist"
+    out.mkdir()
+    code = (
+        "import sys\nfrom setuptools import build_meta as b\n"
+        "print(b.build_sdist(sys.argv[1]))\nprint(b.build_wheel(sys.argv[1]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=clone, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "deprecat" not in done.stderr.lower(), done.stderr[-3000:]
+    sdist_name, wheel_name = done.stdout.split()[-2:]
+    return files, out / sdist_name, out / wheel_name
+
+
+def test_the_sdist_holds_every_tracked_file_the_tests_need(built):
+    files, sdist, _ = built
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    top = names[0].split("/")[0]
+    members = {n[len(top) + 1:] for n in names if n.startswith(top + "/")}
+    missing = [f for f in files if f not in members and f != ".gitignore"]
+    assert not missing, f"tracked files the sdist lacks: {missing}"
+    for needed in ("tests/__init__.py", "tests/conftest.py", "tests/helpers.py", "conftest.py",
+                   "bench/conftest.py", "scripts/test.sh", "LICENSE"):
+        assert needed in members, needed
+    assert not [m for m in members if "__pycache__" in m or m.endswith(".pyc")]
+
+
+def test_the_wheel_holds_the_package_its_data_types_and_license(built):
+    _, _, wheel = built
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = z.read(metadata).decode()
+    assert "gpu_dlpack/py.typed" in names
+    assert "gpu_dlpack/explain.json" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/"))]
+    assert "License-Expression: MIT" in meta
+    assert "Requires-Python: >=3.10" in meta and "Requires-Dist: numpy>=1.26" in meta
+    assert "Classifier: Typing :: Typed" in meta and "Project-URL:" in meta
+
+
+PUBLIC = [gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.from_dlpack, gpu_dlpack.inspect,
+          gpu_dlpack.use_stream, gpu_dlpack.set_min_dlpack_version, gpu_dlpack.Device.of,
+          gpu_dlpack.Device.__new__, gpu_dlpack.Exportable.__dlpack__]
+
+
+@pytest.mark.parametrize("fn", PUBLIC, ids=lambda f: f.__qualname__)
+def test_the_public_api_is_annotated_and_the_annotations_resolve(fn):
+    hints = typing.get_type_hints(fn)  # NameError when an annotation names nothing
+    params = [p for p in inspect.signature(fn).parameters if p not in ("self", "cls")]
+    assert set(params) <= set(hints), (fn, params, hints)
+    assert "return" in hints
+
+
+def test_capsule_info_fields_are_typed():
+    hints = typing.get_type_hints(gpu_dlpack.CapsuleInfo)
+    assert hints["shape"] == tuple and hints["data"] is int
+
+
+def test_the_package_says_it_is_typed():
+    assert os.path.exists(os.path.join(os.path.dirname(gpu_dlpack.__file__), "py.typed"))
+
+
+def test_help_shows_plain_annotations():
+    import pydoc
+
+    text = pydoc.render_doc(gpu_dlpack.Device.of, renderer=pydoc.plaintext)
+    assert "\"'Device'\"" not in text and "-> 'Device'" in text
+
+
+def test_the_version_is_one_everywhere():
+    done = subprocess.run([sys.executable, "-m", "gpu_dlpack", "--version"], capture_output=True, text=True)
+    assert done.stdout.strip() == f"gpu-dlpack {gpu_dlpack.__version__}"
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+        assert f'version = "{gpu_dlpack.__version__}"' in f.read()
