@@ -823,7 +823,7 @@ def _cupy_distributions():
 
 def _probe_cupy(gpu):
     if not _installed("cupy"):
-        gpu["reason"] = "CuPy is not installed (gpu_dlpack's GPU backend: pip install 'gpu_dlpack[cuda12]')"
+        gpu["reason"] = "CuPy is not installed (gpu_dlpack's GPU backend: pip install cupy-cuda12x, or cupy-cuda13x, cupy-rocm-7-0)"
         return None
     info = {"distributions": _cupy_distributions(), "version": None, "runtime_version": None,
             "driver_version": None, "device_count": None, "error": None}

@@ -139,9 +139,9 @@ def unreachable(source, target, why="") -> BufferError:
 def no_backend(device) -> BufferError:
     return BufferError(
         f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
-        "working GPU for that. Install the extra that fits your GPU "
-        "(pip install 'gpu_dlpack[cuda12]', '[cuda13]' or '[rocm]'), or ask for "
-        "device='cpu'."
+        "working GPU for that. Install the CuPy that fits your GPU "
+        "(pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0; from a gpu_dlpack "
+        "clone, pip install '.[cuda12]' does the same), or ask for device='cpu'."
     )
 
 
@@ -230,7 +230,7 @@ def gpu_failed(what, exc) -> BufferError:
 def old_cupy(need) -> BufferError:
     return BufferError(
         f"this CuPy is too old to {need}: upgrade to CuPy 13.4 or newer "
-        "(pip install -U 'gpu_dlpack[cuda12]', '[cuda13]' or '[rocm]')."
+        "(pip install -U cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0, whichever is installed)."
     )
 
 

@@ -166,7 +166,7 @@ def test_platform_says_why_the_gpu_is_not_usable(report):
 # -- measured facts (the peers' behaviour in SPEC section 5) -------------------
 
 
-def test_producers_are_measured(report):
+def test_producers_are_measured(report, jax):
     numpy = row(report, "numpy")["producer"]
     assert numpy["capsules"]["none"] == {"name": "dltensor", "version": None}
     assert numpy["capsules"]["1.0"]["name"] == "dltensor_versioned"
@@ -177,7 +177,7 @@ def test_producers_are_measured(report):
     assert jax["floor"] == [0, 5] and "JAX does not support" in jax["floor_error"]
 
 
-def test_consumers_are_measured(report):
+def test_consumers_are_measured(report, torch, jax):
     numpy, torch, jax = (row(report, n)["consumer"] for n in ("numpy", "torch", "jax"))
     assert numpy["sends"] == {"max_version": [1, 0]} and numpy["read_only"]["honoured"] is True
     assert torch["read_only"]["honoured"] is False
@@ -195,20 +195,20 @@ def test_cupy_without_gpu_is_a_row_with_the_reason(report):
     assert "CPU arrays cannot be directly imported" in cupy["consumer"]["error"]
 
 
-def test_matrix_covers_every_host_producer_and_consumer(report):
+def test_matrix_covers_every_host_producer_and_consumer(report, torch, jax, xp_strict):
     m = host(report)
     assert {"numpy", "numpy (read-only)", "torch", "jax", "array_api_strict"} <= set(m["producers"])
     assert {"numpy", "torch", "jax", "array_api_strict"} <= set(m["consumers"])
     assert "cupy" not in m["consumers"]
 
 
-def test_zero_copy_is_judged_by_pointers(report):
+def test_zero_copy_is_judged_by_pointers(report, torch):
     c = cell(report, "torch", "numpy")
     assert c["direct"]["outcome"] == "zero-copy" and c["via"]["outcome"] == "zero-copy"
     assert c["via"]["call"] == "gpu_dlpack.from_dlpack(x)"
 
 
-def test_read_only_numpy_into_jax_fails_directly_and_is_refused_by_rule(report):
+def test_read_only_numpy_into_jax_fails_directly_and_is_refused_by_rule(report, jax):
     c = cell(report, "numpy (read-only)", "jax")
     assert c["direct"]["outcome"] == "error" and c["direct"]["explain"] == "numpy-readonly-legacy"
     assert c["via"]["outcome"] == "refused" and c["via"]["explain"] == "gpu_dlpack-readonly-legacy"
@@ -217,7 +217,7 @@ def test_read_only_numpy_into_jax_fails_directly_and_is_refused_by_rule(report):
     assert f["severity"] == "refused" and "copy" in f["remedy"]
 
 
-def test_consumer_writing_through_read_only_is_a_hazard_with_a_remedy(report):
+def test_consumer_writing_through_read_only_is_a_hazard_with_a_remedy(report, torch):
     c = cell(report, "numpy (read-only)", "torch")
     assert "consumer-ignores-read-only" in c["via"]["hazards"]
     (f,) = [f for f in report["findings"] if f.get("hazard") == "consumer-ignores-read-only"]
@@ -348,7 +348,7 @@ def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
 # -- terminal and command ------------------------------------------------------
 
 
-def test_terminal_report_has_every_section(report):
+def test_terminal_report_has_every_section(report, torch):
     text = _doctor.render(report)
     for heading in ("Platform", "Producers:", "Consumers:", "Exchanges on cpu", "Findings"):
         assert heading in text, heading

@@ -354,6 +354,7 @@ def test_a_host_producer_may_number_its_cpu_device(device_id, max_version):
 
 
 def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
+    pytest.importorskip("jax")
     # A real JAX with four CPU devices, in its own interpreter.
     code = (
         "import jax, jax.numpy as jnp, numpy as np, gpu_dlpack as g\n"

@@ -53,13 +53,15 @@ def built(tmp_path_factory):
     out.mkdir()
     code = (
         "import sys\nfrom setuptools import build_meta as b\n"
-        "print(b.build_sdist(sys.argv[1]))\nprint(b.build_wheel(sys.argv[1]))\n"
+        "out = sys.argv[1]  # setuptools rewrites sys.argv\n"
+        "s = b.build_sdist(out)\nw = b.build_wheel(out)\nprint('BUILT', s, w)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=clone, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "deprecat" not in done.stderr.lower(), done.stderr[-3000:]
-    sdist_name, wheel_name = done.stdout.split()[-2:]
+    (line,) = [li for li in done.stdout.splitlines() if li.startswith("BUILT ")]
+    _, sdist_name, wheel_name = line.split()
     return files, out / sdist_name, out / wheel_name
 
 
@@ -126,3 +128,23 @@ def test_the_version_is_one_everywhere():
     assert done.stdout.strip() == f"gpu-dlpack {gpu_dlpack.__version__}"
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
         assert f'version = "{gpu_dlpack.__version__}"' in f.read()
+
+
+def test_every_install_advice_works_from_where_the_user_stands():
+    # gpu_dlpack is not on PyPI: advice names PyPI packages (cupy-cuda12x,
+    # ml_dtypes...) or a path ('.[cuda12]' in a clone), never gpu_dlpack's
+    # extras by name.
+    import re
+
+    package = os.path.dirname(gpu_dlpack.__file__)
+    texts = {}
+    for name in sorted(os.listdir(package)):
+        if name.endswith((".py", ".json")):
+            with open(os.path.join(package, name), encoding="utf-8") as f:
+                texts[name] = f.read()
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        texts["README.md"] = f.read()
+    bad = re.compile(r"pip install (?:-\S+ )*['\"]?gpu_dlpack\b")
+    found = {name: m.group(0) for name, text in texts.items() for m in [bad.search(text)] if m}
+    assert not found, found
+    assert "pip install '.[cuda12]'" in texts["README.md"]

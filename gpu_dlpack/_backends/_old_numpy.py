@@ -41,6 +41,8 @@ _New.restype = ctypes.py_object
 # struct address -> (its memory, the array): what a capsule keeps alive.
 _live: dict = {}
 _name = ctypes.create_string_buffer(_VERSIONED)  # the capsule keeps a pointer to it
+_no_elements = ctypes.create_string_buffer(64)  # the address of arrays without elements
+_NO_ELEMENTS = ctypes.addressof(_no_elements)
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -56,7 +58,7 @@ def _destructor(capsule):
 
 
 # Never freed: a capsule or a consumer may call them during shutdown.
-for _keep in (_deleter, _destructor, _live, _name, _IsValid, _GetPointer):
+for _keep in (_deleter, _destructor, _live, _name, _no_elements, _IsValid, _GetPointer):
     _api.Py_IncRef(ctypes.py_object(_keep))
 _DELETER = ctypes.cast(_deleter, ctypes.c_void_p).value
 _DESTRUCTOR = ctypes.cast(_destructor, ctypes.c_void_p).value
@@ -108,18 +110,13 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     itemsize = dtype.itemsize
     strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
     owner = _capsule.take(capsule, True)
-    if not info.data or 0 in info.shape:
-        # No elements (maybe no data pointer, which NumPy does not take).
-        owner.release()
-        arr = np.empty(info.shape, dtype)
-        arr.flags.writeable = not info.read_only
-        return arr
     interface = {
         "version": 3,
         "shape": info.shape,
         "typestr": dtype.str,
         "strides": strides,
-        "data": (info.data + info.byte_offset, info.read_only),
+        # No elements may come with no data pointer, which NumPy does not take.
+        "data": (info.data + info.byte_offset or _NO_ELEMENTS, info.read_only),
     }
     if dtype.fields is None and dtype.str.startswith("|V"):
         interface["descr"] = [("", dtype.str)]
