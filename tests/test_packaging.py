@@ -128,6 +128,11 @@ def test_the_version_is_one_everywhere():
     assert done.stdout.strip() == f"gpu-dlpack {gpu_dlpack.__version__}"
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
         assert f'version = "{gpu_dlpack.__version__}"' in f.read()
+    doctor = subprocess.run([sys.executable, "-m", "gpu_dlpack", "doctor", "--json"],
+                            capture_output=True, text=True, timeout=300)
+    import json
+
+    assert json.loads(doctor.stdout)["gpu_dlpack"]["version"] == gpu_dlpack.__version__
 
 
 def test_every_install_advice_works_from_where_the_user_stands():
