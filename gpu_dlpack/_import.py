@@ -47,7 +47,7 @@ def from_dlpack(
     """
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
-            if _plain(x):
+            if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
                 return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
             return _import_numpy(x)
         if known_on_host(x):
@@ -97,18 +97,24 @@ def from_dlpack(
 
 
 _NUMERIC_KINDS = frozenset("biufc")
+_id = id
+# NumPy's own native numeric dtypes, by identity (each is one object for the
+# life of the process): the fast test for the view shortcut.
+_PLAIN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDG")
 
 
 def _plain(x) -> bool:
     """Whether the view shortcut may take NumPy array ``x``: a native numeric
     dtype and strides in whole elements, as DLPack describes it."""
     dtype = x.dtype
-    if dtype.isbuiltin != 1 or dtype.kind not in _NUMERIC_KINDS:
+    if _id(dtype) not in _PLAIN_DTYPES and (dtype.isbuiltin != 1 or dtype.kind not in _NUMERIC_KINDS):
         return False
-    if x.flags.c_contiguous:
-        return True
     size = dtype.itemsize
-    return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
+    for stride in x.strides:
+        if stride % size:
+            # Allowed only on an axis of length 1, where it is never used.
+            return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
+    return True
 
 
 def _import_numpy(x):
