@@ -32,7 +32,10 @@ OLD_NUMPY = not numpy_backend.VERSIONED_NUMPY
 @pytest.fixture
 def old_numpy(monkeypatch):
     """The NumPy backend as on NumPy < 2.1, whatever NumPy is installed."""
+    from gpu_dlpack import _import
+
     monkeypatch.setattr(numpy_backend, "VERSIONED_NUMPY", False)
+    monkeypatch.setattr(_import, "_DIRECT", {})  # what goes straight to numpy.from_dlpack
 
 
 LAYOUTS = {
@@ -130,6 +133,17 @@ def test_pytorch_reads_the_built_capsule_zero_copy(old_numpy, torch):
     t = torch.from_dlpack(gpu_dlpack.wrap(a))
     assert t.data_ptr() == a.ctypes.data and t.stride() == (4, 2)
     assert t.tolist() == a.tolist()
+
+
+def test_a_torch_tensor_imports_writeable_and_zero_copy(old_numpy, torch):
+    # Not through NumPy's own from_dlpack, which asks for a legacy capsule
+    # (and so makes a read-only array) before NumPy 2.1.
+    from gpu_dlpack import _import
+
+    t = torch.arange(4.0)
+    a = gpu_dlpack.from_dlpack(t)
+    assert a.flags.writeable and a.ctypes.data == t.data_ptr()
+    assert _import._DIRECT[type(t)] is None  # (on this NumPy it would be writeable anyway)
 
 
 def test_numpy_reads_the_built_capsule(old_numpy):
