@@ -203,6 +203,14 @@ def unsupported_numpy_dtype(dtype, why) -> BufferError:
     return BufferError(f"cannot export NumPy dtype {dtype}: {why}.")
 
 
+def strides_not_whole_elements(dtype, strides, itemsize) -> BufferError:
+    return BufferError(
+        f"cannot export a NumPy array of {dtype} with strides {strides}: DLPack counts "
+        f"strides in elements, and these are not multiples of the item size {itemsize} "
+        "(a field of a structured array, say). Export a copy: np.ascontiguousarray(x)."
+    )
+
+
 # -- GPU exchanges (CuPy backend, streams) ------------------------------------
 
 def bad_stream_object(value) -> TypeError:
