@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _cli, _doctor, _explain
+from gpu_dlpack import _cli, _explain, doctor
 
 SEVERITIES = {"failure", "refused", "hazard", "fixed", "note"}
 OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
@@ -25,7 +25,7 @@ OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
 
 @pytest.fixture(scope="module")
 def report():
-    return _doctor.run()
+    return doctor.run()
 
 
 def row(report, name):
@@ -51,7 +51,7 @@ def _is(value, *types):
 
 
 def check_schema(doc):
-    """The schema documented in gpu_dlpack._doctor, checked field by field."""
+    """The schema documented in gpu_dlpack.doctor, checked field by field."""
     assert doc["schema"] == "gpu_dlpack.doctor/1"
     g = doc["gpu_dlpack"]
     assert _is(g["version"], str) and len(g["dlpack_version"]) == 2 and len(g["min_dlpack_version"]) == 2
@@ -142,7 +142,7 @@ def test_report_follows_the_documented_schema(report):
 
 
 def test_json_output_is_the_report(report):
-    assert json.loads(_doctor.to_json(report)) == json.loads(json.dumps(report))
+    assert json.loads(doctor.to_json(report)) == json.loads(json.dumps(report))
 
 
 def test_every_library_asked_for_has_a_row(report):
@@ -225,7 +225,7 @@ def test_consumer_writing_through_read_only_is_a_hazard_with_a_remedy(report):
 
 
 def test_findings_are_sorted_by_severity(report):
-    order = [_doctor.SEVERITIES.index(f["severity"]) for f in report["findings"]]
+    order = [doctor.SEVERITIES.index(f["severity"]) for f in report["findings"]]
     assert order == sorted(order)
 
 
@@ -277,7 +277,7 @@ def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
         export="return self.a.__dlpack__(**kw)",
         consume="raise RuntimeError('this consumer fails every import')",
     ))
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     check_schema(rep)
     assert name in host(rep)["consumers"]
     bad = [c for c in host(rep)["cells"] if c["consumer"] == name]
@@ -288,7 +288,7 @@ def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
 
 
 def test_missing_library_gets_a_row():
-    rep = _doctor.run(extra=["doctor_test_not_installed_anywhere"])
+    rep = doctor.run(extra=["doctor_test_not_installed_anywhere"])
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
                  "installed": False, "version": None, "error": "not installed", "producer": None,
@@ -298,7 +298,7 @@ def test_missing_library_gets_a_row():
 
 def test_library_that_fails_to_import_gets_a_row(libdir):
     name = libdir("doctor_test_broken_import", "raise RuntimeError('compiled for another Python')\n")
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     r = row(rep, name)
     assert r["installed"] and r["error"] == "import failed: RuntimeError: compiled for another Python"
     assert any(f["subject"] == name and f["severity"] == "note" for f in rep["findings"])
@@ -311,7 +311,7 @@ def test_library_that_raises_while_probed_gets_a_row(libdir):
         export="raise MemoryError('allocator is broken')",
         consume="return np.from_dlpack(x)",
     ))
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     prod = row(rep, name)["producer"]
     assert prod["probed"]
     assert prod["capsules"]["none"] == {"error": "MemoryError: allocator is broken"}
@@ -336,7 +336,7 @@ def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
         def from_dlpack(x, copy=None):
             return np.from_dlpack(x)
     """)
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     check_schema(rep)
     m = host(rep)
     assert {"producer": name, "reason": "Array has no __dlpack__"} in m["skipped"]
@@ -349,7 +349,7 @@ def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
 
 
 def test_terminal_report_has_every_section(report):
-    text = _doctor.render(report)
+    text = doctor.render(report)
     for heading in ("Platform", "Producers:", "Consumers:", "Exchanges on cpu", "Findings"):
         assert heading in text, heading
     assert "numpy (read-only)" in text and "IGNORED" in text
