@@ -287,6 +287,34 @@ def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
     assert any(f["severity"] == "failure" and name in f["subject"] for f in rep["findings"])
 
 
+def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchange_works(monkeypatch):
+    # A defect injected into the layer: every export of a host producer
+    # other than NumPy is refused as unreachable (rule 3, Device), while the
+    # direct exchanges work.
+    from gpu_dlpack import _devices, _errors, _export
+
+    def unreachable(x, source, *args):
+        raise _errors.unreachable(source, _devices.CPU, "an injected defect")
+
+    monkeypatch.setattr(_export, "_export_host_producer", unreachable)
+    rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])
+    check_schema(rep)
+    c = cell(rep, "torch", "torch")
+    assert c["direct"]["ok"] and c["via"]["outcome"] == "error"
+    assert c["via"]["explain"] == "gpu_dlpack-unreachable"
+    (f,) = [f for f in rep["findings"] if f["subject"] == "torch -> torch (cpu)"]
+    assert f["severity"] == "failure" and "rule 3 (Device)" in f["problem"]
+    assert rep["exit_status"] == 1 and rep["summary"]["through_gpu_dlpack_failed"] >= 1
+    assert doctor.render(rep).rstrip().splitlines()[-1].startswith("FAILED:")
+
+
+def test_a_refusal_by_a_rule_that_exists_to_refuse_names_the_rule(report):
+    c = cell(report, "numpy (read-only)", "jax")
+    assert c["via"]["outcome"] == "refused"
+    (f,) = [f for f in report["findings"] if f["subject"] == "numpy (read-only) -> jax (cpu)"]
+    assert f["severity"] == "refused" and "rule 5 (Read-only)" in f["problem"]
+
+
 def test_missing_library_gets_a_row():
     rep = doctor.run(extra=["doctor_test_not_installed_anywhere"])
     r = row(rep, "doctor_test_not_installed_anywhere")

@@ -568,3 +568,24 @@ def test_events_come_from_a_small_pool(cp, streams):
     for _ in range(50):
         export(x, max_version=(1, 0), stream=consumer.ptr)
     assert 1 <= _handoff.pool_size(x.device.id) <= _handoff._POOL_SIZE
+
+
+# -- the doctor on a GPU -----------------------------------------------------------
+
+
+def test_the_doctor_runs_jax_and_managed_memory_to_every_consumer_on_the_gpu(cp, tc, jgpu):
+    from gpu_dlpack import doctor
+
+    rep = doctor.run()
+    (mat,) = [m for m in rep["matrices"] if m["device"] != "cpu"]
+    assert {"jax", "cupy (managed)"} <= set(mat["producers"])
+    assert {"numpy", "torch", "cupy"} <= set(mat["consumers"])
+    cells = {(c["producer"], c["consumer"]): c for c in mat["cells"]}
+    for pair in [("jax", "torch"), ("jax", "numpy"), ("jax", "cupy"), ("cupy (managed)", "torch"),
+                 ("cupy (managed)", "numpy"), ("cupy (managed)", "cupy")]:
+        via = cells[pair]["via"]
+        assert via["ok"], (pair, via)
+    for pair in [("jax", "torch"), ("cupy (managed)", "torch"), ("cupy (managed)", "numpy")]:
+        assert cells[pair]["via"]["outcome"] == "zero-copy", pair
+    assert not [f for f in rep["findings"] if f["severity"] == "failure"], rep["findings"]
+    assert rep["exit_status"] == 0

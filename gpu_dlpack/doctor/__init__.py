@@ -90,9 +90,14 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
 ``via`` is the same exchange through gpu_dlpack: ``gpu_dlpack.from_dlpack(x)``
 for the consumer gpu_dlpack lands in on that device (NumPy on the host, CuPy
 on a GPU), ``consumer(gpu_dlpack.wrap(x))`` for every other consumer.
-``refused`` is gpu_dlpack declining by design what the standard forbids (read-
-only data to a consumer that asks only for legacy capsules); it is not a
-failure. The exit status is 1 when an exchange through gpu_dlpack fails.
+On a GPU, NumPy is a consumer too (``numpy.from_dlpack(x, device="cpu")``),
+and CuPy arrays in managed memory are a producer of their own.
+``refused`` is gpu_dlpack declining what a rule of the README exists to
+refuse (a version below the floor, ``copy=False`` where a copy is needed,
+read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
+and its finding names the rule. Any other refusal of an exchange that works
+directly is an ``error``. The exit status is 1 when an exchange through
+gpu_dlpack fails.
 """
 
 from ._findings import SEVERITIES, findings

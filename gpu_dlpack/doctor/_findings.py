@@ -4,6 +4,7 @@ a remedy."""
 from __future__ import annotations
 
 from .. import _capsule, _explain
+from ._verdicts import is_unjustified_refusal, rule_of, rule_text
 
 
 # -- findings ----------------------------------------------------------------
@@ -81,12 +82,18 @@ def _cell_findings(mat):
         direct, via = cell["direct"], cell["via"]
         if via["outcome"] in ("error", "wrong-values"):
             problem = f"through gpu_dlpack, {via['call']}: " + (via["error"] or "the values arrived wrong")
-            out.append({"severity": "failure", "subject": subject, "problem": problem,
-                        "remedy": _remedy_for(via) if via["error"] else "Please report it with `gpu-dlpack doctor --json`."})
+            remedy = _remedy_for(via) if via["error"] else "Please report it with `gpu-dlpack doctor --json`."
+            if is_unjustified_refusal(via):
+                rule = rule_of(via)
+                problem += (f" gpu_dlpack refused it ({rule_text(rule)}), but no rule that exists to refuse "
+                            f"demands it, and {direct['call']} works.")
+                remedy = "A defect of gpu_dlpack: please report it with `gpu-dlpack doctor --json`."
+            out.append({"severity": "failure", "subject": subject, "problem": problem, "remedy": remedy})
         elif via["outcome"] == "refused":
             out.append({"severity": "refused", "subject": subject,
                         "problem": f"{direct['call']}: {_first_sentence(direct['error']) or direct['outcome']} "
-                                   f"Through gpu_dlpack: {_first_sentence(via['error'])}",
+                                   f"Through gpu_dlpack, refused by {rule_text(rule_of(via))}: "
+                                   f"{_first_sentence(via['error'])}",
                         "remedy": _remedy_for(via)})
         elif not direct["ok"]:
             out.append({"severity": "fixed", "subject": subject,

@@ -16,6 +16,7 @@ from .._import import from_dlpack as gd_from_dlpack
 from ._measure import VALUES, _err, _host_values, _pointer_or_none, _readonly_numpy, _sent
 from ._peers import _peer_gpu_usable
 from ._probes import _write_through
+from ._verdicts import judge
 
 
 # -- exchanges ---------------------------------------------------------------
@@ -82,7 +83,7 @@ def _through(consumer, make, backend_consumer):
         def run():
             return consumer.consume(gpu_export(source)), None
 
-        return source, run, f"{call}(gpu_dlpack.export(x))"
+        return source, run, f"{call}(gpu_dlpack.export(x){_suffix(consumer)})"
     w = wrap(source)
 
     def run():
@@ -92,7 +93,25 @@ def _through(consumer, make, backend_consumer):
             exc._doctor_request = _sent(w.last_request)
             raise
 
-    return source, run, f"{call}(gpu_dlpack.wrap(x))"
+    return source, run, f"{call}(gpu_dlpack.wrap(x){_suffix(consumer)})"
+
+
+def _suffix(consumer):
+    return getattr(consumer, "suffix", "")
+
+
+class _OnTheHost:
+    """A consumer whose arrays live on the host, in the GPU matrix: its
+    ``from_dlpack`` asked for ``device="cpu"``, as such a consumer must be
+    to take GPU data (NumPy)."""
+
+    suffix = ", device='cpu'"
+
+    def __init__(self, item):
+        self.peer = item.peer
+        self.module = item.module
+        self.row = item.row
+        self.consume = functools.partial(item.consume, device="cpu")
 
 
 def exchange(producer_name, make, consumer, backend_consumer, readonly_source=False) -> dict:
@@ -100,7 +119,7 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
     call = consumer.row["consumer"]["call"]
     try:
         source, run, arg = _direct(consumer, make)
-        direct = _result(f"{call}({arg})", run, source, readonly_source)
+        direct = _result(f"{call}({arg}{_suffix(consumer)})", run, source, readonly_source)
     except Exception as exc:
         direct = _failed(f"{call}(x)", exc)
     try:
@@ -108,6 +127,7 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
         via = _result(via_call, run, source, readonly_source)
     except Exception as exc:
         via = _failed("gpu_dlpack", exc)
+    judge(direct, via)
     return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": via}
 
 
@@ -152,7 +172,24 @@ def _makers(loaded, gpu):
         makers.append((peer.name, make, False))
         if peer.name == "numpy" and not gpu:
             makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True))
+        if peer.name == "cupy" and gpu and _has_managed_memory(module):
+            makers.append(("cupy (managed)", functools.partial(_managed_cupy, module, VALUES), False))
     return makers, skipped
+
+
+def _has_managed_memory(cupy) -> bool:
+    """Whether CuPy allocates managed memory here (CUDA, not ROCm)."""
+    try:
+        return not cupy.cuda.runtime.is_hip and bool(_managed_cupy(cupy, VALUES).size)
+    except Exception:
+        return False
+
+
+def _managed_cupy(cupy, a):
+    with cupy.cuda.using_allocator(cupy.cuda.malloc_managed):
+        out = cupy.asarray(a)
+    cupy.cuda.Device().synchronize()
+    return out
 
 
 def _device_tuple(name):
@@ -171,6 +208,8 @@ def _consumers(loaded, gpu):
         if gpu:
             if item.peer.gpu is not None and _peer_gpu_usable(item.peer, item.module):
                 out.append(item)
+            elif item.peer.name == "numpy":
+                out.append(_OnTheHost(item))
         elif item.peer.host_consumer and (item.peer.always or cons.get("error") is None):
             out.append(item)
     return out
