@@ -251,3 +251,24 @@ def host_device_id(asked, target) -> BufferError:
         f"memory is one address space with device id 0 only. Ask for "
         f"({int(target.type)}, 0) or '{name}'."
     )
+
+
+# -- arrays spread over several devices ----------------------------------------
+
+def spread_needs_copy(sharding, target) -> BufferError:
+    return BufferError(
+        f"the array is sharded ({sharding}): it can reach {target} only by a gather, "
+        "a copy, but copy=False was asked. Remedies: pass copy=None or copy=True to "
+        "gather it, or take its shards zero-copy, each on its own device, with "
+        "gpu_dlpack.shards(x)."
+    )
+
+
+def spread_not_addressable(sharding, missing, here) -> BufferError:
+    return BufferError(
+        f"the array is spread over devices this process cannot address ({sharding}; "
+        f"{missing} of its devices belong to other processes, this one has "
+        f"{', '.join(here) or 'none'}): no process can export it whole. Remedies: "
+        "exchange the shards this process holds with gpu_dlpack.shards(x), or gather "
+        "the array first (jax.experimental.multihost_utils.process_allgather)."
+    )

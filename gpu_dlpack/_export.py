@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
+from . import _backends, _capsule, _dtypes, _errors, _rules, _shards, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
@@ -77,10 +77,39 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     if not hasattr(type(x), "__dlpack__"):
         raise _errors.not_dlpack(x)
     if source is None:
-        source = Device.of(x)
+        try:
+            source = Device.of(x)
+        except BufferError:
+            if not _shards.spread(x):
+                raise
+            return _export_spread(x, readonly, stream, max_version, dl_device, copy)
     if source.is_host_accessible:
         return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
     return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+
+
+def _export_spread(x, readonly, stream, max_version, dl_device, copy):
+    """An array spread over several devices: its replica on the device asked
+    for, exported in place; else one gather onto that device, exported and
+    flagged IS_COPIED."""
+    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
+    one = _shards.replica(x, target)
+    if one is not None:
+        return _export(one, readonly, stream, max_version, dl_device, copy)
+    if target is None:
+        target = _shards.home(x)
+    _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    gathered = _shards.gather(x, target, copy, stream, _from_dlpack)
+    capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
+    _shards.flag_copied(capsule)
+    return capsule
+
+
+def _from_dlpack(x, **kwargs):
+    from ._import import from_dlpack
+
+    return from_dlpack(x, **kwargs)
 
 
 def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
@@ -208,7 +237,20 @@ class Exportable:
             self._source, self._device = CPU, _CPU_DLPACK
         else:
             # Read once: the device __dlpack_device__ reports is the one exported.
-            self._source = _backends.device_of(x)
+            try:
+                self._source = _backends.device_of(x)
+            except BufferError:
+                if not _shards.spread(x):
+                    raise
+                one = _shards.replica(x)
+                if one is not None:  # replicated: export its first replica
+                    self._x = one
+                    self._source = _backends.device_of(one)
+                else:  # sharded: gathered at each export, by default where it starts
+                    self._source = None
+                    self._device = _shards.home(x).dlpack
+                    self._request = None
+                    return
             self._device = self._source.dlpack
         self._request = None
 

@@ -406,6 +406,24 @@ def _as_dtype(arr, dtype):
         ) from exc
 
 
+def gather(shape, dtype, pieces, target, stream, import_):
+    """A CuPy array on GPU ``target`` assembled from the shards ``pieces``
+    (each with the ``index`` it covers): every shard is read where it is
+    or copied to the GPU once by ``import_`` (``from_dlpack``), then placed,
+    all on the consumer's stream."""
+    import cupy
+
+    gpu = target.index
+    consumer = _consumer_stream(stream, target, gpu)
+    if consumer == -1:
+        consumer = _handoff.current_stream(gpu)
+    with _handoff.queue_on(consumer, gpu):
+        out = cupy.empty(shape, dtype)
+        for shard in pieces:
+            out[shard.index] = import_(shard.data, device=target, stream=consumer)
+    return out
+
+
 def to_host(arr, copy):
     """A NumPy copy of CuPy array ``arr``, complete on return. Used for a
     producer too old to move its own data: it was asked with stream=None, so
