@@ -272,3 +272,30 @@ def spread_not_addressable(sharding, missing, here) -> BufferError:
         "exchange the shards this process holds with gpu_dlpack.shards(x), or gather "
         "the array first (jax.experimental.multihost_utils.process_allgather)."
     )
+
+
+# -- the other array protocols ---------------------------------------------------
+
+def bad_interface(name, why, value) -> BufferError:
+    shown = "" if value is None else f" (got {value!r})"
+    return BufferError(
+        f"the object's {name} cannot be read: {why}{shown}. The producer's interface is "
+        "malformed; fix or upgrade the producing library, or give gpu_dlpack an object "
+        "with __dlpack__."
+    )
+
+
+def masked_array(name) -> BufferError:
+    return BufferError(
+        f"the object's {name} has a mask: DLPack has no masked arrays, so the data "
+        "alone would lose which elements are masked. Fill or drop the masked elements "
+        "first (for example numpy.ma.filled), then exchange the result."
+    )
+
+
+def interface_cannot_copy(device, dl_device, copy) -> BufferError:
+    return BufferError(
+        f"a CUDA Array Interface object on {device} lends its memory only; it was "
+        f"asked for dl_device={dl_device!r}, copy={copy!r}. Import it with "
+        "gpu_dlpack.from_dlpack(x, device=..., copy=True), which copies with CuPy."
+    )

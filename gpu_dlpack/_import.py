@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _errors, _rules, _shards, _streams, _versions
+from . import _backends, _capsule, _errors, _protocols, _rules, _shards, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import gave_legacy, request
 
 _ndarray = np.ndarray
+_buffer_views = _protocols.BUFFER_VIEWS
 _CapsuleType = _capsule.CapsuleType
 
 
@@ -44,6 +45,9 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
             return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
         if known_on_host(x):
             return _import_host(x)
+        view = _buffer_views.get(type(x))
+        if view is not None:  # bytes, bytearray, memoryview...: a NumPy view
+            return view(x)
     if type(x) is _CapsuleType:
         return _from_capsule(x, device, copy, stream)  # checks the rest once it owns x
     _rules.check_copy(copy)
@@ -53,7 +57,10 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         dlpack_device = type(x).__dlpack_device__
         type(x).__dlpack__
     except AttributeError:
-        raise _errors.not_dlpack(x) from None
+        adapted = _protocols.producer(x)  # another array protocol
+        if adapted is None:
+            raise _errors.not_dlpack(x) from None
+        return from_dlpack(adapted, device=device, copy=copy, stream=stream)
     try:
         source = Device(tuple(dlpack_device(x)))
     except BufferError:

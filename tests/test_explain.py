@@ -309,6 +309,13 @@ REAL_MESSAGES = {
     "gpu_dlpack-spread-not-addressable": lambda: raised(
         lambda: gpu_dlpack.from_dlpack(__import__("tests.test_shards").test_shards._SpreadOverOtherProcesses())
     ),
+    "gpu_dlpack-bad-interface": lambda: raised(lambda: gpu_dlpack.from_dlpack(_NoDataInterface())),
+    "gpu_dlpack-masked": lambda: raised(lambda: gpu_dlpack.from_dlpack(_MaskedInterface())),
+    "gpu_dlpack-interface-cannot-copy": lambda: raised(
+        lambda: _protocols().producer(
+            _PointerInterface()
+        ).__dlpack__(copy=True)
+    ),
     # -- CuPy (installed, without a GPU)
     "cupy-cpu-import": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0))),
     "cupy-unsupported-array-type": lambda: raised(lambda: _cupy().from_dlpack(Producer(3))),
@@ -342,6 +349,32 @@ REAL_MESSAGES = {
     # -- any producer
     "old-producer-keyword": lambda: raised(lambda: OldProducer().__dlpack__(max_version=(1, 0))),
 }
+
+def _protocols():
+    from gpu_dlpack import _protocols
+
+    return _protocols
+
+
+class _NoDataInterface:
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<f8", "version": 3}
+
+
+class _MaskedInterface:
+    def __init__(self):
+        self.base = np.arange(3.0)
+        self.__array_interface__ = dict(self.base.__array_interface__, mask=np.ones(3, bool))
+
+
+class _PointerInterface:
+    """A CUDA Array Interface over host memory no GPU reads (the layer reads the pointer only)."""
+
+    def __init__(self):
+        self.base = np.arange(3.0)
+        self.__cuda_array_interface__ = {
+            "shape": (3,), "typestr": "<f8", "data": (self.base.ctypes.data, False), "version": 3, "stream": None,
+        }
+
 
 def _sharded_jax():
     """A JAX array split over 4 host devices (the root conftest asks for them)."""
@@ -660,6 +693,9 @@ BUILDER_ARGS = {
     "old_cupy": ("export a versioned DLPack capsule",),
     "device_mismatch": ("lib.Array", "cpu", "cuda:0"),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
+    "bad_interface": ("__cuda_array_interface__", "it has no 'data'", {"shape": (3,)}),
+    "masked_array": ("__array_interface__",),
+    "interface_cannot_copy": ("cuda:0", (1, 0), None),
     "spread_needs_copy": ("NamedSharding(P('x',)) over 4 devices", "cpu"),
     "spread_not_addressable": ("NamedSharding(P('x',)) over 4 devices", 2, ["cpu:0", "cpu:1"]),
 }

@@ -120,6 +120,21 @@ def device_of(x) -> Device:
     return Device._make(_T.CUDA, gpu)
 
 
+def gpu_of(ptr: int) -> int:
+    """The GPU whose memory ``ptr`` points into (the current GPU for NULL or
+    memory the runtime does not know; 0 without a GPU)."""
+    from cupy.cuda import runtime
+
+    try:
+        if ptr:
+            device = int(runtime.pointerGetAttributes(ptr).device)
+            if device >= 0:
+                return device
+        return int(runtime.getDevice())
+    except Exception:
+        return 0
+
+
 def _memory_type(ptr: int) -> int | None:
     from cupy.cuda import runtime
 
