@@ -5,12 +5,18 @@ waited for, as a DMA engine would. A chunk refilled before its copy ran
 would put the wrong bytes in the destination, so these tests see it."""
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 
+import gpu_dlpack
 from gpu_dlpack import _copies
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class AsyncRuntime:
@@ -273,3 +279,42 @@ def test_host_to_device_copies_are_right_and_need_no_source_after_return(cp, nby
     del host
     s.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(g), expected)
+
+
+def test_pinned_memory_exhausted_is_raised_and_nothing_is_held():
+    class NoPinned(AsyncRuntime):
+        def alloc_pinned(self, nbytes):
+            if len(self.pinned) == 2:
+                raise MemoryError("cudaErrorMemoryAllocation: out of memory")
+            return super().alloc_pinned(nbytes)
+
+    runtime = NoPinned()
+    ring = _ring(runtime, chunks=4)
+    src = np.ones(10 * CHUNK, np.uint8)
+    with pytest.raises(MemoryError):
+        ring.copy(np.zeros_like(src).ctypes.data, src, stream=1)
+    assert ring.events == runtime.created == 2  # the chunks made so far stay in the ring
+    ring.close()
+    assert runtime.destroyed == runtime.created and ring.threads == 0
+
+
+def test_at_exit_the_ring_waits_for_its_queued_copies(tmp_path):
+    # The check is registered before gpu_dlpack._copies is imported, so it
+    # runs after the ring's own exit handler (atexit runs last-in first-out).
+    script = f"""
+import atexit, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+sys.path.insert(0, {ROOT!r})
+import numpy as np
+dst = np.zeros(6 * 4096, np.uint8)
+atexit.register(lambda: print("copied" if (dst == 7).all() else "lost"))
+from gpu_dlpack import _copies
+from test_copies import AsyncRuntime
+ring = _copies.Ring(AsyncRuntime(), chunk_bytes=4096, chunks=2, workers=2)
+_copies._rings[0] = ring
+src = np.full(6 * 4096, 7, np.uint8)
+ring.copy(dst.ctypes.data, src, stream=1)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "copied"
