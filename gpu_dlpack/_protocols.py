@@ -28,6 +28,7 @@ memory and ``__array_interface__`` over host memory, besides DLPack.
 from __future__ import annotations
 
 import array
+import math
 import mmap
 
 import numpy as np
@@ -173,12 +174,7 @@ def parse_cuda_interface(cai) -> dict:
     data = cai["data"]
     if not (isinstance(data, tuple) and len(data) == 2 and type(data[0]) is int and data[0] >= 0):
         raise _errors.bad_interface(name, f"data {data!r} is not a (pointer, read_only) tuple", cai)
-    try:
-        dtype = np.dtype(cai["typestr"])
-    except TypeError:
-        raise _errors.bad_interface(name, f"typestr {cai['typestr']!r} is no NumPy type string", cai) from None
-    if dtype.byteorder == (">" if np.little_endian else "<"):
-        raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
+    dtype = _dtype_of(cai["typestr"], cai)
     strides = cai.get("strides")
     if strides is not None and not (
         isinstance(strides, tuple) and len(strides) == len(shape) and all(type(s) is int for s in strides)
@@ -193,7 +189,7 @@ def parse_cuda_interface(cai) -> dict:
         raise _errors.bad_interface(name, f"stream {stream!r} is not a stream handle", cai)
     if stream == 0:
         raise _errors.bad_interface(name, "stream 0 is disallowed by the interface (it is ambiguous)", cai)
-    size = int(np.prod(shape)) if shape else 1
+    size = math.prod(shape)
     if data[0] == 0 and size:
         raise _errors.bad_interface(name, f"data is NULL but the shape {shape} has elements", cai)
     return {
@@ -202,11 +198,38 @@ def parse_cuda_interface(cai) -> dict:
     }
 
 
+_DTYPES: dict = {}  # typestr -> NumPy dtype, for the type strings seen
+
+
+def _dtype_of(typestr, cai):
+    try:
+        return _DTYPES[typestr]
+    except (KeyError, TypeError):
+        pass
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError:
+        raise _errors.bad_interface(
+            "__cuda_array_interface__", f"typestr {typestr!r} is no NumPy type string", cai
+        ) from None
+    if dtype.byteorder == (">" if np.little_endian else "<"):
+        raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
+    if type(typestr) is str:
+        _DTYPES[typestr] = dtype
+    return dtype
+
+
 def _gpu_of(ptr: int) -> int:
     """The GPU that holds device pointer ``ptr`` (the current GPU for NULL)."""
-    from ._backends import cupy as cupy_backend
+    return _cupy_backend().gpu_of(ptr)
 
-    return cupy_backend.gpu_of(ptr)
+
+def _cupy_backend():
+    global _cupy_backend
+    from ._backends import cupy
+
+    _cupy_backend = lambda: cupy  # noqa: E731 - imported once, then a plain call
+    return cupy
 
 
 class CudaArray:
@@ -215,13 +238,14 @@ class CudaArray:
     as what is made from it. A consumer's stream waits for the interface's
     ``stream`` (version 3) with an event."""
 
-    __slots__ = ("obj", "info", "device")
+    __slots__ = ("obj", "info", "device", "_view")
 
     def __init__(self, obj, cai):
         self.obj = obj
         self.info = parse_cuda_interface(cai)
         gpu = _gpu_of(self.info["ptr"])
         self.device = Device._make(_T.ROCM if cupy_is_rocm() else _T.CUDA, gpu)
+        self._view = None
 
     def __dlpack_device__(self):
         return self.device.dlpack
@@ -240,15 +264,13 @@ class CudaArray:
         versioned = max_version is not None and max_version[0] >= 1
         if info["readonly"] and not versioned:
             raise _errors.readonly_legacy()
-        view = self._host_typed_view()
-        dtype = _dtypes.from_numpy(info["dtype"])
-        from ._backends import numpy_backend
-        from ._rules import Plan
-
-        plan = Plan(versioned, False, self.device, self.device, info["readonly"])
-        capsule = numpy_backend.export(view, plan, dtype)
-        ptr = _capsule.pointer(capsule, versioned)
-        _capsule.set_device(ptr, versioned, *self.device.dlpack)
+        view = self._view
+        if view is None:
+            view = self._view = self._host_typed_view()
+        # NumPy's exporter describes the memory (and says READ_ONLY); the
+        # layer stamps its version on what it passes on.
+        capsule = view.__dlpack__(max_version=(1, 0)) if versioned else view.__dlpack__()
+        _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
         return capsule
 
     def _host_typed_view(self) -> np.ndarray:
