@@ -202,6 +202,40 @@ def test_matrix_covers_every_host_producer_and_consumer(report):
     assert "cupy" not in m["consumers"]
 
 
+def test_a_sharded_jax_array_is_a_producer_row_the_layer_fixes(report, jax):
+    if len(jax.devices("cpu")) < 2:
+        pytest.skip("needs two JAX host devices")
+    m = host(report)
+    assert "jax (sharded)" in m["producers"]
+    for consumer in ("numpy", "torch", "jax"):
+        c = cell(report, "jax (sharded)", consumer)
+        assert c["direct"]["outcome"] == "error"
+        assert c["direct"]["explain"] in ("jax-unsharded-only", "jax-singular-device")
+        assert c["via"]["outcome"] == "copied" and c["via"]["ok"]
+    fixed = [f for f in report["findings"] if f["subject"].startswith("jax (sharded) -> ")]
+    assert fixed and {f["severity"] for f in fixed} == {"fixed"}
+
+
+def test_a_library_that_speaks_the_cuda_array_interface_is_named_so(libdir):
+    name = libdir("doctor_test_cai", """
+        import numpy as np
+
+        class Array:
+            def __init__(self, a):
+                self.a = np.ascontiguousarray(a)
+                self.__cuda_array_interface__ = {
+                    "shape": self.a.shape, "typestr": self.a.dtype.str,
+                    "data": (self.a.ctypes.data, False), "version": 3, "stream": None,
+                }
+
+        def asarray(a):
+            return Array(a)
+    """)
+    rep = doctor.run(extra=[name])
+    reason = row(rep, name)["producer"]["reason"]
+    assert "speaks the CUDA Array Interface" in reason and "gpu_dlpack.wrap(x)" in reason
+
+
 def test_zero_copy_is_judged_by_pointers(report):
     c = cell(report, "torch", "numpy")
     assert c["direct"]["outcome"] == "zero-copy" and c["via"]["outcome"] == "zero-copy"

@@ -166,15 +166,41 @@ def _makers(loaded, gpu):
         except Exception as exc:
             skipped.append({"producer": peer.name, "reason": f"could not make an array: {_err(exc)}"})
             continue
-        if not hasattr(type(sample), "__dlpack__"):
+        if not _speaks_an_array_protocol(sample):
             skipped.append({"producer": peer.name, "reason": f"{type(sample).__name__} has no __dlpack__"})
             continue
         makers.append((peer.name, make, False))
+        if peer.name == "jax":
+            spread = _jax_sharded_maker(module, gpu)
+            if spread is not None:
+                makers.append(("jax (sharded)", spread, False))
         if peer.name == "numpy" and not gpu:
             makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True))
         if peer.name == "cupy" and gpu and _has_managed_memory(module):
             makers.append(("cupy (managed)", functools.partial(_managed_cupy, module, VALUES), False))
     return makers, skipped
+
+
+def _speaks_an_array_protocol(x) -> bool:
+    """DLPack (on the type or forwarded by the instance), or the CUDA Array
+    Interface (Numba's device arrays): gpu_dlpack takes each."""
+    return hasattr(type(x), "__dlpack__") or hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__")
+
+
+def _jax_sharded_maker(jax, gpu):
+    """A maker of a JAX array sharded over two devices (its rows split), when
+    JAX has two devices of the kind: no DLPack consumer takes one directly."""
+    platform = "gpu" if gpu else "cpu"
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        return None
+    if len(devices) < 2:
+        return None
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(devices[:2]), ("x",)), PartitionSpec("x", None))
+    return functools.partial(jax.device_put, VALUES, sharding)
 
 
 def _has_managed_memory(cupy) -> bool:

@@ -75,7 +75,9 @@ PEERS = (
         readonly=lambda m, a: m.asarray(_readonly_numpy(None, a)),
     ),
     Peer(
-        "numba", "numba", consumer=("cuda.from_dlpack", "from_dlpack"), submodules=("numba.cuda",),
+        # Numba's device arrays speak the CUDA Array Interface, in and out.
+        "numba", "numba", consumer=("cuda.from_dlpack", "from_dlpack", "cuda.as_cuda_array"),
+        submodules=("numba.cuda",),
         gpu=lambda m, a: m.cuda.to_device(a), gpu_usable=lambda m: bool(m.cuda.is_available()),
         host_consumer=False,
     ),

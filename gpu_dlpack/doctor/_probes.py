@@ -56,7 +56,18 @@ def probe_producer(peer, module, gpu=False) -> dict:
         out["reason"] = f"could not make an array: {_err(exc)}"
         return out
     if not hasattr(type(x), "__dlpack__"):
-        out["reason"] = f"{type(x).__name__} has no __dlpack__"
+        if hasattr(x, "__cuda_array_interface__"):
+            out["reason"] = (
+                f"{type(x).__name__} speaks the CUDA Array Interface, not DLPack: "
+                "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
+            )
+        elif hasattr(x, "__dlpack__"):
+            out["reason"] = (
+                f"{type(x).__name__} forwards __dlpack__ through its instance: "
+                "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
+            )
+        else:
+            out["reason"] = f"{type(x).__name__} has no __dlpack__"
         return out
     out["probed"] = True
     try:
