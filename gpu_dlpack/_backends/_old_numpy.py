@@ -71,7 +71,10 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
     strides = []
     for n, s in zip(arr.shape, arr.strides):
         if s % itemsize and n != 1:  # the stride of a length-1 axis is never used
-            raise _errors.strides_not_whole_elements(arr.dtype, arr.strides, itemsize)
+            raise _errors.unsupported_numpy_dtype(
+                arr.dtype, f"the strides {arr.strides} are not multiples of the item size {itemsize} "
+                "(DLPack counts strides in elements); export a copy, np.ascontiguousarray(x)"
+            )
         strides.append(s // itemsize)
     mem = ctypes.create_string_buffer(_HEAD_SIZE + 16 * ndim)
     ptr = ctypes.addressof(mem)
