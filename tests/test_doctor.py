@@ -321,7 +321,7 @@ def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
     assert any(f["severity"] == "failure" and name in f["subject"] for f in rep["findings"])
 
 
-def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchange_works(monkeypatch):
+def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchange_works(monkeypatch, torch):
     # A defect injected into the layer: every export of a host producer
     # other than NumPy is refused as unreachable (rule 3, Device), while the
     # direct exchanges work.
@@ -342,7 +342,7 @@ def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchan
     assert doctor.render(rep).rstrip().splitlines()[-1].startswith("FAILED:")
 
 
-def test_a_refusal_by_a_rule_that_exists_to_refuse_names_the_rule(report):
+def test_a_refusal_by_a_rule_that_exists_to_refuse_names_the_rule(report, jax):
     c = cell(report, "numpy (read-only)", "jax")
     assert c["via"]["outcome"] == "refused"
     (f,) = [f for f in report["findings"] if f["subject"] == "numpy (read-only) -> jax (cpu)"]

@@ -388,6 +388,7 @@ def _sharded_jax():
 
 def _jax_source_has(text):
     """True when the installed JAX's ArrayImpl.__dlpack_device__ source holds ``text``."""
+    _jax()
     from jax._src import array
 
     return text in inspect.getsource(array.ArrayImpl.__dlpack_device__)

@@ -119,8 +119,11 @@ def device_of(x) -> Device:
 
 def gpu_of(ptr: int) -> int:
     """The GPU whose memory ``ptr`` points into (the current GPU for NULL or
-    memory the runtime does not know; 0 without a GPU)."""
-    from cupy.cuda import runtime
+    memory the runtime does not know; 0 without a GPU or without CuPy)."""
+    try:
+        from cupy.cuda import runtime
+    except ImportError:
+        return 0
 
     try:
         if ptr:
