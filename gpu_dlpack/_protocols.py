@@ -269,7 +269,9 @@ class CudaArray:
             view = self._view = self._host_typed_view()
         # NumPy's exporter describes the memory (and says READ_ONLY); the
         # layer stamps its version on what it passes on.
-        capsule = view.__dlpack__(max_version=(1, 0)) if versioned else view.__dlpack__()
+        from ._backends import numpy as numpy_backend
+
+        capsule = numpy_backend.own_capsule(view, versioned)
         _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
         return capsule
 
