@@ -156,10 +156,11 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
 def _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy):
     """A producer of device memory with no gpu_dlpack backend for it: forward
     every argument and correct the flags it forgets."""
-    stream = _streams.check_stream(stream, source.type)
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
     target = _rules.target_device(source, dl_device)
+    # The consumer's stream belongs to the memory it receives, as on every path.
+    stream = _streams.check_stream(stream, target.type)
     capsule, full = request(
         x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
         dl_device=None if dl_device is None else target.dlpack, copy=copy,
