@@ -306,7 +306,6 @@ def test_a_device_destination_lives_until_its_copy_from_the_host_is_done(runtime
 
     monkeypatch.setattr(cupy_backend, "_allocate", allocate)
     monkeypatch.setattr(cupy_backend, "_is_pinned", lambda ptr: False)
-    monkeypatch.setattr(cupy_backend, "PINNED_STAGING_BYTES", 1 << 40)
     host = np.arange(100, dtype=np.float32)
     dtype = gpu_dlpack._dtypes.from_numpy(host.dtype)
     out = cupy_backend._copy_from_host(host, dtype, Device((2, 0)), 88, host_done=False, consumer=88)
