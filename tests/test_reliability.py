@@ -93,6 +93,8 @@ def _contest(capsules_, work):
     pytest.param(lambda cap: gpu_dlpack.from_dlpack(cap, device="nowhere"), id="refused import"),
     pytest.param(lambda cap: gpu_dlpack.from_dlpack(cap), id="import"),
     pytest.param(lambda cap: gpu_dlpack.from_dlpack(cap, copy=True), id="import with copy"),
+    pytest.param(lambda cap: gpu_dlpack.export(cap, max_version=(1, 0)), id="export"),
+    pytest.param(lambda cap: gpu_dlpack.export(cap, max_version=(1, 0), copy=True), id="export with copy"),
 ])
 def test_threads_racing_for_one_capsule_run_its_deleter_exactly_once(work):
     calls, stray = capsules.total_calls, capsules.stray_calls
