@@ -76,6 +76,8 @@ _c_u64 = ctypes.c_uint64
 _c_void_p = ctypes.c_void_p
 _BYTES = [ctypes.c_char * n for n in range(81)]
 _LEGACY_BYTES = _BYTES[64]
+_void_at = _c_void_p.from_address
+_u64_at = _c_u64.from_address
 _VERSIONED_BYTES = _BYTES[80]
 
 # DLTensor: data, device_type, device_id, ndim, code, bits, lanes, shape,
@@ -90,8 +92,8 @@ _U64 = struct.Struct("<Q")
 _DTYPE_FMT = struct.Struct("<BBH")
 _DEVICE_FMT = struct.Struct("<ii")
 _MAX_NDIM = 64
-_INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # shape and strides
-_INT64_BYTES = [ctypes.c_char * (8 * n) for n in range(_MAX_NDIM + 1)]
+_INT64S = [struct.Struct(f"<{n}q") for n in range(2 * _MAX_NDIM + 1)]  # shape and strides
+_INT64_BYTES = [ctypes.c_char * (8 * n) for n in range(2 * _MAX_NDIM + 1)]
 _DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
 
 
@@ -233,11 +235,12 @@ def kind_and_pointer(capsule, likely: bool = True):
 _MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
 
 
-def _check_layout(data: int, offset: int, shape: tuple, strides_p: int, itemsize: int) -> None:
+def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int, itemsize: int) -> None:
     """BufferError for a tensor whose shape and strides no importer can
     hold: a negative dimension (numpy.from_dlpack refuses it), NULL data
     with elements, more bytes than an int64 counts, or strides reaching,
-    from either end, outside the 64-bit address space."""
+    from either end, outside the 64-bit address space. ``strides`` is None
+    when not read yet (then read from ``strides_p`` if needed)."""
     if min(shape) < 0:
         raise _errors.malformed(f"the shape {shape} has a negative dimension")
     count = 1
@@ -253,7 +256,8 @@ def _check_layout(data: int, offset: int, shape: tuple, strides_p: int, itemsize
         )
     if not strides_p:
         return
-    strides = _int64s(strides_p, len(shape))
+    if strides is None:
+        strides = _int64s(strides_p, len(shape))
     low = high = 0
     for n, step in zip(shape, strides):
         if step < 0:
@@ -289,7 +293,12 @@ def header(ptr: int, versioned: bool) -> Header:
     if dt not in _DEVICE_TYPES or di < 0:
         raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})")
     if ndim:
-        _check_layout(data, offset, _int64s(shape_p, ndim), strides_p, max(1, (bits * lanes + 7) >> 3))
+        if strides_p == shape_p + 8 * ndim:  # one allocation (NumPy, PyTorch): one read
+            both = _int64s(shape_p, 2 * ndim)
+            shape, strides = both[:ndim], both[ndim:]
+        else:
+            shape, strides = _int64s(shape_p, ndim), None
+        _check_layout(data, offset, shape, strides, strides_p, max(1, (bits * lanes + 7) >> 3))
     return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p))
 
 
@@ -365,10 +374,10 @@ def stamp_version(capsule, word: int) -> None:
     if _POINTER_AT is None:
         ptr = _GetPointer(capsule, b"dltensor_versioned")
     else:
-        ptr = _c_void_p.from_address(id(capsule) + _POINTER_AT).value
+        ptr = _void_at(id(capsule) + _POINTER_AT).value
     if ptr & 7:
         raise _errors.malformed(f"DLManagedTensorVersioned at {ptr:#x} is not 8-byte aligned")
-    _c_u64.from_address(ptr).value = word
+    _u64_at(ptr).value = word
 
 
 def set_flags(ptr: int, flags: int) -> None:
@@ -489,8 +498,8 @@ def checked(capsule, likely_versioned: bool = True, check_dtype=None):
     """``(versioned, header)`` of a capsule handed to the layer, after the
     checks every exchange makes, for what it imports and what it passes on
     alike (``header``'s, major version 1, and ``check_dtype(code, bits,
-    lanes)`` when given). A refused
-    capsule is discarded: its deleter runs once, now."""
+    lanes)`` when given). A refused capsule is discarded: its deleter runs
+    once, now."""
     versioned, ptr = kind_and_pointer(capsule, likely_versioned)
     try:
         head = header(ptr, versioned)
