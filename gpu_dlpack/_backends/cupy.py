@@ -548,7 +548,8 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
 def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
     """A new array on ``target`` (GPU, managed or pinned memory) holding host
     array ``arr``'s values; GPU targets are reached by an asynchronous copy
-    on the consumer's stream, large pageable arrays through pinned staging."""
+    on the consumer's stream, large pageable arrays through the copy engine's
+    ring of pinned chunks (``_copies``)."""
     src = arr if _order(arr) is not None else np.ascontiguousarray(arr)
     if dtype.carrier is not None:
         src = src.view(dtype.carrier)
