@@ -197,10 +197,11 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     the other kind is rebuilt over the same memory (rule 6, on any device);
     a move or copy the producer did not make is made by the backend of the
     source device, when there is one."""
-    stream = _streams.check_stream(stream, source.type)
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
     target = _rules.target_device(source, dl_device)
+    # The consumer's stream belongs to the memory it receives, as on every path.
+    stream = _streams.check_stream(stream, target.type)
     # The array's own device asked for is no move: not even a keyword to a producer.
     moves = target != source
     capsule, full = request(
