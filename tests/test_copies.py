@@ -265,7 +265,10 @@ def test_a_failed_ring_copy_is_a_buffer_error_and_frees_the_ring(backend_ring):
         cupy_backend._ring_copy(out, src, 5, 0)
     assert ring.try_acquire()
     ring.release()
-    del out
+    # The copy queued before the failure runs when its event is waited for,
+    # at the latest when the fixture closes the ring after this test: run it
+    # now, while ``out`` is alive (else the stand-in writes freed memory).
+    runtime.drain()
 
 
 # -- on a GPU ---------------------------------------------------------------------
