@@ -481,12 +481,15 @@ def handover(capsule):
     call holds, which the layer then checks and consumes like any other.
     ConsumedCapsuleError when another consumer took the capsule first.
 
-    Without an owning destructor (an old NumPy) the new capsule frees
-    nothing when dropped: the caller must consume or ``discard`` it."""
+    Dropped unconsumed, the new capsule frees the tensor (NumPy's owning
+    destructor, or before NumPy 2.1 the layer's own)."""
     versioned = kind(capsule)
+    destructor = _OWNING_DESTRUCTOR[versioned]
+    if destructor is None:  # NumPy before 2.1: the layer's own
+        from ._backends._old_numpy import OWNING_DESTRUCTOR as destructor
     ptr = claim(capsule, versioned)
     try:
-        return versioned, _New(ptr, _NAME_PTR[versioned], _OWNING_DESTRUCTOR[versioned])
+        return versioned, _New(ptr, _NAME_PTR[versioned], destructor)
     except BaseException:
         deleter = _deleter_of(ptr, versioned)
         if deleter:

@@ -186,6 +186,22 @@ def test_an_old_producer_is_still_asked_without_the_new_keywords():
     assert gpu_dlpack.inspect(gpu_dlpack.wrap(OldProducer(a)).__dlpack__(max_version=(1, 0))).versioned
 
 
+def test_a_handed_over_capsule_dropped_unconsumed_is_freed_without_numpys_destructor(monkeypatch):
+    # A raw capsule given to export moves to a capsule of the layer's; NumPy
+    # before 2.1 lends no versioned destructor for it: the layer's frees it.
+    from gpu_dlpack import _capsule
+
+    from .capsules import make
+
+    monkeypatch.setitem(_capsule._OWNING_DESTRUCTOR, True, None)
+    cap, rec = make(np.arange(4.0))
+    out = gpu_dlpack.export(cap, max_version=(1, 0))
+    assert rec.calls == 0
+    del out
+    gc.collect()
+    assert rec.calls == 1
+
+
 # -- on the old NumPy itself ---------------------------------------------------
 
 
