@@ -387,3 +387,40 @@ def device_type_name(dt) -> str:
         return DLDeviceType(dt).name
     except ValueError:
         return f"unknown device type {dt}"
+
+
+# -- the implementation in use --------------------------------------------------
+# The compiled core (``_fastpath``) takes the hot functions over; it runs the
+# plain case itself and hands every other one to these Python functions, kept
+# in ``PYTHON``, so results and errors are the same on both paths.
+
+PYTHON = {
+    "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
+    "set_flags": set_flags, "set_version": set_version,
+}
+
+
+def _python_claim(capsule, versioned: bool):
+    owner = PYTHON["take"](capsule, versioned)
+    ptr, deleter = owner._ptr, owner._deleter
+    owner._deleter = None  # handed to the new Owner
+    return ptr, ctypes.cast(deleter, ctypes.c_void_p).value if deleter is not None else None
+
+
+def _core_take(capsule, versioned: bool) -> Owner:
+    ptr, deleter = _core.claim(capsule, versioned)
+    return Owner(ptr, deleter)
+
+
+from ._fastpath import core as _core  # noqa: E402
+
+if _core is not None:
+    PYTHON["take"] = take
+    PYTHON["claim"] = _python_claim
+    header = _core.header
+    checked = _core.checked
+    discard = _core.discard
+    stamp_version = _core.stamp_version
+    set_flags = _core.set_flags
+    set_version = _core.set_version
+    take = _core_take

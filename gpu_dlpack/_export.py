@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
+from . import _backends, _capsule, _dtypes, _errors, _fastpath, _rules, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
@@ -190,14 +190,22 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     return capsule
 
 
-class Exportable:
+_Base = object if _fastpath.core is None else _fastpath.core.ExportableBase
+
+
+class Exportable(_Base):
     """What ``wrap`` returns: a DLPack producer over ``x`` that obeys the rules.
 
     ``last_request`` holds the keywords of the latest ``__dlpack__`` call, so
     a caller can see what a consumer really asks for.
+
+    With the compiled core, ``__dlpack__`` runs in C the plan decided here
+    at wrap time, and the type offers the DLPack C exchange API
+    (``__dlpack_c_exchange_api__``); every other request takes the Python
+    ``__dlpack__`` below.
     """
 
-    __slots__ = ("_x", "_readonly", "_source", "_device", "_request")
+    __slots__ = ("_x", "_readonly", "_source", "_device", "_request", "__weakref__") if _Base is object else ()
 
     def __init__(self, x, readonly=False):
         if readonly is not False and readonly is not True:
@@ -211,6 +219,8 @@ class Exportable:
             self._source = _backends.device_of(x)
             self._device = self._source.dlpack
         self._request = None
+        if _Base is not object:
+            self._set_plan(*_plan(x, readonly))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
@@ -237,6 +247,31 @@ class Exportable:
     def __repr__(self):
         ro = ", readonly=True" if self._readonly else ""
         return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro})"
+
+
+def _plan(x, readonly):
+    """The exchange the core may run for ``wrap(x)`` without asking: NumPy's
+    own capsule for a NumPy dtype (the common case of ``_export``), or the
+    producer's C exchange API for a host producer whose capsule passes as
+    it comes (the rules' verdict for a versioned request of nothing else)."""
+    if readonly is not False:
+        return (_fastpath.core.PLAN_GENERAL,)
+    if type(x) is _ndarray:
+        if x.dtype.isbuiltin == 1:
+            return _fastpath.core.PLAN_NUMPY, x.dtype
+        return (_fastpath.core.PLAN_GENERAL,)
+    if "__dlpack_c_exchange_api__" in type(x).__dict__ and Device.of(x).type == CPU.type:
+        return _fastpath.core.PLAN_EXCHANGE, type(x)
+    return (_fastpath.core.PLAN_GENERAL,)
+
+
+if _Base is not object:
+    # The C __dlpack__ and __dlpack_device__ of the base run; this one is
+    # what they hand back to.
+    general_dlpack = Exportable.__dlpack__
+    del Exportable.__dlpack__, Exportable.__dlpack_device__
+else:
+    general_dlpack = Exportable.__dlpack__
 
 
 def wrap(x, *, readonly=False) -> Exportable:
