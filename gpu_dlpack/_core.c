@@ -834,7 +834,6 @@ exportable_dlpack_device(Exportable *self, PyObject *unused)
 static int
 exportable_traverse(Exportable *self, visitproc visit, void *arg)
 {
-    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->x);
     Py_VISIT(self->readonly);
     Py_VISIT(self->source);
@@ -869,9 +868,7 @@ exportable_dealloc(Exportable *self)
     if (self->weakrefs != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     exportable_clear(self);
-    tp->tp_free((PyObject *)self);
-    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE)
-        Py_DECREF(tp);
+    tp->tp_free((PyObject *)self);  /* a subclass's dealloc drops its heap type */
 }
 
 static PyMethodDef exportable_methods[] = {
