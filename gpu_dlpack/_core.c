@@ -423,7 +423,8 @@ core_set_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 typedef struct {
     const DLPackExchangeAPI *api;
     PyObject *attrs;    /* attributes that must be false for the plain export */
-    PyObject *methods;  /* methods whose result must be false */
+    PyObject *methods;  /* methods whose result must be false ... */
+    uint32_t method_codes; /* ... for these dtype codes (bit per code) */
 } ImportEntry;
 
 static void
@@ -481,7 +482,8 @@ import_entry(PyTypeObject *type)
         const DLPackExchangeAPI *api = NULL;
         if (plan != Py_None) {
             PyObject *cap, *attrs, *methods;
-            if (!PyArg_ParseTuple(plan, "OO!O!", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods)) {
+            unsigned int codes;
+            if (!PyArg_ParseTuple(plan, "OO!O!I", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods, &codes)) {
                 Py_DECREF(plan);
                 return NULL;
             }
@@ -496,6 +498,7 @@ import_entry(PyTypeObject *type)
                 e->api = api;
                 e->attrs = Py_NewRef(attrs);
                 e->methods = Py_NewRef(methods);
+                e->method_codes = codes;
                 got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
                 if (got == NULL) {
                     Py_DECREF(attrs);
@@ -523,7 +526,7 @@ import_entry(PyTypeObject *type)
 /* 1 when every guard of the entry is false for x, 0 when one is true, -1 on
  * error (cleared: the general path asks again and reports). */
 static int
-guards_pass(ImportEntry *e, PyObject *x)
+guards_pass(ImportEntry *e, PyObject *x, int code)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(e->attrs);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -539,7 +542,7 @@ guards_pass(ImportEntry *e, PyObject *x)
             return 0;
         }
     }
-    n = PyTuple_GET_SIZE(e->methods);
+    n = (code >= 0 && code < 32 && ((e->method_codes >> code) & 1)) ? PyTuple_GET_SIZE(e->methods) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(e->methods, i));
         if (v == NULL) {
@@ -615,14 +618,14 @@ core_import_host(PyObject *mod, PyObject *x)
     ImportEntry *e = import_entry(Py_TYPE(x));
     if (e == NULL)
         return NULL;
-    if ((PyObject *)e == Py_None || !guards_pass(e, x))
+    if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
     DLManagedTensorVersioned *m = NULL;
     if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    PyObject *arr = ndarray_over(m);
+    PyObject *arr = guards_pass(e, x, m->dl_tensor.dtype.code) ? ndarray_over(m) : NULL;
     if (arr == NULL) {
         if (m->deleter)
             m->deleter(m);
@@ -710,15 +713,13 @@ accepted_versioned(PyObject *max_version)
 static DLManagedTensorVersioned *
 exchange_export(Exportable *self)
 {
-    if (!guards_pass(self->guards, self->x))
-        return NULL;
     DLManagedTensorVersioned *m = NULL;
     if (self->api->managed_tensor_from_py_object_no_sync(self->x, &m) != 0 || m == NULL) {
         PyErr_Clear();
         return NULL;
     }
     DLTensor *t = &m->dl_tensor;
-    if (m->version.major != 1 || !well_formed(t) || t->device.device_type != cpu_type ||
+    if (!guards_pass(self->guards, self->x, t->dtype.code) || m->version.major != 1 || !well_formed(t) || t->device.device_type != cpu_type ||
         !dtype_known(t->dtype) || t->dtype.bits < 8 || (t->ndim && t->strides == NULL) ||
         (m->flags & FLAG_READ_ONLY)) {
         if (m->deleter)
@@ -871,6 +872,66 @@ exportable_dealloc(Exportable *self)
     tp->tp_free((PyObject *)self);  /* a subclass's dealloc drops its heap type */
 }
 
+static PyTypeObject *exportable_class;  /* gpu_dlpack.Exportable */
+static PyObject *cpu_device, *cpu_dlpack;  /* the CPU as a Device and as (1, 0) */
+static PyObject *plain_dtypes;          /* NumPy dtypes of PLAN_NUMPY (a dict) */
+
+static PyObject *
+new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, PyTypeObject *type)
+{
+    Exportable *self = (Exportable *)exportable_class->tp_alloc(exportable_class, 0);
+    if (self == NULL)
+        return NULL;
+    self->x = Py_NewRef(x);
+    self->readonly = Py_NewRef(Py_False);
+    self->source = Py_NewRef(source);
+    self->device = Py_NewRef(device);
+    self->request = Py_NewRef(Py_None);
+    self->plan = plan;
+    if (plan == PLAN_NUMPY) {
+        self->plan_dtype = Py_NewRef(dtype);
+    } else {
+        ImportEntry *e = import_entry(type);  /* known: the caller looked it up */
+        self->api = e->api;
+        self->guards = e;
+        self->guards_owner = Py_NewRef(PyDict_GetItem(import_types, (PyObject *)type));
+    }
+    return (PyObject *)self;
+}
+
+/* wrap(x, readonly): the Exportable of the plain cases made here (a NumPy
+ * array of a NumPy dtype; a host producer whose C exchange API says where
+ * its data is), every other one by the Python wrap. */
+static PyObject *
+core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !configured() || exportable_class == NULL || args[1] != Py_False)
+        return delegate("wrap", args, nargs);
+    PyObject *x = args[0];
+    if (ndarray_type != NULL && Py_TYPE(x) == ndarray_type) {
+        PyObject *dtype = PyObject_GetAttr(x, str_dtype);
+        if (dtype == NULL)
+            return NULL;
+        PyObject *plain = PyDict_GetItem(plain_dtypes, dtype);
+        PyObject *r = plain != NULL ? new_exportable(x, cpu_device, cpu_dlpack, PLAN_NUMPY, dtype, NULL)
+                                    : delegate("wrap", args, nargs);
+        Py_DECREF(dtype);
+        return r;
+    }
+    ImportEntry *e = import_entry(Py_TYPE(x));
+    if (e == NULL)
+        return NULL;
+    if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+        DLTensor t;
+        if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
+            PyErr_Clear();
+        } else if (t.device.device_type == cpu_type && t.device.device_id == 0) {
+            return new_exportable(x, cpu_device, cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
+        }
+    }
+    return delegate("wrap", args, nargs);
+}
+
 static PyMethodDef exportable_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))exportable_dlpack, METH_FASTCALL | METH_KEYWORDS,
      "A DLPack capsule of the array, under gpu_dlpack's rules."},
@@ -1015,13 +1076,24 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
 {
     static char *kw[] = {"impl", "header_type", "device_types", "host_types", "known",
                          "numpy_dtypes", "numpy_api", "versions", "produced", "version_word",
-                         "learn_import", "exportable_fallback", NULL};
-    PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback;
+                         "learn_import", "exportable_fallback", "exportable_class", "cpu_device",
+                         "cpu_dlpack", "plain_dtypes", NULL};
+    PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback, *ecls,
+        *cpu, *cpudl, *plain;
     unsigned long long devs, hosts, word;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOO", kw, &PyDict_Type, &impl,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!", kw, &PyDict_Type, &impl,
                                      &PyType_Type, &htype, &devs, &hosts, &known, &npd, &npapi,
-                                     &versions, &produced, &word, &learn, &fallback))
+                                     &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
+                                     &cpu, &cpudl, &PyDict_Type, &plain))
         return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)ecls, &ExportableType)) {
+        PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
+        return NULL;
+    }
+    Py_XSETREF(exportable_class, (PyTypeObject *)Py_NewRef(ecls));
+    Py_XSETREF(cpu_device, Py_NewRef(cpu));
+    Py_XSETREF(cpu_dlpack, Py_NewRef(cpudl));
+    Py_XSETREF(plain_dtypes, Py_NewRef(plain));
     if (!PyType_IsSubtype((PyTypeObject *)htype, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
         return NULL;
@@ -1098,6 +1170,7 @@ static PyMethodDef core_methods[] = {
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},
     {"import_host", (PyCFunction)core_import_host, METH_O, NULL},
+    {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, NULL},
     {NULL}
 };
 

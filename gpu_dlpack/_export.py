@@ -220,7 +220,7 @@ class Exportable(_Base):
             self._device = self._source.dlpack
         self._request = None
         if _Base is not object:
-            self._set_plan(*_plan(x, readonly))
+            self._set_plan(*_plan(x, readonly, self._source))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
@@ -249,7 +249,7 @@ class Exportable(_Base):
         return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro})"
 
 
-def _plan(x, readonly):
+def _plan(x, readonly, source):
     """The exchange the core may run for ``wrap(x)`` without asking: NumPy's
     own capsule for a NumPy dtype (the common case of ``_export``), or the
     producer's C exchange API for a host producer whose capsule passes as
@@ -260,7 +260,7 @@ def _plan(x, readonly):
         if x.dtype.isbuiltin == 1:
             return _fastpath.core.PLAN_NUMPY, x.dtype
         return (_fastpath.core.PLAN_GENERAL,)
-    if "__dlpack_c_exchange_api__" in type(x).__dict__ and Device.of(x).type == CPU.type:
+    if "__dlpack_c_exchange_api__" in type(x).__dict__ and source.type == CPU.type:
         return _fastpath.core.PLAN_EXCHANGE, type(x)
     return (_fastpath.core.PLAN_GENERAL,)
 
@@ -286,9 +286,18 @@ def wrap(x, *, readonly=False) -> Exportable:
     ``readonly=True`` exports a read-only view: versioned capsules carry
     READ_ONLY, and legacy ones are refused unless the consumer copies.
     """
+    if _core_wrap is not None:
+        return _core_wrap(x, readonly)  # python_wrap for all but the plain cases
+    return python_wrap(x, readonly)
+
+
+def python_wrap(x, readonly):
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
         raise _errors.not_dlpack(x)
     return Exportable(x, readonly)
+
+
+_core_wrap = None if _fastpath.core is None else _fastpath.core.wrap
 
 
 _CPU_DLPACK = CPU.dlpack

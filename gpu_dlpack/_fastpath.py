@@ -43,6 +43,8 @@ def describe() -> str:
 # -- what the core is told ----------------------------------------------------
 
 def _import_plan(t):
+    from . import _dtypes
+
     """Whether ``from_dlpack`` may import instances of type ``t`` through the
     type's DLPack C exchange API, and the guards: attributes and methods
     that must be false for the exchange to be the plain one (else the
@@ -53,7 +55,8 @@ def _import_plan(t):
     if t.__module__ == "torch" and t.__name__ == "Tensor":
         # The exchange API exports what torch's __dlpack__ refuses: tensors
         # that require grad, and conjugate views (unresolved).
-        return api, ("requires_grad",), ("is_conj",)
+        # is_conj is asked of complex tensors only (the bit is theirs).
+        return api, ("requires_grad",), ("is_conj",), 1 << _dtypes.COMPLEX
     return None  # other producers keep their __dlpack__, whose checks are theirs
 
 
@@ -84,6 +87,7 @@ def install(capsule_impl: dict) -> None:
     numpy_api = getattr(umath, "_ARRAY_API", None)
     impl = dict(capsule_impl)
     impl.update(
+        wrap=_export.python_wrap,
         check_known=_dtypes.check_known,
         from_dlpack=_import.from_dlpack,
         current_stream=_current_stream,
@@ -110,4 +114,9 @@ def install(capsule_impl: dict) -> None:
         version_word=_capsule.version_word(_versions.DLPACK_VERSION),
         learn_import=_import_plan,
         exportable_fallback=_export.general_dlpack,
+        exportable_class=_export.Exportable,
+        cpu_device=_devices.CPU,
+        cpu_dlpack=_devices.CPU.dlpack,
+        # The dtypes whose NumPy capsule _export passes on as it is.
+        plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
     )
