@@ -711,15 +711,15 @@ accepted_versioned(PyObject *max_version)
  * allow for a host producer asked for nothing else; NULL (no error) when it
  * is not that case. */
 static DLManagedTensorVersioned *
-exchange_export(Exportable *self)
+exchange_export_of(PyObject *x, ImportEntry *e)
 {
     DLManagedTensorVersioned *m = NULL;
-    if (self->api->managed_tensor_from_py_object_no_sync(self->x, &m) != 0 || m == NULL) {
+    if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
         PyErr_Clear();
         return NULL;
     }
     DLTensor *t = &m->dl_tensor;
-    if (!guards_pass(self->guards, self->x, t->dtype.code) || m->version.major != 1 || !well_formed(t) || t->device.device_type != cpu_type ||
+    if (!guards_pass(e, x, t->dtype.code) || m->version.major != 1 || !well_formed(t) || t->device.device_type != cpu_type ||
         !dtype_known(t->dtype) || t->dtype.bits < 8 || (t->ndim && t->strides == NULL) ||
         (m->flags & FLAG_READ_ONLY)) {
         if (m->deleter)
@@ -728,6 +728,33 @@ exchange_export(Exportable *self)
     }
     *(uint64_t *)m = version_word;
     return m;
+}
+
+static inline DLManagedTensorVersioned *
+exchange_export(Exportable *self)
+{
+    return exchange_export_of(self->x, self->guards);
+}
+
+/* NumPy's own capsule of x, stamped when versioned; NULL with no error set
+ * when NumPy refuses. */
+static PyObject *
+numpy_capsule(PyObject *x, int versioned)
+{
+    PyObject *capsule;
+    if (versioned) {
+        PyObject *a[2] = {x, ask_versioned};
+        capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, kw_max_version);
+    } else {
+        PyObject *a[1] = {x};
+        capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, NULL);
+    }
+    if (capsule == NULL || (versioned && stamp(capsule, version_word) != 0)) {
+        Py_XDECREF(capsule);
+        PyErr_Clear();
+        return NULL;
+    }
+    return capsule;
 }
 
 static PyObject *
@@ -786,19 +813,10 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
             Py_DECREF(request);
             return exportable_general(self, args, nargsf, kwnames);
         }
-        PyObject *capsule;
-        if (versioned) {
-            PyObject *a[2] = {self->x, ask_versioned};
-            capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, kw_max_version);
-        } else {
-            PyObject *a[1] = {self->x};
-            capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, NULL);
-        }
-        if (capsule == NULL || (versioned && stamp(capsule, version_word) != 0)) {
+        PyObject *capsule = numpy_capsule(self->x, versioned);
+        if (capsule == NULL) {
             /* NumPy refused (a read-only array as legacy...): the general
              * path says why, in gpu_dlpack's words. */
-            Py_XDECREF(capsule);
-            PyErr_Clear();
             Py_DECREF(request);
             return exportable_general(self, args, nargsf, kwnames);
         }
@@ -875,6 +893,17 @@ exportable_dealloc(Exportable *self)
 static PyTypeObject *exportable_class;  /* gpu_dlpack.Exportable */
 static PyObject *cpu_device, *cpu_dlpack;  /* the CPU as a Device and as (1, 0) */
 static PyObject *plain_dtypes;          /* NumPy dtypes of PLAN_NUMPY (a dict) */
+static PyObject *plain_list[32];        /* the same, compared by identity */
+static int n_plain;
+
+static inline int
+is_plain(PyObject *dtype)
+{
+    for (int i = 0; i < n_plain; i++)
+        if (plain_list[i] == dtype)
+            return 1;
+    return 0;
+}
 
 static PyObject *
 new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, PyTypeObject *type)
@@ -912,8 +941,7 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyObject *dtype = PyObject_GetAttr(x, str_dtype);
         if (dtype == NULL)
             return NULL;
-        PyObject *plain = PyDict_GetItem(plain_dtypes, dtype);
-        PyObject *r = plain != NULL ? new_exportable(x, cpu_device, cpu_dlpack, PLAN_NUMPY, dtype, NULL)
+        PyObject *r = is_plain(dtype) ? new_exportable(x, cpu_device, cpu_dlpack, PLAN_NUMPY, dtype, NULL)
                                     : delegate("wrap", args, nargs);
         Py_DECREF(dtype);
         return r;
@@ -1069,6 +1097,127 @@ static DLPackExchangeAPI exportable_api = {
     exportable_stream,
 };
 
+/* --- export(): the plain cases in C, the rest in Python -------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;  /* the Python export */
+    PyObject *dict;      /* __doc__, __wrapped__...: functools.update_wrapper */
+} Exporter;
+
+static PyObject *
+exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || py_impl == NULL || plain_dtypes == NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *x = args[0], *max_version = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[1 + i];
+        if (PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+            max_version = v;
+        else if (v != Py_None)  /* stream, dl_device, copy, or a wrong name */
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        else if (PyUnicode_CompareWithASCIIString(k, "stream") != 0 &&
+                 PyUnicode_CompareWithASCIIString(k, "dl_device") != 0 &&
+                 PyUnicode_CompareWithASCIIString(k, "copy") != 0)
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    int versioned = max_version != Py_None;
+    if (versioned && !accepted_versioned(max_version))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (ndarray_type != NULL && Py_TYPE(x) == ndarray_type) {
+        PyObject *dtype = PyObject_GetAttr(x, str_dtype);
+        if (dtype == NULL)
+            return NULL;
+        int plain = is_plain(dtype);
+        Py_DECREF(dtype);
+        PyObject *capsule = plain ? numpy_capsule(x, versioned) : NULL;
+        if (capsule != NULL)
+            return capsule;
+    } else if (versioned) {
+        ImportEntry *e = import_entry(Py_TYPE(x));
+        if (e == NULL)
+            return NULL;
+        if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+            DLTensor t;
+            if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
+                PyErr_Clear();
+            } else if (t.device.device_type == cpu_type) {
+                DLManagedTensorVersioned *m = exchange_export_of(x, e);
+                if (m != NULL) {
+                    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+                    if (capsule == NULL && m->deleter)
+                        m->deleter(m);
+                    return capsule;
+                }
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fallback;
+    if (!PyArg_ParseTuple(args, "O:Exporter", &fallback))
+        return NULL;
+    Exporter *self = (Exporter *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)exporter_call;
+    self->fallback = Py_NewRef(fallback);
+    return (PyObject *)self;
+}
+
+static int
+exporter_traverse(Exporter *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+exporter_clear(Exporter *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+exporter_dealloc(Exporter *self)
+{
+    PyObject_GC_UnTrack(self);
+    exporter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef exporter_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}
+};
+
+static PyTypeObject ExporterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpu_dlpack._core.Exporter",
+    .tp_basicsize = sizeof(Exporter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "export() with its plain cases in C.",
+    .tp_new = exporter_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Exporter, vectorcall),
+    .tp_dictoffset = offsetof(Exporter, dict),
+    .tp_dealloc = (destructor)exporter_dealloc,
+    .tp_traverse = (traverseproc)exporter_traverse,
+    .tp_clear = (inquiry)exporter_clear,
+    .tp_getset = exporter_getset,
+};
+
 /* --- configure ------------------------------------------------------------ */
 
 static PyObject *
@@ -1094,6 +1243,13 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     Py_XSETREF(cpu_device, Py_NewRef(cpu));
     Py_XSETREF(cpu_dlpack, Py_NewRef(cpudl));
     Py_XSETREF(plain_dtypes, Py_NewRef(plain));
+    {
+        PyObject *pk, *pv;
+        Py_ssize_t ppos = 0;
+        n_plain = 0;
+        while (PyDict_Next(plain, &ppos, &pk, &pv) && n_plain < 32)
+            plain_list[n_plain++] = pk;  /* held by plain_dtypes */
+    }
     if (!PyType_IsSubtype((PyTypeObject *)htype, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
         return NULL;
@@ -1198,6 +1354,8 @@ PyInit__core(void)
     }
     Py_DECREF(api);
     if (PyModule_AddObjectRef(m, "ExportableBase", (PyObject *)&ExportableType) < 0)
+        goto fail;
+    if (PyType_Ready(&ExporterType) < 0 || PyModule_AddObjectRef(m, "Exporter", (PyObject *)&ExporterType) < 0)
         goto fail;
     str_accepted = PyUnicode_InternFromString("_accepted");
     str_floor = PyUnicode_InternFromString("_floor");

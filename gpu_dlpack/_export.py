@@ -9,6 +9,8 @@ to do).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _fastpath, _rules, _streams, _versions
@@ -43,6 +45,13 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     elif type(stream) is not int:
         stream = _streams.handle_of(stream)
     return _export(x, False, stream, max_version, dl_device, copy)
+
+
+if _fastpath.core is not None:
+    # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
+    # C exchange API, asked for nothing but max_version) run in C; the rest
+    # calls the function above. help() and inspect see that function.
+    export = functools.update_wrapper(_fastpath.core.Exporter(export), export)
 
 
 def _block_stream(x, dl_device):
