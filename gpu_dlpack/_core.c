@@ -645,6 +645,7 @@ typedef struct {
     PyObject *source;
     PyObject *device;
     PyObject *request;
+    PyObject *held;
     PyObject *plan_dtype;   /* PLAN_NUMPY: the dtype the plan was made for */
     PyObject *weakrefs;
     const DLPackExchangeAPI *api;  /* PLAN_EXCHANGE */
@@ -858,6 +859,7 @@ exportable_traverse(Exportable *self, visitproc visit, void *arg)
     Py_VISIT(self->source);
     Py_VISIT(self->device);
     Py_VISIT(self->request);
+    Py_VISIT(self->held);
     Py_VISIT(self->plan_dtype);
     Py_VISIT(self->guards_owner);
     return 0;
@@ -871,6 +873,7 @@ exportable_clear(Exportable *self)
     Py_CLEAR(self->source);
     Py_CLEAR(self->device);
     Py_CLEAR(self->request);
+    Py_CLEAR(self->held);
     Py_CLEAR(self->plan_dtype);
     Py_CLEAR(self->guards_owner);
     self->api = NULL;
@@ -916,6 +919,7 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     self->source = Py_NewRef(source);
     self->device = Py_NewRef(device);
     self->request = Py_NewRef(Py_None);
+    self->held = Py_NewRef(Py_None);
     self->plan = plan;
     if (plan == PLAN_NUMPY) {
         self->plan_dtype = Py_NewRef(dtype);
@@ -975,6 +979,7 @@ static PyMemberDef exportable_members[] = {
     {"_source", T_OBJECT, offsetof(Exportable, source), 0, NULL},
     {"_device", T_OBJECT, offsetof(Exportable, device), 0, NULL},
     {"_request", T_OBJECT, offsetof(Exportable, request), 0, NULL},
+    {"_held", T_OBJECT, offsetof(Exportable, held), 0, NULL},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(Exportable, weakrefs), READONLY, NULL},
     {NULL}
 };

@@ -13,7 +13,9 @@ import functools
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _fastpath, _rules, _streams, _versions
+from . import (
+    _backends, _capsule, _dtypes, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions,
+)
 from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
@@ -84,12 +86,44 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     if backend is not None:
         return backend.export_array(x, readonly, stream, max_version, dl_device, copy)
     if not hasattr(type(x), "__dlpack__"):
-        raise _errors.not_dlpack(x)
+        adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
+        if adapted is None:
+            raise _errors.not_dlpack(x)
+        return _export(adapted, readonly, stream, max_version, dl_device, copy)
     if source is None:
-        source = Device.of(x)
+        try:
+            source = Device.of(x)
+        except BufferError:
+            if not _shards.spread(x):
+                raise
+            return _export_spread(x, readonly, stream, max_version, dl_device, copy)
     if source.is_host_accessible:
         return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
     return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+
+
+def _export_spread(x, readonly, stream, max_version, dl_device, copy):
+    """An array spread over several devices: its replica on the device asked
+    for, exported in place; else one gather onto that device, exported and
+    flagged IS_COPIED."""
+    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
+    one = _shards.replica(x, target)
+    if one is not None:
+        return _export(one, readonly, stream, max_version, dl_device, copy)
+    if target is None:
+        target = _shards.home(x)
+    _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    gathered = _shards.gather(x, target, copy, stream, _from_dlpack)
+    capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
+    _shards.flag_copied(capsule)
+    return capsule
+
+
+def _from_dlpack(x, **kwargs):
+    from ._import import from_dlpack
+
+    return from_dlpack(x, **kwargs)
 
 
 def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
@@ -214,18 +248,34 @@ class Exportable(_Base):
     ``__dlpack__`` below.
     """
 
-    __slots__ = ("_x", "_readonly", "_source", "_device", "_request", "__weakref__") if _Base is object else ()
+    __slots__ = (
+        ("_x", "_readonly", "_source", "_device", "_request", "_held", "__weakref__") if _Base is object else ()
+    )
 
     def __init__(self, x, readonly=False):
         if readonly is not False and readonly is not True:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
         self._readonly = readonly
+        self._held = None
         if type(x) is _ndarray:
             self._source, self._device = CPU, _CPU_DLPACK
         else:
             # Read once: the device __dlpack_device__ reports is the one exported.
-            self._source = _backends.device_of(x)
+            try:
+                self._source = _backends.device_of(x)
+            except BufferError:
+                if not _shards.spread(x):
+                    raise
+                one = _shards.replica(x)
+                if one is not None:  # replicated: export its first replica
+                    self._x = one
+                    self._source = _backends.device_of(one)
+                else:  # sharded: gathered at each export, by default where it starts
+                    self._source = None
+                    self._device = _shards.home(x).dlpack
+                    self._request = None
+                    return
             self._device = self._source.dlpack
         self._request = None
         if _Base is not object:
@@ -237,6 +287,46 @@ class Exportable(_Base):
 
     def __dlpack_device__(self):
         return self._device
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA Array Interface (version 3) of GPU data: ready on the
+        legacy default stream (``stream`` 1), read-only where the export is.
+        AttributeError for data elsewhere."""
+        if self._device[0] not in _CUDA_INTERFACE_TYPES:
+            raise AttributeError(
+                f"{self!r} holds data on {Device(self._device)}, not on a CUDA GPU: "
+                "it has no __cuda_array_interface__ (use __dlpack__ or __array_interface__)"
+            )
+        return self._interface(True)
+
+    @property
+    def __array_interface__(self):
+        """NumPy's array interface (version 3) of host data, read-only where
+        the export is. AttributeError for data the host cannot address."""
+        if not Device(self._device).is_host_accessible:
+            raise AttributeError(
+                f"{self!r} holds data on {Device(self._device)}, which the host cannot "
+                "address: it has no __array_interface__ (use __dlpack__ or "
+                "__cuda_array_interface__)"
+            )
+        return self._interface(False)
+
+    def _interface(self, cuda: bool) -> dict:
+        # The memory stays owned by this wrapper (the interfaces have no
+        # lifetime of their own: a consumer keeps the object that gave them).
+        held = self._held
+        if held is not None and (held[0] == cuda) and isinstance(self._x, _protocols.OneCapsule):
+            return held[1]  # a raw capsule is read once
+        if cuda:
+            capsule = _export(self._x, self._readonly, 1, _versions.DLPACK_VERSION, None, None, self._source)
+            interface, owner = _protocols.cuda_interface(capsule, self._readonly, 1)
+        else:
+            to_host = None if self._device == _CPU_DLPACK else _CPU_DLPACK
+            capsule = _export(self._x, self._readonly, None, _versions.DLPACK_VERSION, to_host, None, self._source)
+            interface, owner = _protocols.array_interface(capsule, self._readonly)
+        self._held = (cuda, interface, owner)
+        return interface
 
     @property
     def last_request(self):
@@ -302,7 +392,10 @@ def wrap(x, *, readonly=False) -> Exportable:
 
 def python_wrap(x, readonly):
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
-        raise _errors.not_dlpack(x)
+        adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
+        if adapted is None:
+            raise _errors.not_dlpack(x)
+        x = adapted
     return Exportable(x, readonly)
 
 
@@ -310,4 +403,5 @@ _core_wrap = None if _fastpath.core is None else _fastpath.core.wrap
 
 
 _CPU_DLPACK = CPU.dlpack
+_CUDA_INTERFACE_TYPES = frozenset({2, 13})  # CUDA and CUDA_MANAGED memory
 _REQUEST_KEYS = ("stream", "max_version", "dl_device", "copy")

@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from .. import _capsule, _dtypes, _errors, _handoff, _rules, _streams, _versions
+from .. import _capsule, _copies, _dtypes, _errors, _handoff, _rules, _streams, _versions
 from .._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 from .._producer import request
 
@@ -45,9 +45,6 @@ INDEXED_TYPES = frozenset({_T.CUDA, _T.ROCM})
 #: Capsules ``cupy.from_dlpack`` takes, per build (ROCm or not).
 _CUPY_TAKES = {False: frozenset({2, 13}), True: frozenset({10})}
 
-#: Host arrays at least this large go to the GPU through pinned staging
-#: memory: a host copy into page-locked memory, then an asynchronous DMA.
-PINNED_STAGING_BYTES = 1 << 20
 
 _ASK = (1, 0)  # what CuPy's exporter produces; relabelled DLPACK_VERSION
 
@@ -118,6 +115,21 @@ def device_of(x) -> Device:
     if _is_managed(x.data.ptr):
         return Device._make(_T.CUDA_MANAGED, 0)
     return Device._make(_T.CUDA, gpu)
+
+
+def gpu_of(ptr: int) -> int:
+    """The GPU whose memory ``ptr`` points into (the current GPU for NULL or
+    memory the runtime does not know; 0 without a GPU)."""
+    from cupy.cuda import runtime
+
+    try:
+        if ptr:
+            device = int(runtime.pointerGetAttributes(ptr).device)
+            if device >= 0:
+                return device
+        return int(runtime.getDevice())
+    except Exception:
+        return 0
 
 
 def _memory_type(ptr: int) -> int | None:
@@ -406,6 +418,24 @@ def _as_dtype(arr, dtype):
         ) from exc
 
 
+def gather(shape, dtype, pieces, target, stream, import_):
+    """A CuPy array on GPU ``target`` assembled from the shards ``pieces``
+    (each with the ``index`` it covers): every shard is read where it is
+    or copied to the GPU once by ``import_`` (``from_dlpack``), then placed,
+    all on the consumer's stream."""
+    import cupy
+
+    gpu = target.index
+    consumer = _consumer_stream(stream, target, gpu)
+    if consumer == -1:
+        consumer = _handoff.current_stream(gpu)
+    with _handoff.queue_on(consumer, gpu):
+        out = cupy.empty(shape, dtype)
+        for shard in pieces:
+            out[shard.index] = import_(shard.data, device=target, stream=consumer)
+    return out
+
+
 def to_host(arr, copy):
     """A NumPy copy of CuPy array ``arr``, complete on return. Used for a
     producer too old to move its own data: it was asked with stream=None, so
@@ -498,14 +528,34 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
     if consumer is None:
         consumer = -1 if stream == -1 else _streams.resolve(stream, target.type)
     copy_stream = consumer if consumer != -1 else _handoff.current_stream(gpu)
-    staged = src
-    if src.nbytes >= PINNED_STAGING_BYTES and not _is_pinned(src.ctypes.data):
-        staged = _pinned_empty(src.shape, src.dtype, order)
-        np.copyto(staged, src)
     out = _allocate(target, src.shape, src.dtype, order, copy_stream, gpu)
-    _memcpy(_address(out), staged.ctypes.data, src.nbytes, copy_stream, gpu)
-    _finish(copy_stream, gpu, host_done, staged, arr)
+    if target.type in INDEXED_TYPES and _ring_copy(out, src, copy_stream, gpu):
+        _finish(copy_stream, gpu, host_done)  # the source is read; the ring keeps its chunks
+        return out
+    # Pinned memory is read by the copy engine in place, and pageable memory
+    # is staged by the driver before the call returns (as cupy.asarray does).
+    _memcpy(_address(out), src.ctypes.data, src.nbytes, copy_stream, gpu)
+    _finish(copy_stream, gpu, host_done, src, arr)
     return out
+
+
+def _ring_copy(out, src, stream, gpu) -> bool:
+    """Copy large pageable ``src`` into ``out`` through the copy engine's
+    ring of pinned chunks filled by worker threads, when it pays on this
+    host (``_copies.plan``) and the ring is free; False otherwise."""
+    workers = _copies.plan(src.nbytes)
+    if not workers or _is_pinned(src.ctypes.data):
+        return False
+    ring = _copies.ring_for(gpu, workers)
+    if not ring.try_acquire():
+        return False
+    try:
+        ring.copy(out.data.ptr, src, stream)
+    except Exception as exc:
+        raise _errors.gpu_failed("copy host memory to the GPU", exc) from exc
+    finally:
+        ring.release()
+    return True
 
 
 def _finish(stream, gpu, host_done, *sources):
