@@ -1223,6 +1223,81 @@ static PyTypeObject ExporterType = {
     .tp_getset = exporter_getset,
 };
 
+/* --- the stream hand-off, through the CUDA runtime already loaded --------- */
+
+/* Python finds these in the runtime library CuPy loaded (no CUDA header or
+ * library at build time); the tests hand recording stand-ins instead. */
+typedef int (*get_device_t)(int *);
+typedef int (*set_device_t)(int);
+typedef int (*event_record_t)(void *, void *);
+typedef int (*stream_wait_t)(void *, void *, unsigned int);
+static get_device_t rt_get_device;
+static set_device_t rt_set_device;
+static event_record_t rt_event_record;
+static stream_wait_t rt_stream_wait;
+
+static PyObject *
+core_set_runtime(PyObject *mod, PyObject *args)
+{
+    unsigned long long g, s, r, w;
+    if (!PyArg_ParseTuple(args, "KKKK", &g, &s, &r, &w))
+        return NULL;
+    if (!(g && s && r && w))
+        g = s = r = w = 0;  /* all or none */
+    rt_get_device = (get_device_t)(uintptr_t)g;
+    rt_set_device = (set_device_t)(uintptr_t)s;
+    rt_event_record = (event_record_t)(uintptr_t)r;
+    rt_stream_wait = (stream_wait_t)(uintptr_t)w;
+    return PyBool_FromLong(g != 0);
+}
+
+static int
+on_device(int device, int *current)
+{
+    if (*current == device)
+        return 0;
+    int rc = rt_set_device(device);
+    if (rc == 0)
+        *current = device;
+    return rc;
+}
+
+/* handoff(event, producer, consumer, device, consumer_device) -> status:
+ * record `event` on `producer` (GPU `device`) and make `consumer` (on GPU
+ * `consumer_device`) wait for it, each call made on its stream's device, the
+ * current device restored. What _handoff.handoff does through CuPy, as one
+ * C call; whether to call it is for Python to say. 0, or the runtime's
+ * error code. */
+static PyObject *
+core_handoff(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "handoff(event, producer, consumer, device, consumer_device)");
+        return NULL;
+    }
+    if (rt_event_record == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime");
+        return NULL;
+    }
+    void *event = PyLong_AsVoidPtr(args[0]);
+    void *producer = PyLong_AsVoidPtr(args[1]);
+    void *consumer = PyLong_AsVoidPtr(args[2]);
+    int device = PyLong_AsLong(args[3]);
+    int consumer_device = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    int before = -1, current, rc, restore;
+    rc = rt_get_device(&before);
+    if (rc != 0)
+        return PyLong_FromLong(rc);
+    current = before;
+    if ((rc = on_device(device, &current)) == 0 && (rc = rt_event_record(event, producer)) == 0 &&
+        (rc = on_device(consumer_device, &current)) == 0)
+        rc = rt_stream_wait(consumer, event, 0);
+    restore = on_device(before, &current);
+    return PyLong_FromLong(rc != 0 ? rc : restore);
+}
+
 /* --- configure ------------------------------------------------------------ */
 
 static PyObject *
@@ -1332,6 +1407,8 @@ static PyMethodDef core_methods[] = {
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},
     {"import_host", (PyCFunction)core_import_host, METH_O, NULL},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, NULL},
+    {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, NULL},
+    {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, NULL},
     {NULL}
 };
 

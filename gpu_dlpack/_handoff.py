@@ -88,10 +88,16 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     runtime = _runtime()
     event = _acquire(device)
     try:
-        with on_device(device):
-            runtime.eventRecord(event, producer)
-        with on_device(consumer_device):
-            runtime.streamWaitEvent(consumer, event, 0)
+        core = _core_handoff()
+        if core is not None:  # the same calls, made in C
+            status = core(event, producer, consumer, device, consumer_device)
+            if status:
+                runtime.check_status(status)
+        else:
+            with on_device(device):
+                runtime.eventRecord(event, producer)
+            with on_device(consumer_device):
+                runtime.streamWaitEvent(consumer, event, 0)
     finally:
         _release(device, event)
     return True
@@ -207,3 +213,58 @@ def _cupy_stream(handle: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return cupy.cuda.ExternalStream(handle)
+
+
+# -- the hand-off in the compiled core ---------------------------------------------
+
+_RUNTIME_FUNCTIONS = ("cudaGetDevice", "cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent")
+_core_state: list = []  # [the core's handoff or None], once resolved
+
+
+def _loaded_cudart():
+    """The CUDA runtime library already mapped into the process (the one
+    CuPy loaded), as a ctypes handle that loads nothing new; None if none."""
+    import ctypes
+    import os
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if "libcudart" in line}
+    except (OSError, IndexError):
+        return None
+    for path in sorted(paths, key=lambda p: ("cupy" not in p and "nvidia" not in p, p)):
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+        except OSError:
+            continue
+    return None
+
+
+def runtime_pointers(lib=None):
+    """The addresses of the runtime calls the core's hand-off makes, from
+    ``lib`` (default: the loaded CUDA runtime); None when any is missing."""
+    import ctypes
+
+    lib = lib if lib is not None else _loaded_cudart()
+    if lib is None:
+        return None
+    try:
+        return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _RUNTIME_FUNCTIONS)
+    except AttributeError:
+        return None
+
+
+def _core_handoff():
+    """The core's hand-off, once the runtime CuPy loaded is found (CUDA
+    only: ROCm and a missing core keep the Python calls)."""
+    if _core_state:
+        return _core_state[0]
+    from ._fastpath import core
+
+    found = None
+    if core is not None and not _runtime().is_hip:
+        pointers = runtime_pointers()
+        if pointers is not None and core.set_runtime(*pointers):
+            found = core.handoff
+    _core_state.append(found)
+    return found

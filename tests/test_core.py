@@ -267,3 +267,102 @@ def test_a_capsule_raced_for_by_threads_is_taken_exactly_once(versioned):
             th.join()
         assert len(won) == 1 and len(lost) == 3
         won[0].release()
+
+
+# -- the stream hand-off in C, against a recording stand-in for the runtime --------
+
+class _RecordingRuntime:
+    """cudaGetDevice/cudaSetDevice/cudaEventRecord/cudaStreamWaitEvent as C
+    callbacks that record each call with the device current at the time."""
+
+    def __init__(self, device=0, fail=None):
+        self.device, self.fail, self.calls = device, fail, []
+        C = ctypes.CFUNCTYPE
+        self._get = C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(self.get)
+        self._set = C(ctypes.c_int, ctypes.c_int)(self.set)
+        self._record = C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(self.record)
+        self._wait = C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(self.wait)
+
+    def pointers(self):
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self._get, self._set, self._record, self._wait))
+
+    def get(self, out):
+        out[0] = self.device
+        return 0
+
+    def set(self, device):
+        self.calls.append(("set", device))
+        self.device = device
+        return 0
+
+    def record(self, event, stream):
+        self.calls.append(("record", event, stream, self.device))
+        return self.fail or 0
+
+    def wait(self, stream, event, flags):
+        self.calls.append(("wait", stream, event, flags, self.device))
+        return 0
+
+
+@pytest.fixture
+def recording_runtime():
+    rt = _RecordingRuntime()
+    assert _fastpath.core.set_runtime(*rt.pointers())
+    yield rt
+    _fastpath.core.set_runtime(0, 0, 0, 0)
+
+
+@compiled
+def test_the_core_hand_off_records_on_the_producer_device_and_waits_on_the_consumer_device(recording_runtime):
+    rt = recording_runtime
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 2) == 0
+    assert [c for c in rt.calls if c[0] != "set"] == [("record", 0x10, 0x20, 1), ("wait", 0x30, 0x10, 0, 2)]
+    assert rt.device == 0  # the current device restored
+    rt.calls.clear()
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 0, 0) == 0
+    assert rt.calls == [("record", 0x10, 0x20, 0), ("wait", 0x30, 0x10, 0, 0)]  # no device switch
+
+
+@compiled
+def test_a_failed_record_queues_no_wait_and_restores_the_device(recording_runtime):
+    rt = recording_runtime
+    rt.fail = 400  # cudaErrorInvalidResourceHandle
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 1) == 400
+    assert [c[0] for c in rt.calls] == ["set", "record", "set"] and rt.device == 0
+
+
+@compiled
+def test_handoff_goes_through_the_core_with_the_pooled_event(recording_runtime, monkeypatch):
+    from gpu_dlpack import _handoff
+
+    class Runtime:  # CuPy's runtime module, for what handoff still asks of it
+        is_hip = False
+        statuses = []
+
+        def check_status(self, status):
+            self.statuses.append(status)
+            raise RuntimeError(status)
+
+    monkeypatch.setattr(_handoff, "_runtime", Runtime)
+    monkeypatch.setattr(_handoff, "_core_state", [_fastpath.core.handoff])
+    monkeypatch.setitem(_handoff._pools, 3, [0x77])
+    assert _handoff.handoff(0x20, 0x30, 3) is True
+    assert [c for c in recording_runtime.calls if c[0] != "set"] == [("record", 0x77, 0x20, 3), ("wait", 0x30, 0x77, 0, 3)]
+    assert _handoff._pools[3] == [0x77]  # back in the pool
+    recording_runtime.calls.clear()
+    assert _handoff.handoff(0x20, -1, 3) is False and not recording_runtime.calls  # -1: no synchronization
+    recording_runtime.fail = 700
+    with pytest.raises(RuntimeError, match="700"):
+        _handoff.handoff(0x20, 0x30, 3)
+    assert _handoff._pools[3] == [0x77]
+
+
+def test_the_runtime_pointers_come_from_a_library_that_has_all_four():
+    from gpu_dlpack import _handoff
+
+    class Lib:
+        cudaGetDevice = cudaSetDevice = cudaEventRecord = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+
+    assert _handoff.runtime_pointers(Lib()) is None  # cudaStreamWaitEvent missing
+    Lib.cudaStreamWaitEvent = Lib.cudaGetDevice
+    assert all(_handoff.runtime_pointers(Lib()))
