@@ -15,7 +15,9 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
     {
       "schema": "gpu_dlpack.doctor/1",
       "gpu_dlpack": {"version": str, "dlpack_version": [int, int],
-                     "min_dlpack_version": [int, int]},
+                     "min_dlpack_version": [int, int],
+                     "path": "compiled" | "pure Python",  # the hot path in use
+                     "path_detail": str},                 # where it is, or why not
       "platform": {
         "python": str, "implementation": str, "executable": str,
         "os": str, "machine": str,
@@ -110,7 +112,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import _capsule, _explain, _versions
+from . import _capsule, _explain, _fastpath, _versions
 from ._devices import Device
 from ._export import export as gpu_export
 from ._export import wrap
@@ -1042,6 +1044,8 @@ def run(extra=(), peers=None) -> dict:
             "version": __version__,
             "dlpack_version": list(_versions.DLPACK_VERSION),
             "min_dlpack_version": list(_versions.min_version()),
+            "path": _fastpath.active(),
+            "path_detail": _fastpath.describe(),
         },
         "platform": probe_platform(),
         "libraries": [item.row for item in loaded],
@@ -1180,6 +1184,8 @@ def render(report) -> str:
     ]
     p = report["platform"]
     lines.append(f"  Python  {p['python']} ({p['implementation']}) on {p['os']}")
+    if "path" in g:
+        lines.append(f"  Path    {g['path_detail']}")
     lines += _gpu_lines(p["gpu"])
     lines += ["", "Producers: x.__dlpack__() / x.__dlpack__(max_version=(1, 0))"]
     rows = [["library", "version", "capsules", "floor", "keywords taken", "read-only data", "copy=True", "device"]]

@@ -55,6 +55,9 @@ def check_schema(doc):
     assert doc["schema"] == "gpu_dlpack.doctor/1"
     g = doc["gpu_dlpack"]
     assert _is(g["version"], str) and len(g["dlpack_version"]) == 2 and len(g["min_dlpack_version"]) == 2
+    from gpu_dlpack import _fastpath
+
+    assert g["path"] == _fastpath.active() and g["path"] in ("compiled", "pure Python")
     p = doc["platform"]
     for key in ("python", "implementation", "executable", "os", "machine"):
         assert _is(p[key], str), key
