@@ -1107,9 +1107,27 @@ static DLPackExchangeAPI exportable_api = {
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *fallback;  /* the Python export */
+    PyObject *fallback;  /* the Python function */
     PyObject *dict;      /* __doc__, __wrapped__...: functools.update_wrapper */
 } Exporter;
+
+static PyObject *core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
+/* wrap(x, *, readonly=False): core_wrap, whose every other case calls the
+ * Python wrap through impl["wrap"]. */
+static PyObject *
+wrapper_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs != 1 || py_impl == NULL || nkw > 1 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "readonly") != 0))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *a[2] = {args[0], nkw ? args[1] : Py_False};
+    if (a[1] != Py_False)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return core_wrap(NULL, a, 2);
+}
 
 static PyObject *
 exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -1168,12 +1186,13 @@ static PyObject *
 exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *fallback;
-    if (!PyArg_ParseTuple(args, "O:Exporter", &fallback))
+    int is_wrap = 0;
+    if (!PyArg_ParseTuple(args, "O|p:Exporter", &fallback, &is_wrap))
         return NULL;
     Exporter *self = (Exporter *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->vectorcall = (vectorcallfunc)exporter_call;
+    self->vectorcall = (vectorcallfunc)(is_wrap ? wrapper_call : exporter_call);
     self->fallback = Py_NewRef(fallback);
     return (PyObject *)self;
 }

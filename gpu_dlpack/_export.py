@@ -385,8 +385,6 @@ def wrap(x, *, readonly=False) -> Exportable:
     ``readonly=True`` exports a read-only view: versioned capsules carry
     READ_ONLY, and legacy ones are refused unless the consumer copies.
     """
-    if _core_wrap is not None:
-        return _core_wrap(x, readonly)  # python_wrap for all but the plain cases
     return python_wrap(x, readonly)
 
 
@@ -399,7 +397,10 @@ def python_wrap(x, readonly):
     return Exportable(x, readonly)
 
 
-_core_wrap = None if _fastpath.core is None else _fastpath.core.wrap
+if _fastpath.core is not None:
+    # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
+    # C exchange API) are built in C; the rest calls python_wrap.
+    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, True), wrap)
 
 
 _CPU_DLPACK = CPU.dlpack
