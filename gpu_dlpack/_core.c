@@ -82,7 +82,7 @@ static PyObject *numpy_descr[32][17];/* [code][bytes]: the NumPy dtype, or NULL 
 static PyTypeObject *ndarray_type;
 static void **numpy_api;
 static PyObject *versions_dict;      /* _versions.__dict__ (its verdict cache) */
-static PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype;
+static PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version;
 static PyObject *kw_max_version;     /* ("max_version",) */
 static PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
 static PyObject *produced_version;   /* DLPACK_VERSION, as Python has it */
@@ -784,7 +784,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i);
-        if (PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+        if (k == str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
             max_version = args[i];
         else if (PyUnicode_CompareWithASCIIString(k, "stream") == 0)
             stream = args[i];
@@ -1139,7 +1139,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[1 + i];
-        if (PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+        if (k == str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
             max_version = v;
         else if (v != Py_None)  /* stream, dl_device, copy, or a wrong name */
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
@@ -1462,7 +1462,8 @@ PyInit__core(void)
     str_floor = PyUnicode_InternFromString("_floor");
     str_dlpack = PyUnicode_InternFromString("__dlpack__");
     str_dtype = PyUnicode_InternFromString("dtype");
-    kw_max_version = Py_BuildValue("(s)", "max_version");
+    str_max_version = PyUnicode_InternFromString("max_version");
+    kw_max_version = str_max_version ? PyTuple_Pack(1, str_max_version) : NULL;
     ask_versioned = Py_BuildValue("(ii)", 1, 0);
     if (!str_accepted || !str_floor || !str_dlpack || !str_dtype || !kw_max_version || !ask_versioned)
         goto fail;
