@@ -13,12 +13,18 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
 
 import gpu_dlpack
 from gpu_dlpack import _fastpath
+
+from .figures import counter_fixture
+from .test_leaks import _freed, soak
+
+figures = counter_fixture("leaks through the C exchange API")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -366,3 +372,33 @@ def test_the_runtime_pointers_come_from_a_library_that_has_all_four():
     assert _handoff.runtime_pointers(Lib()) is None  # cudaStreamWaitEvent missing
     Lib.cudaStreamWaitEvent = Lib.cudaGetDevice
     assert all(_handoff.runtime_pointers(Lib()))
+
+
+# -- leaks of the C exchange API, on both sides ----------------------------------
+
+def test_exchanges_through_the_c_api_leak_nothing(figures, torch):
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    a = np.arange(64.0)
+    ref = weakref.ref(a)
+    t = torch.from_numpy(a)  # torch's tensors hold t's storage, which holds a
+    del a
+    x = np.arange(64.0)
+    refs = sys.getrefcount(x)
+
+    def step(i):
+        kind = i % 4
+        if kind == 0:
+            b = torch.from_dlpack(gpu_dlpack.wrap(t))
+        elif kind == 1:
+            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(t)))
+        elif kind == 2:
+            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(x)))
+        else:
+            b = gpu_dlpack.from_dlpack(t)
+        if b[i % 64] != i % 64:
+            raise AssertionError("values changed")
+
+    soak(figures, "wrap -> torch, wrap -> tvm-ffi, torch -> gpu_dlpack", step)
+    assert sys.getrefcount(x) == refs
+    del t
+    assert _freed(ref), "a tensor of the exchange outlived its cycle"
