@@ -620,6 +620,18 @@ core_import_host(PyObject *mod, PyObject *x)
         return NULL;
     if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
+    if (e->api->dltensor_from_py_object_no_sync != NULL) {
+        /* Where the data is, without an owned export: device memory takes
+         * the general path (the backend of its device and the hand-off). */
+        DLTensor view;
+        if (e->api->dltensor_from_py_object_no_sync(x, &view) != 0) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (view.device.device_type < 0 || view.device.device_type >= 64 ||
+            !((host_types >> view.device.device_type) & 1))
+            Py_RETURN_NONE;
+    }
     DLManagedTensorVersioned *m = NULL;
     if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
         PyErr_Clear();
@@ -1242,6 +1254,44 @@ static PyTypeObject ExporterType = {
     .tp_getset = exporter_getset,
 };
 
+/* exchange(x) -> (capsule, stream) or None: x's versioned tensor through its
+ * type's C exchange API, exported without synchronizing, and the producer's
+ * current work stream on x's device (0 for none), for the caller to hand
+ * off. None when the type was not told to the core, a guard holds, or the
+ * producer refuses (the caller asks __dlpack__, which says why). */
+static PyObject *
+core_exchange(PyObject *mod, PyObject *x)
+{
+    if (!configured())
+        Py_RETURN_NONE;
+    ImportEntry *e = import_entry(Py_TYPE(x));
+    if (e == NULL)
+        return NULL;
+    if ((PyObject *)e == Py_None)
+        Py_RETURN_NONE;
+    DLManagedTensorVersioned *m = NULL;
+    if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    void *stream = NULL;
+    if (!guards_pass(e, x, m->dl_tensor.dtype.code) || m->version.major != 1 ||
+        (m->dl_tensor.device.device_type != cpu_type && e->api->current_work_stream != NULL &&
+         e->api->current_work_stream(m->dl_tensor.device.device_type, m->dl_tensor.device.device_id, &stream) != 0)) {
+        PyErr_Clear();
+        if (m->deleter)
+            m->deleter(m);
+        Py_RETURN_NONE;
+    }
+    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+    if (capsule == NULL) {
+        if (m->deleter)
+            m->deleter(m);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(stream));
+}
+
 /* --- the stream hand-off, through the CUDA runtime already loaded --------- */
 
 /* Python finds these in the runtime library CuPy loaded (no CUDA header or
@@ -1427,6 +1477,7 @@ static PyMethodDef core_methods[] = {
     {"import_host", (PyCFunction)core_import_host, METH_O, NULL},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, NULL},
     {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, NULL},
+    {"exchange", (PyCFunction)core_exchange, METH_O, NULL},
     {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, NULL},
     {NULL}
 };

@@ -402,3 +402,33 @@ def test_exchanges_through_the_c_api_leak_nothing(figures, torch):
     assert sys.getrefcount(x) == refs
     del t
     assert _freed(ref), "a tensor of the exchange outlived its cycle"
+
+
+# -- torch -> CuPy: torch's C exchange API and its current work stream -------------
+
+@compiled
+def test_the_exchange_of_a_torch_tensor_gives_its_capsule_unsynchronized(torch):
+    t = torch.arange(6.0)
+    capsule, stream = _fastpath.core.exchange(t)
+    info = gpu_dlpack.inspect(capsule)
+    assert info.versioned and info.data == t.data_ptr() and info.shape == (6,)
+    assert stream == 0  # no stream on the CPU
+    assert gpu_dlpack.from_dlpack(capsule).tolist() == t.tolist()
+    # What torch's __dlpack__ refuses, the exchange leaves to it.
+    assert _fastpath.core.exchange(torch.ones(2, requires_grad=True)) is None
+    assert _fastpath.core.exchange(np.arange(3)) is None
+
+
+@pytest.mark.gpu
+def test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream(tc, cp):
+    import torch as torch_module
+
+    s = torch_module.cuda.Stream()
+    with torch_module.cuda.stream(s):
+        t = torch_module.arange(1 << 20, device="cuda", dtype=torch_module.float32) * 2
+    consumer = cp.cuda.Stream(non_blocking=True)
+    with torch_module.cuda.stream(s):
+        g = gpu_dlpack.from_dlpack(t, stream=consumer)
+    assert g.data.ptr == t.data_ptr()
+    consumer.synchronize()
+    assert float(g[-1]) == float((1 << 20) - 1) * 2
