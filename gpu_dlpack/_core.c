@@ -720,6 +720,29 @@ accepted_versioned(PyObject *max_version)
            PyTuple_GET_ITEM(acc, 0) == max_version && PyTuple_GET_ITEM(acc, 1) == floor;
 }
 
+/* 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
+ * max_version under the floor in force: asked of _versions once per floor
+ * (a new floor is a new object), not decided here. */
+static PyObject *produced_floor;  /* the floor it was accepted under */
+
+static int
+produced_accepted(void)
+{
+    PyObject *floor = PyDict_GetItem(versions_dict, str_floor);
+    if (floor == NULL)
+        return 0;
+    if (floor == produced_floor)
+        return 1;
+    PyObject *check = PyDict_GetItemString(versions_dict, "check_max_version");
+    PyObject *r = check ? PyObject_CallOneArg(check, produced_version) : NULL;
+    int ok = r == Py_True;
+    Py_XDECREF(r);
+    PyErr_Clear();  /* refused: the general path raises it */
+    if (ok)
+        Py_XSETREF(produced_floor, Py_NewRef(floor));
+    return ok;
+}
+
 /* The versioned tensor of a PLAN_EXCHANGE export, passed on as the rules
  * allow for a host producer asked for nothing else; NULL (no error) when it
  * is not that case. */
@@ -1023,7 +1046,30 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         return -1;
     }
     Exportable *self = (Exportable *)x;
-    if (self->plan == PLAN_EXCHANGE && self->readonly == Py_False) {
+    /* The request is max_version=DLPACK_VERSION and nothing else: the plain
+     * plans run when the version policy has accepted it against the floor in
+     * force (else the general path checks it, and caches its verdict). */
+    int plain = self->readonly == Py_False && produced_accepted();
+    if (plain && self->plan == PLAN_NUMPY) {
+        PyObject *dtype = PyObject_GetAttr(self->x, str_dtype);
+        if (dtype == NULL)
+            return -1;
+        Py_DECREF(dtype);
+        PyObject *capsule = dtype == self->plan_dtype ? numpy_capsule(self->x, 1) : NULL;
+        void *ptr = capsule != NULL ? claim(capsule, 1) : NULL;
+        Py_XDECREF(capsule);
+        if (ptr != NULL) {
+            PyObject *request = PyTuple_Pack(4, Py_None, produced_version, Py_None, Py_None);
+            if (request == NULL) {
+                run_deleter(ptr, 1);
+                return -1;
+            }
+            Py_SETREF(self->request, request);
+            *out = ptr;
+            return 0;
+        }
+    }
+    if (plain && self->plan == PLAN_EXCHANGE) {
         DLManagedTensorVersioned *m = exchange_export(self);
         if (m != NULL) {
             PyObject *request = PyTuple_Pack(4, Py_None, produced_version, Py_None, Py_None);
