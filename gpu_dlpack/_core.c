@@ -160,6 +160,51 @@ tensor_of(void *ptr, int versioned)
     return versioned ? &((DLManagedTensorVersioned *)ptr)->dl_tensor : &((DLManagedTensor *)ptr)->dl_tensor;
 }
 
+/* 1 when the shape and strides can be held (what _capsule._check_layout
+ * checks: no negative dimension, no NULL data with elements, at most 2**63 - 1
+ * bytes, strides inside the 64-bit address space from either end), else 0. */
+static int
+layout_ok(DLTensor *t)
+{
+    const __int128 MAX_BYTES = (((__int128)1) << 63) - 1, LIMIT = ((__int128)1) << 100;
+    if (t->ndim == 0)
+        return 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 0)
+            return 0;
+    __int128 count = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        count *= t->shape[i];
+        if (count > MAX_BYTES)
+            count = MAX_BYTES + 1;  /* saturate: too big either way, unless a later 0 */
+        if (count == 0)
+            return 1;
+    }
+    if (t->data == NULL)
+        return 0;
+    __int128 itemsize = ((unsigned)t->dtype.bits * t->dtype.lanes + 7) >> 3;
+    if (itemsize < 1)
+        itemsize = 1;
+    if (count * itemsize > MAX_BYTES)
+        return 0;
+    if (t->strides == NULL)
+        return 1;
+    __int128 low = 0, high = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        __int128 reach = (__int128)(t->shape[i] - 1) * t->strides[i];
+        if (reach < 0)
+            low += reach;
+        else
+            high += reach;
+        if (low < -LIMIT || high > LIMIT)
+            return 0;
+    }
+    __int128 first = (__int128)(uintptr_t)t->data + (__int128)t->byte_offset;
+    low = first + low * itemsize;
+    high = first + (high + 1) * itemsize;
+    return !(low < 0 || high > (((__int128)1) << 64) || high - low > MAX_BYTES);
+}
+
 /* 1 when the tensor is well-formed (what _capsule.header checks), else 0. */
 static inline int
 well_formed(DLTensor *t)
@@ -171,13 +216,7 @@ well_formed(DLTensor *t)
     if (t->device.device_type < 0 || t->device.device_type >= 64 ||
         !((device_types >> t->device.device_type) & 1) || t->device.device_id < 0)
         return 0;
-    if (t->data == NULL && t->ndim) {
-        for (int i = 0; i < t->ndim; i++)
-            if (t->shape[i] == 0)
-                return 1;
-        return 0;
-    }
-    return 1;
+    return layout_ok(t);
 }
 
 static PyObject *
@@ -326,8 +365,9 @@ core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* take_pointer(capsule, versioned) -> (ptr, deleter) after claiming it; the
- * Python take() on anything else (it raises what is wrong). */
+/* claim(capsule, versioned) -> the pointer, the capsule renamed used_*; the
+ * Python claim() on anything else (it raises what is wrong). Every claim of
+ * the layer goes through here, so C and Python claims never interleave. */
 static PyObject *
 core_claim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -338,10 +378,8 @@ core_claim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     void *ptr = claim(args[0], versioned);
     if (ptr == NULL)
-        return delegate("claim", args, nargs);
-    void *deleter = versioned ? (void *)((DLManagedTensorVersioned *)ptr)->deleter
-                              : (void *)((DLManagedTensor *)ptr)->deleter;
-    return Py_BuildValue("(NN)", PyLong_FromVoidPtr(ptr), PyLong_FromVoidPtr(deleter));
+        return delegate("claim", args, nargs);  /* raises what the name now is */
+    return PyLong_FromVoidPtr(ptr);
 }
 
 static PyObject *
@@ -657,6 +695,7 @@ typedef struct {
     PyObject *source;
     PyObject *device;
     PyObject *request;
+    PyObject *reported;
     PyObject *held;
     PyObject *plan_dtype;   /* PLAN_NUMPY: the dtype the plan was made for */
     PyObject *weakrefs;
@@ -814,7 +853,8 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
-    if (nargs != 0 || self->plan == PLAN_GENERAL || self->readonly != Py_False)
+    if (nargs != 0 || self->plan == PLAN_GENERAL || self->readonly != Py_False ||
+        (self->reported != NULL && self->reported != Py_None))
         return exportable_general(self, args, nargsf, kwnames);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -895,6 +935,7 @@ exportable_traverse(Exportable *self, visitproc visit, void *arg)
     Py_VISIT(self->device);
     Py_VISIT(self->request);
     Py_VISIT(self->held);
+    Py_VISIT(self->reported);
     Py_VISIT(self->plan_dtype);
     Py_VISIT(self->guards_owner);
     return 0;
@@ -909,6 +950,7 @@ exportable_clear(Exportable *self)
     Py_CLEAR(self->device);
     Py_CLEAR(self->request);
     Py_CLEAR(self->held);
+    Py_CLEAR(self->reported);
     Py_CLEAR(self->plan_dtype);
     Py_CLEAR(self->guards_owner);
     self->api = NULL;
@@ -955,6 +997,7 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     self->device = Py_NewRef(device);
     self->request = Py_NewRef(Py_None);
     self->held = Py_NewRef(Py_None);
+    self->reported = Py_NewRef(Py_None);
     self->plan = plan;
     if (plan == PLAN_NUMPY) {
         self->plan_dtype = Py_NewRef(dtype);
@@ -1015,6 +1058,7 @@ static PyMemberDef exportable_members[] = {
     {"_device", T_OBJECT, offsetof(Exportable, device), 0, NULL},
     {"_request", T_OBJECT, offsetof(Exportable, request), 0, NULL},
     {"_held", T_OBJECT, offsetof(Exportable, held), 0, NULL},
+    {"_reported", T_OBJECT, offsetof(Exportable, reported), 0, NULL},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(Exportable, weakrefs), READONLY, NULL},
     {NULL}
 };
@@ -1049,7 +1093,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     /* The request is max_version=DLPACK_VERSION and nothing else: the plain
      * plans run when the version policy has accepted it against the floor in
      * force (else the general path checks it, and caches its verdict). */
-    int plain = self->readonly == Py_False && produced_accepted();
+    int plain = self->readonly == Py_False && (self->reported == NULL || self->reported == Py_None) &&
+                produced_accepted();
     if (plain && self->plan == PLAN_NUMPY) {
         PyObject *dtype = PyObject_GetAttr(self->x, str_dtype);
         if (dtype == NULL)

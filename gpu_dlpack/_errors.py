@@ -189,6 +189,15 @@ def unreadable_major(version) -> BufferError:
     )
 
 
+def unsupported_platform(what) -> ImportError:
+    return ImportError(
+        f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "
+        f"{what}. Its pure-Python capsule code reads and patches the DLPack structs "
+        "with the little-endian LP64 layout of dlpack.h, which this interpreter does "
+        "not have. Use a 64-bit little-endian build of Python (x86-64, arm64...)."
+    )
+
+
 def malformed(what) -> BufferError:
     return BufferError(f"malformed DLPack tensor: {what}.")
 

@@ -161,7 +161,10 @@ def _numpy_reads_directly(x) -> bool:
 
 
 def _from_capsule(capsule, device, copy, stream):
-    versioned, header = _capsule.checked(capsule)
+    # The caller's capsule may be shared with other threads: it is claimed
+    # in one step, and only this call sees the capsule consumed from here on.
+    versioned, capsule = _capsule.handover(capsule)
+    versioned, header = _capsule.checked(capsule, versioned)
     try:
         _rules.check_copy(copy)
         if stream is not None and type(stream) is not int:
@@ -176,7 +179,7 @@ def _from_capsule(capsule, device, copy, stream):
         # Device memory to the CPU is moved by the backend of its device.
         backend = _backends.for_device(source if target == CPU else target)
         return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
-    except Exception:
+    except BaseException:
         # The caller handed the capsule over: a refusal frees it now, not
         # whenever the caller drops it.
         if _capsule.is_unconsumed(capsule):

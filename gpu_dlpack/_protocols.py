@@ -305,9 +305,10 @@ class OneCapsule:
         self.device = info.device
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        capsule = self.capsule
-        _capsule.kind(capsule)  # ConsumedCapsuleError once it was used
-        return capsule
+        # The caller may share the capsule with other threads: it is claimed
+        # in one step (ConsumedCapsuleError once it was used), and its tensor
+        # handed on in a capsule only this request holds.
+        return _capsule.handover(self.capsule)[1]
 
     def __dlpack_device__(self):
         return self.device.dlpack

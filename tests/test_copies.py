@@ -260,10 +260,12 @@ def test_a_failed_ring_copy_is_a_buffer_error_and_frees_the_ring(backend_ring):
     cupy_backend, ring, runtime = backend_ring
     runtime.fail_memcpy_at = 2
     src = np.ones(10 * CHUNK, np.uint8)
+    out = _Out(np.zeros_like(src))  # alive until the ring is free again
     with pytest.raises(BufferError, match="invalid resource handle"):
-        cupy_backend._ring_copy(_Out(np.zeros_like(src)), src, 5, 0)
+        cupy_backend._ring_copy(out, src, 5, 0)
     assert ring.try_acquire()
     ring.release()
+    del out
 
 
 # -- on a GPU ---------------------------------------------------------------------
@@ -291,10 +293,12 @@ def test_pinned_memory_exhausted_is_raised_and_nothing_is_held():
     runtime = NoPinned()
     ring = _ring(runtime, chunks=4)
     src = np.ones(10 * CHUNK, np.uint8)
+    dst = np.zeros_like(src)  # alive until the ring is closed: its workers may still write it
     with pytest.raises(MemoryError):
-        ring.copy(np.zeros_like(src).ctypes.data, src, stream=1)
+        ring.copy(dst.ctypes.data, src, stream=1)
     assert ring.events == runtime.created == 2  # the chunks made so far stay in the ring
     ring.close()
+    del dst
     assert runtime.destroyed == runtime.created and ring.threads == 0
 
 

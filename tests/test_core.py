@@ -349,8 +349,9 @@ def test_handoff_goes_through_the_core_with_the_pooled_event(recording_runtime, 
             self.statuses.append(status)
             raise RuntimeError(status)
 
-    monkeypatch.setattr(_handoff, "_runtime", Runtime)
-    monkeypatch.setattr(_handoff, "_core_state", [_fastpath.core.handoff])
+    runtime = Runtime()
+    monkeypatch.setattr(_handoff, "_runtime", lambda: runtime)
+    monkeypatch.setattr(_handoff, "_core_state", [(runtime, _fastpath.core.handoff)])
     monkeypatch.setitem(_handoff._pools, 3, [0x77])
     assert _handoff.handoff(0x20, 0x30, 3) is True
     assert [c for c in recording_runtime.calls if c[0] != "set"] == [("record", 0x77, 0x20, 3), ("wait", 0x30, 0x77, 0, 3)]

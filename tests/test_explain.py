@@ -220,6 +220,7 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.inspect(numpy_capsule(versioned=True, major=2))
     ),
     "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
+    "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
         lambda: gpu_dlpack._backends.numpy_backend.consume(
@@ -685,6 +686,7 @@ BUILDER_ARGS = {
     "unsupported_major": (2,),
     "unreadable_major": ((2, 0),),
     "malformed": ("ndim=-1",),
+    "unsupported_platform": ("big-endian, 32-bit",),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
     "bad_stream_object": ("default",),
