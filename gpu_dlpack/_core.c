@@ -1556,7 +1556,17 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+/* forget(): what Python said of each producer type, to be asked again. */
+static PyObject *
+core_forget(PyObject *mod, PyObject *unused)
+{
+    if (import_types != NULL)
+        PyDict_Clear(import_types);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef core_methods[] = {
+    {"forget", (PyCFunction)core_forget, METH_NOARGS, NULL},
     {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, NULL},
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, NULL},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, NULL},

@@ -42,6 +42,11 @@ def describe() -> str:
 
 # -- what the core is told ----------------------------------------------------
 
+#: Whether producers' C exchange APIs are read (False: their __dlpack__ is
+#: always asked). Call ``core.forget()`` after a change.
+EXCHANGE_API = True
+
+
 def _import_plan(t):
     from . import _dtypes
 
@@ -50,7 +55,7 @@ def _import_plan(t):
     that must be false for the exchange to be the plain one (else the
     general path runs, and says what the producer refuses). None when not."""
     api = t.__dict__.get("__dlpack_c_exchange_api__") if isinstance(t, type) else None
-    if api is None:
+    if api is None or not EXCHANGE_API:
         return None
     if t.__module__ == "torch" and t.__name__ == "Tensor":
         # The exchange API exports what torch's __dlpack__ refuses: tensors
