@@ -1,33 +1,41 @@
 #!/usr/bin/env bash
-# The test command: scripts/test.sh [pytest args for the main run]
+# The test command: scripts/test.sh [pytest args for the main runs]
 #
 # In .venv (made on the first run, with the test extra):
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
-#   2. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
-#   3. mypy on the public API (pyproject.toml's [tool.mypy]);
-#   4. the suite (doctests of the README and of the modules included);
-#   5. the suite again without the optional peers (CuPy, PyTorch, JAX,
+#   2. the compiled core built in place (gpu_dlpack/_core.c);
+#   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
+#   4. mypy on the public API (pyproject.toml's [tool.mypy]);
+#   5. the suite on the compiled core (the run fails if it is not active),
+#      doctests of the README and of the modules included;
+#   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
+#   7. the suite again without the optional peers (CuPy, PyTorch, JAX,
 #      ml_dtypes, array-api-strict, Numba hidden from import: GPU_DLPACK_TEST_HIDE).
 # In .venv-numpy-floor (numpy 1.26.4, the oldest NumPy numpy>=1.26 admits,
 # with ml_dtypes, pytest and hypothesis; no other peer):
-#   6. the suite.
-# Stops at the first step that fails. About 10 minutes on a fresh machine,
-# 5 once the environments exist.
+#   8. the suite.
+# Stops at the first step that fails. About 15 minutes on a fresh machine,
+# 10 once the environments exist.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 step() { echo "== scripts/test.sh: $*" >&2; }
 step "1. peers installed"
-python -c "import torch, jax, cupy, ml_dtypes, array_api_strict, numba, mypy"
-step "2. benchmarks once, bench/steps.py"
+python -c "import torch, jax, cupy, ml_dtypes, array_api_strict, numba, tvm_ffi, mypy"
+step "2. the compiled core"
+python -c "import setuptools" 2>/dev/null || python -m pip install -q setuptools  # not in 3.12+ venvs
+python setup.py -q build_ext --inplace
+step "3. benchmarks once, bench/steps.py"
 python -m pytest bench --benchmark-disable -q || [ $? -eq 5 ]  # 5: none collected
 python bench/steps.py --repeat 1 --number 10 >/dev/null
-step "3. mypy"
+step "4. mypy"
 python -m mypy
-step "4. the suite"
-python -m pytest tests "$@"
-step "5. the suite without the optional peers"
-GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba python -m pytest tests -q
-step "6. the suite on the NumPy floor"
+step "5. the suite on the compiled core"
+GPU_DLPACK_EXPECT_CORE=1 python -m pytest tests "$@"
+step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
+GPU_DLPACK_PURE_PYTHON=1 GPU_DLPACK_EXPECT_CORE=0 python -m pytest tests "$@"
+step "7. the suite without the optional peers"
+GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba,tvm_ffi python -m pytest tests -q
+step "8. the suite on the NumPy floor"
 (
   export GPU_DLPACK_VENV="$root/.venv-numpy-floor" GPU_DLPACK_EXTRAS=bf16
   export GPU_DLPACK_PIP="numpy==1.26.4 pytest hypothesis"
