@@ -143,7 +143,7 @@ def test_a_torch_tensor_imports_writeable_and_zero_copy(old_numpy, torch):
     t = torch.arange(4.0)
     a = gpu_dlpack.from_dlpack(t)
     assert a.flags.writeable and a.ctypes.data == t.data_ptr()
-    assert _import._DIRECT[type(t)] is None  # (on this NumPy it would be writeable anyway)
+    assert _import._DIRECT.get(type(t)) is None  # not sent to numpy.from_dlpack (the core may take it first)
 
 
 def test_numpy_reads_the_built_capsule(old_numpy):
