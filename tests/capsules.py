@@ -246,3 +246,33 @@ class Producer:
 
     def __dlpack_device__(self):
         return self.device
+
+
+class DeviceProducer:
+    """A producer of device memory that no gpu_dlpack backend handles: its
+    ``__dlpack_device__`` says ``device`` (CUDA by default) and each
+    ``__dlpack__`` call hands out a fresh capsule on the device the consumer
+    asked for, labelled as the producer chooses, over host memory that the
+    layer never reads. It lets the export path for foreign device memory run
+    on a machine without a GPU. ``requests`` keeps the keywords of each call,
+    ``records`` the records of the capsules it made."""
+
+    def __init__(self, device=(2, 0), flags=0, array=None):
+        self.device = device
+        self.flags = flags
+        self.array = np.arange(6.0) if array is None else array
+        self.requests = []
+        self.records = []
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.requests.append(dict(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy))
+        versioned = max_version is not None and max_version[0] >= 1
+        capsule, record = make(
+            self.array, versioned=versioned, flags=self.flags if versioned else 0,
+            device=tuple(dl_device) if dl_device is not None else self.device,
+        )
+        self.records.append(record)
+        return capsule
+
+    def __dlpack_device__(self):
+        return self.device

@@ -7,6 +7,10 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY, export, inspect, wrap
 
+from gpu_dlpack import _rules
+from gpu_dlpack._devices import CPU
+
+from .capsules import DeviceProducer
 from .helpers import OldProducer, VersionedOnlyProducer, aligned, pointer
 
 
@@ -38,6 +42,40 @@ def test_copy_true_values_survive_and_are_independent(torch):
     assert out.tolist() == a.tolist()
     out[0, 0] = 99
     assert a[0, 0] == 0
+
+
+# A producer of device memory with no backend here: gpu_dlpack forwards the
+# request and corrects the flags the producer forgets (it never sets any).
+
+@pytest.mark.parametrize("dl_device, copy", [(None, True), ((2, 0), True), ((2, 1), None), ((2, 1), True)])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_device_producer_that_forgets_is_copied_gets_it_on_a_copy_or_a_move(dl_device, copy, readonly):
+    producer = DeviceProducer(device=(2, 0))
+    exported = wrap(producer, readonly=readonly)
+    info = inspect(exported.__dlpack__(max_version=(1, 0), dl_device=dl_device, copy=copy))
+    assert producer.requests == [
+        dict(stream=None, max_version=gpu_dlpack.DLPACK_VERSION, dl_device=dl_device, copy=copy)
+    ]
+    assert info.name == "dltensor_versioned" and info.version == gpu_dlpack.DLPACK_VERSION
+    assert info.device == gpu_dlpack.Device(dl_device or (2, 0))
+    assert info.flags == FLAG_IS_COPIED  # and not READ_ONLY: a copy is the consumer's
+
+
+@pytest.mark.parametrize("copy", [None, False])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_device_producer_exported_in_place_is_not_flagged_copied(copy, readonly):
+    producer = DeviceProducer(device=(2, 0))
+    info = inspect(wrap(producer, readonly=readonly).__dlpack__(max_version=(1, 0), copy=copy))
+    assert info.device == gpu_dlpack.Device("cuda:0")
+    assert info.flags == (FLAG_READ_ONLY if readonly else 0)
+    assert info.data == producer.array.ctypes.data
+
+
+def test_a_legacy_export_of_a_read_only_device_producer_is_refused_and_its_capsule_freed():
+    producer = DeviceProducer(device=(2, 0))
+    with pytest.raises(BufferError, match="read-only"):
+        wrap(producer, readonly=True).__dlpack__()
+    assert [r.calls for r in producer.records] == [1]
 
 
 @pytest.mark.parametrize("copy", [None, False])
@@ -152,6 +190,44 @@ def test_a_legacy_only_producer_yields_versioned_zero_copy_and_read_only(jax):
     assert info.data == pointer(j)
     out = np.from_dlpack(wrap(j))
     assert out.tolist() == [0, 1, 2, 3, 4] and not out.flags.writeable and pointer(out) == pointer(j)
+
+
+def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer(jax, monkeypatch):
+    # JAX's legacy capsule cannot say whether its data may be written: the
+    # rules take it as read-only (unknown is not writeable), and a legacy
+    # consumer gets it as it came.
+    plans = []
+    plan_export = _rules.plan_export
+
+    def spy(*args):
+        plans.append((args[1], plan_export(*args)))
+        return plans[-1][1]
+
+    monkeypatch.setattr(_rules, "plan_export", spy)
+    j = jax.numpy.arange(5.0)
+    assert inspect(export(j, max_version=(1, 0))).read_only
+    assert inspect(export(j)).name == "dltensor"
+    (known, versioned), (known_legacy, legacy) = plans
+    assert known is None and known_legacy is None  # a legacy producer cannot say
+    assert versioned.versioned and versioned.read_only and not versioned.copy
+    assert not legacy.versioned and not legacy.copy
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+@pytest.mark.parametrize("copy", [None, False, True])
+@pytest.mark.parametrize("readonly", [False, None, True])
+def test_plan_export_read_only_follows_what_is_known_of_the_data(readonly, copy, versioned):
+    max_version = (1, 0) if versioned else None
+    args = (CPU, readonly, 2, 64, max_version, None, copy, lambda s, t: True)
+    if readonly is True and not versioned and copy is not True:
+        with pytest.raises(BufferError, match="read-only"):
+            _rules.plan_export(*args)
+        return
+    plan = _rules.plan_export(*args)
+    assert plan.versioned is versioned and plan.copy is (copy is True)
+    assert plan.source == plan.target == CPU
+    # Only a copy is known to be writeable; unknown data is treated as read-only.
+    assert plan.read_only is (copy is not True and readonly is not False)
 
 
 def test_a_legacy_request_on_a_legacy_producer_passes_its_capsule_through(jax):
