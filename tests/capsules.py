@@ -138,14 +138,16 @@ def _destructor(capsule):
         record = live.get(ptr)
     if record is None:
         return
-    if _GetNameRaw(capsule) != (None if record.name is None else record.name.encode()):
-        return
     deleter = record.struct.deleter
-    if deleter:
-        DELETER(deleter)(ptr)
-    else:
+    if not deleter:
+        # Nothing to call, whoever consumed it: the producer frees it itself
+        # once the capsule is gone.
         with _lock:
-            live.pop(ptr, None)  # nothing to call: the producer frees it itself
+            live.pop(ptr, None)
+        return
+    if _GetNameRaw(capsule) != (None if record.name is None else record.name.encode()):
+        return  # consumed: the consumer calls the deleter
+    DELETER(deleter)(ptr)
 
 
 _DELETER_FN = DELETER(_deleter)
