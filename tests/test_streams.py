@@ -113,8 +113,20 @@ def test_a_copy_to_gpu_memory_is_ordered_on_the_consumers_stream(device_type):
     assert not _streams.finishes_before_return(device_type, None)
 
 
-def test_imports_to_host_memory_return_numpy_arrays_complete():
-    assert _streams.HOST_RESULTS == {T.CPU, T.CUDA_HOST, T.ROCM_HOST}
+@pytest.mark.parametrize("device_type", list(T), ids=[t.name for t in T])
+def test_imports_to_host_memory_the_gpu_does_not_manage_return_complete_numpy_arrays(device_type):
+    # An import's result is a NumPy array (read by the host at once, so the
+    # copy into it is complete on return) or a CuPy array (always writeable,
+    # ordered on the consumer's stream): never both, and managed memory,
+    # though the host can read it, comes back as a CuPy array.
+    from gpu_dlpack import _rules
+    from gpu_dlpack._backends import cupy as cupy_backend
+    from gpu_dlpack._devices import HOST_ACCESSIBLE
+
+    lands_on_host = cupy_backend._lands_on_host(Device((device_type, 0)))
+    assert lands_on_host == (device_type in HOST_ACCESSIBLE and device_type not in _rules.ALWAYS_WRITEABLE)
+    if lands_on_host:
+        assert _streams.finishes_before_return(device_type, None)
 
 
 # -- stream objects ------------------------------------------------------------
