@@ -50,11 +50,11 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
     if stream is not None and type(stream) is not int:
         stream = _streams.handle_of(stream)
     try:
-        dlpack_device = type(x).__dlpack_device__
+        type(x).__dlpack_device__
         type(x).__dlpack__
     except AttributeError:
         raise _errors.not_dlpack(x) from None
-    source = Device(tuple(dlpack_device(x)))
+    source = Device.of(x)  # a producer that answers no device is named
     target = _rules.import_target(source, device)
     needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
     if target != CPU:

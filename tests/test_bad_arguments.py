@@ -320,24 +320,32 @@ class _Liar:
         return self._device
 
 
+LIAR = "tests.test_bad_arguments._Liar"
+_NOT_A_CAPSULE = "the producer breaks the DLPack protocol. Fix its __dlpack__"
+_NO_DEVICE = "it must return a (device_type, device_id) pair of ints"
+_REFUSED = "fix what it names, or ask the producer for an export it can make"
+
+# case -> (producer, exception type, what the message says was asked and
+# answered, the remedy it gives). A producer's own BufferError is passed on
+# as it is (None: the very exception the producer raised).
 BAD_PRODUCERS = {
-    "returns None": (dict(capsule=None), TypeError),
-    "returns an int": (dict(capsule=5), TypeError),
-    "returns a NumPy array": (dict(capsule=np.zeros(3)), TypeError),
-    "device is a string": (dict(device="cpu"), ValueError),
-    "device is one int": (dict(device=(1,)), ValueError),
-    "device is unknown": (dict(device=(99, 0)), ValueError),
-    "device is None": (dict(device=None), TypeError),
-    "raises RuntimeError": (dict(raises=RuntimeError("no")), BufferError),
-    "raises KeyError": (dict(raises=KeyError("no")), BufferError),
-    "raises BufferError": (dict(raises=BufferError("no")), BufferError),
+    "returns None": (dict(capsule=None), TypeError, f"{LIAR}.__dlpack__() returned NoneType, not a DLPack capsule", _NOT_A_CAPSULE),
+    "returns an int": (dict(capsule=5), TypeError, f"{LIAR}.__dlpack__() returned int, not a DLPack capsule", _NOT_A_CAPSULE),
+    "returns a NumPy array": (dict(capsule=np.zeros(3)), TypeError, f"{LIAR}.__dlpack__() returned ndarray, not a DLPack capsule", _NOT_A_CAPSULE),
+    "device is a string": (dict(device="cpu"), ValueError, f"{LIAR}.__dlpack_device__() returned 'cpu', which names no DLPack device", _NO_DEVICE),
+    "device is one int": (dict(device=(1,)), ValueError, f"{LIAR}.__dlpack_device__() returned (1,), which names no DLPack device", _NO_DEVICE),
+    "device is unknown": (dict(device=(99, 0)), ValueError, f"{LIAR}.__dlpack_device__() returned (99, 0), which names no DLPack device", _NO_DEVICE),
+    "device is None": (dict(device=None), TypeError, f"{LIAR}.__dlpack_device__() returned None, which names no DLPack device", _NO_DEVICE),
+    "raises RuntimeError": (dict(raises=RuntimeError("no")), BufferError, f"{LIAR}.__dlpack__ refused the export: RuntimeError: no.", _REFUSED),
+    "raises KeyError": (dict(raises=KeyError("no")), BufferError, f"{LIAR}.__dlpack__ refused the export: KeyError: 'no'.", _REFUSED),
+    "raises BufferError": (dict(raises=BufferError("no")), BufferError, None, None),
 }
 
 
 @pytest.mark.parametrize("case", BAD_PRODUCERS, ids=list(BAD_PRODUCERS))
 @pytest.mark.parametrize("entry", ["from_dlpack", "export", "export versioned", "wrap"])
 def test_a_producer_that_answers_badly_gets_a_clear_error(case, entry):
-    kwargs, error = BAD_PRODUCERS[case]
+    kwargs, error, asked, remedy = BAD_PRODUCERS[case]
     if "capsule" not in kwargs and "raises" not in kwargs:
         kwargs = dict(kwargs, capsule=np.arange(3.0).__dlpack__())
     producer = _Liar(**kwargs)
@@ -349,7 +357,13 @@ def test_a_producer_that_answers_badly_gets_a_clear_error(case, entry):
     }[entry]
     with pytest.raises(error) as info:
         call()
-    assert str(info.value)
+    assert type(info.value) is error
+    message = str(info.value)
+    if asked is None:
+        assert info.value is kwargs["raises"]  # the producer's own refusal, untouched
+        return
+    assert message.startswith(asked), message
+    assert remedy in message, message
 
 
 # -- on a GPU (public API only) ----------------------------------------------------------

@@ -267,7 +267,7 @@ def test_import_refuses_a_producer_that_returns_no_capsule(result):
         with pytest.raises(BufferError, match="refused the export: RuntimeError: boom"):
             gpu_dlpack.from_dlpack(p)
     else:
-        with pytest.raises(TypeError, match="expected a PyCapsule"):
+        with pytest.raises(TypeError, match=r"__dlpack__\(\) returned \w+, not a DLPack capsule"):
             gpu_dlpack.from_dlpack(p)
 
 
@@ -279,7 +279,7 @@ def test_import_passes_on_a_producers_buffer_error():
 
 @pytest.mark.parametrize("device", [(True, 0), (1, False), (1, 0.0), (1, -1), (99, 0), (1,)])
 def test_import_refuses_a_device_that_is_not_a_dlpack_device(device):
-    with pytest.raises(ValueError, match="cannot read a device"):
+    with pytest.raises(ValueError, match=r"__dlpack_device__\(\) returned .+, which names no DLPack device"):
         gpu_dlpack.from_dlpack(_Producer(device=device))
 
 
