@@ -5,13 +5,14 @@ the source array is freed once the caller drops it, and no capsule is left
 unfreed."""
 
 import gc
-import sys
 import weakref
 
 import numpy as np
 import pytest
 
 import gpu_dlpack
+
+from .helpers import refcount
 
 
 @pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2)])
@@ -187,13 +188,13 @@ def _refused_and_released(make, call, error, match):
     src, base = make()
     ref = weakref.ref(base)
     del base
-    before = sys.getrefcount(src)
+    before = refcount(src)
     with pytest.raises(error, match=match) as info:
         call(src)
     assert str(info.value)
     del info
     gc.collect(1)
-    assert sys.getrefcount(src) == before
+    assert refcount(src) == before
     del src
     assert _collected(ref), "the source's memory outlived every reference to it"
 

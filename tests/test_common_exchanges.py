@@ -6,12 +6,15 @@ the exact calls that are made fast."""
 import ctypes
 import struct
 import sys
+import weakref
 
 import numpy as np
 import pytest
 
 import gpu_dlpack
 from gpu_dlpack import _capsule
+
+from .helpers import refcount, released
 
 VERSIONS = [(1, 0), (1, 1), (1, 2), (1, 7), (2, 0)]
 
@@ -232,13 +235,16 @@ def _poke(addr, fmt, *values):
 ])
 def test_import_refuses_a_malformed_capsule_and_frees_it(patch, match):
     p = _Producer(patch)
-    before = sys.getrefcount(p.x)
+    before = refcount(p.x)
     with pytest.raises(BufferError, match=match) as caught:
         gpu_dlpack.from_dlpack(p)
     # The capsule is still referenced from the traceback, yet its deleter
     # already ran: NumPy's deleter lets go of the exported array.
-    after = sys.getrefcount(p.x)
+    after = refcount(p.x)
     assert caught.traceback and after == before
+    x = weakref.ref(p.x)
+    del p, caught
+    assert released(x)
 
 
 def test_import_of_a_legacy_capsule_is_read_only():
