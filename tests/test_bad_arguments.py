@@ -5,6 +5,7 @@ the source array is freed once the caller drops it, and no capsule is left
 unfreed."""
 
 import gc
+import re
 import weakref
 
 import numpy as np
@@ -15,17 +16,24 @@ import gpu_dlpack
 from .helpers import refcount
 
 
-@pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2)])
+@pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2), gpu_dlpack.Device((1, 3))])
 def test_a_consumer_may_ask_for_host_memory_of_device_id_0_only(dl_device):
     x = np.arange(3.0)
-    with pytest.raises(BufferError, match="device id 0 only"):
+    # The message quotes what was asked, and says what to ask instead.
+    target = gpu_dlpack.Device(dl_device)
+    name = target.type.name.lower()
+    said = re.escape(
+        f"{dl_device!r} asks for {name} memory with device id {target.index}, but host memory "
+        f"is one address space with device id 0 only. Ask for ({int(target.type)}, 0) or '{name}'."
+    )
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.export(x, max_version=(1, 0), dl_device=dl_device)
-    with pytest.raises(BufferError, match="device id 0 only"):
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0), dl_device=dl_device)
-    with pytest.raises(BufferError, match="device id 0 only"):
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.from_dlpack(x, device=dl_device)
     cap = gpu_dlpack.export(x, max_version=(1, 0))
-    with pytest.raises(BufferError, match="device id 0 only"):
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.from_dlpack(cap, device=dl_device)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.inspect(cap)  # refused, so freed at once

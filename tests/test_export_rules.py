@@ -1,6 +1,8 @@
 """Exporter rules 2-7: copy, device, streams, read-only, capsule kinds,
 bfloat16/float8. Each against the real peers."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -93,7 +95,7 @@ def test_copy_false_when_a_copy_is_needed_is_a_buffer_error():
 
 @pytest.mark.parametrize("bad", [1, 0, "yes", np.bool_(True)])
 def test_copy_of_the_wrong_type_is_a_type_error(bad):
-    with pytest.raises(TypeError, match="copy must be True, False or None"):
+    with pytest.raises(TypeError, match=re.escape(f"copy must be True, False or None; got {bad!r}.")):
         export(np.arange(3), copy=bad)
 
 
@@ -120,7 +122,7 @@ def test_a_device_that_does_not_exist_is_a_buffer_error():
 
 @pytest.mark.parametrize("bad", ["cpu", 1, 1.0])
 def test_dl_device_of_the_wrong_type_is_a_type_error(bad):
-    with pytest.raises(TypeError, match="dl_device must be None or a"):
+    with pytest.raises(TypeError, match=re.escape(f"(1, 0) for the CPU; got {type(bad).__name__} {bad!r}.")):
         export(np.arange(3), dl_device=bad)
 
 
@@ -302,6 +304,11 @@ def test_sub_byte_types_travel_padded_in_versioned_capsules_only(ml_dtypes):
     i4 = np.array([1, -2], dtype=ml_dtypes.int4)
     with pytest.raises(BufferError, match="4-bit dtype needs DLPack 1.1"):
         export(i4)
+    # A consumer older than 1.1 cannot read the flag that says "padded".
+    for asked in ((1, 0), (0, 8)):
+        with pytest.raises(BufferError, match=re.escape(f"a 4-bit dtype needs DLPack 1.1 or newer, but the consumer asked for max_version={asked}.")):
+            export(i4, max_version=asked)
+    assert inspect(export(i4, max_version=(1, 1))).dtype == (0, 4, 1)
 
 
 def test_a_non_native_byte_order_is_a_buffer_error_with_the_remedy():
