@@ -190,6 +190,11 @@ class Handle:  # Numba streams: a ctypes pointer
         self.handle = ctypes.c_void_p(value)
 
 
+class DriverHandle:  # Numba streams over a driver handle: a plain int
+    def __init__(self, value):
+        self.handle = value
+
+
 class Protocol:  # the CUDA stream protocol (cuda.core, CuPy 14)
     def __init__(self, handle):
         self._handle = handle
@@ -201,7 +206,7 @@ class Protocol:  # the CUDA stream protocol (cuda.core, CuPy 14)
 @pytest.mark.parametrize(
     "stream, handle",
     [(Ptr(0xABC0), 0xABC0), (CudaStream(0xABC1), 0xABC1), (Handle(0xABC2), 0xABC2),
-     (Protocol(0xABC3), 0xABC3), (5, 5), (-1, -1), (None, None)],
+     (DriverHandle(0xABC4), 0xABC4), (Protocol(0xABC3), 0xABC3), (5, 5), (-1, -1), (None, None)],
 )
 def test_stream_objects_become_their_handle(stream, handle):
     assert _streams.handle_of(stream) == handle
@@ -255,6 +260,7 @@ def test_the_device_of_a_stream_object_is_read_when_it_says():
     assert _streams.device_index_of(CupyStream(9, 2)) == 2
     assert _streams.device_index_of(CupyStream(9, 0)) == 0
     assert _streams.device_index_of(CupyStream(9, -1)) is None  # CuPy's "no device yet"
+    assert _streams.device_index_of(CudaStream(9, index="1")) is None  # not an index: unknown
 
 
 def test_a_block_on_a_cupy_stream_of_gpu_0_leaves_other_gpus_alone():
