@@ -257,7 +257,8 @@ def test_export_to_a_gpu_without_one_is_refused(kwargs, error, match):
 @pytest.mark.parametrize("obj", NOT_DLPACK, ids=[type(o).__name__ for o in NOT_DLPACK])
 def test_an_object_without_dlpack_is_refused_by_every_entry_point(obj):
     for call in (gpu_dlpack.from_dlpack, gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.Device.of):
-        with pytest.raises(gpu_dlpack.NotDLPackError, match="does not support DLPack"):
+        named = re.escape(f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack")
+        with pytest.raises(gpu_dlpack.NotDLPackError, match=named):
             call(obj)
         with pytest.raises(TypeError):  # the Python way to catch it
             call(obj)

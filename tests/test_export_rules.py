@@ -12,8 +12,10 @@ from gpu_dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY, export, inspect, wrap
 from gpu_dlpack import _rules
 from gpu_dlpack._devices import CPU
 
+from . import capsules
 from .capsules import DeviceProducer
 from .helpers import OldProducer, VersionedOnlyProducer, aligned, pointer
+from .test_streams import Ptr
 
 
 def _readonly(a):
@@ -78,6 +80,133 @@ def test_a_legacy_export_of_a_read_only_device_producer_is_refused_and_its_capsu
     with pytest.raises(BufferError, match="read-only"):
         wrap(producer, readonly=True).__dlpack__()
     assert [r.calls for r in producer.records] == [1]
+
+
+def test_a_device_producer_is_asked_with_the_consumers_stream_and_keywords():
+    producer = DeviceProducer(device=(2, 0))
+    export(producer, stream=0xABC, max_version=(1, 0))
+    export(producer, stream=Ptr(0xABD))  # a stream object: its handle
+    with gpu_dlpack.use_stream(0xABE):
+        export(producer, max_version=(1, 0))  # the block's stream
+        # A consumer calling __dlpack__ names its own stream: the block is not asked.
+        wrap(producer).__dlpack__(max_version=(1, 0))
+    assert [r["stream"] for r in producer.requests] == [0xABC, 0xABD, 0xABE, None]
+    assert [r["max_version"] for r in producer.requests] == [gpu_dlpack.DLPACK_VERSION, None] + [
+        gpu_dlpack.DLPACK_VERSION] * 2
+
+
+@pytest.mark.parametrize("bad, error", [({"stream": "s"}, TypeError), ({"copy": "yes"}, TypeError),
+                                        ({"stream": -7}, ValueError)])
+def test_a_device_producer_is_not_asked_with_bad_arguments(bad, error):
+    producer = DeviceProducer(device=(2, 0))
+    with pytest.raises(error):
+        export(producer, max_version=(1, 0), **bad)
+    assert producer.requests == []
+
+
+@pytest.mark.parametrize(
+    "producer, asked, gave",
+    [(DeviceProducer(answers=(2, 0)), dict(dl_device=(2, 1)), "a versioned capsule on cuda:0"),
+     (DeviceProducer(legacy_only=True), dict(), "a legacy capsule on cuda:0")],
+    ids=["wrong device", "wrong kind"],
+)
+def test_a_device_producer_that_answers_otherwise_is_refused_and_its_capsule_freed(producer, asked, gave):
+    target = gpu_dlpack.Device(asked.get("dl_device", (2, 0)))
+    with pytest.raises(BufferError) as refused:
+        export(producer, max_version=(1, 0), **asked)
+    assert str(refused.value).startswith(
+        f"cannot move an array from cuda:0 to {target} (the producer gave {gave} and "
+        "gpu_dlpack has no backend for this device to correct it)."
+    )
+    assert [r.calls for r in producer.records] == [1]
+
+
+def test_a_device_producers_capsule_of_an_unknown_dtype_is_refused_and_freed():
+    producer = DeviceProducer(dtype=(2, 32, 2))
+    with pytest.raises(BufferError, match="lanes"):
+        export(producer, max_version=(1, 0))
+    assert [r.calls for r in producer.records] == [1]
+
+
+def test_a_device_producers_own_flags_are_kept():
+    copied = DeviceProducer(flags=FLAG_IS_COPIED)  # it copied on its own
+    assert inspect(wrap(copied, readonly=True).__dlpack__(max_version=(1, 0))).flags == (
+        FLAG_IS_COPIED | FLAG_READ_ONLY
+    )
+    readonly = DeviceProducer(flags=FLAG_READ_ONLY)
+    assert inspect(export(readonly, max_version=(1, 0), copy=True)).flags == FLAG_READ_ONLY | FLAG_IS_COPIED
+
+
+def test_a_legacy_export_of_a_writeable_device_producer_passes_its_capsule_on():
+    producer = DeviceProducer(device=(2, 0))
+    info = inspect(export(producer))
+    assert info.name == "dltensor" and info.device == gpu_dlpack.Device("cuda:0")
+    assert info.data == producer.array.ctypes.data
+
+
+def test_wrap_exports_the_device_its_producer_reported_when_wrapped():
+    producer = DeviceProducer(device=(2, 0), answers=(2, 0))
+    w = wrap(producer)
+    producer.device = (1, 0)  # __dlpack_device__ is read once, at wrap time
+    assert inspect(w.__dlpack__(max_version=(1, 0))).device == gpu_dlpack.Device("cuda:0")
+    assert w.__dlpack_device__() == (2, 0)
+
+
+def test_wrap_has_a_repr_naming_the_array_type():
+    assert repr(wrap(np.arange(3))) == "gpu_dlpack.wrap(numpy.ndarray)"
+    assert repr(wrap(np.arange(3), readonly=True)) == "gpu_dlpack.wrap(numpy.ndarray, readonly=True)"
+    assert repr(wrap(DeviceProducer())) == "gpu_dlpack.wrap(tests.capsules.DeviceProducer)"
+
+
+class _Sub(np.ndarray):
+    """A NumPy subclass: exported by the NumPy backend like an ndarray."""
+
+
+def test_a_numpy_subclass_follows_every_export_rule():
+    a = np.arange(4.0).view(_Sub)
+    assert inspect(export(a, max_version=(1, 0))).data == a.ctypes.data
+    copied = inspect(export(a, max_version=(1, 0), copy=True))
+    assert copied.is_copied and copied.data != a.ctypes.data
+    assert inspect(wrap(a, readonly=True).__dlpack__(max_version=(1, 0))).read_only
+    with pytest.raises(ValueError, match="stream=5 is not valid for CPU"):
+        export(a, stream=5)
+    with pytest.raises(BufferError, match="cuda:0"):
+        export(a, dl_device=(2, 0), copy=False)
+
+
+def test_a_versioned_export_of_a_writeable_torch_tensor_is_in_place_and_writeable(torch):
+    t = torch.arange(4.0)
+    info = inspect(export(t, max_version=(1, 0)))
+    assert info.data == t.data_ptr() and info.flags == 0
+    copied = torch.from_dlpack(export(t, max_version=(1, 0), copy=True))
+    assert copied.tolist() == [0.0, 1.0, 2.0, 3.0] and copied.data_ptr() != t.data_ptr()
+
+
+def test_a_host_producers_versioned_capsule_without_strides_is_rebuilt_with_them():
+    a = np.arange(6.0).reshape(2, 3)
+    cap, rec = capsules.make(a, null_strides=True)
+    info = inspect(export(capsules.Producer(cap), max_version=(1, 0)))
+    assert info.strides == (3, 1) and info.data == a.ctypes.data  # DLPack 1.2 requires strides
+    scalar = np.array(2.5)
+    cap, rec = capsules.make(scalar, null_strides=True)
+    info = inspect(export(capsules.Producer(cap), max_version=(1, 0)))
+    assert info.strides is None and info.version == gpu_dlpack.DLPACK_VERSION  # 0-d: nothing to say
+
+
+def test_a_host_producer_whose_capsule_is_elsewhere_is_refused_by_name():
+    cap, rec = capsules.make(np.arange(3.0), device=(2, 0))
+    with pytest.raises(BufferError) as refused:
+        export(capsules.Producer(cap, device=(1, 0)), max_version=(1, 0))
+    assert str(refused.value).startswith(
+        "tests.capsules.Producer.__dlpack_device__ says its array is on cpu, but its capsule "
+        "holds memory on cuda:0."
+    )
+    assert rec.calls == 1
+
+
+def test_a_torch_bool_tensor_needs_dlpack_0_8(torch):
+    with pytest.raises(BufferError, match=re.escape("bool needs DLPack 0.8 or newer, but the consumer asked for max_version=(0, 6)")):
+        export(torch.tensor([True, False]), max_version=(0, 6))
 
 
 @pytest.mark.parametrize("copy", [None, False])
