@@ -31,7 +31,7 @@ limit=${MUTATION_TIMEOUT:-1800}
 declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
   [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py"
-  [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py"
+  [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py"
   [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
 )
