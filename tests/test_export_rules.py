@@ -105,12 +105,13 @@ def test_a_device_producer_is_not_asked_with_bad_arguments(bad, error):
 
 
 @pytest.mark.parametrize(
-    "producer, asked, gave",
-    [(DeviceProducer(answers=(2, 0)), dict(dl_device=(2, 1)), "a versioned capsule on cuda:0"),
-     (DeviceProducer(legacy_only=True), dict(), "a legacy capsule on cuda:0")],
+    "kind, asked, gave",
+    [(dict(answers=(2, 0)), dict(dl_device=(2, 1)), "a versioned capsule on cuda:0"),
+     (dict(legacy_only=True), dict(), "a legacy capsule on cuda:0")],
     ids=["wrong device", "wrong kind"],
 )
-def test_a_device_producer_that_answers_otherwise_is_refused_and_its_capsule_freed(producer, asked, gave):
+def test_a_device_producer_that_answers_otherwise_is_refused_and_its_capsule_freed(kind, asked, gave):
+    producer = DeviceProducer(**kind)
     target = gpu_dlpack.Device(asked.get("dl_device", (2, 0)))
     with pytest.raises(BufferError) as refused:
         export(producer, max_version=(1, 0), **asked)
