@@ -7,6 +7,12 @@ import pytest
 # JAX on the CPU, quietly, with 64-bit types so dtypes match NumPy's.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_ENABLE_X64", "1")
+# Four host devices, so that arrays spread over several devices (sharded and
+# replicated JAX arrays) are tested on any machine.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 
 
 def _gpu_available():

@@ -48,10 +48,11 @@ def cupy_current():
 @pytest.fixture
 def measure(benchmark):
     """``measure(fn, label, role="peer", peer=None, target=None, **info)``:
-    benchmark ``fn`` (no arguments) and record what the report needs.
+    benchmark ``fn`` (no arguments; with ``rounds`` and ``setup``, called
+    with a fresh ``setup()`` each round) and record what the report needs.
     Returns what one call of ``fn`` returned."""
 
-    def run(fn, label, role="peer", peer=None, target=None, rounds=None, **info):
+    def run(fn, label, role="peer", peer=None, target=None, rounds=None, setup=None, **info):
         if role not in ("peer", "gpu_dlpack", "ceiling", "other"):
             raise ValueError(f"unknown role {role!r}")
         if role == "gpu_dlpack" and peer is None:
@@ -63,6 +64,8 @@ def measure(benchmark):
             benchmark.extra_info["target"] = target
         if rounds is None:
             return benchmark(fn)
+        if setup is not None:  # fresh arguments for each round, made outside the timing
+            return benchmark.pedantic(fn, setup=lambda: ((setup(),), {}), rounds=rounds, warmup_rounds=1)
         return benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1)
 
     return run

@@ -18,6 +18,7 @@ from ._devices import Device, DLDeviceType
 from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack
+from ._shards import Shard, shards
 from ._streams import use_stream
 from ._versions import DLPACK_VERSION
 
@@ -60,11 +61,13 @@ __all__ = [
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
     "NotDLPackError",
+    "Shard",
     "StreamWarning",
     "export",
     "from_dlpack",
     "inspect",
     "set_min_dlpack_version",
+    "shards",
     "use_stream",
     "wrap",
 ]

@@ -1,6 +1,6 @@
 """The DLPack capsule ABI: reading, patching and discarding the C structs
-inside ``dltensor`` / ``dltensor_versioned`` PyCapsules (x86-64 and every
-other LP64 layout: dlpack.h).
+inside ``dltensor`` / ``dltensor_versioned`` PyCapsules (the LP64
+layout of dlpack.h, little-endian: other interpreters are refused at import).
 
 This is mechanism only. Nothing here decides whether an exchange may happen;
 ``_rules`` does. Capsules are created by the backends (NumPy, CuPy), whose C
@@ -13,6 +13,7 @@ import ctypes
 import datetime
 import struct
 import sys
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,18 +45,40 @@ _SetName.restype = ctypes.c_int
 _RawMalloc = _api.PyMem_RawMalloc
 _RawMalloc.argtypes = [ctypes.c_size_t]
 _RawMalloc.restype = ctypes.c_void_p
-_New = _api.PyCapsule_New
-_New.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-_New.restype = ctypes.py_object
+# A prototype of its own: ctypes.pythonapi's function objects are shared,
+# and anyone may set their argtypes.
+_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_New", _api)
+)
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
-# The process's memory as one writable byte view, to read and patch the C
-# structs behind capsule pointers with struct.unpack_from/pack_into: about
-# 100 ns an access, against about 300 ns for each ctypes.string_at or
-# ctypes.memmove call, and an exchange makes several. No check is lost:
-# like those calls, a bad address here is the producer's bad pointer.
-_MEMORY = memoryview((ctypes.c_char * (sys.maxsize & ~7)).from_address(0)).cast("B")
-_WORDS = _MEMORY.cast("Q")  # the same memory as aligned native 64-bit words
+
+def check_platform(byteorder: str, maxsize: int) -> None:
+    """ImportError unless the interpreter is little-endian and 64-bit: the
+    struct formats here are dlpack.h's LP64 layout in little-endian order,
+    and version words and pointers are patched as native 64-bit words."""
+    unsupported = []
+    if byteorder != "little":
+        unsupported.append(f"{byteorder}-endian")
+    if maxsize < 2**63 - 1:
+        unsupported.append(f"{maxsize.bit_length() + 1}-bit")
+    if unsupported:
+        raise _errors.unsupported_platform(", ".join(unsupported))
+
+
+check_platform(sys.byteorder, sys.maxsize)
+
+# Each access reads or writes one struct through a view of that struct's own
+# bytes (a ctypes array at its address), never through a view of the whole
+# address space: a bad pointer can reach no further than the struct it
+# names. A view costs about 70 ns; an exchange makes a few.
+_c_u64 = ctypes.c_uint64
+_c_void_p = ctypes.c_void_p
+_BYTES = [ctypes.c_char * n for n in range(81)]
+_LEGACY_BYTES = _BYTES[64]
+_void_at = _c_void_p.from_address
+_u64_at = _c_u64.from_address
+_VERSIONED_BYTES = _BYTES[80]
 
 # DLTensor: data, device_type, device_id, ndim, code, bits, lanes, shape,
 # strides, byte_offset (48 bytes).
@@ -69,8 +92,14 @@ _U64 = struct.Struct("<Q")
 _DTYPE_FMT = struct.Struct("<BBH")
 _DEVICE_FMT = struct.Struct("<ii")
 _MAX_NDIM = 64
-_INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # shape and strides
+_INT64S = [struct.Struct(f"<{n}q") for n in range(2 * _MAX_NDIM + 1)]  # shape and strides
+_INT64_BYTES = [ctypes.c_char * (8 * n) for n in range(2 * _MAX_NDIM + 1)]
 _DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
+
+
+def _int64s(ptr: int, n: int) -> tuple:
+    """The ``n`` int64 values at ``ptr`` (a shape or strides array)."""
+    return _INT64S[n].unpack_from(_INT64_BYTES[n].from_address(ptr))
 
 
 def _static_name(name: str) -> int:
@@ -78,11 +107,12 @@ def _static_name(name: str) -> int:
     # (interpreter shutdown): the used_ names live in memory never freed.
     raw = name.encode() + b"\0"
     addr = _RawMalloc(len(raw))
-    _MEMORY[addr:addr + len(raw)] = raw
+    ctypes.memmove(addr, raw, len(raw))
     return addr
 
 
 _USED_NAME_PTR = {False: _static_name(USED_LEGACY), True: _static_name(USED_VERSIONED)}
+_NAME_PTR = {False: _static_name(LEGACY), True: _static_name(VERSIONED)}
 _NAME_BYTES = {False: LEGACY.encode(), True: VERSIONED.encode()}
 
 
@@ -98,7 +128,7 @@ def _pointer_offset():
     marker = name + 1  # any non-NULL address: a capsule never dereferences it
     probe = _New(marker, name, None)
     at = id(probe) + offset
-    if at % 8 or _WORDS[at >> 3] != marker or _WORDS[(at >> 3) + 1] != name:
+    if at % 8 or _c_void_p.from_address(at).value != marker or _c_void_p.from_address(at + 8).value != name:
         return None
     return offset
 
@@ -184,8 +214,8 @@ _new_header = tuple.__new__
 
 def peek(capsule, versioned: bool) -> Header:
     """The ``Header`` of an unconsumed capsule, read in one go. BufferError
-    when the tensor could not be read safely (bad ndim, NULL shape, NULL data
-    with elements, a device that is no DLPack device)."""
+    when the tensor could not be read safely (bad ndim, NULL shape, a device
+    that is no DLPack device) or held by any importer (``_check_layout``)."""
     return header(_GetPointer(capsule, _NAME_BYTES[versioned]), versioned)
 
 
@@ -202,17 +232,57 @@ def kind_and_pointer(capsule, likely: bool = True):
         return versioned, _GetPointer(capsule, _NAME_BYTES[versioned])
 
 
+_MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
+
+
+def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int, itemsize: int) -> None:
+    """BufferError for a tensor whose shape and strides no importer can
+    hold: a negative dimension (numpy.from_dlpack refuses it), NULL data
+    with elements, more bytes than an int64 counts, or strides reaching,
+    from either end, outside the 64-bit address space. ``strides`` is None
+    when not read yet (then read from ``strides_p`` if needed)."""
+    if min(shape) < 0:
+        raise _errors.malformed(f"the shape {shape} has a negative dimension")
+    count = 1
+    for n in shape:
+        count *= n
+    if not count:
+        return
+    if not data:
+        raise _errors.malformed(f"data is NULL but the shape {shape} has elements")
+    if count * itemsize > _MAX_BYTES:
+        raise _errors.malformed(
+            f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes"
+        )
+    if not strides_p:
+        return
+    if strides is None:
+        strides = _int64s(strides_p, len(shape))
+    low = high = 0
+    for n, step in zip(shape, strides):
+        if step < 0:
+            low += (n - 1) * step
+        else:
+            high += (n - 1) * step
+    first = data + offset
+    low, high = first + low * itemsize, first + (high + 1) * itemsize
+    if low < 0 or high > 2**64 or high - low > _MAX_BYTES:
+        raise _errors.malformed(
+            f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
+        )
+
+
 def header(ptr: int, versioned: bool) -> Header:
     """``peek`` from the capsule's pointer."""
     if versioned:
-        major, minor, _ctx, _del, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, _ = (
-            _VERSIONED_FMT.unpack_from(_MEMORY, ptr)
+        major, minor, _ctx, _del, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = (
+            _VERSIONED_FMT.unpack_from(_VERSIONED_BYTES.from_address(ptr))
         )
         if major != 1:
             return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, 0, 0))
     else:
-        data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, *_ = _LEGACY_FMT.unpack_from(
-            _MEMORY, ptr
+        data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset, _ctx, _del = (
+            _LEGACY_FMT.unpack_from(_LEGACY_BYTES.from_address(ptr))
         )
         major = minor = None
         flags = 0
@@ -222,10 +292,13 @@ def header(ptr: int, versioned: bool) -> Header:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
     if dt not in _DEVICE_TYPES or di < 0:
         raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})")
-    if not data and ndim:
-        shape = _INT64S[ndim].unpack_from(_MEMORY, shape_p)
-        if all(shape):
-            raise _errors.malformed(f"data is NULL but the shape {shape} has elements")
+    if ndim:
+        if strides_p == shape_p + 8 * ndim:  # one allocation (NumPy, PyTorch): one read
+            both = _int64s(shape_p, 2 * ndim)
+            shape, strides = both[:ndim], both[ndim:]
+        else:
+            shape, strides = _int64s(shape_p, ndim), None
+        _check_layout(data, offset, shape, strides, strides_p, max(1, (bits * lanes + 7) >> 3))
     return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p))
 
 
@@ -233,24 +306,26 @@ def read(capsule) -> CapsuleInfo:
     """Every field of an unconsumed capsule, without consuming it."""
     versioned, ptr = kind_and_pointer(capsule)
     if versioned:
-        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack_from(_MEMORY, ptr)
+        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack_from(
+            _VERSIONED_BYTES.from_address(ptr)
+        )
         version = (major, minor)
         if major != 1:
             # Another major version may lay the struct out differently: only
             # the version and flags words are safe to read.
             raise _errors.unreadable_major(version)
     else:
-        *tensor, _ctx, _del = _LEGACY_FMT.unpack_from(_MEMORY, ptr)
+        *tensor, _ctx, _del = _LEGACY_FMT.unpack_from(_LEGACY_BYTES.from_address(ptr))
         version, flags = None, 0
     data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = tensor
     if not 0 <= ndim <= _MAX_NDIM:
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    shape = _INT64S[ndim].unpack_from(_MEMORY, shape_p) if ndim else ()
+    shape = _int64s(shape_p, ndim) if ndim else ()
     strides = None
     if strides_p:
-        strides = _INT64S[ndim].unpack_from(_MEMORY, strides_p) if ndim else ()
+        strides = _int64s(strides_p, ndim) if ndim else ()
     try:
         device = Device((dt, di))
     except ValueError:
@@ -279,7 +354,7 @@ def _capsule_info(**fields) -> CapsuleInfo:
 
 
 def set_version(ptr: int, version) -> None:
-    _VERSION_FMT.pack_into(_MEMORY, ptr, *version)
+    _VERSION_FMT.pack_into(_BYTES[8].from_address(ptr), 0, *version)
 
 
 def version_word(version) -> int:
@@ -299,26 +374,26 @@ def stamp_version(capsule, word: int) -> None:
     if _POINTER_AT is None:
         ptr = _GetPointer(capsule, b"dltensor_versioned")
     else:
-        ptr = _WORDS[(id(capsule) + _POINTER_AT) >> 3]
+        ptr = _void_at(id(capsule) + _POINTER_AT).value
     if ptr & 7:
         raise _errors.malformed(f"DLManagedTensorVersioned at {ptr:#x} is not 8-byte aligned")
-    _WORDS[ptr >> 3] = word
+    _u64_at(ptr).value = word
 
 
 def set_flags(ptr: int, flags: int) -> None:
-    _U64.pack_into(_MEMORY, ptr + 24, flags)
+    _c_u64.from_address(ptr + 24).value = flags
 
 
 def set_dtype(ptr: int, versioned: bool, code: int, bits: int) -> None:
     base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
-    _DTYPE_FMT.pack_into(_MEMORY, base + 20, code, bits, 1)
+    _DTYPE_FMT.pack_into(_BYTES[4].from_address(base + 20), 0, code, bits, 1)
 
 
 def set_device(ptr: int, versioned: bool, device_type: int, device_id: int) -> None:
     """Relabel the memory's device (``DLTensor.device``): a host capsule of
     pinned memory says CUDA_HOST, managed memory says device id 0."""
     base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
-    _DEVICE_FMT.pack_into(_MEMORY, base + 8, int(device_type), int(device_id))
+    _DEVICE_FMT.pack_into(_BYTES[8].from_address(base + 8), 0, int(device_type), int(device_id))
 
 
 class Owner:
@@ -342,21 +417,89 @@ class Owner:
         self.release()
 
 
+# Checking a capsule's name and renaming it used_* is one step under this
+# lock, for every thread (free-threaded builds too): of several threads
+# handed one capsule, exactly one takes it, and its deleter runs once.
+_claim_lock = threading.Lock()
+
+
+def claim(capsule, versioned: bool) -> int:
+    """Take an unconsumed capsule: rename it ``used_*`` (so that neither its
+    destructor nor any other consumer frees it) and return its pointer, whose
+    tensor the caller now owns. ConsumedCapsuleError when another consumer
+    took it first."""
+    with _claim_lock:
+        try:
+            ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
+        except ValueError:  # renamed by another consumer
+            ptr = None
+        else:
+            renamed = _SetName(capsule, _USED_NAME_PTR[versioned]) == 0
+    if ptr is None:
+        kind(capsule)  # says what the name now is
+        raise _errors.malformed("the capsule changed kind while it was read")
+    if not renamed:
+        raise _errors.malformed("the capsule could not be renamed")
+    return ptr
+
+
+def _deleter_of(ptr: int, versioned: bool) -> int:
+    return _c_void_p.from_address(ptr + _DELETER_AT[versioned]).value or 0
+
+
 def take(capsule, versioned: bool) -> Owner:
     """Take ownership of an unconsumed capsule (rename it ``used_*``) and
     return the ``Owner`` that frees its tensor when it dies."""
-    ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
-    deleter = _U64.unpack_from(_MEMORY, ptr + _DELETER_AT[versioned])[0]
-    if _SetName(capsule, _USED_NAME_PTR[versioned]) != 0:
-        raise _errors.malformed("the capsule could not be renamed")
-    return Owner(ptr, deleter)
+    ptr = claim(capsule, versioned)
+    return Owner(ptr, _deleter_of(ptr, versioned))
+
+
+def _owning_destructors() -> dict:
+    """NumPy's capsule destructors, by kind: C functions that call the
+    tensor's deleter unless the capsule was renamed ``used_*``, which is what
+    every producer's destructor does (dlpack.h), for any producer's tensor.
+    Safe on any thread and at shutdown. None where this NumPy exports no
+    such capsule (no versioned capsules before NumPy 2.1)."""
+    import numpy as np
+
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(("PyCapsule_GetDestructor", _api))
+    found = {False: get(np.empty(0).__dlpack__()), True: None}
+    try:
+        found[True] = get(np.empty(0).__dlpack__(max_version=(1, 0)))
+    except TypeError:
+        pass
+    return found
+
+
+_OWNING_DESTRUCTOR = _owning_destructors()
+
+
+def handover(capsule):
+    """``(versioned, private)`` for a capsule a caller handed to the layer
+    (and may have shared with other threads): the capsule is claimed in one
+    step, and its tensor moves to a new unconsumed capsule that only this
+    call holds, which the layer then checks and consumes like any other.
+    ConsumedCapsuleError when another consumer took the capsule first.
+
+    Without an owning destructor (an old NumPy) the new capsule frees
+    nothing when dropped: the caller must consume or ``discard`` it."""
+    versioned = kind(capsule)
+    ptr = claim(capsule, versioned)
+    try:
+        return versioned, _New(ptr, _NAME_PTR[versioned], _OWNING_DESTRUCTOR[versioned])
+    except BaseException:
+        deleter = _deleter_of(ptr, versioned)
+        if deleter:
+            _Deleter(deleter)(ptr)
+        raise
 
 
 def checked(capsule, likely_versioned: bool = True, check_dtype=None):
     """``(versioned, header)`` of a capsule handed to the layer, after the
-    checks every exchange makes (readable tensor, major version 1, and
-    ``check_dtype(code, bits, lanes)`` when given). A refused capsule is
-    discarded: its deleter runs once, now."""
+    checks every exchange makes, for what it imports and what it passes on
+    alike (``header``'s, major version 1, and ``check_dtype(code, bits,
+    lanes)`` when given). A refused capsule is discarded: its deleter runs
+    once, now."""
     versioned, ptr = kind_and_pointer(capsule, likely_versioned)
     try:
         head = header(ptr, versioned)
@@ -374,10 +517,8 @@ def discard(capsule, versioned: bool) -> None:
     """Take ownership of an unconsumed capsule and free what it holds now:
     rename it ``used_*`` (so its destructor does not free it again) and call
     the deleter once. What a consumer must do with a capsule it rejects."""
-    ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
-    if _SetName(capsule, _USED_NAME_PTR[versioned]) != 0:
-        raise _errors.malformed("the capsule could not be renamed")
-    deleter = _U64.unpack_from(_MEMORY, ptr + _DELETER_AT[versioned])[0]
+    ptr = claim(capsule, versioned)
+    deleter = _deleter_of(ptr, versioned)
     if deleter:
         _Deleter(deleter)(ptr)
 

@@ -13,10 +13,10 @@ def _demo(args) -> int:
 
 
 def _doctor(args) -> int:
-    from . import _doctor
+    from . import doctor
 
-    report = _doctor.run(extra=args.library)
-    print(_doctor.to_json(report) if args.json else _doctor.render(report))
+    report = doctor.run(extra=args.library)
+    print(doctor.to_json(report) if args.json else doctor.render(report))
     return report["exit_status"]
 
 

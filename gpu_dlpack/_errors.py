@@ -210,6 +210,15 @@ def unreadable_major(version) -> BufferError:
     )
 
 
+def unsupported_platform(what) -> ImportError:
+    return ImportError(
+        f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "
+        f"{what}. Its pure-Python capsule code reads and patches the DLPack structs "
+        "with the little-endian LP64 layout of dlpack.h, which this interpreter does "
+        "not have. Use a 64-bit little-endian build of Python (x86-64, arm64...)."
+    )
+
+
 def malformed(what) -> BufferError:
     return BufferError(f"malformed DLPack tensor: {what}.")
 
@@ -271,4 +280,52 @@ def host_device_id(asked, target) -> BufferError:
         f"{asked!r} asks for {name} memory with device id {target.index}, but host "
         f"memory is one address space with device id 0 only. Ask for "
         f"({int(target.type)}, 0) or '{name}'."
+    )
+
+
+# -- arrays spread over several devices ----------------------------------------
+
+def spread_needs_copy(sharding, target) -> BufferError:
+    return BufferError(
+        f"the array is sharded ({sharding}): it can reach {target} only by a gather, "
+        "a copy, but copy=False was asked. Remedies: pass copy=None or copy=True to "
+        "gather it, or take its shards zero-copy, each on its own device, with "
+        "gpu_dlpack.shards(x)."
+    )
+
+
+def spread_not_addressable(sharding, missing, here) -> BufferError:
+    return BufferError(
+        f"the array is spread over devices this process cannot address ({sharding}; "
+        f"{missing} of its devices belong to other processes, this one has "
+        f"{', '.join(here) or 'none'}): no process can export it whole. Remedies: "
+        "exchange the shards this process holds with gpu_dlpack.shards(x), or gather "
+        "the array first (jax.experimental.multihost_utils.process_allgather)."
+    )
+
+
+# -- the other array protocols ---------------------------------------------------
+
+def bad_interface(name, why, value) -> BufferError:
+    shown = "" if value is None else f" (got {value!r})"
+    return BufferError(
+        f"the object's {name} cannot be read: {why}{shown}. The producer's interface is "
+        "malformed; fix or upgrade the producing library, or give gpu_dlpack an object "
+        "with __dlpack__."
+    )
+
+
+def masked_array(name) -> BufferError:
+    return BufferError(
+        f"the object's {name} has a mask: DLPack has no masked arrays, so the data "
+        "alone would lose which elements are masked. Fill or drop the masked elements "
+        "first (for example numpy.ma.filled), then exchange the result."
+    )
+
+
+def interface_cannot_copy(device, dl_device, copy) -> BufferError:
+    return BufferError(
+        f"a CUDA Array Interface object on {device} lends its memory only; it was "
+        f"asked for dl_device={dl_device!r}, copy={copy!r}. Import it with "
+        "gpu_dlpack.from_dlpack(x, device=..., copy=True), which copies with CuPy."
     )

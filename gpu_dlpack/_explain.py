@@ -21,7 +21,11 @@ JAX, CuPy and gpu_dlpack itself:
     error, with a short example of the failing code and the fixed code.
 ``refusal`` (optional, true)
     gpu_dlpack declining, by design, what the standard forbids or cannot
-    say; ``gpu-dlpack doctor`` counts these as working as designed.
+    say.
+``rule`` (optional, with ``refusal``)
+    the number of the README rule that demands the refusal;
+    ``gpu-dlpack doctor`` counts it as working as designed only for the
+    rules that exist to refuse (versions, copy=False, read-only).
 
 Its ``hazards`` map holds the problems ``gpu-dlpack doctor`` finds without any
 exception (a consumer that writes through READ_ONLY, ...), each with a
@@ -60,6 +64,7 @@ class Entry:
     remedies: tuple
     avoid: dict
     refusal: bool = False
+    rule: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,15 @@ def entries() -> tuple:
                 remedies=tuple(raw["remedies"]),
                 avoid=dict(raw["avoid"]),
                 refusal=bool(raw.get("refusal", False)),
+                rule=raw.get("rule"),
             )
         )
     return tuple(out)
+
+
+def by_id(entry_id: str) -> Entry | None:
+    """The entry named ``entry_id``, or None."""
+    return next((e for e in entries() if e.id == entry_id), None)
 
 
 def hazards() -> dict:

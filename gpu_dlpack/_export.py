@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _rules, _streams, _versions
+from . import _backends, _capsule, _dtypes, _errors, _protocols, _rules, _shards, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
@@ -75,12 +75,44 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     if backend is not None:
         return backend.export_array(x, readonly, stream, max_version, dl_device, copy)
     if not hasattr(type(x), "__dlpack__"):
-        raise _errors.not_dlpack(x)
+        adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
+        if adapted is None:
+            raise _errors.not_dlpack(x)
+        return _export(adapted, readonly, stream, max_version, dl_device, copy)
     if source is None:
-        source = Device.of(x)
+        try:
+            source = Device.of(x)
+        except BufferError:
+            if not _shards.spread(x):
+                raise
+            return _export_spread(x, readonly, stream, max_version, dl_device, copy)
     if source.is_host_accessible:
         return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
     return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+
+
+def _export_spread(x, readonly, stream, max_version, dl_device, copy):
+    """An array spread over several devices: its replica on the device asked
+    for, exported in place; else one gather onto that device, exported and
+    flagged IS_COPIED."""
+    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
+    one = _shards.replica(x, target)
+    if one is not None:
+        return _export(one, readonly, stream, max_version, dl_device, copy)
+    if target is None:
+        target = _shards.home(x)
+    _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    gathered = _shards.gather(x, target, copy, stream, _from_dlpack)
+    capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
+    _shards.flag_copied(capsule)
+    return capsule
+
+
+def _from_dlpack(x, **kwargs):
+    from ._import import from_dlpack
+
+    return from_dlpack(x, **kwargs)
 
 
 def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
@@ -154,40 +186,86 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
 
 
 def _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy):
-    """A producer of device memory with no gpu_dlpack backend for it: forward
-    every argument and correct the flags it forgets."""
-    stream = _streams.check_stream(stream, source.type)
+    """A producer of device memory that no backend of gpu_dlpack owns: forward
+    every argument, then correct what the producer got wrong. A capsule of
+    the other kind is rebuilt over the same memory (rule 6, on any device);
+    a move or copy the producer did not make is made by the backend of the
+    source device, when there is one."""
     want_versioned = _versions.check_max_version(max_version)
     _rules.check_copy(copy)
     target = _rules.target_device(source, dl_device)
+    # The consumer's stream belongs to the memory it receives, as on every path.
+    stream = _streams.check_stream(stream, target.type)
+    # The array's own device asked for is no move: not even a keyword to a producer.
+    moves = target != source
     capsule, full = request(
         x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
-        dl_device=None if dl_device is None else target.dlpack, copy=copy,
+        dl_device=target.dlpack if moves else None, copy=copy,
     )
-    versioned, header = _capsule.checked(capsule, want_versioned, _dtypes.check_known)
-    if (header.device_type, header.device_id) != target.dlpack or versioned != want_versioned or (
-        not full and copy
-    ):
-        got = Device((header.device_type, header.device_id))
-        kind = "versioned" if versioned else "legacy"
+    versioned, header = _capsule.checked(
+        capsule, want_versioned and type(x) not in gave_legacy, _dtypes.check_known
+    )
+    if want_versioned and not versioned:
+        gave_legacy.add(type(x))
+    got = Device((header.device_type, header.device_id))
+    if got != target or (copy and not full):
+        return _finish_on_backend(capsule, versioned, header, source, got, target, readonly,
+                                  stream, max_version, dl_device, copy)
+    copied = bool(copy or moves)
+    read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY))
+    if not want_versioned:
+        if read_only:
+            _capsule.discard(capsule, versioned)
+            raise _errors.readonly_legacy()
+        if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
+            return _rebuild(capsule, versioned, header, False, False)
+        return capsule
+    if versioned:
+        ptr, flags = header.ptr, header.flags
+    else:
+        # Rule 6: a legacy capsule cannot say whether its data may be
+        # written, so the zero-copy versioned one says READ_ONLY.
+        read_only = not copied
+        capsule = _rebuild(capsule, versioned, header, True, read_only)
+        ptr = _capsule.pointer(capsule, True)
+        flags = 0
+    if copied:
+        flags |= _capsule.IS_COPIED
+    if read_only:
+        flags |= _capsule.READ_ONLY
+    _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+    _capsule.set_flags(ptr, flags)
+    return capsule
+
+
+def _rebuild(capsule, versioned, header, want_versioned, read_only):
+    """The capsule of the other kind over the same memory (no copy, any device)."""
+    plan = _rules.Plan(want_versioned, False, CPU, CPU, read_only)
+    try:
+        dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
+    except BufferError:
         _capsule.discard(capsule, versioned)
+        raise
+    return numpy_backend.rebuild(capsule, versioned, header, plan, dtype)
+
+
+def _finish_on_backend(capsule, versioned, header, source, got, target, readonly, stream,
+                       max_version, dl_device, copy):
+    """The producer gave its own memory where a move or a copy was asked:
+    the backend of its device makes them, from a zero-copy view of that
+    memory. Without such a backend, a BufferError."""
+    if got != source or not _backends.can_copy(source, target):
+        _capsule.discard(capsule, versioned)
+        kind = "versioned" if versioned else "legacy"
         raise _errors.unreachable(
             source, target, f"the producer gave a {kind} capsule on {got} and "
-            "gpu_dlpack has no backend for this device to correct it"
+            "gpu_dlpack has no backend for this device to move or copy it"
         )
-    if versioned:
-        ptr = header.ptr
-        flags = header.flags
-        if copy or target != source:
-            flags |= _capsule.IS_COPIED
-        if readonly and not copy and target == source:
-            flags |= _capsule.READ_ONLY
-        _capsule.set_version(ptr, _versions.DLPACK_VERSION)
-        _capsule.set_flags(ptr, flags)
-    elif readonly and not copy:
-        _capsule.discard(capsule, versioned)
-        raise _errors.readonly_legacy()
-    return capsule
+    backend = _backends.for_device(source)
+    arr = backend.consume(capsule, versioned, header)
+    # Data of a legacy capsule counts as read-only unless it is copied.
+    known_readonly = readonly or not versioned or bool(header.flags & _capsule.READ_ONLY)
+    return backend.export_array(arr, known_readonly, stream, max_version, dl_device, copy)
 
 
 class Exportable:
@@ -197,27 +275,88 @@ class Exportable:
     a caller can see what a consumer really asks for.
     """
 
-    __slots__ = ("_x", "_readonly", "_source", "_device", "_request")
+    __slots__ = ("_x", "_readonly", "_source", "_device", "_reported", "_request", "_held")
 
     def __init__(self, x, readonly=False):
         if readonly is not False and readonly is not True:
             raise TypeError(f"readonly must be True or False; got {readonly!r}.")
         self._x = x
         self._readonly = readonly
+        self._reported = None
+        self._held = None
         if type(x) is _ndarray:
             self._source, self._device = CPU, _CPU_DLPACK
         else:
             # Read once: the device __dlpack_device__ reports is the one exported.
-            self._source = _backends.device_of(x)
-            self._device = self._source.dlpack
+            try:
+                self._source = _backends.device_of(x)
+            except BufferError:
+                if not _shards.spread(x):
+                    raise
+                one = _shards.replica(x)
+                if one is not None:  # replicated: export its first replica
+                    self._x = one
+                    self._source = _backends.device_of(one)
+                else:  # sharded: gathered at each export, by default where it starts
+                    self._source = None
+                    self._device = _shards.home(x).dlpack
+                    self._request = None
+                    return
+            reported = _rules.reported_device(self._source, _backends.gpu_of(self._x))
+            self._device = reported.dlpack
+            if reported != self._source:
+                # Managed memory: its label depends on what the consumer asks.
+                self._reported = reported
         self._request = None
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
+        if self._reported is not None:
+            dl_device = _rules.served_device(self._reported, dl_device, stream)
         return _export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
 
     def __dlpack_device__(self):
         return self._device
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA Array Interface (version 3) of GPU data: ready on the
+        legacy default stream (``stream`` 1), read-only where the export is.
+        AttributeError for data elsewhere."""
+        if self._device[0] not in _CUDA_INTERFACE_TYPES:
+            raise AttributeError(
+                f"{self!r} holds data on {Device(self._device)}, not on a CUDA GPU: "
+                "it has no __cuda_array_interface__ (use __dlpack__ or __array_interface__)"
+            )
+        return self._interface(True)
+
+    @property
+    def __array_interface__(self):
+        """NumPy's array interface (version 3) of host data, read-only where
+        the export is. AttributeError for data the host cannot address."""
+        if not (self._source or Device(self._device)).is_host_accessible:
+            raise AttributeError(
+                f"{self!r} holds data on {Device(self._device)}, which the host cannot "
+                "address: it has no __array_interface__ (use __dlpack__ or "
+                "__cuda_array_interface__)"
+            )
+        return self._interface(False)
+
+    def _interface(self, cuda: bool) -> dict:
+        # The memory stays owned by this wrapper (the interfaces have no
+        # lifetime of their own: a consumer keeps the object that gave them).
+        held = self._held
+        if held is not None and (held[0] == cuda) and isinstance(self._x, _protocols.OneCapsule):
+            return held[1]  # a raw capsule is read once
+        if cuda:
+            capsule = _export(self._x, self._readonly, 1, _versions.DLPACK_VERSION, None, None, self._source)
+            interface, owner = _protocols.cuda_interface(capsule, self._readonly, 1)
+        else:
+            to_host = None if self._device == _CPU_DLPACK else _CPU_DLPACK
+            capsule = _export(self._x, self._readonly, None, _versions.DLPACK_VERSION, to_host, None, self._source)
+            interface, owner = _protocols.array_interface(capsule, self._readonly)
+        self._held = (cuda, interface, owner)
+        return interface
 
     @property
     def last_request(self):
@@ -252,9 +391,13 @@ def wrap(x, *, readonly=False) -> Exportable:
     READ_ONLY, and legacy ones are refused unless the consumer copies.
     """
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
-        raise _errors.not_dlpack(x)
+        adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
+        if adapted is None:
+            raise _errors.not_dlpack(x)
+        x = adapted
     return Exportable(x, readonly)
 
 
 _CPU_DLPACK = CPU.dlpack
+_CUDA_INTERFACE_TYPES = frozenset({2, 13})  # CUDA and CUDA_MANAGED memory
 _REQUEST_KEYS = ("stream", "max_version", "dl_device", "copy")

@@ -7,8 +7,8 @@
 - ``wait_host``: the host waits for the work queued so far on one stream (a
   copy the host reads at once), not for the whole device.
 - ``keep_until_done``: objects stay alive until the work queued so far on a
-  stream is done (the source of an asynchronous copy), checked without
-  blocking at every exchange.
+  stream is done (every buffer an asynchronous copy reads or writes),
+  checked without blocking at every exchange.
 - ``current_stream``: the stream CuPy queues work on for a device, as a
   DLPack handle.
 
@@ -22,15 +22,15 @@ Nothing here decides whether to synchronize; ``_streams`` and the backends do.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import threading
 
 _POOL_SIZE = 8  # idle events kept per device
+_MAX_PENDING = 4096  # entries keep_until_done holds before the host waits
 _NOT_READY = 600  # cudaErrorNotReady and hipErrorNotReady
 
 _pools: dict = {}  # device -> [event handle, ...]
-_pending = collections.deque()  # (event, device, objects), oldest first
+_pending: list = []  # (event, device, stream, objects), oldest first
 _pending_lock = threading.Lock()
 
 
@@ -109,41 +109,81 @@ def wait_host(stream: int, device: int) -> None:
         _release(device, event)
 
 
+def synchronize_device(device: int) -> None:
+    """Block the host until all work queued on GPU ``device`` is done."""
+    with on_device(device):
+        _runtime().deviceSynchronize()
+
+
 def keep_until_done(stream: int, device: int, *objects) -> None:
     """Keep ``objects`` alive until the work queued so far on ``stream`` is
     done, without blocking: an event is recorded, and ``collect`` drops the
-    objects once it has completed."""
+    objects once it has completed. At most ``_MAX_PENDING`` entries wait:
+    past that the host waits for the oldest."""
     collect()
+    _bound()
+    runtime = _runtime()
     event = _acquire(device)
-    with on_device(device):
-        _runtime().eventRecord(event, stream)
-    _pending.append((event, device, objects))
+    try:
+        with on_device(device):
+            runtime.eventRecord(event, stream)
+    except BaseException:
+        _release(device, event)
+        # The work may still be queued and nothing marks its end: the host
+        # waits for the stream before the objects may go.
+        with contextlib.suppress(Exception), on_device(device):
+            runtime.streamSynchronize(stream)
+        raise
+    with _pending_lock:
+        _pending.append((event, device, stream, objects))
 
 
 def collect() -> int:
     """Drop what ``keep_until_done`` holds for completed work; returns how
-    many entries are still pending. Never blocks: a thread that finds
-    another one collecting moves on."""
+    many entries are still pending. Every entry is looked at, so one slow
+    stream holds only its own work; work on one stream completes in order,
+    so a stream found busy is not asked again in the same pass. Never
+    blocks: a thread that finds another one collecting moves on."""
     if not _pending or not _pending_lock.acquire(blocking=False):
         return len(_pending)
     try:
         runtime = _runtime()
-        while _pending:
-            event, device, _objects = _pending[0]
-            if runtime.eventQuery(event) == _NOT_READY:
-                break
-            _pending.popleft()
-            _release(device, event)
+        busy = set()
+        kept = []
+        done = []
+        for entry in _pending:
+            event, device, stream, _objects = entry
+            if (device, stream) in busy or runtime.eventQuery(event) == _NOT_READY:
+                busy.add((device, stream))
+                kept.append(entry)
+            else:
+                done.append(entry)
+        _pending[:] = kept
     finally:
         _pending_lock.release()
-    return len(_pending)
+    for event, device, _stream, _objects in done:
+        _release(device, event)
+    return len(kept)
+
+
+def _bound() -> None:
+    """Wait for the oldest pending work while more than ``_MAX_PENDING``
+    entries are held."""
+    while len(_pending) >= _MAX_PENDING:
+        with _pending_lock:
+            if len(_pending) < _MAX_PENDING:
+                return
+            event, device, _stream, objects = _pending.pop(0)
+        _runtime().eventSynchronize(event)
+        _release(device, event)
+        del objects
 
 
 @atexit.register
 def _drain():
     # Copies still queued at exit must not read memory freed at shutdown.
     while _pending:
-        event, _device, _objects = _pending.popleft()
+        event, _device, _stream, _objects = _pending.pop(0)
         with contextlib.suppress(Exception):
             _runtime().eventSynchronize(event)
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _errors, _rules, _streams, _versions
+from . import _backends, _capsule, _errors, _protocols, _rules, _shards, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import gave_legacy, request
 
 _ndarray = np.ndarray
+_buffer_views = _protocols.BUFFER_VIEWS
 _CapsuleType = _capsule.CapsuleType
 
 
@@ -44,6 +45,9 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
             return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
         if known_on_host(x):
             return _import_host(x)
+        view = _buffer_views.get(type(x))
+        if view is not None:  # bytes, bytearray, memoryview...: a NumPy view
+            return view(x)
     if type(x) is _CapsuleType:
         return _from_capsule(x, device, copy, stream)  # checks the rest once it owns x
     _rules.check_copy(copy)
@@ -53,8 +57,16 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         type(x).__dlpack_device__
         type(x).__dlpack__
     except AttributeError:
-        raise _errors.not_dlpack(x) from None
-    source = Device.of(x)  # a producer that answers no device is named
+        adapted = _protocols.producer(x)  # another array protocol
+        if adapted is None:
+            raise _errors.not_dlpack(x) from None
+        return from_dlpack(adapted, device=device, copy=copy, stream=stream)
+    try:
+        source = Device.of(x)  # a producer that answers no device is named
+    except BufferError:
+        if not _shards.spread(x):
+            raise
+        return _from_spread(x, device, copy, stream)
     target = _rules.import_target(source, device)
     needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
     if target != CPU:
@@ -86,6 +98,19 @@ def from_dlpack(x, *, device=None, copy=None, stream=None):
         backend = _backends.for_device(source)
         return backend.to_host(backend.consume(capsule, versioned, header), copy)
     return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+
+
+def _from_spread(x, device, copy, stream):
+    """An array spread over several devices: its replica on the device asked
+    for (zero-copy where the rules allow), else one gather onto that device."""
+    target = None if device is None else Device(device)
+    one = _shards.replica(x, target)
+    if one is not None:
+        return from_dlpack(one, device=device, copy=copy, stream=stream)
+    if target is None:
+        target = _shards.home(x)
+    gathered = _shards.gather(x, target, copy, stream, from_dlpack)
+    return from_dlpack(gathered, device=target, copy=False if copy else None, stream=stream)
 
 
 def _import_host(x):
@@ -130,7 +155,10 @@ def _numpy_reads_directly(x) -> bool:
 
 
 def _from_capsule(capsule, device, copy, stream):
-    versioned, header = _capsule.checked(capsule)
+    # The caller's capsule may be shared with other threads: it is claimed
+    # in one step, and only this call sees the capsule consumed from here on.
+    versioned, capsule = _capsule.handover(capsule)
+    versioned, header = _capsule.checked(capsule, versioned)
     try:
         _rules.check_copy(copy)
         if stream is not None and type(stream) is not int:
@@ -145,7 +173,7 @@ def _from_capsule(capsule, device, copy, stream):
         # Device memory to the CPU is moved by the backend of its device.
         backend = _backends.for_device(source if target == CPU else target)
         return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
-    except Exception:
+    except BaseException:
         # The caller handed the capsule over: a refusal frees it now, not
         # whenever the caller drops it.
         if _capsule.is_unconsumed(capsule):

@@ -150,6 +150,28 @@ def plan_export(
 _new_plan = tuple.__new__  # Plan(...) goes through a Python-level __new__
 
 
+def reported_device(source: Device, gpu: int | None) -> Device:
+    """What ``__dlpack_device__`` of a wrapped array says. Managed memory is
+    reported as the CUDA device ``gpu`` that allocated it: consumers that
+    refuse the CUDA_MANAGED type (PyTorch) read it as that GPU's memory, which
+    it is (a GPU addresses managed memory as its own)."""
+    if source.type == _T.CUDA_MANAGED and gpu is not None:
+        return Device._make(_T.CUDA, gpu)
+    return source
+
+
+def served_device(reported: Device, dl_device, stream):
+    """The ``dl_device`` an export of wrapped memory whose reported device is
+    not its own is made for. A consumer that names a device gets it. One that
+    names none gets the reported device when it passes a stream (a GPU
+    consumer, which read ``__dlpack_device__`` to choose that stream), and
+    the memory's own label otherwise (a host consumer such as NumPy, which
+    reads managed memory in place)."""
+    if dl_device is None and stream is not None:
+        return reported.dlpack
+    return dl_device
+
+
 def import_target(source: Device, device) -> Device:
     """Where an import lands: ``device`` if given, else the CPU for memory the
     host can address, else the source device."""

@@ -138,16 +138,14 @@ def _destructor(capsule):
         record = live.get(ptr)
     if record is None:
         return
-    deleter = record.struct.deleter
-    if not deleter:
-        # Nothing to call, whoever consumed it: the producer frees it itself
-        # once the capsule is gone.
-        with _lock:
-            live.pop(ptr, None)
-        return
     if _GetNameRaw(capsule) != (None if record.name is None else record.name.encode()):
-        return  # consumed: the consumer calls the deleter
-    DELETER(deleter)(ptr)
+        return
+    deleter = record.struct.deleter
+    if deleter:
+        DELETER(deleter)(ptr)
+    else:
+        with _lock:
+            live.pop(ptr, None)  # nothing to call: the producer frees it itself
 
 
 _DELETER_FN = DELETER(_deleter)
@@ -251,6 +249,53 @@ class Producer:
 
 
 class DeviceProducer:
+    """A producer of device memory that no backend of gpu_dlpack owns: each
+    ``__dlpack__`` call builds a fresh capsule over ``array``'s memory (or the
+    address ``data``) labelled ``device``, legacy (as JAX on a GPU gives for
+    every request) or versioned, and records the keywords it was given and the
+    record of each capsule."""
+
+    def __init__(self, array=None, *, device=(2, 0), versioned=False, data=None, flags=0, dtype=None):
+        self.array = np.arange(6.0) if array is None else array
+        self.dtype = dtype
+        self.device = device
+        self.versioned = versioned
+        self.data = data
+        self.flags = flags
+        self.requests = []
+        self.records = []
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.requests.append({"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy})
+        capsule, record = make(self.array, versioned=self.versioned, device=self.device, data=self.data,
+                               flags=self.flags, dtype=self.dtype)
+        self.records.append(record)
+        return capsule
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_SetName = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi)
+)
+
+
+def consume_and_free(capsule):
+    """What a C consumer does with a capsule it imports and later drops:
+    rename it ``used_*``, then call the deleter once."""
+    name = _GetName(capsule)
+    address = _GetPointer(capsule, name)
+    assert _SetName(capsule, _name_ptr("used_" + name.decode())) == 0
+    struct = (DLManagedTensorVersioned if name == b"dltensor_versioned" else DLManagedTensor).from_address(address)
+    if struct.deleter:
+        DELETER(struct.deleter)(address)
+
+
+class KeywordDeviceProducer:
     """A producer of device memory that no gpu_dlpack backend handles: its
     ``__dlpack_device__`` says ``device`` (CUDA by default) and each
     ``__dlpack__`` call hands out a fresh capsule on the device the consumer

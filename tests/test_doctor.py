@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _cli, _doctor, _explain
+from gpu_dlpack import _cli, _explain, doctor
 
 SEVERITIES = {"failure", "refused", "hazard", "fixed", "note"}
 OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
@@ -25,7 +25,7 @@ OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
 
 @pytest.fixture(scope="module")
 def report():
-    return _doctor.run()
+    return doctor.run()
 
 
 def row(report, name):
@@ -51,7 +51,7 @@ def _is(value, *types):
 
 
 def check_schema(doc):
-    """The schema documented in gpu_dlpack._doctor, checked field by field."""
+    """The schema documented in gpu_dlpack.doctor, checked field by field."""
     assert doc["schema"] == "gpu_dlpack.doctor/1"
     g = doc["gpu_dlpack"]
     assert _is(g["version"], str) and len(g["dlpack_version"]) == 2 and len(g["min_dlpack_version"]) == 2
@@ -142,7 +142,7 @@ def test_report_follows_the_documented_schema(report):
 
 
 def test_json_output_is_the_report(report):
-    assert json.loads(_doctor.to_json(report)) == json.loads(json.dumps(report))
+    assert json.loads(doctor.to_json(report)) == json.loads(json.dumps(report))
 
 
 def test_every_library_asked_for_has_a_row(report):
@@ -202,6 +202,40 @@ def test_matrix_covers_every_host_producer_and_consumer(report):
     assert "cupy" not in m["consumers"]
 
 
+def test_a_sharded_jax_array_is_a_producer_row_the_layer_fixes(report, jax):
+    if len(jax.devices("cpu")) < 2:
+        pytest.skip("needs two JAX host devices")
+    m = host(report)
+    assert "jax (sharded)" in m["producers"]
+    for consumer in ("numpy", "torch", "jax"):
+        c = cell(report, "jax (sharded)", consumer)
+        assert c["direct"]["outcome"] == "error"
+        assert c["direct"]["explain"] in ("jax-unsharded-only", "jax-singular-device")
+        assert c["via"]["outcome"] == "copied" and c["via"]["ok"]
+    fixed = [f for f in report["findings"] if f["subject"].startswith("jax (sharded) -> ")]
+    assert fixed and {f["severity"] for f in fixed} == {"fixed"}
+
+
+def test_a_library_that_speaks_the_cuda_array_interface_is_named_so(libdir):
+    name = libdir("doctor_test_cai", """
+        import numpy as np
+
+        class Array:
+            def __init__(self, a):
+                self.a = np.ascontiguousarray(a)
+                self.__cuda_array_interface__ = {
+                    "shape": self.a.shape, "typestr": self.a.dtype.str,
+                    "data": (self.a.ctypes.data, False), "version": 3, "stream": None,
+                }
+
+        def asarray(a):
+            return Array(a)
+    """)
+    rep = doctor.run(extra=[name])
+    reason = row(rep, name)["producer"]["reason"]
+    assert "speaks the CUDA Array Interface" in reason and "gpu_dlpack.wrap(x)" in reason
+
+
 def test_zero_copy_is_judged_by_pointers(report):
     c = cell(report, "torch", "numpy")
     assert c["direct"]["outcome"] == "zero-copy" and c["via"]["outcome"] == "zero-copy"
@@ -225,7 +259,7 @@ def test_consumer_writing_through_read_only_is_a_hazard_with_a_remedy(report):
 
 
 def test_findings_are_sorted_by_severity(report):
-    order = [_doctor.SEVERITIES.index(f["severity"]) for f in report["findings"]]
+    order = [doctor.SEVERITIES.index(f["severity"]) for f in report["findings"]]
     assert order == sorted(order)
 
 
@@ -277,7 +311,7 @@ def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
         export="return self.a.__dlpack__(**kw)",
         consume="raise RuntimeError('this consumer fails every import')",
     ))
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     check_schema(rep)
     assert name in host(rep)["consumers"]
     bad = [c for c in host(rep)["cells"] if c["consumer"] == name]
@@ -287,8 +321,36 @@ def test_exit_status_1_when_an_exchange_through_gpu_dlpack_fails(libdir):
     assert any(f["severity"] == "failure" and name in f["subject"] for f in rep["findings"])
 
 
+def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchange_works(monkeypatch):
+    # A defect injected into the layer: every export of a host producer
+    # other than NumPy is refused as unreachable (rule 3, Device), while the
+    # direct exchanges work.
+    from gpu_dlpack import _devices, _errors, _export
+
+    def unreachable(x, source, *args):
+        raise _errors.unreachable(source, _devices.CPU, "an injected defect")
+
+    monkeypatch.setattr(_export, "_export_host_producer", unreachable)
+    rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])
+    check_schema(rep)
+    c = cell(rep, "torch", "torch")
+    assert c["direct"]["ok"] and c["via"]["outcome"] == "error"
+    assert c["via"]["explain"] == "gpu_dlpack-unreachable"
+    (f,) = [f for f in rep["findings"] if f["subject"] == "torch -> torch (cpu)"]
+    assert f["severity"] == "failure" and "rule 3 (Device)" in f["problem"]
+    assert rep["exit_status"] == 1 and rep["summary"]["through_gpu_dlpack_failed"] >= 1
+    assert doctor.render(rep).rstrip().splitlines()[-1].startswith("FAILED:")
+
+
+def test_a_refusal_by_a_rule_that_exists_to_refuse_names_the_rule(report):
+    c = cell(report, "numpy (read-only)", "jax")
+    assert c["via"]["outcome"] == "refused"
+    (f,) = [f for f in report["findings"] if f["subject"] == "numpy (read-only) -> jax (cpu)"]
+    assert f["severity"] == "refused" and "rule 5 (Read-only)" in f["problem"]
+
+
 def test_missing_library_gets_a_row():
-    rep = _doctor.run(extra=["doctor_test_not_installed_anywhere"])
+    rep = doctor.run(extra=["doctor_test_not_installed_anywhere"])
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
                  "installed": False, "version": None, "error": "not installed", "producer": None,
@@ -298,7 +360,7 @@ def test_missing_library_gets_a_row():
 
 def test_library_that_fails_to_import_gets_a_row(libdir):
     name = libdir("doctor_test_broken_import", "raise RuntimeError('compiled for another Python')\n")
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     r = row(rep, name)
     assert r["installed"] and r["error"] == "import failed: RuntimeError: compiled for another Python"
     assert any(f["subject"] == name and f["severity"] == "note" for f in rep["findings"])
@@ -311,7 +373,7 @@ def test_library_that_raises_while_probed_gets_a_row(libdir):
         export="raise MemoryError('allocator is broken')",
         consume="return np.from_dlpack(x)",
     ))
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     prod = row(rep, name)["producer"]
     assert prod["probed"]
     assert prod["capsules"]["none"] == {"error": "MemoryError: allocator is broken"}
@@ -336,7 +398,7 @@ def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
         def from_dlpack(x, copy=None):
             return np.from_dlpack(x)
     """)
-    rep = _doctor.run(extra=[name])
+    rep = doctor.run(extra=[name])
     check_schema(rep)
     m = host(rep)
     assert {"producer": name, "reason": "Array has no __dlpack__"} in m["skipped"]
@@ -349,7 +411,7 @@ def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):
 
 
 def test_terminal_report_has_every_section(report):
-    text = _doctor.render(report)
+    text = doctor.render(report)
     for heading in ("Platform", "Producers:", "Consumers:", "Exchanges on cpu", "Findings"):
         assert heading in text, heading
     assert "numpy (read-only)" in text and "IGNORED" in text

@@ -224,6 +224,7 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.inspect(numpy_capsule(versioned=True, major=2))
     ),
     "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
+    "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
         lambda: gpu_dlpack._backends.numpy_backend.consume(
@@ -302,6 +303,24 @@ REAL_MESSAGES = {
     "jax-to-dlpack-device": lambda: raised(
         lambda: _jax().numpy.arange(3.0).__dlpack__(dl_device=(14, 0))
     ),
+    "jax-unsharded-only": lambda: raised(lambda: _sharded_jax().__dlpack_device__()),
+    "jax-singular-device": lambda: raised(lambda: _sharded_jax().__dlpack__()),
+    # GPU or TPU only: jax/_src/array.py, ArrayImpl.__dlpack_device__ (checked
+    # against the installed source below).
+    "jax-unknown-gpu-platform": lambda: "BufferError: Unknown GPU platform for __dlpack__: rocm 7.1 / foo",
+    "jax-no-hardware-id": lambda: "BufferError: Couldn't get local_hardware_id for __dlpack__",
+    "jax-platform-unsupported": lambda: "BufferError: __dlpack__ device only supported for CPU and GPU, got platform: tpu",
+    "gpu_dlpack-spread-needs-copy": lambda: raised(lambda: gpu_dlpack.from_dlpack(_sharded_jax(), copy=False)),
+    "gpu_dlpack-spread-not-addressable": lambda: raised(
+        lambda: gpu_dlpack.from_dlpack(__import__("tests.test_shards").test_shards._SpreadOverOtherProcesses())
+    ),
+    "gpu_dlpack-bad-interface": lambda: raised(lambda: gpu_dlpack.from_dlpack(_NoDataInterface())),
+    "gpu_dlpack-masked": lambda: raised(lambda: gpu_dlpack.from_dlpack(_MaskedInterface())),
+    "gpu_dlpack-interface-cannot-copy": lambda: raised(
+        lambda: _protocols().producer(
+            _PointerInterface()
+        ).__dlpack__(copy=True)
+    ),
     # -- CuPy (installed, without a GPU)
     "cupy-cpu-import": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0))),
     "cupy-unsupported-array-type": lambda: raised(lambda: _cupy().from_dlpack(Producer(3))),
@@ -335,6 +354,50 @@ REAL_MESSAGES = {
     # -- any producer
     "old-producer-keyword": lambda: raised(lambda: OldProducer().__dlpack__(max_version=(1, 0))),
 }
+
+def _protocols():
+    from gpu_dlpack import _protocols
+
+    return _protocols
+
+
+class _NoDataInterface:
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<f8", "version": 3}
+
+
+class _MaskedInterface:
+    def __init__(self):
+        self.base = np.arange(3.0)
+        self.__array_interface__ = dict(self.base.__array_interface__, mask=np.ones(3, bool))
+
+
+class _PointerInterface:
+    """A CUDA Array Interface over host memory no GPU reads (the layer reads the pointer only)."""
+
+    def __init__(self):
+        self.base = np.arange(3.0)
+        self.__cuda_array_interface__ = {
+            "shape": (3,), "typestr": "<f8", "data": (self.base.ctypes.data, False), "version": 3, "stream": None,
+        }
+
+
+def _sharded_jax():
+    """A JAX array split over 4 host devices (the root conftest asks for them)."""
+    jax = _jax()
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    return jax.device_put(jax.numpy.arange(8.0), NamedSharding(mesh, PartitionSpec("x")))
+
+
+def _jax_source_has(text):
+    """True when the installed JAX's ArrayImpl.__dlpack_device__ source holds ``text``."""
+    from jax._src import array
+
+    return text in inspect.getsource(array.ArrayImpl.__dlpack_device__)
+
 
 def _torch_has_cuda():
     return bool(_torch().cuda.is_available())
@@ -379,6 +442,12 @@ def test_gpu_only_quotes_are_in_the_installed_source():
     assert _torch_source_has("Can't export tensors on a different CUDA device index. ")
     assert _torch_source_has("per-thread default stream is not supported.")
     assert _torch_source_has('f"unsupported stream on {device_str}: {stream}."')
+
+
+def test_jax_gpu_only_quotes_are_in_the_installed_source():
+    assert _jax_source_has('"Unknown GPU platform for __dlpack__: "')
+    assert _jax_source_has("Couldn't get local_hardware_id for __dlpack__")
+    assert _jax_source_has('"__dlpack__ device only supported for CPU and GPU, got platform: "')
 
 
 def test_entries_are_complete():
@@ -547,8 +616,25 @@ def _needs_version_fixed():
     assert gpu_dlpack.inspect(cap).dtype == (1, 8, 1)
 
 
+def _sharded_through_gpu_dlpack():
+    j = _sharded_jax()
+    np.testing.assert_array_equal(_torch().from_dlpack(gpu_dlpack.wrap(j)).numpy(), np.arange(8.0))
+    np.testing.assert_array_equal(gpu_dlpack.from_dlpack(j), np.arange(8.0))
+
+
+def _sharded_shard_by_shard():
+    j = _sharded_jax()
+    parts = gpu_dlpack.shards(j)
+    assert len(parts) == 4
+    for p in parts:
+        np.testing.assert_array_equal(p.data, np.arange(8.0)[p.index])
+
+
 # The "after" of an entry, run with the inputs that raised its real message.
 AFTER_WORKS = {
+    "jax-unsharded-only": _sharded_through_gpu_dlpack,
+    "jax-singular-device": _sharded_through_gpu_dlpack,
+    "gpu_dlpack-spread-needs-copy": _sharded_shard_by_shard,
     "jax-version-floor": _jax_floor_fixed,
     "gpu_dlpack-below-floor": _jax_floor_fixed,
     "gpu_dlpack-readonly-legacy": _readonly_for_jax_fixed,
@@ -606,6 +692,7 @@ BUILDER_ARGS = {
     "unsupported_major": (2,),
     "unreadable_major": ((2, 0),),
     "malformed": ("ndim=-1",),
+    "unsupported_platform": ("big-endian, 32-bit",),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
     "bad_stream_object": ("default",),
@@ -614,6 +701,11 @@ BUILDER_ARGS = {
     "old_cupy": ("export a versioned DLPack capsule",),
     "device_mismatch": ("lib.Array", "cpu", "cuda:0"),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
+    "bad_interface": ("__cuda_array_interface__", "it has no 'data'", {"shape": (3,)}),
+    "masked_array": ("__array_interface__",),
+    "interface_cannot_copy": ("cuda:0", (1, 0), None),
+    "spread_needs_copy": ("NamedSharding(P('x',)) over 4 devices", "cpu"),
+    "spread_not_addressable": ("NamedSharding(P('x',)) over 4 devices", 2, ["cpu:0", "cpu:1"]),
 }
 
 

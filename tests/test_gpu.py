@@ -135,7 +135,8 @@ def test_managed_memory_says_cuda_managed_and_reaches_the_cpu_in_place(cp):
         pytest.skip("DLPack has no ROCm managed type")
     with cp.cuda.using_allocator(cp.cuda.malloc_managed):
         m = cp.arange(4.0)
-    assert wrap(m).__dlpack_device__() == (13, 0)
+    assert Device.of(m) == Device("cuda_managed")
+    assert inspect(export(m, max_version=(1, 0))).device == Device("cuda_managed")
     info = inspect(export(m, max_version=(1, 0), dl_device=(1, 0)))
     assert info.device == Device("cpu") and info.data == m.data.ptr and info.flags == 0
     assert from_dlpack(export(m, max_version=(1, 0), dl_device=(1, 0))).tolist() == [0, 1, 2, 3]
@@ -304,12 +305,128 @@ def test_numba_exchanges_both_ways_where_it_speaks_dlpack(cp, nb):
     assert a.tolist() == [0, 1, 2, 3]
 
 
+# -- JAX arrays on the GPU: legacy capsules only, adapted in place ---------------
+
+N = 1000
+
+
+def _jax_on_gpu(jgpu):
+    j = jgpu.device_put(jgpu.numpy.arange(N, dtype=jgpu.numpy.float32), jgpu.devices("gpu")[0])
+    j.block_until_ready()
+    return j
+
+
+def _expected():
+    return np.arange(N, dtype=np.float32)
+
+
+@pytest.mark.parametrize("kw", [{}, {"dl_device": (2, 0)}, {"stream": 1}, {"dl_device": (2, 0), "stream": 1}])
+def test_a_jax_gpu_array_exports_versioned_zero_copy_read_only(cp, jgpu, kw):
+    j = _jax_on_gpu(jgpu)
+    info = inspect(export(j, max_version=(1, 0), **kw))
+    assert info.name == "dltensor_versioned" and info.version == gpu_dlpack.DLPACK_VERSION
+    assert info.device == _gpu0() and info.read_only and not info.is_copied
+    assert info.data + info.byte_offset == j.unsafe_buffer_pointer()
+
+
+def test_torch_imports_a_jax_gpu_array_through_wrap_zero_copy(cp, tc, jgpu):
+    j = _jax_on_gpu(jgpu)
+    w = wrap(j)
+    t = tc.from_dlpack(w)
+    assert w.last_request["max_version"] == (1, 0) and w.last_request["stream"] is not None
+    assert t.device.type == "cuda" and t.data_ptr() == j.unsafe_buffer_pointer()
+    assert np.array_equal(t.cpu().numpy(), _expected())
+
+
+def test_numpy_imports_a_jax_gpu_array_through_wrap_on_the_cpu(cp, jgpu):
+    j = _jax_on_gpu(jgpu)
+    a = np.from_dlpack(wrap(j), device="cpu")
+    assert np.array_equal(a, _expected())
+    assert np.array_equal(from_dlpack(export(j, max_version=(1, 0), dl_device=(1, 0))), _expected())
+
+
+def test_cupy_imports_a_jax_gpu_array_through_wrap_and_export(cp, jgpu):
+    j = _jax_on_gpu(jgpu)
+    a = cp.from_dlpack(wrap(j))  # CuPy ignores READ_ONLY: zero-copy
+    assert a.data.ptr == j.unsafe_buffer_pointer() and np.array_equal(a.get(), _expected())
+    b = from_dlpack(wrap(j))  # READ_ONLY data lands in a CuPy array as a copy (CuPy arrays are writeable)
+    assert isinstance(b, cp.ndarray) and np.array_equal(b.get(), _expected())
+    c = from_dlpack(j)
+    assert c.data.ptr == j.unsafe_buffer_pointer()
+
+
+# -- managed memory: CUDA to consumers that ask for a stream, managed to the others --
+
+
+@pytest.fixture
+def managed(cp):
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("DLPack has no ROCm managed type")
+    with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+        m = cp.arange(N, dtype=cp.float32)
+    cp.cuda.Device().synchronize()
+    return m
+
+
+def test_torch_imports_managed_memory_through_wrap_zero_copy(cp, tc, managed):
+    m = managed
+    w = wrap(m)
+    assert w.__dlpack_device__() == (2, m.data.device_id)
+    t = tc.from_dlpack(w)
+    assert t.device == tc.device("cuda", m.data.device_id) and t.data_ptr() == m.data.ptr
+    assert np.array_equal(t.cpu().numpy(), _expected())
+    t += 1  # the same memory
+    tc.cuda.synchronize()
+    assert float(m[0]) == 1.0
+    assert Device.of(m) == Device("cuda_managed")
+
+
+def test_numpy_reads_managed_memory_through_wrap_in_place(cp, managed):
+    m = managed
+    for a in (np.from_dlpack(wrap(m)), np.from_dlpack(wrap(m), device="cpu")):
+        assert a.ctypes.data == m.data.ptr and np.array_equal(a, _expected())
+    assert inspect(wrap(m).__dlpack__(max_version=(1, 0))).device == Device("cuda_managed")
+
+
+def test_cupy_imports_managed_memory_through_wrap_zero_copy(cp, managed):
+    m = managed
+    for a in (cp.from_dlpack(wrap(m)), from_dlpack(wrap(m)), from_dlpack(m)):
+        assert a.data.ptr == m.data.ptr and np.array_equal(a.get(), _expected())
+        assert Device.of(a) == Device("cuda_managed")
+
+
 # -- the stream rules, proved with a kernel that keeps the producer busy ---------
 
-_SPIN = r"""
-extern "C" __global__ void spin_then_fill(float* out, long long n, float value, long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) { }
+# The spin is sized by time, not by clock cycles: the SM clock rate a device
+# reports (cudaDevAttrClockRate) is not the rate clock64() counts at under
+# boost, and CUDA 13 no longer reports it meaningfully. %globaltimer counts
+# nanoseconds on every NVIDIA GPU; ROCm's wall_clock64() counts at the
+# device's wall clock rate, which HIP reports in kHz.
+_SPIN_CUDA = r"""
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+extern "C" __global__ void spin_then_fill(float* out, long long n, float value, long long ns) {
+    if (threadIdx.x == 0) {
+        unsigned long long start = now_ns();
+        while (now_ns() - start < (unsigned long long)ns) { }
+    }
+    __syncthreads();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) {
+        out[i] = value;
+    }
+}
+"""
+_SPIN_ROCM = r"""
+extern "C" __global__ void spin_then_fill(float* out, long long n, float value, long long ticks) {
+    if (threadIdx.x == 0) {
+        long long start = wall_clock64();
+        while (wall_clock64() - start < ticks) { }
+    }
+    __syncthreads();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)blockDim.x * gridDim.x) {
         out[i] = value;
@@ -320,19 +437,41 @@ extern "C" __global__ void spin_then_fill(float* out, long long n, float value, 
 
 @pytest.fixture(scope="module")
 def spin(cp):
-    """spin(x, value, stream): on ``stream``, busy-wait SPIN_MS, then fill x."""
+    """spin(x, value, stream): on ``stream``, busy-wait SPIN_MS, then fill x.
+
+    Every kernel the stream tests queue is compiled and run once here, so
+    that no test measures a compilation instead of a wait."""
+    hip = bool(getattr(cp.cuda.runtime, "is_hip", False))
     try:
-        kernel = cp.RawKernel(_SPIN, "spin_then_fill")
+        kernel = cp.RawKernel(_SPIN_ROCM if hip else _SPIN_CUDA, "spin_then_fill")
         kernel.compile()
     except Exception as exc:
         pytest.skip(f"cannot compile the spin kernel: {exc}")
-    khz = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0)
-    cycles = int(khz) * SPIN_MS
+
+    def launch(x, value, stream, length):
+        with stream:
+            kernel((1,), (256,), (x, np.int64(x.size), np.float32(value), np.int64(length)))
+
+    warm = cp.zeros(1 << 16, dtype=cp.float32)
+    launch(warm, 7.0, cp.cuda.Stream.null, 0)
+    if hip:  # ticks per ms, measured: a spin of 10**6 ticks timed with events
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        launch(warm, 7.0, cp.cuda.Stream.null, 10**6)
+        stop.record()
+        stop.synchronize()
+        length = int(10**6 / max(cp.cuda.get_elapsed_time(start, stop), 1e-3) * SPIN_MS)
+    else:
+        length = SPIN_MS * 1_000_000  # ns of %globaltimer
 
     def run(x, value, stream):
-        with stream:
-            kernel((1,), (256,), (x, np.int64(x.size), np.float32(value), np.int64(cycles)))
+        launch(x, value, stream, length)
 
+    assert bool(((warm + 0) == 7).all())
+    assert bool(((warm * 1) == 7).all())
+    from_dlpack(warm, copy=True)
+    from_dlpack(export(warm, max_version=(1, 0), dl_device=(1, 0)))
+    cp.cuda.Device().synchronize()
     return run
 
 
@@ -363,6 +502,7 @@ def test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host(cp, 
         y = a + 0  # queued behind the wait
     assert not consumer.done
     consumer.synchronize()
+    # The values prove the order: read before the producer's fill, y would be 0.
     assert bool((y == 7).all())
 
 
@@ -428,3 +568,24 @@ def test_events_come_from_a_small_pool(cp, streams):
     for _ in range(50):
         export(x, max_version=(1, 0), stream=consumer.ptr)
     assert 1 <= _handoff.pool_size(x.device.id) <= _handoff._POOL_SIZE
+
+
+# -- the doctor on a GPU -----------------------------------------------------------
+
+
+def test_the_doctor_runs_jax_and_managed_memory_to_every_consumer_on_the_gpu(cp, tc, jgpu):
+    from gpu_dlpack import doctor
+
+    rep = doctor.run()
+    (mat,) = [m for m in rep["matrices"] if m["device"] != "cpu"]
+    assert {"jax", "cupy (managed)"} <= set(mat["producers"])
+    assert {"numpy", "torch", "cupy"} <= set(mat["consumers"])
+    cells = {(c["producer"], c["consumer"]): c for c in mat["cells"]}
+    for pair in [("jax", "torch"), ("jax", "numpy"), ("jax", "cupy"), ("cupy (managed)", "torch"),
+                 ("cupy (managed)", "numpy"), ("cupy (managed)", "cupy")]:
+        via = cells[pair]["via"]
+        assert via["ok"], (pair, via)
+    for pair in [("jax", "torch"), ("cupy (managed)", "torch"), ("cupy (managed)", "numpy")]:
+        assert cells[pair]["via"]["outcome"] == "zero-copy", pair
+    assert not [f for f in rep["findings"] if f["severity"] == "failure"], rep["findings"]
+    assert rep["exit_status"] == 0

@@ -85,7 +85,9 @@ def _collect():
     young-generation collection, then a full one (about 70 ms with torch and
     JAX loaded) only if some hand-made tensor is still waiting."""
     gc.collect(1)
-    if any(r.calls == 0 for r in list(capsules.live.values())):
+    # A record whose deleter is NULL waits for nothing (its producer keeps the
+    # memory): only those with a deleter still to run call for a full pass.
+    if any(r.calls == 0 and r.struct.deleter for r in list(capsules.live.values())):
         gc.collect()
 
 
@@ -150,8 +152,6 @@ def test_export_of_a_producer_of_a_malformed_capsule_raises_and_frees_it(case, m
     # The layer must never pass on, relabelled as its own, a capsule that it
     # could not read or that lies about its device or dtype.
     kw = {**MALFORMED, **UNREACHABLE}[case]
-    if case == "negative shape":
-        pytest.skip("export reads no shape: see test_import_of_an_unreachable_capsule")
     fed["export(producer)"] += 1
     cap, rec = make(**kw)
     producer = Producer(cap)

@@ -35,6 +35,14 @@ def device_of(x) -> Device:
     return Device.of(x)
 
 
+def gpu_of(x) -> int | None:
+    """The GPU that allocated ``x``'s memory, where its backend knows it (CuPy
+    arrays, managed memory included); None otherwise."""
+    if "cupy" in sys.modules and cupy_backend.owns(x):
+        return x.data.device_id
+    return None
+
+
 def for_device(device: Device):
     """The backend that holds arrays on ``device``; BufferError if none can.
 

@@ -12,7 +12,8 @@ Imports land in CuPy arrays through ``cupy.from_dlpack`` for the capsules it
 takes (CUDA, CUDA_MANAGED, ROCM), and over ``cupy.cuda.UnownedMemory`` owned
 by the capsule's tensor for the memory it refuses (pinned or host memory a
 GPU can address). Every copy is ``cudaMemcpyAsync`` on a stream, or a CuPy
-kernel on it; the memory a queued copy reads stays alive until it is done.
+kernel on it; every buffer a queued copy reads or writes stays alive until
+it is done.
 
 This module decides nothing: ``_rules`` says whether to copy and where to,
 ``_streams`` what each stream value means and when a copy must be complete.
@@ -26,7 +27,7 @@ import sys
 
 import numpy as np
 
-from .. import _capsule, _dtypes, _errors, _handoff, _rules, _streams, _versions
+from .. import _capsule, _copies, _dtypes, _errors, _handoff, _rules, _streams, _versions
 from .._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 from .._producer import request
 
@@ -45,9 +46,6 @@ INDEXED_TYPES = frozenset({_T.CUDA, _T.ROCM})
 #: Capsules ``cupy.from_dlpack`` takes, per build (ROCm or not).
 _CUPY_TAKES = {False: frozenset({2, 13}), True: frozenset({10})}
 
-#: Host arrays at least this large go to the GPU through pinned staging
-#: memory: a host copy into page-locked memory, then an asynchronous DMA.
-PINNED_STAGING_BYTES = 1 << 20
 
 _ASK = (1, 0)  # what CuPy's exporter produces; relabelled DLPACK_VERSION
 
@@ -120,6 +118,21 @@ def device_of(x) -> Device:
     return Device._make(_T.CUDA, gpu)
 
 
+def gpu_of(ptr: int) -> int:
+    """The GPU whose memory ``ptr`` points into (the current GPU for NULL or
+    memory the runtime does not know; 0 without a GPU)."""
+    from cupy.cuda import runtime
+
+    try:
+        if ptr:
+            device = int(runtime.pointerGetAttributes(ptr).device)
+            if device >= 0:
+                return device
+        return int(runtime.getDevice())
+    except Exception:
+        return 0
+
+
 def _memory_type(ptr: int) -> int | None:
     from cupy.cuda import runtime
 
@@ -127,6 +140,19 @@ def _memory_type(ptr: int) -> int | None:
         return runtime.pointerGetAttributes(ptr).type
     except Exception:  # pageable memory on runtimes that refuse to say
         return None
+
+
+def _before_host_access(source: Device, producer: int, gpu: int) -> None:
+    """Wait until the host may read ``source`` memory in place: the
+    producer's stream is done, and for managed memory on GPUs without
+    concurrent managed access (cudaDevAttrConcurrentManagedAccess 0: Windows,
+    pre-Pascal and some virtualised GPUs), where a host access while any
+    kernel runs faults, every GPU is idle."""
+    if source.type == _T.CUDA_MANAGED and not _attribute("cudaDevAttrConcurrentManagedAccess", gpu):
+        for device in range(device_count()):
+            _handoff.synchronize_device(device)
+    else:
+        _handoff.wait_host(producer, gpu)
 
 
 def _is_managed(ptr: int) -> bool:
@@ -170,7 +196,7 @@ def export_array(x, readonly, stream, max_version, dl_device, copy):
     # Zero-copy: the same memory, ordered for the consumer, perhaps relabelled
     # (managed memory to the CPU, memory the target GPU addresses in place).
     if _streams.finishes_before_return(plan.target.type, stream, copied=False):
-        _handoff.wait_host(producer, gpu)
+        _before_host_access(source, producer, gpu)
     elif stream != -1:
         consumer = _streams.resolve(stream, plan.target.type)
         _handoff.handoff(producer, consumer, gpu, _stream_gpu(plan.target, gpu))
@@ -375,23 +401,41 @@ def _wrap(capsule, versioned, header, gpu, dtype=None):
     owner = _capsule.take(capsule, versioned)
     itemsize = storage.itemsize
     strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
-    nbytes = _extent(info.shape, info.strides, itemsize)
+    start, nbytes, offset = _span(info.data, info.byte_offset, info.shape, info.strides, itemsize)
     try:
-        memory = cupy.cuda.UnownedMemory(info.data, nbytes + info.byte_offset, owner, gpu)
-        pointer = cupy.cuda.MemoryPointer(memory, info.byte_offset)
+        memory = cupy.cuda.UnownedMemory(start, nbytes, owner, gpu)
+        pointer = cupy.cuda.MemoryPointer(memory, offset)
         arr = cupy.ndarray(info.shape, storage, pointer, strides=strides)
     except Exception as exc:
         raise _errors.gpu_failed(f"hold memory of {info.device} on GPU {gpu}", exc) from exc
     return _as_dtype(arr, dtype)
 
 
-def _extent(shape, strides, itemsize) -> int:
-    """Bytes from the first element to the end of the last (0 when empty)."""
+def _extent(shape, strides, itemsize):
+    """``(low, high)``: the bytes an array spans, as offsets from its first
+    element: ``low`` (0 or less: negative strides reach below the first
+    element) to ``high``, just past the highest element. ``(0, 0)`` when
+    empty; ``strides`` in elements, None for compact row-major."""
     if not all(shape):
-        return 0
+        return 0, 0
     if strides is None:
-        return int(np.prod(shape)) * itemsize
-    return (sum((n - 1) * abs(s) for n, s in zip(shape, strides)) + 1) * itemsize
+        return 0, int(np.prod(shape)) * itemsize
+    low = high = 0
+    for n, step in zip(shape, strides):
+        if step < 0:
+            low += (n - 1) * step
+        else:
+            high += (n - 1) * step
+    return low * itemsize, (high + 1) * itemsize
+
+
+def _span(data, byte_offset, shape, strides, itemsize):
+    """``(start, nbytes, offset)`` of the memory to wrap for a tensor: it
+    starts at the lowest address the tensor touches, and its first element
+    is ``offset`` bytes in."""
+    low, high = _extent(shape, strides, itemsize)
+    first = data + byte_offset
+    return first + low, high - low, -low
 
 
 def _as_dtype(arr, dtype):
@@ -404,6 +448,24 @@ def _as_dtype(arr, dtype):
         raise _errors.unsupported_dtype(
             dtype.code, dtype.bits, dtype.lanes, f"CuPy cannot hold {dtype.numpy} arrays ({exc})"
         ) from exc
+
+
+def gather(shape, dtype, pieces, target, stream, import_):
+    """A CuPy array on GPU ``target`` assembled from the shards ``pieces``
+    (each with the ``index`` it covers): every shard is read where it is
+    or copied to the GPU once by ``import_`` (``from_dlpack``), then placed,
+    all on the consumer's stream."""
+    import cupy
+
+    gpu = target.index
+    consumer = _consumer_stream(stream, target, gpu)
+    if consumer == -1:
+        consumer = _handoff.current_stream(gpu)
+    with _handoff.queue_on(consumer, gpu):
+        out = cupy.empty(shape, dtype)
+        for shard in pieces:
+            out[shard.index] = import_(shard.data, device=target, stream=consumer)
+    return out
 
 
 def to_host(arr, copy):
@@ -465,6 +527,7 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
             consumer = _streams.resolve(stream, target.type)
         copy_stream, copy_gpu = consumer, _stream_gpu(target, src_gpu)
     same_gpu = target.type in INDEXED_TYPES and target.index == src_gpu
+    source = x
     if not same_gpu and _order(x) is None:
         import cupy
 
@@ -478,14 +541,15 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
     else:
         out = _allocate(target, x.shape, x.dtype, _order(x), copy_stream, copy_gpu)
         _memcpy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu)
-    _finish(copy_stream, copy_gpu, host_done, x)
+    _finish(copy_stream, copy_gpu, host_done, source, x, out)
     return out
 
 
 def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
     """A new array on ``target`` (GPU, managed or pinned memory) holding host
     array ``arr``'s values; GPU targets are reached by an asynchronous copy
-    on the consumer's stream, large pageable arrays through pinned staging."""
+    on the consumer's stream, large pageable arrays through the copy engine's
+    ring of pinned chunks (``_copies``)."""
     src = arr if _order(arr) is not None else np.ascontiguousarray(arr)
     if dtype.carrier is not None:
         src = src.view(dtype.carrier)
@@ -498,21 +562,46 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
     if consumer is None:
         consumer = -1 if stream == -1 else _streams.resolve(stream, target.type)
     copy_stream = consumer if consumer != -1 else _handoff.current_stream(gpu)
-    staged = src
-    if src.nbytes >= PINNED_STAGING_BYTES and not _is_pinned(src.ctypes.data):
-        staged = _pinned_empty(src.shape, src.dtype, order)
-        np.copyto(staged, src)
     out = _allocate(target, src.shape, src.dtype, order, copy_stream, gpu)
-    _memcpy(_address(out), staged.ctypes.data, src.nbytes, copy_stream, gpu)
-    _finish(copy_stream, gpu, host_done, staged, arr)
+    if target.type in INDEXED_TYPES and _ring_copy(out, src, copy_stream, gpu):
+        # The source is read; the ring keeps its chunks until their copies are done.
+        _finish(copy_stream, gpu, host_done, out)
+        return out
+    # Pinned memory is read by the copy engine in place, and pageable memory
+    # is staged by the driver before the call returns (as cupy.asarray does).
+    _memcpy(_address(out), src.ctypes.data, src.nbytes, copy_stream, gpu)
+    _finish(copy_stream, gpu, host_done, src, arr, out)
     return out
 
 
-def _finish(stream, gpu, host_done, *sources):
+def _ring_copy(out, src, stream, gpu) -> bool:
+    """Copy large pageable ``src`` into ``out`` through the copy engine's
+    ring of pinned chunks filled by worker threads, when it pays on this
+    host (``_copies.plan``) and the ring is free; False otherwise."""
+    workers = _copies.plan(src.nbytes)
+    if not workers or _is_pinned(src.ctypes.data):
+        return False
+    ring = _copies.ring_for(gpu, workers)
+    if not ring.try_acquire():
+        return False
+    try:
+        ring.copy(out.data.ptr, src, stream)
+    except Exception as exc:
+        raise _errors.gpu_failed("copy host memory to the GPU", exc) from exc
+    finally:
+        ring.release()
+    return True
+
+
+def _finish(stream, gpu, host_done, *buffers):
+    """Complete a queued copy before returning, or keep every buffer it
+    reads or writes (source, destination) alive until it is done: a caller
+    may drop the result at once, and memory back in a pool (CuPy's pinned
+    pool) must not be handed out while the copy still writes it."""
     if host_done:
         _handoff.wait_host(stream, gpu)
     else:
-        _handoff.keep_until_done(stream, gpu, *sources)
+        _handoff.keep_until_done(stream, gpu, *buffers)
 
 
 def _order(a):
@@ -564,8 +653,7 @@ def _memcpy(dst: int, src: int, nbytes: int, stream: int, gpu: int) -> None:
     and peer copies alike."""
     if not nbytes:
         return
-    from cupy.cuda import runtime
-
+    runtime = _handoff._runtime()
     with _handoff.on_device(gpu):
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)
 

@@ -101,3 +101,29 @@ def consume(capsule, versioned, header) -> np.ndarray:
     if dtype.carrier is not None:
         arr = arr.view(dtype.numpy)
     return arr
+
+
+def rebuild(capsule, versioned, header, plan, dtype: _dtypes.DType):
+    """A capsule of the kind ``plan`` asks for over the same memory as a
+    checked capsule, on whatever device that memory is, touching none of it.
+
+    NumPy does the work and owns the result: the capsule is relabelled as
+    host memory, imported by NumPy (an import only records the address; it
+    never reads the data), exported again through NumPy (whose C deleter is
+    safe on any thread and at shutdown, and keeps the imported capsule alive
+    until the new one is freed), and the export is labelled with the
+    original device again. The original deleter runs once, when the new
+    capsule is freed, consumed or not.
+    """
+    device = (header.device_type, header.device_id)
+    _capsule.set_device(header.ptr, versioned, 1, 0)
+    try:
+        arr = consume(capsule, versioned, header._replace(device_type=1, device_id=0))
+    except BufferError:
+        if _capsule.is_unconsumed(capsule):
+            _capsule.set_device(header.ptr, versioned, *device)
+            _capsule.discard(capsule, versioned)
+        raise
+    out = export(arr, plan, dtype)
+    _capsule.set_device(_capsule.pointer(out, plan.versioned), plan.versioned, *device)
+    return out

@@ -1,0 +1,353 @@
+"""The array protocols besides DLPack, in and out.
+
+In: an object that is no DLPack producer by its type is turned into one, so
+that every rule and path of DLPack applies unchanged. When an object speaks
+several protocols, the first of these wins:
+
+1. ``__dlpack__`` and ``__dlpack_device__`` on its type (the fast path,
+   never reaching this module);
+2. the same methods answered by the instance (a proxy's ``__getattr__``,
+   as Numba's CUDA simulator arrays do);
+3. the CUDA Array Interface, versions 2 and 3 (``__cuda_array_interface__``:
+   Numba device arrays, and most CUDA libraries);
+4. NumPy's array interface, version 3 (``__array_interface__``);
+5. the buffer protocol (``bytes``, ``bytearray``, ``memoryview``,
+   ``array.array``, ``mmap``);
+6. a raw DLPack capsule (one use, as a capsule is).
+
+Host data (4, 5) becomes a NumPy view of the same memory, read-only where
+the source is. CUDA Array Interface data becomes a producer of DLPack
+capsules over the same device memory, labelled with its GPU, that keeps the
+object alive and orders the consumer's stream after the interface's
+``stream`` with an event (never by blocking the host).
+
+Out: ``wrap(x)`` offers ``__cuda_array_interface__`` (version 3) over GPU
+memory and ``__array_interface__`` over host memory, besides DLPack.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import mmap
+
+import numpy as np
+
+from . import _capsule, _dtypes, _errors, _streams
+from ._devices import Device, DLDeviceType, cupy_is_rocm
+
+_T = DLDeviceType
+
+
+def producer(x):
+    """A DLPack producer over ``x``, which has no DLPack methods on its type,
+    or None when ``x`` speaks no array protocol known here."""
+    view = BUFFER_VIEWS.get(type(x))
+    if view is not None:
+        return view(x)
+    if type(x) is _capsule.CapsuleType:
+        return OneCapsule(x)
+    if _has(x, "__dlpack__") and _has(x, "__dlpack_device__"):
+        return _forwarding_type(type(x))(x)
+    cai = _interface(x, "__cuda_array_interface__")
+    if cai is not None:
+        return CudaArray(x, cai)
+    if _interface(x, "__array_interface__") is not None:
+        return host_view(x)
+    try:
+        view = memoryview(x)
+    except TypeError:
+        return None
+    return host_view(view)
+
+
+def _has(x, name) -> bool:
+    try:
+        getattr(x, name)
+    except Exception:  # a proxy's __getattr__ may raise anything
+        return False
+    return True
+
+
+def _interface(x, name):
+    try:
+        value = getattr(x, name)
+    except AttributeError:
+        return None
+    if not isinstance(value, dict):
+        raise _errors.bad_interface(name, "it is not a dict", value)
+    return value
+
+
+# -- forwarded __dlpack__ -------------------------------------------------------
+
+_FORWARDING: dict = {}
+
+
+class Forwarded:
+    """A producer whose DLPack methods are answered by the instance (its
+    ``__getattr__``), seen through a type that has them, as the layer asks
+    types. One class per forwarded type, so that what an old producer
+    accepts is remembered per type."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __dlpack__(self, **kwargs):
+        return self.obj.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.obj.__dlpack_device__()
+
+
+def _forwarding_type(t):
+    try:
+        return _FORWARDING[t]
+    except KeyError:
+        name = f"Forwarded[{t.__module__}.{t.__qualname__}]"
+        cls = _FORWARDING[t] = type(name, (Forwarded,), {"__slots__": ()})
+        cls.__module__ = t.__module__  # the producer's name in messages is its own
+        cls.__qualname__ = t.__qualname__
+        return cls
+
+
+# -- host memory: the array interface and the buffer protocol ----------------
+
+def host_view(x) -> np.ndarray:
+    """A NumPy view of an ``__array_interface__`` or buffer-protocol object's
+    memory (read-only where the source is); the object stays alive as its base."""
+    mask = _interface(x, "__array_interface__") if not isinstance(x, memoryview) else None
+    if mask is not None and mask.get("mask") is not None:
+        raise _errors.masked_array("__array_interface__")
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise _errors.bad_interface(
+            "__array_interface__" if mask is not None else "buffer", str(exc), None
+        ) from None
+
+
+def buffer_view(x) -> np.ndarray:
+    """A NumPy view of a buffer-protocol object of the standard library."""
+    arr = np.asarray(memoryview(x))
+    if arr.dtype.isbuiltin != 1:
+        _dtypes.from_numpy(arr.dtype)  # BufferError for what DLPack cannot describe
+    return arr
+
+
+#: The standard library's buffer types, read without asking for the other
+#: protocols (none of them has any).
+BUFFER_VIEWS = {t: buffer_view for t in (bytes, bytearray, memoryview, array.array, mmap.mmap)}
+
+
+# -- the CUDA Array Interface -------------------------------------------------
+
+class _HostHolder:
+    """Lends NumPy a description of device memory (never read by NumPy) and
+    keeps the object that owns it alive, as the base of NumPy's view."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, interface, owner):
+        self.__array_interface__ = interface
+        self.owner = owner
+
+
+def parse_cuda_interface(cai) -> dict:
+    """The CUDA Array Interface dict checked: ``shape``, ``typestr``,
+    ``data``, ``strides``, ``version``, ``stream``; BufferError or TypeError
+    naming what is wrong."""
+    name = "__cuda_array_interface__"
+    for key in ("shape", "typestr", "data"):
+        if key not in cai:
+            raise _errors.bad_interface(name, f"it has no {key!r}", cai)
+    version = cai.get("version", 0)
+    if type(version) is not int or not 0 <= version <= 3:
+        raise _errors.bad_interface(name, f"version {version!r} is not 0 to 3", cai)
+    if cai.get("mask") is not None:
+        raise _errors.masked_array(name)
+    shape = cai["shape"]
+    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+        raise _errors.bad_interface(name, f"shape {shape!r} is not a tuple of non-negative ints", cai)
+    data = cai["data"]
+    if not (isinstance(data, tuple) and len(data) == 2 and type(data[0]) is int and data[0] >= 0):
+        raise _errors.bad_interface(name, f"data {data!r} is not a (pointer, read_only) tuple", cai)
+    dtype = _dtype_of(cai["typestr"], cai)
+    strides = cai.get("strides")
+    if strides is not None and not (
+        isinstance(strides, tuple) and len(strides) == len(shape) and all(type(s) is int for s in strides)
+    ):
+        raise _errors.bad_interface(name, f"strides {strides!r} are not one int per dimension", cai)
+    if strides is not None and any(s % dtype.itemsize for s in strides):
+        raise _errors.bad_interface(
+            name, f"strides {strides!r} are not multiples of the item size {dtype.itemsize}", cai
+        )
+    stream = cai.get("stream") if version >= 3 else None
+    if stream is not None and (type(stream) is not int or stream < 0 and stream != -1):
+        raise _errors.bad_interface(name, f"stream {stream!r} is not a stream handle", cai)
+    if stream == 0:
+        raise _errors.bad_interface(name, "stream 0 is disallowed by the interface (it is ambiguous)", cai)
+    size = math.prod(shape)
+    if data[0] == 0 and size:
+        raise _errors.bad_interface(name, f"data is NULL but the shape {shape} has elements", cai)
+    return {
+        "shape": shape, "dtype": dtype, "ptr": data[0], "readonly": bool(data[1]),
+        "strides": strides, "stream": stream, "size": size,
+    }
+
+
+_DTYPES: dict = {}  # typestr -> NumPy dtype, for the type strings seen
+
+
+def _dtype_of(typestr, cai):
+    try:
+        return _DTYPES[typestr]
+    except (KeyError, TypeError):
+        pass
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError:
+        raise _errors.bad_interface(
+            "__cuda_array_interface__", f"typestr {typestr!r} is no NumPy type string", cai
+        ) from None
+    if dtype.byteorder == (">" if np.little_endian else "<"):
+        raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
+    if type(typestr) is str:
+        _DTYPES[typestr] = dtype
+    return dtype
+
+
+def _gpu_of(ptr: int) -> int:
+    """The GPU that holds device pointer ``ptr`` (the current GPU for NULL)."""
+    return _cupy_backend().gpu_of(ptr)
+
+
+def _cupy_backend():
+    global _cupy_backend
+    from ._backends import cupy
+
+    _cupy_backend = lambda: cupy  # noqa: E731 - imported once, then a plain call
+    return cupy
+
+
+class CudaArray:
+    """A DLPack producer over a CUDA Array Interface object: capsules of the
+    same device memory, labelled with its GPU; the object stays alive as long
+    as what is made from it. A consumer's stream waits for the interface's
+    ``stream`` (version 3) with an event."""
+
+    __slots__ = ("obj", "info", "device", "_view")
+
+    def __init__(self, obj, cai):
+        self.obj = obj
+        self.info = parse_cuda_interface(cai)
+        gpu = _gpu_of(self.info["ptr"])
+        self.device = Device._make(_T.ROCM if cupy_is_rocm() else _T.CUDA, gpu)
+        self._view = None
+
+    def __dlpack_device__(self):
+        return self.device.dlpack
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        info = self.info
+        if copy or (dl_device is not None and tuple(dl_device) != self.device.dlpack):
+            # The layer's backends make copies; this producer only lends memory.
+            raise _errors.interface_cannot_copy(self.device, dl_device, copy)
+        waits_on = info["stream"]
+        if stream is not None and stream != -1 and waits_on not in (None, -1):
+            from . import _handoff
+
+            consumer = _streams.resolve(stream, self.device.type)
+            _handoff.handoff(waits_on, consumer, self.device.index)
+        versioned = max_version is not None and max_version[0] >= 1
+        if info["readonly"] and not versioned:
+            raise _errors.readonly_legacy()
+        view = self._view
+        if view is None:
+            view = self._view = self._host_typed_view()
+        # NumPy's exporter describes the memory (and says READ_ONLY); the
+        # layer stamps its version on what it passes on.
+        capsule = view.__dlpack__(max_version=(1, 0)) if versioned else view.__dlpack__()
+        _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
+        return capsule
+
+    def _host_typed_view(self) -> np.ndarray:
+        # NumPy describes the memory (shape, dtype, strides) for its exporter
+        # and never reads it: the pointer is a device address.
+        info = self.info
+        holder = _HostHolder(
+            {
+                "version": 3, "shape": info["shape"], "typestr": info["dtype"].str,
+                "descr": info["dtype"].descr, "data": (info["ptr"], info["readonly"]),
+                "strides": info["strides"],
+            },
+            self.obj,
+        )
+        view = np.asarray(holder)
+        if info["readonly"]:
+            view.flags.writeable = False
+        return view
+
+
+# -- raw capsules ------------------------------------------------------------
+
+class OneCapsule:
+    """A raw DLPack capsule as a producer: it gives its capsule once, as it
+    is (the layer corrects what the request needs)."""
+
+    __slots__ = ("capsule", "device")
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+        info = _capsule.read(capsule)  # TypeError, BufferError or ConsumedCapsuleError
+        self.device = info.device
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        # The caller may share the capsule with other threads: it is claimed
+        # in one step (ConsumedCapsuleError once it was used), and its tensor
+        # handed on in a capsule only this request holds.
+        return _capsule.handover(self.capsule)[1]
+
+    def __dlpack_device__(self):
+        return self.device.dlpack
+
+
+# -- out: the interfaces offered by wrap() -------------------------------------
+
+def cuda_interface(capsule, readonly: bool, stream) -> tuple:
+    """``(dict, owner)``: the CUDA Array Interface (version 3) of a checked,
+    unconsumed capsule of GPU memory, which is taken (``owner`` frees it when
+    it dies). ``stream`` is the stream the data is ready on."""
+    info = _capsule.read(capsule)
+    return _interface_of(info, readonly, stream), _take(capsule, info)
+
+
+def array_interface(capsule, readonly: bool) -> tuple:
+    info = _capsule.read(capsule)
+    out = _interface_of(info, readonly, None)
+    del out["stream"]
+    return out, _take(capsule, info)
+
+
+def _take(capsule, info):
+    return _capsule.take(capsule, info.versioned)
+
+
+def _interface_of(info, readonly, stream) -> dict:
+    dtype = _dtypes.to_numpy(*info.dtype)
+    if dtype.padded:
+        raise _errors.unsupported_dtype(*info.dtype, "the array interfaces have no padded sub-byte types")
+    numpy_dtype = dtype.numpy
+    itemsize = numpy_dtype.itemsize
+    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    return {
+        "version": 3,
+        "shape": tuple(info.shape),
+        "typestr": numpy_dtype.str,
+        "descr": numpy_dtype.descr,
+        "data": (info.data + info.byte_offset, bool(readonly or info.read_only)),
+        "strides": strides,
+        "stream": stream,
+    }

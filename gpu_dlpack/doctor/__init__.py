@@ -1,0 +1,115 @@
+"""``gpu-dlpack doctor``: what in this environment interoperates through
+DLPack, and what gpu_dlpack fixes.
+
+Everything is measured live, with small exchanges (a 2x3 float32 array),
+never read from a table of versions. A library that is missing, fails to
+import or raises while probed gets its row with the reason; it never stops
+the report. A segmentation fault inside a library cannot be caught in
+process.
+
+``PEERS`` names the libraries and how to make an array with each; every
+behaviour reported is measured from those arrays.
+
+The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
+
+    {
+      "schema": "gpu_dlpack.doctor/1",
+      "gpu_dlpack": {"version": str, "dlpack_version": [int, int],
+                     "min_dlpack_version": [int, int]},
+      "platform": {
+        "python": str, "implementation": str, "executable": str,
+        "os": str, "machine": str,
+        "gpu": {
+          "usable": bool,                 # gpu_dlpack's GPU backend (CuPy) has a device
+          "backend": "cuda" | "rocm" | null,
+          "reason": str | null,           # why not usable
+          "nvidia_driver": str | null,    # /proc/driver/nvidia/version, first line
+          "cupy": {"distributions": [str], "version": str | null,
+                   "runtime_version": str | null, "driver_version": str | null,
+                   "device_count": int | null, "error": str | null} | null,
+          "devices": [{"index": int, "name": str, "memory_bytes": int,
+                       "compute_capability": str}],
+          "torch": {"cuda_available": bool, "cuda_version": str | null,
+                    "hip_version": str | null, "device_count": int} | null,
+          "jax": {"backend": str, "devices": [str]} | null
+        }
+      },
+      "libraries": [{
+        "name": str, "module": str, "installed": bool,
+        "version": str | null, "error": str | null,   # "not installed", import error
+        "producer": {                                  # null when not imported
+          "probed": bool, "reason": str | null,        # why not probed
+          "device": str,                               # "cpu", "cuda:0"
+          "capsules": {"none": CAPSULE, "1.0": CAPSULE},   # max_version=None / (1, 0)
+          "keywords": {"stream": bool, "max_version": bool, "dl_device": bool, "copy": bool},
+          "keyword_errors": {keyword: str},
+          "floor": [int, int] | null,        # lowest max_version accepted, when above (0, 0)
+          "floor_error": str | null,
+          "read_only": {"flag": bool | null, "legacy": "refused" | "exported" | null,
+                        "detail": str | null} | null,   # null: it makes no read-only data
+          "copy": {"copies": bool | null, "flag": bool | null, "detail": str | null}
+        },
+        "consumer": {                                   # null when not imported
+          "probed": bool, "reason": str | null,
+          "call": str,                                  # "torch.from_dlpack"
+          "sends": {keyword: value} | null,             # non-None keywords it passed
+          "error": str | null,                          # importing host data failed
+          "lands_on": str | null,                       # device of the result
+          "zero_copy": bool | null,
+          "unaligned": bool | str,      # zero-copy for data not 64-byte aligned; str: the error
+          "copy": {"forwarded": bool | null, "copied": bool | null, "error": str | null},
+          "read_only": {"honoured": bool | null, "detail": str},
+          "raw_capsules": {"legacy": true | str, "versioned": true | str},  # str: the error
+          "takes": "producers" | "capsules"   # what the exchanges feed it
+        }
+      }],
+      "matrices": [{
+        "device": "cpu" | "cuda" | "rocm",
+        "producers": [str], "consumers": [str],
+        "skipped": [{"producer": str, "reason": str}],   # no array, or no __dlpack__
+        "cells": [{"producer": str, "consumer": str, "direct": RESULT, "via": RESULT}],
+        "error": str                                     # only when the matrix could not run
+      }],
+      "findings": [{"severity": "failure" | "refused" | "hazard" | "fixed" | "note",
+                    "subject": str, "problem": str, "remedy": str}],
+      "summary": {"exchanges": int, "through_gpu_dlpack_ok": int,
+                  "through_gpu_dlpack_failed": int, "refused": int, "hazards": int},
+      "exit_status": 0 | 1
+    }
+
+    CAPSULE = {"name": "dltensor" | "dltensor_versioned", "version": [int, int] | null}
+              or {"error": str}
+    RESULT  = {"call": str,
+               "outcome": "zero-copy" | "copied" | "refused" | "error" | "wrong-values",
+               "ok": bool, "error": str | null,
+               "explain": str | null,        # id of the gpu-dlpack explain entry
+               "request": {keyword: value} | null,   # what the consumer sent to wrap()
+               "hazards": [str]}             # hazard ids, e.g. "consumer-ignores-read-only"
+
+``direct`` is the consumer's own ``from_dlpack`` on the producer's array.
+``via`` is the same exchange through gpu_dlpack: ``gpu_dlpack.from_dlpack(x)``
+for the consumer gpu_dlpack lands in on that device (NumPy on the host, CuPy
+on a GPU), ``consumer(gpu_dlpack.wrap(x))`` for every other consumer.
+On a GPU, NumPy is a consumer too (``numpy.from_dlpack(x, device="cpu")``),
+and CuPy arrays in managed memory are a producer of their own.
+``refused`` is gpu_dlpack declining what a rule of the README exists to
+refuse (a version below the floor, ``copy=False`` where a copy is needed,
+read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
+and its finding names the rule. Any other refusal of an exchange that works
+directly is an ``error``. The exit status is 1 when an exchange through
+gpu_dlpack fails.
+"""
+
+from ._findings import SEVERITIES, findings
+from ._matrix import exchange, matrix
+from ._measure import VALUES
+from ._peers import PEERS, Peer, generic_peer
+from ._platform import probe_platform
+from ._probes import load, probe_consumer, probe_producer
+from ._render import render
+from ._report import SCHEMA, run, to_json
+
+__all__ = [
+    "PEERS", "SCHEMA", "SEVERITIES", "VALUES", "Peer", "exchange", "findings", "generic_peer", "load",
+    "matrix", "probe_consumer", "probe_platform", "probe_producer", "render", "run", "to_json",
+]

@@ -1,0 +1,269 @@
+"""The exchange matrix: every producer against every consumer, directly and
+through gpu_dlpack, on the host or on the GPU."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from .. import _explain
+from .._devices import Device
+from .._export import export as gpu_export
+from .._export import wrap
+from .._import import from_dlpack as gd_from_dlpack
+from ._measure import VALUES, _err, _host_values, _pointer_or_none, _readonly_numpy, _sent
+from ._peers import _peer_gpu_usable
+from ._probes import _write_through
+from ._verdicts import judge
+
+
+# -- exchanges ---------------------------------------------------------------
+
+
+def _result(call, run, source, readonly_source=False):
+    """Run one exchange and judge it: values, pointers, read-only writes."""
+    result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
+              "request": None, "hazards": []}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got, request = run()
+    except Exception as exc:
+        result["error"] = _err(exc)
+        found = _explain.first(result["error"])
+        result["explain"] = found.entry.id if found else None
+        result["outcome"] = "refused" if found is not None and found.entry.refusal else "error"
+        request = getattr(exc, "_doctor_request", None)
+        result["request"] = request
+        return result
+    result["request"] = request
+    values = _host_values(got)
+    if values is None or values.shape != VALUES.shape or not np.array_equal(values, VALUES):
+        result["outcome"] = "wrong-values"
+        return result
+    shared = _pointer_or_none(got) == _pointer_or_none(source)
+    result["outcome"] = "zero-copy" if shared else "copied"
+    result["ok"] = True
+    if readonly_source and shared and isinstance(source, np.ndarray):
+        honoured, _ = _write_through(got, source)
+        if not honoured:
+            result["hazards"].append("consumer-ignores-read-only")
+    return result
+
+
+def _takes_capsules(consumer):
+    return consumer.row["consumer"].get("takes") == "capsules"
+
+
+def _direct(consumer, make):
+    source = make()
+    if _takes_capsules(consumer):
+        def run():
+            return consumer.consume(type(source).__dlpack__(source)), None
+
+        return source, run, "x.__dlpack__()"
+
+    def run():
+        return consumer.consume(source), None
+
+    return source, run, "x"
+
+
+def _through(consumer, make, backend_consumer):
+    source = make()
+    call = consumer.row["consumer"]["call"]
+    if backend_consumer:
+        def run():
+            return gd_from_dlpack(source), None
+
+        return source, run, "gpu_dlpack.from_dlpack(x)"
+    if _takes_capsules(consumer):
+        def run():
+            return consumer.consume(gpu_export(source)), None
+
+        return source, run, f"{call}(gpu_dlpack.export(x){_suffix(consumer)})"
+    w = wrap(source)
+
+    def run():
+        try:
+            return consumer.consume(w), _sent(w.last_request)
+        except Exception as exc:
+            exc._doctor_request = _sent(w.last_request)
+            raise
+
+    return source, run, f"{call}(gpu_dlpack.wrap(x){_suffix(consumer)})"
+
+
+def _suffix(consumer):
+    return getattr(consumer, "suffix", "")
+
+
+class _OnTheHost:
+    """A consumer whose arrays live on the host, in the GPU matrix: its
+    ``from_dlpack`` asked for ``device="cpu"``, as such a consumer must be
+    to take GPU data (NumPy)."""
+
+    suffix = ", device='cpu'"
+
+    def __init__(self, item):
+        self.peer = item.peer
+        self.module = item.module
+        self.row = item.row
+        self.consume = functools.partial(item.consume, device="cpu")
+
+
+def exchange(producer_name, make, consumer, backend_consumer, readonly_source=False) -> dict:
+    """One producer-to-consumer exchange, directly and through gpu_dlpack."""
+    call = consumer.row["consumer"]["call"]
+    try:
+        source, run, arg = _direct(consumer, make)
+        direct = _result(f"{call}({arg}{_suffix(consumer)})", run, source, readonly_source)
+    except Exception as exc:
+        direct = _failed(f"{call}(x)", exc)
+    try:
+        source, run, via_call = _through(consumer, make, backend_consumer)
+        via = _result(via_call, run, source, readonly_source)
+    except Exception as exc:
+        via = _failed("gpu_dlpack", exc)
+    judge(direct, via)
+    return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": via}
+
+
+def _failed(call, exc):
+    """An exchange that could not start (the array or the wrapper failed)."""
+    error = _err(exc)
+    found = _explain.first(error)
+    return {"call": call, "outcome": "error", "ok": False, "error": error,
+            "explain": found.entry.id if found else None, "request": None, "hazards": []}
+
+
+def _makers(loaded, gpu):
+    """(row name, maker, read-only?) for every producer on the host or the
+    GPU, and (name, reason) for those skipped: a library whose arrays cannot
+    be made here, or have no ``__dlpack__``, exchanges nothing."""
+    makers, skipped = [], []
+    for item in loaded:
+        peer, module = item.peer, item.module
+        if module is None:
+            continue
+        if gpu:
+            if peer.gpu is None or not _peer_gpu_usable(peer, module):
+                continue
+            make = functools.partial(peer.gpu, module, VALUES)
+        elif peer.host is not None:
+            prod = item.row.get("producer") or {}
+            if prod.get("probed") and not Device(_device_tuple(prod.get("device"))).is_host_accessible:
+                continue
+            make = functools.partial(peer.host, module, VALUES)
+        else:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sample = make()
+        except Exception as exc:
+            skipped.append({"producer": peer.name, "reason": f"could not make an array: {_err(exc)}"})
+            continue
+        if not _speaks_an_array_protocol(sample):
+            skipped.append({"producer": peer.name, "reason": f"{type(sample).__name__} has no __dlpack__"})
+            continue
+        makers.append((peer.name, make, False))
+        if peer.name == "jax":
+            spread = _jax_sharded_maker(module, gpu)
+            if spread is not None:
+                makers.append(("jax (sharded)", spread, False))
+        if peer.name == "numpy" and not gpu:
+            makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True))
+        if peer.name == "cupy" and gpu and _has_managed_memory(module):
+            makers.append(("cupy (managed)", functools.partial(_managed_cupy, module, VALUES), False))
+    return makers, skipped
+
+
+def _speaks_an_array_protocol(x) -> bool:
+    """DLPack (on the type or forwarded by the instance), or the CUDA Array
+    Interface (Numba's device arrays): gpu_dlpack takes each."""
+    return hasattr(type(x), "__dlpack__") or hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__")
+
+
+def _jax_sharded_maker(jax, gpu):
+    """A maker of a JAX array sharded over two devices (its rows split), when
+    JAX has two devices of the kind: no DLPack consumer takes one directly."""
+    platform = "gpu" if gpu else "cpu"
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        return None
+    if len(devices) < 2:
+        return None
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(devices[:2]), ("x",)), PartitionSpec("x", None))
+    return functools.partial(jax.device_put, VALUES, sharding)
+
+
+def _has_managed_memory(cupy) -> bool:
+    """Whether CuPy allocates managed memory here (CUDA, not ROCm)."""
+    try:
+        return not cupy.cuda.runtime.is_hip and bool(_managed_cupy(cupy, VALUES).size)
+    except Exception:
+        return False
+
+
+def _managed_cupy(cupy, a):
+    with cupy.cuda.using_allocator(cupy.cuda.malloc_managed):
+        out = cupy.asarray(a)
+    cupy.cuda.Device().synchronize()
+    return out
+
+
+def _device_tuple(name):
+    try:
+        return Device(name).dlpack
+    except Exception:
+        return (1, 0)
+
+
+def _consumers(loaded, gpu):
+    out = []
+    for item in loaded:
+        if item.consume is None:
+            continue
+        cons = item.row.get("consumer") or {}
+        if gpu:
+            if item.peer.gpu is not None and _peer_gpu_usable(item.peer, item.module):
+                out.append(item)
+            elif item.peer.name == "numpy":
+                out.append(_OnTheHost(item))
+        elif item.peer.host_consumer and (item.peer.always or cons.get("error") is None):
+            out.append(item)
+    return out
+
+
+def matrix(loaded, gpu=False) -> dict | None:
+    """Every producer against every consumer on the host, or on the GPU."""
+    makers, skipped = _makers(loaded, gpu)
+    consumers = _consumers(loaded, gpu)
+    if not makers or not consumers:
+        return None
+    backend = "cupy" if gpu else "numpy"
+    device = "cpu"
+    if gpu:
+        try:
+            device = Device.of(makers[0][1]()).type.name.lower()
+        except Exception:
+            device = "gpu"
+    cells = []
+    for name, make, ro in makers:
+        for consumer in consumers:
+            cells.append(exchange(name, make, consumer, consumer.peer.name == backend, ro))
+    return {
+        "device": device,
+        "producers": [m[0] for m in makers],
+        "consumers": [c.peer.name for c in consumers],
+        "skipped": skipped,
+        "cells": cells,
+    }
+
+

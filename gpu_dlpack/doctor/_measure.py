@@ -1,0 +1,123 @@
+"""The sample array every probe and exchange uses, and the small tools that
+measure what a library did with it."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from .. import _capsule
+
+VALUES = np.arange(6, dtype=np.float32).reshape(2, 3)
+KEYWORDS = ("stream", "max_version", "dl_device", "copy")
+_MESSAGE_WIDTH = 300
+
+
+ALIGNMENT = 64  # bytes; JAX copies host buffers aligned less
+
+
+def _aligned(a, offset=0):
+    """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte
+    boundary, so that what a consumer does with alignment shows the same on
+    every run."""
+    raw = np.empty(a.nbytes + 2 * ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT + offset
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def _readonly_numpy(m, a):
+    a = _aligned(a)
+    a.flags.writeable = False
+    return a
+
+
+def _err(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_WIDTH else text[: _MESSAGE_WIDTH - 3] + "..."
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return repr(value)
+
+
+def _sent(request) -> dict | None:
+    """The keywords a consumer passed to wrap(), without the None ones (None
+    and absent mean the same to a producer)."""
+    if request is None:
+        return None
+    return {k: _jsonable(v) for k, v in request.items() if v is not None}
+
+
+def _pointer(x):
+    """Address of ``x``'s first element, read from a capsule of it."""
+    method = type(x).__dlpack__
+    try:
+        cap = method(x, max_version=(1, 0))
+    except TypeError:
+        cap = method(x)
+    info = _capsule.read(cap)
+    return info.data + info.byte_offset
+
+
+def _pointer_or_none(x):
+    try:
+        return _pointer(x)
+    except Exception:
+        return None
+
+
+def _host_values(x):
+    """``x``'s values as a NumPy array, wherever ``x`` lives."""
+    try:
+        return np.from_dlpack(x, device="cpu", copy=True)
+    except Exception:
+        pass
+    for attempt in (lambda: x.get(), lambda: x.cpu().numpy(), lambda: np.asarray(x)):
+        try:
+            return np.asarray(attempt())
+        except Exception:
+            continue
+    return None
+
+
+def _resolve(module, paths):
+    for path in paths:
+        obj = module
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if callable(obj):
+            return obj, path
+    return None, None
+
+
+def _capsule_kind(make):
+    try:
+        info = _capsule.read(make())
+    except Exception as exc:
+        return {"error": _err(exc)}
+    return {"name": info.name, "version": list(info.version) if info.version else None}
+
+
+def _quiet(fn):
+    """Run a probe with warnings silenced (a probe reports, it does not warn)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+
+    return run
+

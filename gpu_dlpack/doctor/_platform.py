@@ -1,0 +1,129 @@
+"""The platform: Python, the GPU, and what CuPy, PyTorch and JAX see of it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+import warnings
+
+from ._measure import _err
+from ._peers import _cupy_gpus
+from ._probes import _installed
+
+
+# -- platform ----------------------------------------------------------------
+
+
+def _nvidia_driver():
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _cuda_version(v):
+    return None if not v else f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _cupy_distributions():
+    names = set()
+    try:
+        for dist in importlib.metadata.distributions():
+            name = (dist.metadata["Name"] or "").lower()
+            if name == "cupy" or name.startswith("cupy-"):
+                names.add(f"{dist.metadata['Name']} {dist.version}")
+    except Exception:
+        pass
+    return sorted(names)
+
+
+def _probe_cupy(gpu):
+    if not _installed("cupy"):
+        gpu["reason"] = "CuPy is not installed (gpu_dlpack's GPU backend: pip install 'gpu_dlpack[cuda12]')"
+        return None
+    info = {"distributions": _cupy_distributions(), "version": None, "runtime_version": None,
+            "driver_version": None, "device_count": None, "error": None}
+    try:
+        import cupy
+        from cupy.cuda import runtime
+
+        info["version"] = cupy.__version__
+        hip = bool(getattr(runtime, "is_hip", False))
+        gpu["backend"] = "rocm" if hip else "cuda"
+    except Exception as exc:
+        info["error"] = _err(exc)
+        gpu["reason"] = f"CuPy does not import: {info['error']}"
+        return info
+    for key, call, fmt in (("runtime_version", runtime.runtimeGetVersion, _cuda_version),
+                           ("driver_version", runtime.driverGetVersion, _cuda_version)):
+        try:
+            info[key] = fmt(call()) if not hip else str(call())
+        except Exception as exc:
+            info[key] = None
+            info["error"] = info["error"] or _err(exc)
+    try:
+        count = int(runtime.getDeviceCount())
+        info["device_count"] = count
+    except Exception as exc:
+        info["error"] = _err(exc)
+        gpu["reason"] = f"CuPy cannot use a GPU: {info['error']}"
+        return info
+    if count == 0:
+        gpu["reason"] = "CuPy sees no GPU"
+    for i in range(count):
+        try:
+            p = runtime.getDeviceProperties(i)
+            name = p.get("name", b"")
+            arch = p.get("gcnArchName", b"") if hip else b""
+            cc = (arch.decode(errors="replace") if isinstance(arch, bytes) else str(arch)) if hip else f"{p['major']}.{p['minor']}"
+            gpu["devices"].append({
+                "index": i,
+                "name": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
+                "memory_bytes": int(p.get("totalGlobalMem", 0)),
+                "compute_capability": cc,
+            })
+        except Exception as exc:
+            gpu["devices"].append({"index": i, "name": f"unreadable: {_err(exc)}", "memory_bytes": 0,
+                                   "compute_capability": ""})
+    return info
+
+
+def probe_platform() -> dict:
+    gpu = {"usable": False, "backend": None, "reason": None, "nvidia_driver": _nvidia_driver(),
+           "cupy": None, "devices": [], "torch": None, "jax": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gpu["cupy"] = _probe_cupy(gpu)
+        gpu["usable"] = bool(gpu["devices"]) and _cupy_gpus() > 0
+        if gpu["usable"]:
+            gpu["reason"] = None
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            try:
+                gpu["torch"] = {
+                    "cuda_available": bool(torch.cuda.is_available()),
+                    "cuda_version": torch.version.cuda,
+                    "hip_version": getattr(torch.version, "hip", None),
+                    "device_count": int(torch.cuda.device_count()),
+                }
+            except Exception as exc:
+                gpu["torch"] = {"cuda_available": False, "cuda_version": None, "hip_version": None,
+                                "device_count": 0, "error": _err(exc)}
+        jax = sys.modules.get("jax")
+        if jax is not None:
+            try:
+                gpu["jax"] = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
+            except Exception as exc:
+                gpu["jax"] = {"backend": "unusable", "devices": [], "error": _err(exc)}
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "gpu": gpu,
+    }
+
+

@@ -1,0 +1,294 @@
+"""Probes of one library: what it does as a producer and as a consumer."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import warnings
+
+from .. import _capsule
+from .._devices import Device
+from .._export import wrap
+from ._measure import (VALUES, _aligned, _capsule_kind, _err, _pointer_or_none, _quiet,
+                       _readonly_numpy, _resolve, _sent)
+from ._peers import _peer_gpu_usable
+
+
+# -- producers ---------------------------------------------------------------
+
+
+def _accepts(x, keyword, value):
+    """True when ``x.__dlpack__`` takes ``keyword``; the TypeError otherwise."""
+    try:
+        type(x).__dlpack__(x, **{keyword: value})
+    except TypeError as exc:
+        return _err(exc)
+    except Exception:  # the keyword was taken; the value was refused
+        return True
+    return True
+
+
+def _floor(x):
+    """The lowest ``max_version`` ``x`` accepts (None when (0, 0) works), and
+    the error just below it."""
+    error = None
+    for minor in range(0, 10):
+        try:
+            type(x).__dlpack__(x, max_version=(0, minor))
+        except Exception as exc:
+            error = _err(exc)
+            continue
+        return (None, None) if minor == 0 else ([0, minor], error)
+    return [1, 0], error
+
+
+@_quiet
+def probe_producer(peer, module, gpu=False) -> dict:
+    out = {"probed": False, "reason": None}
+    make = peer.gpu if gpu else peer.host
+    if make is None:
+        out["reason"] = "makes no GPU arrays" if gpu else "makes no host arrays here"
+        return out
+    try:
+        x = make(module, VALUES)
+    except Exception as exc:
+        out["reason"] = f"could not make an array: {_err(exc)}"
+        return out
+    if not hasattr(type(x), "__dlpack__"):
+        if hasattr(x, "__cuda_array_interface__"):
+            out["reason"] = (
+                f"{type(x).__name__} speaks the CUDA Array Interface, not DLPack: "
+                "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
+            )
+        elif hasattr(x, "__dlpack__"):
+            out["reason"] = (
+                f"{type(x).__name__} forwards __dlpack__ through its instance: "
+                "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
+            )
+        else:
+            out["reason"] = f"{type(x).__name__} has no __dlpack__"
+        return out
+    out["probed"] = True
+    try:
+        out["device"] = str(Device.of(x))
+    except Exception as exc:
+        out["device"] = f"unknown ({_err(exc)})"
+    out["capsules"] = {
+        "none": _capsule_kind(lambda: type(x).__dlpack__(x)),
+        "1.0": _capsule_kind(lambda: type(x).__dlpack__(x, max_version=(1, 0))),
+    }
+    own_device = _own_device(x)
+    keywords, errors = {}, {}
+    for keyword, value in (("stream", None), ("max_version", (1, 0)), ("dl_device", own_device), ("copy", None)):
+        taken = _accepts(x, keyword, value)
+        keywords[keyword] = taken is True
+        if taken is not True:
+            errors[keyword] = taken
+    out["keywords"] = keywords
+    out["keyword_errors"] = errors
+    out["floor"], out["floor_error"] = _floor(x) if keywords["max_version"] else (None, None)
+    out["read_only"] = _producer_read_only(peer, module) if peer.readonly and not gpu else None
+    out["copy"] = _producer_copy(x) if keywords["copy"] else {
+        "copies": None, "flag": None, "detail": "does not take copy"
+    }
+    return out
+
+
+def _own_device(x):
+    try:
+        return tuple(type(x).__dlpack_device__(x))
+    except Exception:
+        return None
+
+
+def _producer_read_only(peer, module):
+    try:
+        r = peer.readonly(module, VALUES)
+    except Exception as exc:
+        return {"flag": None, "legacy": None, "detail": f"could not make read-only data: {_err(exc)}"}
+    result = {"flag": None, "legacy": None, "detail": None}
+    try:
+        info = _capsule.read(type(r).__dlpack__(r, max_version=(1, 0)))
+        if info.versioned:
+            result["flag"] = info.read_only
+        else:
+            result["detail"] = "gives legacy capsules only"
+    except Exception as exc:
+        result["detail"] = f"versioned export failed: {_err(exc)}"
+    try:
+        type(r).__dlpack__(r)
+        result["legacy"] = "exported"
+    except Exception:
+        result["legacy"] = "refused"
+    return result
+
+
+def _producer_copy(x):
+    try:
+        cap = type(x).__dlpack__(x, max_version=(1, 0), copy=True)
+        info = _capsule.read(cap)
+    except Exception as exc:
+        return {"copies": None, "flag": None, "detail": _err(exc)}
+    source = _pointer_or_none(x)
+    copies = None if source is None else info.data + info.byte_offset != source
+    return {"copies": copies, "flag": info.is_copied if info.versioned else None, "detail": None}
+
+
+# -- consumers ---------------------------------------------------------------
+
+
+def _write_through(out, source):
+    """Write into an import of read-only ``source``: (honoured, detail)."""
+    index = (0,) * len(source.shape)
+    before = source[index].item()
+    try:
+        out[index] = before + 41  # a Python scalar: every library takes one
+    except Exception as exc:
+        return True, f"refuses writes ({type(exc).__name__})"
+    if source[index].item() != before:
+        return False, "writes into the read-only source"
+    return True, "the write went to a copy"
+
+
+@_quiet
+def probe_consumer(peer, module) -> dict:
+    fn, path = _resolve(module, peer.consumer)
+    call = f"{peer.module}.{path}" if path else None
+    out = {"probed": False, "reason": None, "call": call}
+    if fn is None:
+        out["reason"] = "no from_dlpack found (looked for " + ", ".join(peer.consumer) + ")"
+        return out
+    out["probed"] = True
+    src = _aligned(VALUES)
+    w = wrap(src)
+    try:
+        got = fn(w)
+    except Exception as exc:
+        out.update(sends=_sent(w.last_request), error=_err(exc), lands_on=None, zero_copy=None)
+    else:
+        out.update(sends=_sent(w.last_request), error=None)
+        try:
+            out["lands_on"] = str(Device.of(got))
+        except Exception:
+            out["lands_on"] = None
+        out["zero_copy"] = _pointer_or_none(got) == src.ctypes.data
+    out["unaligned"] = _consumer_unaligned(fn)
+    out["copy"] = _consumer_copy(fn)
+    out["read_only"] = _consumer_read_only(fn)
+    raw = {}
+    for kind, make in (("legacy", lambda: VALUES.copy().__dlpack__()),
+                       ("versioned", lambda: VALUES.copy().__dlpack__(max_version=(1, 0)))):
+        try:
+            fn(make())
+            raw[kind] = True
+        except Exception as exc:
+            raw[kind] = _err(exc)
+    out["raw_capsules"] = raw
+    # A consumer that takes only capsules (tensorflow's from_dlpack) is fed
+    # capsules in the exchanges.
+    out["takes"] = "capsules" if out["error"] and raw["legacy"] is True else "producers"
+    return out
+
+
+def _consumer_unaligned(fn):
+    """Whether an import of host data 4 bytes past a 64-byte boundary is
+    zero-copy (True), copied (False) or fails (the error)."""
+    src = _aligned(VALUES, offset=4)
+    try:
+        got = fn(wrap(src))
+    except Exception as exc:
+        return _err(exc)
+    return _pointer_or_none(got) == src.ctypes.data
+
+
+def _consumer_copy(fn):
+    src = _aligned(VALUES)
+    w = wrap(src)
+    try:
+        got = fn(w, copy=True)
+    except Exception as exc:
+        return {"forwarded": None, "copied": None, "error": _err(exc)}
+    forwarded = bool(w.last_request and w.last_request.get("copy") is True)
+    p = _pointer_or_none(got)
+    return {"forwarded": forwarded, "copied": None if p is None else p != src.ctypes.data, "error": None}
+
+
+def _consumer_read_only(fn):
+    src = _readonly_numpy(None, VALUES)
+    w = wrap(src)
+    try:
+        got = fn(w)
+    except Exception as exc:
+        if w.last_request is not None and w.last_request.get("max_version") is None:
+            return {"honoured": None, "detail": "asks for legacy capsules only, so read-only data is refused"}
+        return {"honoured": None, "detail": f"import failed: {_err(exc)}"}
+    honoured, detail = _write_through(got, src)
+    return {"honoured": honoured, "detail": detail}
+
+
+# -- libraries ---------------------------------------------------------------
+
+
+def _version(module, top):
+    try:
+        return importlib.metadata.version(top)
+    except Exception:
+        pass
+    v = getattr(module, "__version__", None)
+    return None if v is None else str(v)
+
+
+class _Loaded:
+    """A peer and its imported module, kept for the exchanges."""
+
+    def __init__(self, peer, module, row):
+        self.peer = peer
+        self.module = module
+        self.row = row
+        self.consume, _ = _resolve(module, peer.consumer) if module is not None else (None, None)
+
+
+def _installed(module_name) -> bool:
+    top = module_name.split(".")[0]
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def load(peer) -> _Loaded:
+    """Import ``peer`` and probe it; never raises."""
+    row = {"name": peer.name, "module": peer.module, "installed": False, "version": None,
+           "error": None, "producer": None, "consumer": None}
+    if not _installed(peer.module):
+        row["error"] = "not installed"
+        return _Loaded(peer, None, row)
+    row["installed"] = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(peer.module)
+            for sub in peer.submodules:
+                importlib.import_module(sub)
+    except Exception as exc:
+        row["error"] = f"import failed: {_err(exc)}"
+        return _Loaded(peer, None, row)
+    row["version"] = _version(module, peer.module.split(".")[0])
+    # A library of GPU arrays only (CuPy) is probed as a producer on the GPU.
+    gpu = peer.host is None and peer.gpu is not None
+    for side, probe in (("producer", lambda: _probe_producer_where_possible(peer, module, gpu)),
+                        ("consumer", lambda: probe_consumer(peer, module))):
+        try:
+            row[side] = probe()
+        except Exception as exc:  # a probe reports, it never stops the report
+            row[side] = {"probed": False, "reason": f"probe crashed: {_err(exc)}"}
+    return _Loaded(peer, module, row)
+
+
+def _probe_producer_where_possible(peer, module, gpu):
+    if gpu and not _peer_gpu_usable(peer, module):
+        return {"probed": False, "reason": "its arrays live on a GPU, and none is usable"}
+    return probe_producer(peer, module, gpu=gpu)
+
+

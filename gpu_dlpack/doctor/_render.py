@@ -1,0 +1,197 @@
+"""The terminal view of a doctor report."""
+
+from __future__ import annotations
+
+from .. import _explain
+
+
+# -- the terminal view -------------------------------------------------------
+
+
+class _Span(str):
+    """A table cell that runs over the columns after it (a reason, not a value)."""
+
+
+def _table(rows, indent="  "):
+    def spans(r):
+        return any(isinstance(c, _Span) for c in r)
+
+    full = [r for r in rows if not spans(r)]
+    widths = [max(len(str(r[i])) for r in full) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = []
+        for c, w in zip(r, widths):
+            cells.append(str(c) if isinstance(c, _Span) else str(c).ljust(w))
+            if isinstance(c, _Span):
+                break
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _capsule_text(c):
+    if "error" in c:
+        return "error"
+    if c["version"] is None:
+        return "legacy"
+    return f"{c['version'][0]}.{c['version'][1]}"
+
+
+def _producer_cells(row):
+    p = row.get("producer") or {}
+    if not row["installed"] or row["error"]:
+        return [_Span(row["error"] or ""), "", "", "", "", ""]
+    if not p.get("probed"):
+        return [_Span(f"not probed: {p.get('reason')}"), "", "", "", "", ""]
+    missing = [k for k, taken in p["keywords"].items() if not taken]
+    ro = p.get("read_only")
+    if ro is None:
+        ro_text = "n/a"
+    elif ro["flag"] is None:
+        ro_text = ro.get("detail") or "?"
+    else:
+        ro_text = ("sets" if ro["flag"] else "NOT SET") + ("" if ro["legacy"] != "exported" else ", legacy export!")
+    c = p["copy"]
+    if c["copies"] is None:
+        copy_text = c["detail"] or "?"
+    else:
+        copy_text = ("copies" if c["copies"] else "SHARES") + (
+            "" if c["flag"] is None else (", IS_COPIED" if c["flag"] else ", no IS_COPIED")
+        )
+    floor = p.get("floor")
+    return [
+        f"{_capsule_text(p['capsules']['none'])} / {_capsule_text(p['capsules']['1.0'])}",
+        "-" if not floor else f"{floor[0]}.{floor[1]}",
+        ", ".join(missing) or "all",
+        ro_text,
+        copy_text,
+        p.get("device", ""),
+    ]
+
+
+def _consumer_cells(row):
+    c = row.get("consumer") or {}
+    if not row["installed"] or row["error"]:
+        return [_Span(row["error"] or ""), "", "", "", "", ""]
+    if not c.get("probed"):
+        return [_Span(f"not probed: {c.get('reason')}"), "", "", "", "", ""]
+    sends = c.get("sends")
+    if c.get("error"):
+        sends_text = f"fails ({c['error'].split(':')[0]})"
+    elif sends is None:
+        sends_text = "?"
+    else:
+        sends_text = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}" for k, v in sends.items()) or "nothing"
+    copy = c["copy"]
+    if copy.get("error"):
+        copy_text = "not taken"
+    else:
+        copy_text = ("forwarded" if copy["forwarded"] else "not forwarded") + (
+            "" if copy["copied"] is not False else ", SHARES"
+        )
+    ro = c["read_only"]
+    ro_text = {True: "honoured", False: "IGNORED", None: "n/a"}[ro["honoured"]]
+    raw = [k for k, v in c["raw_capsules"].items() if v is True]
+    unaligned = {True: "0-copy", False: "copies"}.get(c.get("unaligned"), "fails")
+    return [c["call"], sends_text, copy_text, ro_text, unaligned, "both" if len(raw) == 2 else (raw or ["no"])[0]]
+
+
+_SHORT = {"zero-copy": "0-copy", "copied": "copied", "refused": "refused", "error": "ERROR",
+          "wrong-values": "WRONG"}
+
+
+def _cell_text(cell):
+    def one(r):
+        return _SHORT[r["outcome"]] + ("!" if r["hazards"] else "")
+
+    return f"{one(cell['direct'])} > {one(cell['via'])}"
+
+
+def render(report) -> str:
+    g = report["gpu_dlpack"]
+    lines = [
+        f"gpu-dlpack doctor: gpu_dlpack {g['version']}, produces DLPack "
+        f"{g['dlpack_version'][0]}.{g['dlpack_version'][1]}, floor "
+        f"{g['min_dlpack_version'][0]}.{g['min_dlpack_version'][1]}",
+        "",
+        "Platform",
+    ]
+    p = report["platform"]
+    lines.append(f"  Python  {p['python']} ({p['implementation']}) on {p['os']}")
+    lines += _gpu_lines(p["gpu"])
+    lines += ["", "Producers: x.__dlpack__() / x.__dlpack__(max_version=(1, 0))"]
+    rows = [["library", "version", "capsules", "floor", "keywords taken", "read-only data", "copy=True", "device"]]
+    for row in report["libraries"]:
+        rows.append([row["name"], row["version"] or "-"] + _producer_cells(row))
+    lines += _table(rows)
+    lines += ["", "Consumers: what from_dlpack asks of a producer (measured with gpu_dlpack.wrap)"]
+    rows = [["library", "call", "sends", "copy=True", "READ_ONLY", "unaligned", "raw capsules"]]
+    for row in report["libraries"]:
+        rows.append([row["name"]] + _consumer_cells(row))
+    lines += _table(rows)
+    for mat in report["matrices"]:
+        lines += ["", f"Exchanges on {mat['device']}: direct > through gpu_dlpack"]
+        if mat.get("error"):
+            lines.append(f"  could not run: {mat['error']}")
+            continue
+        by = {(c["producer"], c["consumer"]): c for c in mat["cells"]}
+        rows = [["producer \\ consumer"] + mat["consumers"]]
+        for prod in mat["producers"]:
+            rows.append([prod] + [_cell_text(by[(prod, cons)]) for cons in mat["consumers"]])
+        lines += _table(rows)
+        for skip in mat.get("skipped", ()):
+            lines.append(f"  ({skip['producer']} is not a producer here: {skip['reason']})")
+        backend = "cupy" if mat["device"] != "cpu" else "numpy"
+        lines += _explain.wrap_text(
+            f"0-copy: zero-copy, copied: the consumer got a copy, ERROR: an exception, refused: "
+            f"gpu_dlpack declines by rule, !: hazard. Through gpu_dlpack means "
+            f"gpu_dlpack.from_dlpack(x) in the {backend} column, consumer(gpu_dlpack.wrap(x)) elsewhere.",
+            "  ", "  ", 100,
+        )
+    lines += ["", "Findings"]
+    if not report["findings"]:
+        lines.append("  none")
+    for f in report["findings"]:
+        lines += _explain.wrap_text(f"[{f['severity']}] {f['subject']}: {f['problem']}", "  ", "      ", 100)
+        lines += _explain.wrap_text(f"remedy: {f['remedy']}", "      ", "        ", 100)
+    s = report["summary"]
+    lines.append("")
+    if report["exit_status"] == 0:
+        lines.append(
+            f"OK: all {s['exchanges']} exchanges through gpu_dlpack work"
+            + (f" ({s['refused']} refused by rule, see Findings)" if s["refused"] else "")
+            + ". Exit status 0."
+        )
+    else:
+        lines.append(
+            f"FAILED: {s['through_gpu_dlpack_failed']} of {s['exchanges']} exchanges through gpu_dlpack fail. "
+            "Exit status 1; attach `gpu-dlpack doctor --json` to a bug report."
+        )
+    return "\n".join(lines)
+
+
+def _gpu_lines(gpu):
+    lines = []
+    if gpu["usable"]:
+        lines.append(f"  GPU     {gpu['backend'].upper()} usable through CuPy")
+    else:
+        lines += _explain.wrap_text(f"none usable: {gpu['reason'] or 'unknown'}", "  GPU     ", "          ", 100)
+    c = gpu["cupy"]
+    if c is not None:
+        rt = c.get("runtime_version") or "?"
+        drv = c.get("driver_version") or "none"
+        dists = ", ".join(c["distributions"]) or f"cupy {c.get('version')}"
+        lines.append(f"          CuPy build: {dists}; runtime {rt}, driver {drv}")
+    if gpu["nvidia_driver"]:
+        lines.append(f"          {gpu['nvidia_driver']}")
+    for d in gpu["devices"]:
+        mem = d["memory_bytes"] / 2**30
+        lines.append(f"          device {d['index']}: {d['name']}, {mem:.1f} GiB, compute capability {d['compute_capability']}")
+    t = gpu["torch"]
+    if t is not None:
+        kind = f"CUDA {t['cuda_version']}" if t["cuda_version"] else (f"ROCm {t['hip_version']}" if t["hip_version"] else "CPU build")
+        lines.append(f"          torch: {kind}, {t['device_count']} GPU(s) usable" if t["cuda_available"] else f"          torch: {kind}, no GPU usable")
+    j = gpu["jax"]
+    if j is not None:
+        lines.append(f"          jax: backend {j['backend']}, devices {', '.join(j['devices']) or 'none'}")
+    return lines
