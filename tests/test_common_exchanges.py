@@ -377,7 +377,7 @@ def test_inspect_refuses_a_consumed_capsule_and_a_non_capsule():
     gpu_dlpack.from_dlpack(cap)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.inspect(cap)
-    with pytest.raises(TypeError, match="expected a PyCapsule"):
+    with pytest.raises(TypeError, match="expected a PyCapsule named 'dltensor' or 'dltensor_versioned'; got ndarray"):
         gpu_dlpack.inspect(np.arange(3))
 
 

@@ -244,6 +244,17 @@ def test_inspect_of_a_malformed_capsule_reads_it_as_written_or_refuses_and_never
     assert rec.calls == (1 if kw.get("deleter", True) else 0)
 
 
+def test_the_most_dimensions_a_capsule_may_have_are_64():
+    deep = np.zeros((1,) * 64)
+    cap, rec = make(deep)
+    assert gpu_dlpack.inspect(cap).ndim == 64
+    arr = gpu_dlpack.from_dlpack(cap)
+    assert arr.shape == (1,) * 64 and arr.ctypes.data == deep.ctypes.data
+    del arr, cap
+    _collect()
+    assert rec.calls == 1
+
+
 # -- names -----------------------------------------------------------------
 
 WRONG_NAMES = ["", "foo", "dltensor_v", "DLTENSOR", "dltensor\x01", "used_dltensorx", False]
@@ -301,7 +312,7 @@ def test_a_consumed_capsule_is_refused_everywhere_and_freed_once(versioned, fed)
     ):
         with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
             call()
-    with pytest.raises(ValueError, match="already consumed"):
+    with pytest.raises(ValueError, match=f"already consumed \\(its name is '{_used(versioned)}'\\)"):
         gpu_dlpack.inspect(cap)
     assert rec.calls == 0  # the array still uses the memory
     del arr
