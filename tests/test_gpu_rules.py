@@ -262,3 +262,21 @@ def test_importing_the_gpu_machinery_needs_no_gpu_and_imports_no_cupy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+# -- managed memory as consumers see it -------------------------------------------
+
+def test_managed_memory_is_reported_as_the_gpu_that_allocated_it():
+    managed = Device("cuda_managed")
+    assert _rules.reported_device(managed, 3) == Device("cuda:3")
+    assert _rules.reported_device(managed, None) == managed  # the GPU is unknown: its own label
+    assert _rules.reported_device(Device("cuda:1"), 3) == Device("cuda:1")
+    assert _rules.reported_device(Device("cpu"), 0) == Device("cpu")
+
+
+def test_a_consumer_with_a_stream_and_no_device_is_served_the_reported_device():
+    reported = Device("cuda:3")
+    assert _rules.served_device(reported, None, 7) == (2, 3)  # a GPU consumer
+    assert _rules.served_device(reported, None, None) is None  # a host consumer: the memory's label
+    assert _rules.served_device(reported, (1, 0), 7) == (1, 0)  # a device named is the device served
+    assert _rules.served_device(reported, (1, 0), None) == (1, 0)
