@@ -35,6 +35,13 @@ def j(jax):
     return jax.numpy.arange(SMALL, dtype=jax.numpy.float64)
 
 
+@pytest.fixture(scope="session")
+def tvm_ffi():
+    import tvm_ffi
+
+    return tvm_ffi
+
+
 @pytest.fixture
 def cupy_current():
     """Restores CuPy's current stream after a test that changes it."""

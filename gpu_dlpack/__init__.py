@@ -24,6 +24,10 @@ from ._versions import DLPACK_VERSION
 
 __version__ = "0.1.0"
 
+from . import _fastpath  # noqa: E402
+
+_fastpath.install(_capsule.PYTHON)
+
 #: Flag bits of versioned capsules (``DLManagedTensorVersioned.flags``).
 FLAG_READ_ONLY = _capsule.READ_ONLY
 FLAG_IS_COPIED = _capsule.IS_COPIED

@@ -528,3 +528,27 @@ def device_type_name(dt) -> str:
         return DLDeviceType(dt).name
     except ValueError:
         return f"unknown device type {dt}"
+
+
+# -- the implementation in use --------------------------------------------------
+# The compiled core (``_fastpath``) takes the hot functions over; it runs the
+# plain case itself and hands every other one to these Python functions, kept
+# in ``PYTHON``, so results and errors are the same on both paths.
+
+PYTHON = {
+    "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
+    "set_flags": set_flags, "set_version": set_version, "claim": claim,
+}
+
+from ._fastpath import core as _core  # noqa: E402
+
+if _core is not None:
+    # claim too: every claim then takes the C step (take, handover and the
+    # Python discard call it), so a C claim and a Python one never interleave.
+    claim = _core.claim
+    header = _core.header
+    checked = _core.checked
+    discard = _core.discard
+    stamp_version = _core.stamp_version
+    set_flags = _core.set_flags
+    set_version = _core.set_version

@@ -9,9 +9,13 @@ to do).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _protocols, _rules, _shards, _streams, _versions
+from . import (
+    _backends, _capsule, _dtypes, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions,
+)
 from ._backends import numpy_backend
 from ._devices import CPU, Device
 from ._producer import gave_legacy, request
@@ -43,6 +47,13 @@ def export(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     elif type(stream) is not int:
         stream = _streams.handle_of(stream)
     return _export(x, False, stream, max_version, dl_device, copy)
+
+
+if _fastpath.core is not None:
+    # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
+    # C exchange API, asked for nothing but max_version) run in C; the rest
+    # calls the function above. help() and inspect see that function.
+    export = functools.update_wrapper(_fastpath.core.Exporter(export), export)
 
 
 def _block_stream(x, dl_device):
@@ -268,14 +279,25 @@ def _finish_on_backend(capsule, versioned, header, source, got, target, readonly
     return backend.export_array(arr, known_readonly, stream, max_version, dl_device, copy)
 
 
-class Exportable:
+_Base = object if _fastpath.core is None else _fastpath.core.ExportableBase
+
+
+class Exportable(_Base):
     """What ``wrap`` returns: a DLPack producer over ``x`` that obeys the rules.
 
     ``last_request`` holds the keywords of the latest ``__dlpack__`` call, so
     a caller can see what a consumer really asks for.
+
+    With the compiled core, ``__dlpack__`` runs in C the plan decided here
+    at wrap time, and the type offers the DLPack C exchange API
+    (``__dlpack_c_exchange_api__``); every other request takes the Python
+    ``__dlpack__`` below.
     """
 
-    __slots__ = ("_x", "_readonly", "_source", "_device", "_reported", "_request", "_held")
+    __slots__ = (
+        ("_x", "_readonly", "_source", "_device", "_reported", "_request", "_held", "__weakref__")
+        if _Base is object else ()
+    )
 
     def __init__(self, x, readonly=False):
         if readonly is not False and readonly is not True:
@@ -308,6 +330,8 @@ class Exportable:
                 # Managed memory: its label depends on what the consumer asks.
                 self._reported = reported
         self._request = None
+        if _Base is not object and self._reported is None:
+            self._set_plan(*_plan(x, readonly, self._source))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
@@ -378,6 +402,31 @@ class Exportable:
         return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro})"
 
 
+def _plan(x, readonly, source):
+    """The exchange the core may run for ``wrap(x)`` without asking: NumPy's
+    own capsule for a NumPy dtype (the common case of ``_export``), or the
+    producer's C exchange API for a host producer whose capsule passes as
+    it comes (the rules' verdict for a versioned request of nothing else)."""
+    if readonly is not False:
+        return (_fastpath.core.PLAN_GENERAL,)
+    if type(x) is _ndarray:
+        if x.dtype.isbuiltin == 1:
+            return _fastpath.core.PLAN_NUMPY, x.dtype
+        return (_fastpath.core.PLAN_GENERAL,)
+    if "__dlpack_c_exchange_api__" in type(x).__dict__ and source.type == CPU.type:
+        return _fastpath.core.PLAN_EXCHANGE, type(x)
+    return (_fastpath.core.PLAN_GENERAL,)
+
+
+if _Base is not object:
+    # The C __dlpack__ and __dlpack_device__ of the base run; this one is
+    # what they hand back to.
+    general_dlpack = Exportable.__dlpack__
+    del Exportable.__dlpack__, Exportable.__dlpack_device__
+else:
+    general_dlpack = Exportable.__dlpack__
+
+
 def wrap(x, *, readonly=False) -> Exportable:
     """A DLPack producer over ``x`` that any consumer can import correctly.
 
@@ -390,12 +439,22 @@ def wrap(x, *, readonly=False) -> Exportable:
     ``readonly=True`` exports a read-only view: versioned capsules carry
     READ_ONLY, and legacy ones are refused unless the consumer copies.
     """
+    return python_wrap(x, readonly)
+
+
+def python_wrap(x, readonly):
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
         adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
         if adapted is None:
             raise _errors.not_dlpack(x)
         x = adapted
     return Exportable(x, readonly)
+
+
+if _fastpath.core is not None:
+    # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
+    # C exchange API) are built in C; the rest calls python_wrap.
+    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, True), wrap)
 
 
 _CPU_DLPACK = CPU.dlpack

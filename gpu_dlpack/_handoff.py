@@ -88,10 +88,16 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     runtime = _runtime()
     event = _acquire(device)
     try:
-        with on_device(device):
-            runtime.eventRecord(event, producer)
-        with on_device(consumer_device):
-            runtime.streamWaitEvent(consumer, event, 0)
+        core = _core_handoff(runtime)
+        if core is not None:  # the same calls, made in C
+            status = core(event, producer, consumer, device, consumer_device)
+            if status:
+                runtime.check_status(status)
+        else:
+            with on_device(device):
+                runtime.eventRecord(event, producer)
+            with on_device(consumer_device):
+                runtime.streamWaitEvent(consumer, event, 0)
     finally:
         _release(device, event)
     return True
@@ -247,3 +253,68 @@ def _cupy_stream(handle: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return cupy.cuda.ExternalStream(handle)
+
+
+# -- the hand-off in the compiled core ---------------------------------------------
+
+_RUNTIME_FUNCTIONS = ("cudaGetDevice", "cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent")
+_core_state: list = []  # [(runtime module, the core's handoff or None)], once resolved
+
+
+def _loaded_cudart():
+    """The CUDA runtime library already mapped into the process (the one
+    CuPy loaded), as a ctypes handle that loads nothing new; None if none."""
+    import ctypes
+    import os
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if "libcudart" in line}
+    except (OSError, IndexError):
+        return None
+    for path in sorted(paths, key=lambda p: ("cupy" not in p and "nvidia" not in p, p)):
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+        except OSError:
+            continue
+    return None
+
+
+def runtime_pointers(lib=None):
+    """The addresses of the runtime calls the core's hand-off makes, from
+    ``lib`` (default: the loaded CUDA runtime); None when any is missing."""
+    import ctypes
+
+    lib = lib if lib is not None else _loaded_cudart()
+    if lib is None:
+        return None
+    try:
+        return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _RUNTIME_FUNCTIONS)
+    except AttributeError:
+        return None
+
+
+def _core_handoff(runtime):
+    """The core's hand-off when ``runtime`` is CuPy's CUDA runtime module and
+    the library it loaded is found (ROCm, a missing core, or any other
+    runtime object keep the Python calls)."""
+    state = _core_state
+    if state:
+        known, found = state[0]
+        return found if runtime is known else None
+    import types
+
+    from ._fastpath import core
+
+    found = None
+    if (
+        core is not None
+        and isinstance(runtime, types.ModuleType)
+        and runtime.__name__.startswith("cupy_backends.")
+        and not getattr(runtime, "is_hip", True)
+    ):
+        pointers = runtime_pointers()
+        if pointers is not None and core.set_runtime(*pointers):
+            found = core.handoff
+    state.append((runtime, found))
+    return found

@@ -15,6 +15,10 @@ out=$(cd "$out" && pwd)
 py=${PYTHON:-python3}
 cd "$root"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+# The compiled core, built in place (gcc and the Python headers); without
+# them the pure-Python path is tested, and the log says so.
+"$py" setup.py -q build_ext --inplace >/dev/null 2>&1 || echo "gpu-tests: the compiled core did not build" >&2
+"$py" -c "from gpu_dlpack import _fastpath; print('gpu-tests: path:', _fastpath.describe())" >&2 || true
 # JAX takes no GPU memory up front, and runs on the GPU when its plugin works.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 if [ -z "${JAX_PLATFORMS:-}" ]; then

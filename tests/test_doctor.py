@@ -55,6 +55,9 @@ def check_schema(doc):
     assert doc["schema"] == "gpu_dlpack.doctor/1"
     g = doc["gpu_dlpack"]
     assert _is(g["version"], str) and len(g["dlpack_version"]) == 2 and len(g["min_dlpack_version"]) == 2
+    from gpu_dlpack import _fastpath
+
+    assert g["path"] == _fastpath.active() and g["path"] in ("compiled", "pure Python")
     p = doc["platform"]
     for key in ("python", "implementation", "executable", "os", "machine"):
         assert _is(p[key], str), key
@@ -331,7 +334,17 @@ def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchan
         raise _errors.unreachable(source, _devices.CPU, "an injected defect")
 
     monkeypatch.setattr(_export, "_export_host_producer", unreachable)
-    rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])
+    from gpu_dlpack import _fastpath
+
+    if _fastpath.core is not None:  # the compiled path would pass torch's tensor on in C
+        monkeypatch.setattr(_fastpath, "EXCHANGE_API", False)
+        _fastpath.core.forget()
+    try:
+        rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])
+    finally:
+        monkeypatch.undo()
+        if _fastpath.core is not None:
+            _fastpath.core.forget()
     check_schema(rep)
     c = cell(rep, "torch", "torch")
     assert c["direct"]["ok"] and c["via"]["outcome"] == "error"

@@ -28,6 +28,7 @@ import sys
 import numpy as np
 
 from .. import _capsule, _copies, _dtypes, _errors, _handoff, _rules, _streams, _versions
+from .. import _fastpath
 from .._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 from .._producer import request
 
@@ -297,9 +298,11 @@ def import_to(x, source, target, copy, needs_copy, stream):
         dtype = _dtypes.from_numpy(x.dtype)
         capsule = _numpy_backend().export(x, _rules.Plan(True, False, CPU, CPU, not x.flags.writeable), dtype)
     else:
-        capsule, _full = request(
-            x, stream=ask, max_version=_versions.DLPACK_VERSION, copy=False if copy is False else None
-        )
+        capsule = _exchange(x, source, ask)
+        if capsule is None:
+            capsule, _full = request(
+                x, stream=ask, max_version=_versions.DLPACK_VERSION, copy=False if copy is False else None
+            )
     versioned, header = _capsule.checked(capsule)
     got = Device((header.device_type, header.device_id))
     if got != source:
@@ -662,3 +665,26 @@ def _numpy_backend():
     from . import numpy
 
     return numpy
+
+
+def _exchange(x, source, ask):
+    """x's capsule through its type's DLPack C exchange API (the compiled
+    core; PyTorch offers it): exported without synchronizing, then ``ask``
+    made to wait for the producer's current work stream with a pooled event,
+    which is what ``x.__dlpack__(stream=ask)`` does. None when the core is off,
+    the type offers no such API, or the memory is not on a CUDA GPU."""
+    core = _fastpath.core
+    if core is None or source.type != _T.CUDA or ask is None:
+        return None
+    got = core.exchange(x)
+    if got is None:
+        return None
+    capsule, work_stream = got
+    if ask != -1:
+        try:
+            # 0 from the producer: its legacy default stream.
+            _handoff.handoff(work_stream or 1, ask, source.index)
+        except BaseException:
+            _capsule.discard(capsule, True)
+            raise
+    return capsule

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .. import _versions
+from .. import _fastpath, _versions
 from ._findings import findings
 from ._matrix import matrix
 from ._measure import _err
@@ -46,6 +46,8 @@ def run(extra=(), peers=None) -> dict:
             "version": __version__,
             "dlpack_version": list(_versions.DLPACK_VERSION),
             "min_dlpack_version": list(_versions.min_version()),
+            "path": _fastpath.active(),
+            "path_detail": _fastpath.describe(),
         },
         "platform": probe_platform(),
         "libraries": [item.row for item in loaded],

@@ -1,0 +1,435 @@
+"""The compiled core and the pure-Python path give the same results.
+
+The suite as a whole runs on both paths (scripts/test.sh runs it twice, the
+second time with GPU_DLPACK_PURE_PYTHON=1); the tests here check what is the
+core's own: the DLPack C exchange API on both sides, the switch between the
+paths, and a list of exchanges whose results and errors must be identical on
+both, compared across two interpreters.
+"""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _fastpath
+
+from .figures import counter_fixture
+from .test_leaks import _freed, soak
+
+figures = counter_fixture("leaks through the C exchange API")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+compiled = pytest.mark.skipif(_fastpath.core is None, reason=f"the compiled core is off: {_fastpath.reason}")
+
+
+def _run(code, pure):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("GPU_DLPACK_PURE_PYTHON", None)
+    if pure:
+        env["GPU_DLPACK_PURE_PYTHON"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_environment_variable_selects_the_pure_python_path():
+    code = "from gpu_dlpack import _fastpath, _capsule; print(_fastpath.active(), _capsule.checked.__module__)"
+    assert _run(code, pure=True).split() == ["pure", "Python", "gpu_dlpack._capsule"]
+
+
+def test_the_core_is_active_where_the_test_run_expects_it():
+    # scripts/test.sh sets GPU_DLPACK_EXPECT_CORE=1 for its compiled run, so
+    # a core that silently failed to build or load fails the suite there.
+    expected = os.environ.get("GPU_DLPACK_EXPECT_CORE")
+    if expected is None:
+        pytest.skip("GPU_DLPACK_EXPECT_CORE is not set")
+    want = "compiled" if expected == "1" else "pure Python"
+    assert _fastpath.active() == want, _fastpath.describe()
+
+
+# One exchange per line, each printed as its result (dtype, shape, values,
+# zero-copy, writeable, capsule fields) or its error (type and message).
+_CASES = r'''
+import json, numpy as np, torch, gpu_dlpack
+x = np.arange(6.0).reshape(2, 3)
+t = torch.arange(6.0).reshape(2, 3)
+ro = np.arange(4); ro.flags.writeable = False
+def show(v):
+    if isinstance(v, np.ndarray):
+        return ["array", str(v.dtype), list(v.shape), v.ravel().tolist(), v.flags.writeable]
+    if isinstance(v, torch.Tensor):
+        return ["tensor", str(v.dtype), list(v.shape), v.ravel().tolist()]
+    if type(v).__name__ == "PyCapsule":
+        i = gpu_dlpack.inspect(v)
+        return ["capsule", i.name, i.version, i.flags, list(i.shape), i.strides, i.dtype]
+    return repr(v)
+cases = {
+    "from t": lambda: gpu_dlpack.from_dlpack(t),
+    "from t, zero-copy": lambda: gpu_dlpack.from_dlpack(t).ctypes.data == t.data_ptr(),
+    "from t transposed": lambda: gpu_dlpack.from_dlpack(t.T),
+    "from t sliced": lambda: gpu_dlpack.from_dlpack(t[:, ::2]),
+    "from t 0-d": lambda: gpu_dlpack.from_dlpack(torch.tensor(3.5)),
+    "from t empty": lambda: gpu_dlpack.from_dlpack(torch.ones(0, 3)),
+    "from t bool": lambda: gpu_dlpack.from_dlpack(torch.tensor([True, False])),
+    "from t complex": lambda: gpu_dlpack.from_dlpack(torch.ones(2, dtype=torch.complex64)),
+    "from t conj": lambda: gpu_dlpack.from_dlpack(torch.ones(2, dtype=torch.complex64).conj()),
+    "from t requires_grad": lambda: gpu_dlpack.from_dlpack(torch.ones(2, requires_grad=True)),
+    "from t bfloat16": lambda: gpu_dlpack.from_dlpack(torch.ones(2, dtype=torch.bfloat16)),
+    "from t sparse": lambda: gpu_dlpack.from_dlpack(torch.ones(2).to_sparse()),
+    "from t copy": lambda: gpu_dlpack.from_dlpack(t, copy=True),
+    "export x": lambda: gpu_dlpack.export(x),
+    "export x v": lambda: gpu_dlpack.export(x, max_version=(1, 0)),
+    "export x v9": lambda: gpu_dlpack.export(x, max_version=(9, 9)),
+    "export x 0.1": lambda: gpu_dlpack.export(x, max_version=(0, 1)),
+    "export x bad": lambda: gpu_dlpack.export(x, max_version=1),
+    "export x stream": lambda: gpu_dlpack.export(x, stream=1),
+    "export x positional": lambda: gpu_dlpack.export(x, None),
+    "export x unknown kw": lambda: gpu_dlpack.export(x, colour=None),
+    "export ro legacy": lambda: gpu_dlpack.export(ro),
+    "export ro v": lambda: gpu_dlpack.export(ro, max_version=(1, 0)),
+    "export t v": lambda: gpu_dlpack.export(t, max_version=(1, 0)),
+    "export t legacy": lambda: gpu_dlpack.export(t),
+    "export t T": lambda: gpu_dlpack.export(t.T, max_version=(1, 0)),
+    "export t grad": lambda: gpu_dlpack.export(torch.ones(2, requires_grad=True), max_version=(1, 0)),
+    "export list": lambda: gpu_dlpack.export([1, 2]),
+    "wrap x torch": lambda: torch.from_dlpack(gpu_dlpack.wrap(x)),
+    "wrap x dlpack v": lambda: gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0)),
+    "wrap x dlpack legacy": lambda: gpu_dlpack.wrap(x).__dlpack__(),
+    "wrap x dlpack positional": lambda: gpu_dlpack.wrap(x).__dlpack__(None),
+    "wrap x dlpack bad kw": lambda: gpu_dlpack.wrap(x).__dlpack__(colour=1),
+    "wrap x device": lambda: gpu_dlpack.wrap(x).__dlpack_device__(),
+    "wrap x readonly": lambda: gpu_dlpack.wrap(x, readonly=True).__dlpack__(max_version=(1, 0)),
+    "wrap x readonly legacy": lambda: gpu_dlpack.wrap(x, readonly=True).__dlpack__(),
+    "wrap x readonly bad": lambda: gpu_dlpack.wrap(x, readonly=1),
+    "wrap ro legacy": lambda: gpu_dlpack.wrap(ro).__dlpack__(),
+    "wrap t torch": lambda: torch.from_dlpack(gpu_dlpack.wrap(t)),
+    "wrap t numpy": lambda: np.from_dlpack(gpu_dlpack.wrap(t)),
+    "wrap t v": lambda: gpu_dlpack.wrap(t).__dlpack__(max_version=(1, 0)),
+    "wrap t legacy": lambda: gpu_dlpack.wrap(t).__dlpack__(),
+    "wrap t grad": lambda: gpu_dlpack.wrap(torch.ones(2, requires_grad=True)).__dlpack__(max_version=(1, 0)),
+    "wrap t last_request": lambda: (lambda w: (torch.from_dlpack(w), w.last_request)[1])(gpu_dlpack.wrap(t)),
+    "wrap t repr": lambda: repr(gpu_dlpack.wrap(t)),
+    "wrap list": lambda: gpu_dlpack.wrap([1]),
+    "capsule import": lambda: gpu_dlpack.from_dlpack(x.__dlpack__(max_version=(1, 0))),
+    "capsule import twice": lambda: (lambda c: (gpu_dlpack.from_dlpack(c), gpu_dlpack.from_dlpack(c)))(x.__dlpack__()),
+}
+out = {}
+for name, case in cases.items():
+    try:
+        out[name] = show(case())
+    except Exception as exc:
+        out[name] = ["error", type(exc).__name__, str(exc)]
+print(json.dumps(out, sort_keys=True, default=repr))
+'''
+
+
+@compiled
+def test_every_listed_exchange_gives_the_same_result_or_error_on_both_paths():
+    fast = json.loads(_run(_CASES, pure=False))
+    pure = json.loads(_run(_CASES, pure=True))
+    different = {k: (fast[k], pure[k]) for k in pure if fast[k] != pure[k]}
+    assert not different
+    # The list reaches the refusals too, not only the exchanges.
+    assert pure["from t requires_grad"][0] == "error" and pure["from t conj"][0] == "error"
+    assert pure["export t grad"][0] == "error" and pure["wrap x dlpack positional"][0] == "error"
+
+
+# -- the consumer side: a producer's C exchange API -----------------------------
+
+@compiled
+def test_from_dlpack_of_a_torch_tensor_reads_its_c_exchange_api(torch):
+    t = torch.arange(6.0).reshape(2, 3)
+    a = gpu_dlpack.from_dlpack(t)
+    assert a.ctypes.data == t.data_ptr() and a.flags.writeable
+    assert a.tolist() == t.tolist() and a.strides == (12, 4) and a.dtype == np.float32
+    # The array's base frees torch's tensor: the exchange, not __dlpack__.
+    assert type(a.base).__name__ == "PyCapsule" and "gpu_dlpack.exchanged" in repr(a.base)
+
+
+@compiled
+def test_the_import_through_the_exchange_api_frees_the_tensor_once(torch):
+    t = torch.arange(4.0)
+    before = sys.getrefcount(t)
+    a = gpu_dlpack.from_dlpack(t)
+    b = a[1:]  # a view keeps the tensor too
+    del a
+    assert sys.getrefcount(t) > before  # torch's tensor lives while the array does
+    del b
+    assert sys.getrefcount(t) == before  # its deleter ran, once
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- the producer side: wrap(x) offers the C exchange API ------------------------
+
+def _api(obj):
+    cap = type(obj).__dlpack_c_exchange_api__
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get(cap, b"dlpack_exchange_api")
+
+
+@compiled
+def test_wrap_offers_the_dlpack_c_exchange_api_on_its_type():
+    w = gpu_dlpack.wrap(np.arange(3.0))
+    cap = type(w).__dlpack_c_exchange_api__
+    assert type(cap).__name__ == "PyCapsule" and "dlpack_exchange_api" in repr(cap)
+    words = (ctypes.c_uint32 * 2).from_address(_api(w))
+    assert tuple(words) == (1, 3)
+    table = (ctypes.c_void_p * 7).from_address(_api(w))
+    assert table[1] is None  # no older table chained
+    assert all(table[i] for i in (2, 3, 4, 6)) and table[5] is None  # dltensor_from_py_object: optional
+
+
+@compiled
+def test_the_exchange_api_of_wrap_gives_an_owned_versioned_tensor():
+    x = np.arange(5.0)
+    w = gpu_dlpack.wrap(x)
+    from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(
+        (ctypes.c_void_p * 7).from_address(_api(w))[3]
+    )
+    out = ctypes.c_void_p()
+    assert from_py(w, ctypes.byref(out)) == 0
+    major, minor = (ctypes.c_uint32 * 2).from_address(out.value)
+    assert (major, minor) == gpu_dlpack.DLPACK_VERSION
+    data = ctypes.c_void_p.from_address(out.value + 32).value
+    assert data == x.ctypes.data
+    assert w.last_request == {"stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": None, "copy": None}
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(out.value + 16).value)
+    deleter(out.value)
+
+
+@compiled
+def test_the_exchange_api_of_wrap_names_no_stream_for_the_cpu_and_allocates_nothing():
+    w = gpu_dlpack.wrap(np.arange(2.0))
+    table = (ctypes.c_void_p * 7).from_address(_api(w))
+    stream = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(table[6])
+    out = ctypes.c_void_p(123)
+    assert stream(1, 0, ctypes.byref(out)) == 0 and out.value is None
+    errors = []
+    set_error = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)(
+        lambda ctx, kind, msg: errors.append((kind, msg))
+    )
+    alloc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                             type(set_error))(table[2])
+    made = ctypes.c_void_p(1)
+    assert alloc(None, ctypes.byref(made), None, set_error) == -1 and made.value is None
+    assert errors and errors[0][0] == b"NotImplementedError"
+
+
+@compiled
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_tvm_ffi_imports_a_wrapped_array_through_the_exchange_api(kind, torch):
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    src = np.arange(6.0) if kind == "numpy" else torch.arange(6.0)
+    w = gpu_dlpack.wrap(src)
+    out = tvm_ffi.from_dlpack(w)
+    back = np.from_dlpack(out)
+    ptr = src.ctypes.data if kind == "numpy" else src.data_ptr()
+    assert back.ctypes.data == ptr and back.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert w.last_request["max_version"] == gpu_dlpack.DLPACK_VERSION
+
+
+@compiled
+def test_torch_consumes_a_wrapped_tensor_zero_copy_with_the_version_stamped(torch):
+    t = torch.arange(6.0)
+    w = gpu_dlpack.wrap(t)
+    info = gpu_dlpack.inspect(w.__dlpack__(max_version=(1, 0)))
+    assert info.version == gpu_dlpack.DLPACK_VERSION and info.data == t.data_ptr() and info.flags == 0
+    assert torch.from_dlpack(w).data_ptr() == t.data_ptr()
+
+
+# -- claims ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_a_capsule_raced_for_by_threads_is_taken_exactly_once(versioned):
+    from gpu_dlpack import _capsule
+
+    x = np.arange(3.0)
+    for _ in range(50):
+        cap = x.__dlpack__(max_version=(1, 0) if versioned else None)
+        won, lost = [], []
+        barrier = threading.Barrier(4)
+
+        def race():
+            barrier.wait()
+            try:
+                won.append(_capsule.take(cap, versioned))
+            except Exception as exc:  # the loser's error
+                lost.append(exc)
+
+        threads = [threading.Thread(target=race) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert len(won) == 1 and len(lost) == 3
+        won[0].release()
+
+
+# -- the stream hand-off in C, against a recording stand-in for the runtime --------
+
+class _RecordingRuntime:
+    """cudaGetDevice/cudaSetDevice/cudaEventRecord/cudaStreamWaitEvent as C
+    callbacks that record each call with the device current at the time."""
+
+    def __init__(self, device=0, fail=None):
+        self.device, self.fail, self.calls = device, fail, []
+        C = ctypes.CFUNCTYPE
+        self._get = C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(self.get)
+        self._set = C(ctypes.c_int, ctypes.c_int)(self.set)
+        self._record = C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(self.record)
+        self._wait = C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(self.wait)
+
+    def pointers(self):
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self._get, self._set, self._record, self._wait))
+
+    def get(self, out):
+        out[0] = self.device
+        return 0
+
+    def set(self, device):
+        self.calls.append(("set", device))
+        self.device = device
+        return 0
+
+    def record(self, event, stream):
+        self.calls.append(("record", event, stream, self.device))
+        return self.fail or 0
+
+    def wait(self, stream, event, flags):
+        self.calls.append(("wait", stream, event, flags, self.device))
+        return 0
+
+
+@pytest.fixture
+def recording_runtime():
+    rt = _RecordingRuntime()
+    assert _fastpath.core.set_runtime(*rt.pointers())
+    yield rt
+    _fastpath.core.set_runtime(0, 0, 0, 0)
+
+
+@compiled
+def test_the_core_hand_off_records_on_the_producer_device_and_waits_on_the_consumer_device(recording_runtime):
+    rt = recording_runtime
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 2) == 0
+    assert [c for c in rt.calls if c[0] != "set"] == [("record", 0x10, 0x20, 1), ("wait", 0x30, 0x10, 0, 2)]
+    assert rt.device == 0  # the current device restored
+    rt.calls.clear()
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 0, 0) == 0
+    assert rt.calls == [("record", 0x10, 0x20, 0), ("wait", 0x30, 0x10, 0, 0)]  # no device switch
+
+
+@compiled
+def test_a_failed_record_queues_no_wait_and_restores_the_device(recording_runtime):
+    rt = recording_runtime
+    rt.fail = 400  # cudaErrorInvalidResourceHandle
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 1) == 400
+    assert [c[0] for c in rt.calls] == ["set", "record", "set"] and rt.device == 0
+
+
+@compiled
+def test_handoff_goes_through_the_core_with_the_pooled_event(recording_runtime, monkeypatch):
+    from gpu_dlpack import _handoff
+
+    class Runtime:  # CuPy's runtime module, for what handoff still asks of it
+        is_hip = False
+        statuses = []
+
+        def check_status(self, status):
+            self.statuses.append(status)
+            raise RuntimeError(status)
+
+    runtime = Runtime()
+    monkeypatch.setattr(_handoff, "_runtime", lambda: runtime)
+    monkeypatch.setattr(_handoff, "_core_state", [(runtime, _fastpath.core.handoff)])
+    monkeypatch.setitem(_handoff._pools, 3, [0x77])
+    assert _handoff.handoff(0x20, 0x30, 3) is True
+    assert [c for c in recording_runtime.calls if c[0] != "set"] == [("record", 0x77, 0x20, 3), ("wait", 0x30, 0x77, 0, 3)]
+    assert _handoff._pools[3] == [0x77]  # back in the pool
+    recording_runtime.calls.clear()
+    assert _handoff.handoff(0x20, -1, 3) is False and not recording_runtime.calls  # -1: no synchronization
+    recording_runtime.fail = 700
+    with pytest.raises(RuntimeError, match="700"):
+        _handoff.handoff(0x20, 0x30, 3)
+    assert _handoff._pools[3] == [0x77]
+
+
+def test_the_runtime_pointers_come_from_a_library_that_has_all_four():
+    from gpu_dlpack import _handoff
+
+    class Lib:
+        cudaGetDevice = cudaSetDevice = cudaEventRecord = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+
+    assert _handoff.runtime_pointers(Lib()) is None  # cudaStreamWaitEvent missing
+    Lib.cudaStreamWaitEvent = Lib.cudaGetDevice
+    assert all(_handoff.runtime_pointers(Lib()))
+
+
+# -- leaks of the C exchange API, on both sides ----------------------------------
+
+def test_exchanges_through_the_c_api_leak_nothing(figures, torch):
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    a = np.arange(64.0)
+    ref = weakref.ref(a)
+    t = torch.from_numpy(a)  # torch's tensors hold t's storage, which holds a
+    del a
+    x = np.arange(64.0)
+    refs = sys.getrefcount(x)
+
+    def step(i):
+        kind = i % 4
+        if kind == 0:
+            b = torch.from_dlpack(gpu_dlpack.wrap(t))
+        elif kind == 1:
+            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(t)))
+        elif kind == 2:
+            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(x)))
+        else:
+            b = gpu_dlpack.from_dlpack(t)
+        if b[i % 64] != i % 64:
+            raise AssertionError("values changed")
+
+    soak(figures, "wrap -> torch, wrap -> tvm-ffi, torch -> gpu_dlpack", step)
+    assert sys.getrefcount(x) == refs
+    del t
+    assert _freed(ref), "a tensor of the exchange outlived its cycle"
+
+
+# -- torch -> CuPy: torch's C exchange API and its current work stream -------------
+
+@compiled
+def test_the_exchange_of_a_torch_tensor_gives_its_capsule_unsynchronized(torch):
+    t = torch.arange(6.0)
+    capsule, stream = _fastpath.core.exchange(t)
+    info = gpu_dlpack.inspect(capsule)
+    assert info.versioned and info.data == t.data_ptr() and info.shape == (6,)
+    assert stream == 0  # no stream on the CPU
+    assert gpu_dlpack.from_dlpack(capsule).tolist() == t.tolist()
+    # What torch's __dlpack__ refuses, the exchange leaves to it.
+    assert _fastpath.core.exchange(torch.ones(2, requires_grad=True)) is None
+    assert _fastpath.core.exchange(np.arange(3)) is None
+
+
+@pytest.mark.gpu
+def test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream(tc, cp):
+    import torch as torch_module
+
+    s = torch_module.cuda.Stream()
+    with torch_module.cuda.stream(s):
+        t = torch_module.arange(1 << 20, device="cuda", dtype=torch_module.float32) * 2
+    consumer = cp.cuda.Stream(non_blocking=True)
+    with torch_module.cuda.stream(s):
+        g = gpu_dlpack.from_dlpack(t, stream=consumer)
+    assert g.data.ptr == t.data_ptr()
+    consumer.synchronize()
+    assert float(g[-1]) == float((1 << 20) - 1) * 2
