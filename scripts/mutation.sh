@@ -43,6 +43,7 @@ for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
   dir=$work/$module
   rm -rf "$dir" && mkdir -p "$dir"
+  commit=$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")
   cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$dir/"
   find "$dir" -name __pycache__ -prune -exec rm -rf {} +
   {
@@ -60,7 +61,7 @@ for module in "${modules[@]}"; do
   (cd "$dir" && "${mutmut[@]}" results --all true > results.txt) || true
   # Score: killed (by a failing test, a timeout or a crash) over every
   # mutant that ran; "no tests" mutants count as survivors.
-  "$py" - "$dir" "gpu_dlpack/$module.py at $(git -C "$root" rev-parse --short HEAD)" <<'PY'
+  "$py" - "$dir" "gpu_dlpack/$module.py at $commit" <<'PY'
 import collections, pathlib, sys
 d = pathlib.Path(sys.argv[1])
 status = dict(line.strip().rsplit(": ", 1) for line in (d / "results.txt").read_text().splitlines() if ": " in line)
