@@ -138,7 +138,14 @@ class Device:
             method = type(x).__dlpack_device__
         except AttributeError:
             raise _errors.not_dlpack(x) from None
-        return cls(tuple(method(x)))
+        answer = method(x)
+        try:
+            if isinstance(answer, (str, bytes)):
+                raise ValueError
+            return cls(tuple(answer))
+        except (TypeError, ValueError) as exc:
+            producer = f"{type(x).__module__}.{type(x).__qualname__}"
+            raise _errors.producer_bad_device(producer, answer, type(exc)) from None
 
     @property
     def type(self) -> DLDeviceType:

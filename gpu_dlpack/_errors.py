@@ -147,7 +147,28 @@ def no_backend(device) -> BufferError:
 
 def producer_refused(producer, exc) -> BufferError:
     return BufferError(
-        f"{producer}.__dlpack__ refused the export: {type(exc).__name__}: {exc}"
+        f"{producer}.__dlpack__ refused the export: {type(exc).__name__}: {exc}. "
+        "That is the producer's own error: fix what it names, or ask the producer "
+        "for an export it can make (its own device, no copy, max_version=None)."
+    )
+
+
+def producer_not_a_capsule(producer, obj) -> TypeError:
+    return TypeError(
+        f"{producer}.__dlpack__() returned {type(obj).__name__}, not a DLPack capsule "
+        "(a PyCapsule named 'dltensor' or 'dltensor_versioned'): the producer breaks "
+        "the DLPack protocol. Fix its __dlpack__, or convert the array with its own "
+        "library first (for example to NumPy) and pass that."
+    )
+
+
+def producer_bad_device(producer, answer, error=ValueError):
+    return error(
+        f"{producer}.__dlpack_device__() returned {answer!r}, which names no DLPack "
+        "device: it must return a (device_type, device_id) pair of ints such as "
+        "(1, 0) for the CPU or (2, 0) for cuda:0. The producer breaks the DLPack "
+        "protocol: fix its __dlpack_device__, or convert the array with its own "
+        "library first (for example to NumPy) and pass that."
     )
 
 

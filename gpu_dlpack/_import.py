@@ -68,7 +68,7 @@ def from_dlpack(
     if stream is not None and type(stream) is not int:
         stream = _streams.handle_of(stream)
     try:
-        dlpack_device = type(x).__dlpack_device__
+        type(x).__dlpack_device__
         type(x).__dlpack__
     except AttributeError:
         adapted = _protocols.producer(x)  # another array protocol
@@ -76,7 +76,7 @@ def from_dlpack(
             raise _errors.not_dlpack(x) from None
         return from_dlpack(adapted, device=device, copy=copy, stream=stream)
     try:
-        source = Device(tuple(dlpack_device(x)))
+        source = Device.of(x)  # a producer that answers no device is named
     except BufferError:
         if not _shards.spread(x):
             raise

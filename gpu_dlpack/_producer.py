@@ -9,7 +9,11 @@ producer costs one failed call per type, not one per exchange.
 
 from __future__ import annotations
 
+import datetime
+
 from . import _errors
+
+_CapsuleType = type(datetime.datetime_CAPI)
 
 # type -> 1 (takes only stream) or 2 (takes nothing)
 _old_producers: dict = {}
@@ -31,8 +35,16 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     Returns ``(capsule, full)``: ``full`` is False when the producer took none
     of ``max_version``/``dl_device``/``copy``. Exceptions other than
     ``BufferError`` and ``TypeError`` become ``BufferError`` naming the
-    producer (the standard's type for a refused export).
+    producer (the standard's type for a refused export); an answer that is no
+    capsule is a ``TypeError`` naming the producer.
     """
+    answer = _ask(x, stream, max_version, dl_device, copy)
+    if type(answer[0]) is not _CapsuleType:
+        raise _errors.producer_not_a_capsule(producer_name(x), answer[0])
+    return answer
+
+
+def _ask(x, stream, max_version, dl_device, copy):
     method = type(x).__dlpack__
     level = _old_producers.get(type(x), 0)
     try:

@@ -293,3 +293,37 @@ def consume_and_free(capsule):
     struct = (DLManagedTensorVersioned if name == b"dltensor_versioned" else DLManagedTensor).from_address(address)
     if struct.deleter:
         DELETER(struct.deleter)(address)
+
+
+class KeywordDeviceProducer:
+    """A producer of device memory that no gpu_dlpack backend handles: its
+    ``__dlpack_device__`` says ``device`` (CUDA by default) and each
+    ``__dlpack__`` call hands out a fresh capsule on the device the consumer
+    asked for, labelled as the producer chooses, over host memory that the
+    layer never reads. It lets the export path for foreign device memory run
+    on a machine without a GPU. ``requests`` keeps the keywords of each call,
+    ``records`` the records of the capsules it made."""
+
+    def __init__(self, device=(2, 0), flags=0, array=None, answers=None, legacy_only=False, **fields):
+        self.device = device
+        self.flags = flags
+        self.array = np.arange(6.0) if array is None else array
+        self.answers = answers  # the device every capsule says, whatever was asked
+        self.legacy_only = legacy_only
+        self.fields = fields  # more fields for capsules.make
+        self.requests = []
+        self.records = []
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.requests.append(dict(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy))
+        versioned = max_version is not None and max_version[0] >= 1 and not self.legacy_only
+        device = self.answers or (tuple(dl_device) if dl_device is not None else self.device)
+        capsule, record = make(
+            self.array, versioned=versioned, flags=self.flags if versioned else 0, device=device,
+            **self.fields,
+        )
+        self.records.append(record)
+        return capsule
+
+    def __dlpack_device__(self):
+        return self.device

@@ -1,6 +1,33 @@
 """Small helpers shared by the tests."""
 
+import gc
+import sys
+import sysconfig
+
 import numpy as np
+
+#: A build without the GIL (3.13t and later).
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def refcount(obj):
+    """``sys.getrefcount(obj)`` where it is exact, to check that exchanges
+    give back every reference they take; None on a free-threaded build, whose
+    counts are split between threads and partly deferred, so that the same
+    work can read different counts. Tests that compare counts also check,
+    with ``released``, that the object dies once the test drops it: that holds
+    on every build."""
+    return None if FREE_THREADED else sys.getrefcount(obj) - 1
+
+
+def released(ref) -> bool:
+    """Whether the object behind weak reference ``ref`` is gone once every
+    cycle is collected."""
+    for _ in range(3):
+        if ref() is None:
+            return True
+        gc.collect()
+    return ref() is None
 
 
 def pointer(x):

@@ -5,7 +5,7 @@ the source array is freed once the caller drops it, and no capsule is left
 unfreed."""
 
 import gc
-import sys
+import re
 import weakref
 
 import numpy as np
@@ -13,18 +13,27 @@ import pytest
 
 import gpu_dlpack
 
+from .helpers import refcount
 
-@pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2)])
+
+@pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2), gpu_dlpack.Device((1, 3))])
 def test_a_consumer_may_ask_for_host_memory_of_device_id_0_only(dl_device):
     x = np.arange(3.0)
-    with pytest.raises(BufferError, match="device id 0 only"):
+    # The message quotes what was asked, and says what to ask instead.
+    target = gpu_dlpack.Device(dl_device)
+    name = target.type.name.lower()
+    said = re.escape(
+        f"{dl_device!r} asks for {name} memory with device id {target.index}, but host memory "
+        f"is one address space with device id 0 only. Ask for ({int(target.type)}, 0) or '{name}'."
+    )
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.export(x, max_version=(1, 0), dl_device=dl_device)
-    with pytest.raises(BufferError, match="device id 0 only"):
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0), dl_device=dl_device)
-    with pytest.raises(BufferError, match="device id 0 only"):
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.from_dlpack(x, device=dl_device)
     cap = gpu_dlpack.export(x, max_version=(1, 0))
-    with pytest.raises(BufferError, match="device id 0 only"):
+    with pytest.raises(BufferError, match=said):
         gpu_dlpack.from_dlpack(cap, device=dl_device)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.inspect(cap)  # refused, so freed at once
@@ -76,6 +85,14 @@ def test_a_capsule_refused_for_its_copy_argument_is_freed_at_once(copy):
 
 # -- the table of bad arguments ---------------------------------------------------
 
+class _Opaque:
+    """An object that is nothing DLPack knows, with a repr that is the same
+    in every process (test ids are built from it)."""
+
+    def __repr__(self):
+        return "_Opaque()"
+
+
 BAD_EXPORT = [
     ({"stream": "0"}, TypeError, "stream"),
     ({"stream": 1.5}, TypeError, "stream"),
@@ -123,7 +140,7 @@ BAD_IMPORT = [
     ({"device": (1, 1)}, BufferError, "device id 0"),
     ({"device": 3.5}, TypeError, "device"),
     ({"device": -1}, TypeError, "device"),
-    ({"device": object()}, TypeError, "device"),
+    ({"device": _Opaque()}, TypeError, "device"),
     ({"copy": "x"}, TypeError, "copy"),
     ({"copy": 1}, TypeError, "copy"),
     ({"stream": "x"}, TypeError, "stream"),
@@ -189,13 +206,13 @@ def _refused_and_released(make, call, error, match):
     src, base = make()
     ref = weakref.ref(base)
     del base
-    before = sys.getrefcount(src)
+    before = refcount(src)
     with pytest.raises(error, match=match) as info:
         call(src)
     assert str(info.value)
     del info
     gc.collect(1)
-    assert sys.getrefcount(src) == before
+    assert refcount(src) == before
     del src
     assert _collected(ref), "the source's memory outlived every reference to it"
 
@@ -242,7 +259,8 @@ def test_export_to_a_gpu_without_one_is_refused(kwargs, error, match):
 @pytest.mark.parametrize("obj", NOT_DLPACK, ids=[type(o).__name__ for o in NOT_DLPACK])
 def test_an_object_without_dlpack_is_refused_by_every_entry_point(obj):
     for call in (gpu_dlpack.from_dlpack, gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.Device.of):
-        with pytest.raises(gpu_dlpack.NotDLPackError, match="does not support DLPack"):
+        named = re.escape(f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack")
+        with pytest.raises(gpu_dlpack.NotDLPackError, match=named):
             call(obj)
         with pytest.raises(TypeError):  # the Python way to catch it
             call(obj)
@@ -322,24 +340,32 @@ class _Liar:
         return self._device
 
 
+LIAR = "tests.test_bad_arguments._Liar"
+_NOT_A_CAPSULE = "the producer breaks the DLPack protocol. Fix its __dlpack__"
+_NO_DEVICE = "it must return a (device_type, device_id) pair of ints"
+_REFUSED = "fix what it names, or ask the producer for an export it can make"
+
+# case -> (producer, exception type, what the message says was asked and
+# answered, the remedy it gives). A producer's own BufferError is passed on
+# as it is (None: the very exception the producer raised).
 BAD_PRODUCERS = {
-    "returns None": (dict(capsule=None), TypeError),
-    "returns an int": (dict(capsule=5), TypeError),
-    "returns a NumPy array": (dict(capsule=np.zeros(3)), TypeError),
-    "device is a string": (dict(device="cpu"), ValueError),
-    "device is one int": (dict(device=(1,)), ValueError),
-    "device is unknown": (dict(device=(99, 0)), ValueError),
-    "device is None": (dict(device=None), TypeError),
-    "raises RuntimeError": (dict(raises=RuntimeError("no")), BufferError),
-    "raises KeyError": (dict(raises=KeyError("no")), BufferError),
-    "raises BufferError": (dict(raises=BufferError("no")), BufferError),
+    "returns None": (dict(capsule=None), TypeError, f"{LIAR}.__dlpack__() returned NoneType, not a DLPack capsule", _NOT_A_CAPSULE),
+    "returns an int": (dict(capsule=5), TypeError, f"{LIAR}.__dlpack__() returned int, not a DLPack capsule", _NOT_A_CAPSULE),
+    "returns a NumPy array": (dict(capsule=np.zeros(3)), TypeError, f"{LIAR}.__dlpack__() returned ndarray, not a DLPack capsule", _NOT_A_CAPSULE),
+    "device is a string": (dict(device="cpu"), ValueError, f"{LIAR}.__dlpack_device__() returned 'cpu', which names no DLPack device", _NO_DEVICE),
+    "device is one int": (dict(device=(1,)), ValueError, f"{LIAR}.__dlpack_device__() returned (1,), which names no DLPack device", _NO_DEVICE),
+    "device is unknown": (dict(device=(99, 0)), ValueError, f"{LIAR}.__dlpack_device__() returned (99, 0), which names no DLPack device", _NO_DEVICE),
+    "device is None": (dict(device=None), TypeError, f"{LIAR}.__dlpack_device__() returned None, which names no DLPack device", _NO_DEVICE),
+    "raises RuntimeError": (dict(raises=RuntimeError("no")), BufferError, f"{LIAR}.__dlpack__ refused the export: RuntimeError: no.", _REFUSED),
+    "raises KeyError": (dict(raises=KeyError("no")), BufferError, f"{LIAR}.__dlpack__ refused the export: KeyError: 'no'.", _REFUSED),
+    "raises BufferError": (dict(raises=BufferError("no")), BufferError, None, None),
 }
 
 
 @pytest.mark.parametrize("case", BAD_PRODUCERS, ids=list(BAD_PRODUCERS))
 @pytest.mark.parametrize("entry", ["from_dlpack", "export", "export versioned", "wrap"])
 def test_a_producer_that_answers_badly_gets_a_clear_error(case, entry):
-    kwargs, error = BAD_PRODUCERS[case]
+    kwargs, error, asked, remedy = BAD_PRODUCERS[case]
     if "capsule" not in kwargs and "raises" not in kwargs:
         kwargs = dict(kwargs, capsule=np.arange(3.0).__dlpack__())
     producer = _Liar(**kwargs)
@@ -351,7 +377,13 @@ def test_a_producer_that_answers_badly_gets_a_clear_error(case, entry):
     }[entry]
     with pytest.raises(error) as info:
         call()
-    assert str(info.value)
+    assert type(info.value) is error
+    message = str(info.value)
+    if asked is None:
+        assert info.value is kwargs["raises"]  # the producer's own refusal, untouched
+        return
+    assert message.startswith(asked), message
+    assert remedy in message, message
 
 
 # -- on a GPU (public API only) ----------------------------------------------------------

@@ -6,12 +6,15 @@ the exact calls that are made fast."""
 import ctypes
 import struct
 import sys
+import weakref
 
 import numpy as np
 import pytest
 
 import gpu_dlpack
 from gpu_dlpack import _capsule
+
+from .helpers import refcount, released
 
 VERSIONS = [(1, 0), (1, 1), (1, 2), (1, 7), (2, 0)]
 
@@ -232,13 +235,16 @@ def _poke(addr, fmt, *values):
 ])
 def test_import_refuses_a_malformed_capsule_and_frees_it(patch, match):
     p = _Producer(patch)
-    before = sys.getrefcount(p.x)
+    before = refcount(p.x)
     with pytest.raises(BufferError, match=match) as caught:
         gpu_dlpack.from_dlpack(p)
     # The capsule is still referenced from the traceback, yet its deleter
     # already ran: NumPy's deleter lets go of the exported array.
-    after = sys.getrefcount(p.x)
+    after = refcount(p.x)
     assert caught.traceback and after == before
+    x = weakref.ref(p.x)
+    del p, caught
+    assert released(x)
 
 
 def test_import_of_a_legacy_capsule_is_read_only():
@@ -267,7 +273,7 @@ def test_import_refuses_a_producer_that_returns_no_capsule(result):
         with pytest.raises(BufferError, match="refused the export: RuntimeError: boom"):
             gpu_dlpack.from_dlpack(p)
     else:
-        with pytest.raises(TypeError, match="expected a PyCapsule"):
+        with pytest.raises(TypeError, match=r"__dlpack__\(\) returned \w+, not a DLPack capsule"):
             gpu_dlpack.from_dlpack(p)
 
 
@@ -279,7 +285,7 @@ def test_import_passes_on_a_producers_buffer_error():
 
 @pytest.mark.parametrize("device", [(True, 0), (1, False), (1, 0.0), (1, -1), (99, 0), (1,)])
 def test_import_refuses_a_device_that_is_not_a_dlpack_device(device):
-    with pytest.raises(ValueError, match="cannot read a device"):
+    with pytest.raises(ValueError, match=r"__dlpack_device__\(\) returned .+, which names no DLPack device"):
         gpu_dlpack.from_dlpack(_Producer(device=device))
 
 
@@ -371,7 +377,7 @@ def test_inspect_refuses_a_consumed_capsule_and_a_non_capsule():
     gpu_dlpack.from_dlpack(cap)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.inspect(cap)
-    with pytest.raises(TypeError, match="expected a PyCapsule"):
+    with pytest.raises(TypeError, match="expected a PyCapsule named 'dltensor' or 'dltensor_versioned'; got ndarray"):
         gpu_dlpack.inspect(np.arange(3))
 
 

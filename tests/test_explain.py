@@ -183,6 +183,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-bad-stream-value": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), stream=5)),
     "gpu_dlpack-stream-zero": lambda: warned(lambda: _streams.check_stream(0, DLDeviceType.CUDA)),
     "gpu_dlpack-bad-device": lambda: raised(lambda: gpu_dlpack.Device("gpu0")),
+    "gpu_dlpack-producer-bad-device": lambda: raised(lambda: gpu_dlpack.from_dlpack(Producer("cpu"))),
     "gpu_dlpack-bad-device-type": lambda: raised(lambda: gpu_dlpack.Device(0.5)),
     "gpu_dlpack-array-not-device": lambda: raised(lambda: gpu_dlpack.Device(np.arange(3))),
     "gpu_dlpack-bad-dl-device": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device="cpu")),
@@ -211,6 +212,9 @@ REAL_MESSAGES = {
     "gpu_dlpack-producer-refused": lambda: raised(lambda: gpu_dlpack.from_dlpack(BrokenProducer())),
     "gpu_dlpack-consumed": lambda: raised(_gpu_dlpack_consumed),
     "gpu_dlpack-not-a-capsule": lambda: raised(lambda: gpu_dlpack.inspect(np.arange(3))),
+    "gpu_dlpack-producer-not-a-capsule": lambda: raised(
+        lambda: gpu_dlpack.from_dlpack(Producer(1, lambda kw: np.arange(3.0)))
+    ),
     "gpu_dlpack-bad-capsule-name": lambda: raised(lambda: gpu_dlpack.inspect(datetime.datetime_CAPI)),
     "gpu_dlpack-unsupported-major": lambda: raised(
         lambda: gpu_dlpack.from_dlpack(numpy_capsule(versioned=True, major=2))
@@ -680,6 +684,8 @@ BUILDER_ARGS = {
     "unreachable": ("cpu", "cuda:0"),
     "no_backend": ("cuda:0",),
     "producer_refused": ("lib.Array", RuntimeError("device lost")),
+    "producer_not_a_capsule": ("lib.Array", None),
+    "producer_bad_device": ("lib.Array", "cpu"),
     "consumed": ("used_dltensor",),
     "not_a_capsule": (3,),
     "bad_capsule_name": ("other",),

@@ -1,13 +1,21 @@
 """Exporter rules 2-7: copy, device, streams, read-only, capsule kinds,
 bfloat16/float8. Each against the real peers."""
 
+import re
+
 import numpy as np
 import pytest
 
 import gpu_dlpack
 from gpu_dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY, export, inspect, wrap
 
+from gpu_dlpack import _rules
+from gpu_dlpack._devices import CPU
+
+from . import capsules
+from .capsules import KeywordDeviceProducer
 from .helpers import OldProducer, VersionedOnlyProducer, aligned, pointer
+from .test_streams import Ptr
 
 
 def _readonly(a):
@@ -40,6 +48,170 @@ def test_copy_true_values_survive_and_are_independent(torch):
     assert a[0, 0] == 0
 
 
+# A producer of device memory with no backend here: gpu_dlpack forwards the
+# request and corrects the flags the producer forgets (it never sets any).
+
+@pytest.mark.parametrize("dl_device, copy", [(None, True), ((2, 0), True), ((2, 1), None), ((2, 1), True)])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_device_producer_that_forgets_is_copied_gets_it_on_a_copy_or_a_move(dl_device, copy, readonly):
+    producer = KeywordDeviceProducer(device=(2, 0))
+    exported = wrap(producer, readonly=readonly)
+    info = inspect(exported.__dlpack__(max_version=(1, 0), dl_device=dl_device, copy=copy))
+    # The producer's own device is asked for as no device at all.
+    forwarded = None if dl_device == (2, 0) else dl_device
+    assert producer.requests == [
+        dict(stream=None, max_version=gpu_dlpack.DLPACK_VERSION, dl_device=forwarded, copy=copy)
+    ]
+    assert info.name == "dltensor_versioned" and info.version == gpu_dlpack.DLPACK_VERSION
+    assert info.device == gpu_dlpack.Device(dl_device or (2, 0))
+    assert info.flags == FLAG_IS_COPIED  # and not READ_ONLY: a copy is the consumer's
+
+
+@pytest.mark.parametrize("copy", [None, False])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_device_producer_exported_in_place_is_not_flagged_copied(copy, readonly):
+    producer = KeywordDeviceProducer(device=(2, 0))
+    info = inspect(wrap(producer, readonly=readonly).__dlpack__(max_version=(1, 0), copy=copy))
+    assert info.device == gpu_dlpack.Device("cuda:0")
+    assert info.flags == (FLAG_READ_ONLY if readonly else 0)
+    assert info.data == producer.array.ctypes.data
+
+
+def test_a_legacy_export_of_a_read_only_device_producer_is_refused_and_its_capsule_freed():
+    producer = KeywordDeviceProducer(device=(2, 0))
+    with pytest.raises(BufferError, match="read-only"):
+        wrap(producer, readonly=True).__dlpack__()
+    assert [r.calls for r in producer.records] == [1]
+
+
+def test_a_device_producer_is_asked_with_the_consumers_stream_and_keywords():
+    producer = KeywordDeviceProducer(device=(2, 0))
+    export(producer, stream=0xABC, max_version=(1, 0))
+    export(producer, stream=Ptr(0xABD))  # a stream object: its handle
+    with gpu_dlpack.use_stream(0xABE):
+        export(producer, max_version=(1, 0))  # the block's stream
+        # A consumer calling __dlpack__ names its own stream: the block is not asked.
+        wrap(producer).__dlpack__(max_version=(1, 0))
+    assert [r["stream"] for r in producer.requests] == [0xABC, 0xABD, 0xABE, None]
+    assert [r["max_version"] for r in producer.requests] == [gpu_dlpack.DLPACK_VERSION, None] + [
+        gpu_dlpack.DLPACK_VERSION] * 2
+
+
+@pytest.mark.parametrize("bad, error", [({"stream": "s"}, TypeError), ({"copy": "yes"}, TypeError),
+                                        ({"stream": -7}, ValueError)])
+def test_a_device_producer_is_not_asked_with_bad_arguments(bad, error):
+    producer = KeywordDeviceProducer(device=(2, 0))
+    with pytest.raises(error):
+        export(producer, max_version=(1, 0), **bad)
+    assert producer.requests == []
+
+
+def test_a_device_producer_that_answers_another_device_is_refused_and_its_capsule_freed():
+    producer = KeywordDeviceProducer(answers=(2, 0))
+    with pytest.raises(BufferError) as refused:
+        export(producer, max_version=(1, 0), dl_device=(2, 1))
+    assert str(refused.value).startswith(
+        "cannot move an array from cuda:0 to cuda:1 (the producer gave a versioned capsule on "
+        "cuda:0 and gpu_dlpack has no backend for this device to move or copy it)."
+    )
+    assert [r.calls for r in producer.records] == [1]
+
+
+def test_a_legacy_only_device_producer_still_yields_a_versioned_read_only_capsule():
+    producer = KeywordDeviceProducer(legacy_only=True)
+    info = inspect(export(producer, max_version=(1, 0)))
+    assert (info.name, info.flags, info.device) == ("dltensor_versioned", FLAG_READ_ONLY, gpu_dlpack.Device("cuda:0"))
+    assert info.data == producer.array.ctypes.data
+
+
+def test_a_device_producers_capsule_of_an_unknown_dtype_is_refused_and_freed():
+    producer = KeywordDeviceProducer(dtype=(2, 32, 2))
+    with pytest.raises(BufferError, match="lanes"):
+        export(producer, max_version=(1, 0))
+    assert [r.calls for r in producer.records] == [1]
+
+
+def test_a_device_producers_own_flags_are_kept():
+    copied = KeywordDeviceProducer(flags=FLAG_IS_COPIED)  # it copied on its own
+    assert inspect(wrap(copied, readonly=True).__dlpack__(max_version=(1, 0))).flags == (
+        FLAG_IS_COPIED | FLAG_READ_ONLY
+    )
+    readonly = KeywordDeviceProducer(flags=FLAG_READ_ONLY)
+    assert inspect(export(readonly, max_version=(1, 0), copy=True)).flags == FLAG_READ_ONLY | FLAG_IS_COPIED
+
+
+def test_a_legacy_export_of_a_writeable_device_producer_passes_its_capsule_on():
+    producer = KeywordDeviceProducer(device=(2, 0))
+    info = inspect(export(producer))
+    assert info.name == "dltensor" and info.device == gpu_dlpack.Device("cuda:0")
+    assert info.data == producer.array.ctypes.data
+
+
+def test_wrap_exports_the_device_its_producer_reported_when_wrapped():
+    producer = KeywordDeviceProducer(device=(2, 0), answers=(2, 0))
+    w = wrap(producer)
+    producer.device = (1, 0)  # __dlpack_device__ is read once, at wrap time
+    assert inspect(w.__dlpack__(max_version=(1, 0))).device == gpu_dlpack.Device("cuda:0")
+    assert w.__dlpack_device__() == (2, 0)
+
+
+def test_wrap_has_a_repr_naming_the_array_type():
+    assert repr(wrap(np.arange(3))) == "gpu_dlpack.wrap(numpy.ndarray)"
+    assert repr(wrap(np.arange(3), readonly=True)) == "gpu_dlpack.wrap(numpy.ndarray, readonly=True)"
+    assert repr(wrap(KeywordDeviceProducer())) == "gpu_dlpack.wrap(tests.capsules.KeywordDeviceProducer)"
+
+
+class _Sub(np.ndarray):
+    """A NumPy subclass: exported by the NumPy backend like an ndarray."""
+
+
+def test_a_numpy_subclass_follows_every_export_rule():
+    a = np.arange(4.0).view(_Sub)
+    assert inspect(export(a, max_version=(1, 0))).data == a.ctypes.data
+    copied = inspect(export(a, max_version=(1, 0), copy=True))
+    assert copied.is_copied and copied.data != a.ctypes.data
+    assert inspect(wrap(a, readonly=True).__dlpack__(max_version=(1, 0))).read_only
+    with pytest.raises(ValueError, match="stream=5 is not valid for CPU"):
+        export(a, stream=5)
+    with pytest.raises(BufferError, match="cuda:0"):
+        export(a, dl_device=(2, 0), copy=False)
+
+
+def test_a_versioned_export_of_a_writeable_torch_tensor_is_in_place_and_writeable(torch):
+    t = torch.arange(4.0)
+    info = inspect(export(t, max_version=(1, 0)))
+    assert info.data == t.data_ptr() and info.flags == 0
+    copied = torch.from_dlpack(export(t, max_version=(1, 0), copy=True))
+    assert copied.tolist() == [0.0, 1.0, 2.0, 3.0] and copied.data_ptr() != t.data_ptr()
+
+
+def test_a_host_producers_versioned_capsule_without_strides_is_rebuilt_with_them():
+    a = np.arange(6.0).reshape(2, 3)
+    cap, rec = capsules.make(a, null_strides=True)
+    info = inspect(export(capsules.Producer(cap), max_version=(1, 0)))
+    assert info.strides == (3, 1) and info.data == a.ctypes.data  # DLPack 1.2 requires strides
+    scalar = np.array(2.5)
+    cap, rec = capsules.make(scalar, null_strides=True)
+    info = inspect(export(capsules.Producer(cap), max_version=(1, 0)))
+    assert info.strides is None and info.version == gpu_dlpack.DLPACK_VERSION  # 0-d: nothing to say
+
+
+def test_a_host_producer_whose_capsule_is_elsewhere_is_refused_by_name():
+    cap, rec = capsules.make(np.arange(3.0), device=(2, 0))
+    with pytest.raises(BufferError) as refused:
+        export(capsules.Producer(cap, device=(1, 0)), max_version=(1, 0))
+    assert str(refused.value).startswith(
+        "tests.capsules.Producer.__dlpack_device__ says its array is on cpu, but its capsule "
+        "holds memory on cuda:0."
+    )
+    assert rec.calls == 1
+
+
+def test_a_torch_bool_tensor_needs_dlpack_0_8(torch):
+    with pytest.raises(BufferError, match=re.escape("bool needs DLPack 0.8 or newer, but the consumer asked for max_version=(0, 6)")):
+        export(torch.tensor([True, False]), max_version=(0, 6))
+
+
 @pytest.mark.parametrize("copy", [None, False])
 def test_copy_false_or_none_exports_in_place(copy, torch, jax):
     for x in (np.arange(4.0), torch.arange(4.0), jax.numpy.arange(4.0)):
@@ -55,7 +227,7 @@ def test_copy_false_when_a_copy_is_needed_is_a_buffer_error():
 
 @pytest.mark.parametrize("bad", [1, 0, "yes", np.bool_(True)])
 def test_copy_of_the_wrong_type_is_a_type_error(bad):
-    with pytest.raises(TypeError, match="copy must be True, False or None"):
+    with pytest.raises(TypeError, match=re.escape(f"copy must be True, False or None; got {bad!r}.")):
         export(np.arange(3), copy=bad)
 
 
@@ -82,7 +254,7 @@ def test_a_device_that_does_not_exist_is_a_buffer_error():
 
 @pytest.mark.parametrize("bad", ["cpu", 1, 1.0])
 def test_dl_device_of_the_wrong_type_is_a_type_error(bad):
-    with pytest.raises(TypeError, match="dl_device must be None or a"):
+    with pytest.raises(TypeError, match=re.escape(f"(1, 0) for the CPU; got {type(bad).__name__} {bad!r}.")):
         export(np.arange(3), dl_device=bad)
 
 
@@ -152,6 +324,44 @@ def test_a_legacy_only_producer_yields_versioned_zero_copy_and_read_only(jax):
     assert info.data == pointer(j)
     out = np.from_dlpack(wrap(j))
     assert out.tolist() == [0, 1, 2, 3, 4] and not out.flags.writeable and pointer(out) == pointer(j)
+
+
+def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer(jax, monkeypatch):
+    # JAX's legacy capsule cannot say whether its data may be written: the
+    # rules take it as read-only (unknown is not writeable), and a legacy
+    # consumer gets it as it came.
+    plans = []
+    plan_export = _rules.plan_export
+
+    def spy(*args):
+        plans.append((args[1], plan_export(*args)))
+        return plans[-1][1]
+
+    monkeypatch.setattr(_rules, "plan_export", spy)
+    j = jax.numpy.arange(5.0)
+    assert inspect(export(j, max_version=(1, 0))).read_only
+    assert inspect(export(j)).name == "dltensor"
+    (known, versioned), (known_legacy, legacy) = plans
+    assert known is None and known_legacy is None  # a legacy producer cannot say
+    assert versioned.versioned and versioned.read_only and not versioned.copy
+    assert not legacy.versioned and not legacy.copy
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+@pytest.mark.parametrize("copy", [None, False, True])
+@pytest.mark.parametrize("readonly", [False, None, True])
+def test_plan_export_read_only_follows_what_is_known_of_the_data(readonly, copy, versioned):
+    max_version = (1, 0) if versioned else None
+    args = (CPU, readonly, 2, 64, max_version, None, copy, lambda s, t: True)
+    if readonly is True and not versioned and copy is not True:
+        with pytest.raises(BufferError, match="read-only"):
+            _rules.plan_export(*args)
+        return
+    plan = _rules.plan_export(*args)
+    assert plan.versioned is versioned and plan.copy is (copy is True)
+    assert plan.source == plan.target == CPU
+    # Only a copy is known to be writeable; unknown data is treated as read-only.
+    assert plan.read_only is (copy is not True and readonly is not False)
 
 
 def test_a_legacy_request_on_a_legacy_producer_passes_its_capsule_through(jax):
@@ -226,6 +436,11 @@ def test_sub_byte_types_travel_padded_in_versioned_capsules_only(ml_dtypes):
     i4 = np.array([1, -2], dtype=ml_dtypes.int4)
     with pytest.raises(BufferError, match="4-bit dtype needs DLPack 1.1"):
         export(i4)
+    # A consumer older than 1.1 cannot read the flag that says "padded".
+    for asked in ((1, 0), (0, 8)):
+        with pytest.raises(BufferError, match=re.escape(f"a 4-bit dtype needs DLPack 1.1 or newer, but the consumer asked for max_version={asked}.")):
+            export(i4, max_version=asked)
+    assert inspect(export(i4, max_version=(1, 1))).dtype == (0, 4, 1)
 
 
 def test_a_non_native_byte_order_is_a_buffer_error_with_the_remedy():

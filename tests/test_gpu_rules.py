@@ -2,6 +2,7 @@
 read-only imports) and what happens with CuPy installed but no GPU. All of it
 runs without a GPU; the exchanges themselves are in test_gpu.py."""
 
+import re
 import subprocess
 import sys
 import weakref
@@ -41,13 +42,25 @@ def test_host_readable_memory_reaches_the_cpu_without_a_copy(source):
 def test_memory_the_gpu_addresses_is_zero_copy_only_where_the_hardware_says(source, target):
     source, target = Device(source), Device(target)
     assert (source.type, target.type) in _rules.MAPPED_MOVES
-    assert _rules.zero_copy(source, target, yes)
+    asked = []
+    assert _rules.zero_copy(source, target, lambda s, t: asked.append((s, t)) or True)
+    assert asked == [(source, target)]  # the hardware is asked about this very move
     assert not _rules.zero_copy(source, target, no)
     assert not _rules.zero_copy(source, target)  # no backend to ask: a copy
     assert _rules.import_needs_copy(source, target, None, yes) is False
     assert _rules.import_needs_copy(source, target, None, no) is True
-    with pytest.raises(BufferError, match="copy=False"):
+    with pytest.raises(BufferError) as refused:
         _rules.import_needs_copy(source, target, False, no)
+    assert str(refused.value).startswith(
+        f"copy=False, but exporting from {source} to {target} needs a copy (the data is not "
+        "addressable there). Pass copy=None"
+    )
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, 0])
+def test_an_import_copy_of_the_wrong_type_is_a_type_error_naming_it(bad):
+    with pytest.raises(TypeError, match=re.escape(f"copy must be True, False or None; got {bad!r}.")):
+        _rules.import_needs_copy(Device("cpu"), Device("cpu"), bad)
 
 
 @pytest.mark.parametrize("source, target", [("cuda:0", "cuda:1"), ("cuda:0", "cpu"), ("cuda:0", "cuda_host")])
@@ -77,6 +90,9 @@ def test_no_copy_crosses_gpu_stacks(source, target):
 def test_a_copy_the_rules_allow_but_no_gpu_can_make_names_the_missing_backend():
     with pytest.raises(BufferError, match="cuda:0: gpu_dlpack needs CuPy and a working GPU"):
         _rules.plan_export(Device("cpu"), False, 2, 64, (1, 0), (2, 0), None, no)
+    # To the CPU, the backend missing is the one for the source's memory.
+    with pytest.raises(BufferError, match="on cuda:1: gpu_dlpack needs CuPy and a working GPU"):
+        _rules.plan_export(Device("cuda:1"), False, 2, 64, (1, 0), (1, 0), None, no)
     with pytest.raises(BufferError, match="cannot move an array from cpu to metal"):
         _rules.plan_export(Device("cpu"), False, 2, 64, (1, 0), (8, 0), None, yes)
 
@@ -86,8 +102,12 @@ def test_a_planned_gpu_copy_and_a_mapped_move():
     assert copy.copy and copy.target == Device("cuda:1") and not copy.read_only
     mapped = _rules.plan_export(Device("cuda_host"), True, 2, 32, (1, 0), (2, 0), None, yes, yes)
     assert not mapped.copy and mapped.target == Device("cuda:0") and mapped.read_only
-    with pytest.raises(BufferError, match="copy=False"):
+    with pytest.raises(BufferError) as refused:
         _rules.plan_export(Device("cuda:0"), False, 2, 32, (1, 0), (2, 1), False, yes)
+    assert str(refused.value).startswith(
+        "copy=False, but exporting from cuda:0 to cuda:1 needs a copy (the data is not "
+        "addressable there). Pass copy=None"
+    )
 
 
 # -- read-only imports ---------------------------------------------------------
@@ -98,7 +118,7 @@ def test_read_only_data_is_copied_for_always_writeable_arrays(target):
     assert _rules.readonly_import_copies(target, True, None) is True
     assert _rules.readonly_import_copies(target, True, True) is True
     assert _rules.readonly_import_copies(target, False, None) is False
-    with pytest.raises(BufferError, match="READ_ONLY.*always writeable.*copy=None"):
+    with pytest.raises(BufferError, match=f"READ_ONLY and arrays on {target} are CuPy arrays, which are always writeable.*copy=None"):
         _rules.readonly_import_copies(target, True, False)
 
 
@@ -242,3 +262,21 @@ def test_importing_the_gpu_machinery_needs_no_gpu_and_imports_no_cupy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+# -- managed memory as consumers see it -------------------------------------------
+
+def test_managed_memory_is_reported_as_the_gpu_that_allocated_it():
+    managed = Device("cuda_managed")
+    assert _rules.reported_device(managed, 3) == Device("cuda:3")
+    assert _rules.reported_device(managed, None) == managed  # the GPU is unknown: its own label
+    assert _rules.reported_device(Device("cuda:1"), 3) == Device("cuda:1")
+    assert _rules.reported_device(Device("cpu"), 0) == Device("cpu")
+
+
+def test_a_consumer_with_a_stream_and_no_device_is_served_the_reported_device():
+    reported = Device("cuda:3")
+    assert _rules.served_device(reported, None, 7) == (2, 3)  # a GPU consumer
+    assert _rules.served_device(reported, None, None) is None  # a host consumer: the memory's label
+    assert _rules.served_device(reported, (1, 0), 7) == (1, 0)  # a device named is the device served
+    assert _rules.served_device(reported, (1, 0), None) == (1, 0)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import time
 import weakref
 
@@ -32,6 +31,7 @@ import gpu_dlpack
 
 from . import capsules
 from .figures import counter_fixture
+from .helpers import refcount, released
 
 figures = counter_fixture("leaks")
 
@@ -94,7 +94,7 @@ MAX_VERSIONS = [(1, 0), None, (1, 5), (0, 8)]
 
 def test_numpy_to_numpy_cycles_leak_nothing(figures):
     a = np.arange(64.0)
-    refs = sys.getrefcount(a)
+    refs = refcount(a)
 
     def step(i):
         copy = True if i % 8 == 0 else None
@@ -103,13 +103,16 @@ def test_numpy_to_numpy_cycles_leak_nothing(figures):
             raise AssertionError("values changed")
 
     soak(figures, "numpy -> numpy", step)
-    assert sys.getrefcount(a) == refs  # each capsule's deleter released a
+    assert refcount(a) == refs  # each capsule's deleter released a
+    ref = weakref.ref(a)
+    del a, step
+    assert released(ref)
 
 
 def test_numpy_to_torch_through_wrap_cycles_leak_nothing(figures, torch):
     a = np.arange(64.0)
     w = gpu_dlpack.wrap(a)
-    refs = sys.getrefcount(a)
+    refs = refcount(a)
 
     def step(i):
         t = torch.from_dlpack(w, copy=True if i % 8 == 0 else None)
@@ -117,7 +120,10 @@ def test_numpy_to_torch_through_wrap_cycles_leak_nothing(figures, torch):
             raise AssertionError("values changed")
 
     soak(figures, "numpy -> torch (wrap)", step)
-    assert sys.getrefcount(a) == refs
+    assert refcount(a) == refs
+    ref = weakref.ref(a)
+    del a, w, step
+    assert released(ref)
 
 
 def test_torch_to_gpu_dlpack_cycles_leak_nothing(figures, torch):
@@ -276,7 +282,7 @@ def test_host_to_gpu_and_back_cycles_leak_nothing(figures):
     import cupy
 
     a = np.arange(64.0)
-    refs = sys.getrefcount(a)
+    refs = refcount(a)
     pool = cupy.get_default_memory_pool()
 
     def step(i):
@@ -294,4 +300,7 @@ def test_host_to_gpu_and_back_cycles_leak_nothing(figures):
     gc.collect()
     figures["numpy -> cuda -> numpy"] += n
     assert pool.used_bytes() <= used  # every device buffer was given back
-    assert sys.getrefcount(a) == refs
+    assert refcount(a) == refs
+    ref = weakref.ref(a)
+    del a, step
+    assert released(ref)

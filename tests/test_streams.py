@@ -34,8 +34,39 @@ def test_rocm_takes_none_minus_one_zero_and_handles(device_type, stream):
 
 @pytest.mark.parametrize("device_type", CUDA_FAMILY)
 def test_cuda_zero_is_the_legacy_default_stream_with_a_stream_warning(device_type):
-    with pytest.warns(StreamWarning, match="ambiguous for CUDA.*legacy default stream"):
+    with pytest.warns(StreamWarning) as caught:
         assert _streams.check_stream(0, device_type) == 1
+    assert [str(w.message) for w in caught] == [
+        "stream=0 is ambiguous for CUDA (the standard disallows it); it is taken as the "
+        "legacy default stream (1). Pass 1 or 2 explicitly."
+    ]
+
+
+# The valid values each message lists, in the standard's words.
+DESCRIBED = {
+    T.CUDA: "None (the legacy default stream), -1 (no synchronization), 1 (the legacy default "
+            "stream), 2 (the per-thread default stream), an int > 2 (a stream handle), 0 "
+            "(ambiguous; taken as the legacy default stream, with a StreamWarning)",
+    T.ROCM: "None (the default stream), -1 (no synchronization), 0 (the default stream), "
+            "an int > 2 (a stream handle)",
+    T.CPU: "None (no stream (host memory)), -1 (no synchronization)",
+}
+
+
+@pytest.mark.parametrize("device_type", list(DESCRIBED), ids=[t.name for t in DESCRIBED])
+def test_the_valid_values_are_listed_exactly_and_only_cuda_mentions_zero(device_type):
+    assert _streams.describe(device_type) == DESCRIBED[device_type]
+    with pytest.raises(ValueError) as bad_value:
+        _streams.check_stream(-7, device_type)
+    assert str(bad_value.value) == (
+        f"stream=-7 is not valid for {device_type.name}. Valid values: {DESCRIBED[device_type]}."
+    )
+    with pytest.raises(TypeError) as bad_type:
+        _streams.check_stream("s", device_type)
+    assert str(bad_type.value) == (
+        f"stream must be an int or None; got str 's'. For {device_type.name} the valid "
+        f"values are: {DESCRIBED[device_type]}."
+    )
 
 
 @pytest.mark.parametrize("device_type", CUDA_FAMILY)
@@ -69,6 +100,18 @@ def test_a_stream_that_is_not_an_int_is_a_type_error(device_type, stream):
 
 def test_an_integer_type_that_is_not_int_is_taken():
     assert _streams.check_stream(np.int64(7), T.CUDA) == 7
+
+
+def test_an_integer_is_a_handle_itself_even_with_stream_attributes():
+    # An int subclass that also carries .ptr or .handle is an int handle:
+    # its attributes are not read.
+    class Tagged(int):
+        ptr = 0xBAD
+        handle = 0xBAD
+
+    stream = Tagged(0xABC)
+    assert _streams.handle_of(stream) is stream
+    assert _streams.check_stream(stream, T.CUDA) == 0xABC
 
 
 def test_rocm_zero_is_valid_and_gives_no_warning():
@@ -113,8 +156,20 @@ def test_a_copy_to_gpu_memory_is_ordered_on_the_consumers_stream(device_type):
     assert not _streams.finishes_before_return(device_type, None)
 
 
-def test_imports_to_host_memory_return_numpy_arrays_complete():
-    assert _streams.HOST_RESULTS == {T.CPU, T.CUDA_HOST, T.ROCM_HOST}
+@pytest.mark.parametrize("device_type", list(T), ids=[t.name for t in T])
+def test_imports_to_host_memory_the_gpu_does_not_manage_return_complete_numpy_arrays(device_type):
+    # An import's result is a NumPy array (read by the host at once, so the
+    # copy into it is complete on return) or a CuPy array (always writeable,
+    # ordered on the consumer's stream): never both, and managed memory,
+    # though the host can read it, comes back as a CuPy array.
+    from gpu_dlpack import _rules
+    from gpu_dlpack._backends import cupy as cupy_backend
+    from gpu_dlpack._devices import HOST_ACCESSIBLE
+
+    lands_on_host = cupy_backend._lands_on_host(Device((device_type, 0)))
+    assert lands_on_host == (device_type in HOST_ACCESSIBLE and device_type not in _rules.ALWAYS_WRITEABLE)
+    if lands_on_host:
+        assert _streams.finishes_before_return(device_type, None)
 
 
 # -- stream objects ------------------------------------------------------------
@@ -135,6 +190,11 @@ class Handle:  # Numba streams: a ctypes pointer
         self.handle = ctypes.c_void_p(value)
 
 
+class DriverHandle:  # Numba streams over a driver handle: a plain int
+    def __init__(self, value):
+        self.handle = value
+
+
 class Protocol:  # the CUDA stream protocol (cuda.core, CuPy 14)
     def __init__(self, handle):
         self._handle = handle
@@ -146,7 +206,7 @@ class Protocol:  # the CUDA stream protocol (cuda.core, CuPy 14)
 @pytest.mark.parametrize(
     "stream, handle",
     [(Ptr(0xABC0), 0xABC0), (CudaStream(0xABC1), 0xABC1), (Handle(0xABC2), 0xABC2),
-     (Protocol(0xABC3), 0xABC3), (5, 5), (-1, -1), (None, None)],
+     (DriverHandle(0xABC4), 0xABC4), (Protocol(0xABC3), 0xABC3), (5, 5), (-1, -1), (None, None)],
 )
 def test_stream_objects_become_their_handle(stream, handle):
     assert _streams.handle_of(stream) == handle
@@ -181,14 +241,34 @@ def test_a_broken_stream_protocol_is_a_type_error():
         def __cuda_stream__(self):
             return 42
 
-    with pytest.raises(TypeError, match="must return a \\(version, handle\\) pair"):
+    with pytest.raises(TypeError) as refused:
         _streams.handle_of(Broken())
+    assert str(refused.value) == "Broken.__cuda_stream__() must return a (version, handle) pair of ints."
+
+
+class CupyStream(Ptr):  # CuPy streams say their GPU as .device_id
+    def __init__(self, ptr, device_id):
+        super().__init__(ptr)
+        self.device_id = device_id
 
 
 def test_the_device_of_a_stream_object_is_read_when_it_says():
     assert _streams.device_index_of(CudaStream(9, index=1)) == 1
+    assert _streams.device_index_of(CudaStream(9, index=0)) == 0
     assert _streams.device_index_of(CudaStream(9)) is None
     assert _streams.device_index_of(Ptr(9)) is None
+    assert _streams.device_index_of(CupyStream(9, 2)) == 2
+    assert _streams.device_index_of(CupyStream(9, 0)) == 0
+    assert _streams.device_index_of(CupyStream(9, -1)) is None  # CuPy's "no device yet"
+    assert _streams.device_index_of(CudaStream(9, index="1")) is None  # not an index: unknown
+
+
+def test_a_block_on_a_cupy_stream_of_gpu_0_leaves_other_gpus_alone():
+    with use_stream(CupyStream(0xF, 0)):
+        assert _streams.block_stream(Device("cuda:0")) == 0xF
+        assert _streams.block_stream(Device("cuda:1")) is None
+    with use_stream(CupyStream(0xF, -1)):  # no device said: every GPU
+        assert _streams.block_stream(Device("cuda:1")) == 0xF
 
 
 def test_a_stream_object_is_checked_for_the_memory_it_is_used_with():
@@ -240,6 +320,20 @@ def test_a_block_belongs_to_its_thread():
         t.start()
         t.join()
     assert seen == [None]
+
+
+def test_a_new_thread_opens_its_own_blocks():
+    seen = []
+
+    def work():
+        with use_stream(0x1E):
+            seen.append(_streams.block_stream(Device("cuda:0")))
+        seen.append(_streams.in_block())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == [0x1E, False]
 
 
 def test_a_block_leaves_host_exchanges_alone():

@@ -25,6 +25,7 @@ import gpu_dlpack
 
 from . import capsules
 from .figures import counter_fixture
+from .helpers import refcount, released
 
 figures = counter_fixture("threads")
 
@@ -132,7 +133,7 @@ def test_capsules_made_on_one_thread_are_consumed_and_freed_on_others(figures, t
     produced = queue.Queue(maxsize=256)
     n = CYCLES
     sources = [np.arange(32.0) + 1000 * k for k in range(THREADS // 2)]
-    refs_before = [sys.getrefcount(s) for s in sources]
+    refs_before = [refcount(s) for s in sources]
     t_sources = [torch.arange(32.0) + 1000 * k for k in range(THREADS // 2)]
     calls_before = capsules.total_calls
     done = []
@@ -167,7 +168,10 @@ def test_capsules_made_on_one_thread_are_consumed_and_freed_on_others(figures, t
     gc.collect()
     assert sum(done) == n * THREADS // 2
     figures["capsules handed between threads"] += sum(done)
-    assert [sys.getrefcount(s) for s in sources] == refs_before
+    assert [refcount(s) for s in sources] == refs_before
+    refs = [weakref.ref(s) for s in sources]
+    del sources, producer, consumer
+    assert all(released(r) for r in refs)  # no capsule kept a source alive
     made = sum(1 for i in range(n) if i % 3 == 2) * (THREADS // 2)
     assert capsules.total_calls - calls_before == made
 

@@ -1,13 +1,12 @@
 """Exporter rule 1: versions and the version floor."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import gpu_dlpack
 from gpu_dlpack import DLPACK_VERSION, export, inspect, wrap
+
+from .interpreter import ROOT, run_python
 
 
 def test_dlpack_version_is_the_newest_produced():
@@ -21,21 +20,21 @@ def test_floor_defaults_to_0_5():
 
 @pytest.mark.parametrize("value, expected", [("0.8", (0, 8)), ("1.0", (1, 0)), ("0,6", (0, 6))])
 def test_floor_is_read_from_the_environment(value, expected):
-    out = subprocess.run(
-        [sys.executable, "-c", "import gpu_dlpack; print(gpu_dlpack.MIN_DLPACK_VERSION)"],
-        env={"GPU_DLPACK_MIN_VERSION": value, "PATH": ""}, capture_output=True, text=True,
-        check=True,
+    # A fresh interpreter with this checkout first on PYTHONPATH (no install needed).
+    out = run_python(
+        "import gpu_dlpack; print(gpu_dlpack.__file__); print(gpu_dlpack.MIN_DLPACK_VERSION)",
+        env={"GPU_DLPACK_MIN_VERSION": value},
     )
-    assert out.stdout.strip() == str(expected)
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, floor_seen = out.stdout.strip().splitlines()
+    assert where.startswith(ROOT)
+    assert floor_seen == str(expected)
 
 
 def test_a_bad_floor_in_the_environment_is_a_value_error_on_import():
-    out = subprocess.run(
-        [sys.executable, "-c", "import gpu_dlpack"],
-        env={"GPU_DLPACK_MIN_VERSION": "banana", "PATH": ""}, capture_output=True, text=True,
-    )
-    assert out.returncode != 0
-    assert "ValueError" in out.stderr and "GPU_DLPACK_MIN_VERSION" in out.stderr
+    out = run_python("import gpu_dlpack", env={"GPU_DLPACK_MIN_VERSION": "banana"})
+    assert out.returncode == 1
+    assert "ValueError" in out.stderr and "GPU_DLPACK_MIN_VERSION" in out.stderr and "banana" in out.stderr
 
 
 def test_floor_is_settable_at_run_time(floor):

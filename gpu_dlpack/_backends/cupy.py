@@ -297,8 +297,13 @@ def import_to(x, source, target, copy, needs_copy, stream):
     else:
         ask = consumer
     if _numpy_backend().owns(x):
-        # NumPy's own exporter refuses bfloat16 and float8: the layer's does not.
         dtype = _dtypes.from_numpy(x.dtype)
+        if needs_copy:
+            # A NumPy array is copied as it is: no capsule to make and take
+            # back (the common host-to-device copy, small ones above all).
+            out = _copy_from_host(x, dtype, target, stream, _lands_on_host(target), consumer)
+            return out if isinstance(out, np.ndarray) else _as_dtype(out, dtype)
+        # NumPy's own exporter refuses bfloat16 and float8: the layer's does not.
         capsule = _numpy_backend().export(x, _rules.Plan(True, False, CPU, CPU, not x.flags.writeable), dtype)
     else:
         capsule = _exchange(x, source, ask)
