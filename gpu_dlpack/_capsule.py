@@ -235,6 +235,18 @@ def kind_and_pointer(capsule, likely: bool = True):
 _MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
 
 
+def reach(shape, strides) -> tuple:
+    """``(low, high)``: the offsets, in elements, of the lowest and the
+    highest element from the first one (negative strides reach below it)."""
+    low = high = 0
+    for n, step in zip(shape, strides):
+        if step < 0:
+            low += (n - 1) * step
+        else:
+            high += (n - 1) * step
+    return low, high
+
+
 def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int, itemsize: int) -> None:
     """BufferError for a tensor whose shape and strides no importer can
     hold: a negative dimension (numpy.from_dlpack refuses it), NULL data
@@ -258,12 +270,7 @@ def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int,
         return
     if strides is None:
         strides = _int64s(strides_p, len(shape))
-    low = high = 0
-    for n, step in zip(shape, strides):
-        if step < 0:
-            low += (n - 1) * step
-        else:
-            high += (n - 1) * step
+    low, high = reach(shape, strides)
     first = data + offset
     low, high = first + low * itemsize, first + (high + 1) * itemsize
     if low < 0 or high > 2**64 or high - low > _MAX_BYTES:

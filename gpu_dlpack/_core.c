@@ -561,38 +561,38 @@ import_entry(PyTypeObject *type)
     return PyCapsule_GetPointer(got, "gpu_dlpack.import_entry");
 }
 
-/* 1 when every guard of the entry is false for x, 0 when one is true, -1 on
- * error (cleared: the general path asks again and reports). */
+/* 1 when v (a new reference, consumed) is false; 0 when it is true, NULL or
+ * cannot say (the error cleared). */
+static int
+is_false(PyObject *v)
+{
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int truth = v == Py_False ? 0 : (v == Py_True ? 1 : PyObject_IsTrue(v));
+    Py_DECREF(v);
+    if (truth != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 when every guard of the entry is false for x, 0 when one is true or
+ * cannot be read (the error cleared: the general path asks again and reports). */
 static int
 guards_pass(ImportEntry *e, PyObject *x, int code)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(e->attrs);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyObject_GetAttr(x, PyTuple_GET_ITEM(e->attrs, i));
-        if (v == NULL) {
-            PyErr_Clear();
+        if (!is_false(PyObject_GetAttr(x, PyTuple_GET_ITEM(e->attrs, i))))
             return 0;
-        }
-        int truth = v == Py_False ? 0 : (v == Py_True ? 1 : PyObject_IsTrue(v));
-        Py_DECREF(v);
-        if (truth != 0) {
-            PyErr_Clear();
-            return 0;
-        }
     }
     n = (code >= 0 && code < 32 && ((e->method_codes >> code) & 1)) ? PyTuple_GET_SIZE(e->methods) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(e->methods, i));
-        if (v == NULL) {
-            PyErr_Clear();
+        if (!is_false(PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(e->methods, i))))
             return 0;
-        }
-        int truth = v == Py_False ? 0 : (v == Py_True ? 1 : PyObject_IsTrue(v));
-        Py_DECREF(v);
-        if (truth != 0) {
-            PyErr_Clear();
-            return 0;
-        }
     }
     return 1;
 }

@@ -33,7 +33,7 @@ import mmap
 
 import numpy as np
 
-from . import _capsule, _dtypes, _errors, _streams
+from . import _capsule, _dtypes, _errors, _handoff, _streams
 from ._devices import Device, DLDeviceType, cupy_is_rocm
 
 _T = DLDeviceType
@@ -118,14 +118,14 @@ def _forwarding_type(t):
 def host_view(x) -> np.ndarray:
     """A NumPy view of an ``__array_interface__`` or buffer-protocol object's
     memory (read-only where the source is); the object stays alive as its base."""
-    mask = _interface(x, "__array_interface__") if not isinstance(x, memoryview) else None
-    if mask is not None and mask.get("mask") is not None:
+    interface = _interface(x, "__array_interface__") if not isinstance(x, memoryview) else None
+    if interface is not None and interface.get("mask") is not None:
         raise _errors.masked_array("__array_interface__")
     try:
         return np.asarray(x)
     except (TypeError, ValueError) as exc:
         raise _errors.bad_interface(
-            "__array_interface__" if mask is not None else "buffer", str(exc), None
+            "__array_interface__" if interface is not None else "buffer", str(exc), None
         ) from None
 
 
@@ -257,8 +257,6 @@ class CudaArray:
             raise _errors.interface_cannot_copy(self.device, dl_device, copy)
         waits_on = info["stream"]
         if stream is not None and stream != -1 and waits_on not in (None, -1):
-            from . import _handoff
-
             consumer = _streams.resolve(stream, self.device.type)
             _handoff.handoff(waits_on, consumer, self.device.index)
         versioned = max_version is not None and max_version[0] >= 1
@@ -323,18 +321,14 @@ def cuda_interface(capsule, readonly: bool, stream) -> tuple:
     unconsumed capsule of GPU memory, which is taken (``owner`` frees it when
     it dies). ``stream`` is the stream the data is ready on."""
     info = _capsule.read(capsule)
-    return _interface_of(info, readonly, stream), _take(capsule, info)
+    return _interface_of(info, readonly, stream), _capsule.take(capsule, info.versioned)
 
 
 def array_interface(capsule, readonly: bool) -> tuple:
     info = _capsule.read(capsule)
     out = _interface_of(info, readonly, None)
     del out["stream"]
-    return out, _take(capsule, info)
-
-
-def _take(capsule, info):
-    return _capsule.take(capsule, info.versioned)
+    return out, _capsule.take(capsule, info.versioned)
 
 
 def _interface_of(info, readonly, stream) -> dict:

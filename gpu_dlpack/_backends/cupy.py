@@ -431,12 +431,7 @@ def _extent(shape, strides, itemsize):
         return 0, 0
     if strides is None:
         return 0, int(np.prod(shape)) * itemsize
-    low = high = 0
-    for n, step in zip(shape, strides):
-        if step < 0:
-            low += (n - 1) * step
-        else:
-            high += (n - 1) * step
+    low, high = _capsule.reach(shape, strides)
     return low * itemsize, (high + 1) * itemsize
 
 
