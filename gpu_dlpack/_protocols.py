@@ -34,6 +34,7 @@ import mmap
 import numpy as np
 
 from . import _capsule, _dtypes, _errors, _handoff, _streams
+from ._backends import cupy_backend, numpy_backend
 from ._devices import Device, DLDeviceType, cupy_is_rocm
 
 _T = DLDeviceType
@@ -221,15 +222,7 @@ def _dtype_of(typestr, cai):
 
 def _gpu_of(ptr: int) -> int:
     """The GPU that holds device pointer ``ptr`` (the current GPU for NULL)."""
-    return _cupy_backend().gpu_of(ptr)
-
-
-def _cupy_backend():
-    global _cupy_backend
-    from ._backends import cupy
-
-    _cupy_backend = lambda: cupy  # noqa: E731 - imported once, then a plain call
-    return cupy
+    return cupy_backend.gpu_of(ptr)
 
 
 class CudaArray:
@@ -267,8 +260,6 @@ class CudaArray:
             view = self._view = self._host_typed_view()
         # NumPy's exporter describes the memory (and says READ_ONLY); the
         # layer stamps its version on what it passes on.
-        from ._backends import numpy as numpy_backend
-
         capsule = numpy_backend.own_capsule(view, versioned)
         _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
         return capsule
