@@ -6,9 +6,13 @@
 #   bash scripts/mutation.sh                 # all five modules, one after another
 #   bash scripts/mutation.sh _rules _capsule # some of them
 #
-# Per module it prints mutmut's summary, writes MODULE/summary.txt (the
-# counts and the score) and MODULE/survivors.txt (each surviving mutant and
-# its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
+# Each module is mutated once per path (MUTATION_PATHS, default "core pure":
+# with the compiled core, and with GPU_DLPACK_PURE_PYTHON=1), since each path
+# leaves the other's lines unrun; a mutant counts as killed when a test fails
+# on either path. Per module it prints mutmut's summary, writes
+# MODULE/summary.txt (the counts and the score), MODULE/results.txt (each
+# mutant's combined status) and MODULE/survivors.txt (each surviving mutant
+# and its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
 # MUTATION_TIMEOUT (seconds per module, default 1800), GPU_DLPACK_PYTHON (an
 # interpreter that already has the test extra and mutmut; otherwise the
 # project's .venv is made with the test and mutation extras).
@@ -25,6 +29,7 @@ mutmut=("$py" -c "import sys; from mutmut.__main__ import cli; sys.argv[0] = 'mu
 work=${MUTATION_DIR:-/tmp/gpu_dlpack-mutation}
 jobs=${MUTATION_JOBS:-1}
 limit=${MUTATION_TIMEOUT:-1800}
+paths=${MUTATION_PATHS:-core pure}
 
 # The tests that guard each module's rules (fast ones: no subprocesses, no
 # soak or property runs).
@@ -41,41 +46,64 @@ modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(_rules _export _import _capsule _streams)
 for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
-  dir=$work/$module
-  rm -rf "$dir" && mkdir -p "$dir"
   commit=$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")
-  cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$dir/"
-  find "$dir" -name __pycache__ -prune -exec rm -rf {} +
-  {
-    echo "[mutmut]"
-    echo "source_paths = gpu_dlpack"
-    echo "only_mutate = gpu_dlpack/$module.py"
-    echo "also_copy = conftest.py"
-    echo "pytest_add_cli_args ="
-    printf '    %s\n' -p no:cacheprovider -m "not slow and not gpu" -k "$DESELECT"
-    echo "pytest_add_cli_args_test_selection ="
-    for t in $tests; do echo "    $t"; done
-  } > "$dir/setup.cfg"
-  echo "== mutating gpu_dlpack/$module.py against: $tests" >&2
-  (cd "$dir" && JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
-  (cd "$dir" && "${mutmut[@]}" results --all true > results.txt) || true
-  # Score: killed (by a failing test, a timeout or a crash) over every
-  # mutant that ran; "no tests" mutants count as survivors.
-  "$py" - "$dir" "gpu_dlpack/$module.py at $commit" <<'PY'
+  out=$work/$module
+  rm -rf "$out" && mkdir -p "$out"
+  for path in $paths; do
+    dir=$work/$module-$path
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$dir/"
+    find "$dir" -name __pycache__ -prune -exec rm -rf {} +
+    {
+      echo "[mutmut]"
+      echo "source_paths = gpu_dlpack"
+      echo "only_mutate = gpu_dlpack/$module.py"
+      echo "also_copy = conftest.py"
+      echo "pytest_add_cli_args ="
+      printf '    %s\n' -p no:cacheprovider -m "not slow and not gpu" -k "$DESELECT"
+      echo "pytest_add_cli_args_test_selection ="
+      for t in $tests; do echo "    $t"; done
+    } > "$dir/setup.cfg"
+    pure=; [ "$path" = pure ] && pure=1
+    echo "== mutating gpu_dlpack/$module.py ($path path) against: $tests" >&2
+    (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
+    (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
+  done
+  # Score: killed (by a failing test, a timeout or a crash, on any path)
+  # over every mutant that ran; "no tests" mutants count as survivors.
+  "$py" - "$out" "gpu_dlpack/$module.py at $commit" $paths <<'PY'
 import collections, pathlib, sys
-d = pathlib.Path(sys.argv[1])
-status = dict(line.strip().rsplit(": ", 1) for line in (d / "results.txt").read_text().splitlines() if ": " in line)
-counts = collections.Counter(status.values())
-killed = counts["killed"] + counts["timeout"] + counts["segfault"]
-ran = sum(n for s, n in counts.items() if s not in ("skipped", "not checked"))
-lines = [sys.argv[2]] + [f"  {s}: {n}" for s, n in counts.most_common()]
+d, title, paths = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+KILLED = ("killed", "timeout", "segfault")
+rank = {"killed": 0, "timeout": 1, "segfault": 2, "suspicious": 3, "survived": 4, "no tests": 5, "not checked": 6, "skipped": 7}
+status, per_path = {}, {}
+for path in paths:
+    results = d / f"results-{path}.txt"
+    got = dict(line.strip().rsplit(": ", 1) for line in results.read_text().splitlines() if ": " in line) if results.exists() else {}
+    per_path[path] = got
+    for name, s in got.items():
+        if name not in status or rank.get(s, 9) < rank.get(status[name], 9):
+            status[name] = s
+(d / "results.txt").write_text("".join(f"{k}: {s}\n" for k, s in sorted(status.items())))
+def score(st):
+    counts = collections.Counter(st.values())
+    killed = sum(counts[s] for s in KILLED)
+    ran = sum(n for s, n in counts.items() if s not in ("skipped", "not checked"))
+    return counts, killed, ran
+lines = [title]
+for path in paths:
+    _, killed, ran = score(per_path[path])
+    lines.append(f"  {path} path alone: {killed} of {ran} killed")
+counts, killed, ran = score(status)
+lines += [f"  {s}: {n}" for s, n in counts.most_common()]
 lines.append(f"score: {killed} of {ran} killed ({100 * killed / max(ran, 1):.1f}%)")
 (d / "summary.txt").write_text("\n".join(lines) + "\n")
 (d / "survivors.list").write_text("".join(f"{k}\n" for k, s in status.items() if s in ("survived", "no tests", "suspicious")))
 PY
-  : > "$dir/survivors.txt"
+  first=$work/$module-${paths%% *}
+  : > "$out/survivors.txt"
   while read -r name; do
-    (cd "$dir" && "${mutmut[@]}" show "$name" < /dev/null) >> "$dir/survivors.txt" 2>&1 || true
-  done < "$dir/survivors.list"
-  cat "$dir/summary.txt"
+    (cd "$first" && "${mutmut[@]}" show "$name" < /dev/null) >> "$out/survivors.txt" 2>&1 || true
+  done < "$out/survivors.list"
+  cat "$out/summary.txt"
 done
