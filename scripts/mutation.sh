@@ -35,12 +35,18 @@ paths=${MUTATION_PATHS:-core pure}
 # soak or property runs).
 declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
-  [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
+  [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_shards.py tests/test_protocols.py"
   [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
   [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
 )
-DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0"
+# Left out: tests of the environment, the Numba simulator (5 s of imports per
+# mutant), and the tests that pin a warning to the caller's line (mutmut's
+# trampolines are frames of their own between the caller and the package).
+DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0 and not numba_simulator and not callers_line"
+# Imported once by the server each mutant is forked from (import only: no
+# JAX or torch runtime is started before the fork).
+PRELOAD="numpy torch jax jax.numpy jax.dlpack ml_dtypes hypothesis"
 
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(_rules _export _import _capsule _streams)
@@ -48,17 +54,27 @@ for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
   commit=$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")
   out=$work/$module
-  rm -rf "$out" && mkdir -p "$out"
+  rm -rf "$out" && mkdir -p "$out/tree"
+  # Both paths mutate the tree as it was when the run began.
+  cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$out/tree/"
+  find "$out/tree" -name __pycache__ -prune -exec rm -rf {} +
   for path in $paths; do
     dir=$work/$module-$path
     rm -rf "$dir" && mkdir -p "$dir"
-    cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$dir/"
-    find "$dir" -name __pycache__ -prune -exec rm -rf {} +
+    cp -r "$out/tree/." "$dir/"
+    printf '%s\n' $PRELOAD > "$dir/preload.txt"
     {
       echo "[mutmut]"
       echo "source_paths = gpu_dlpack"
       echo "only_mutate = gpu_dlpack/$module.py"
       echo "also_copy = conftest.py"
+      # Fork each mutant from a server that has only imported the peers:
+      # forked from mutmut's own process, which ran the tests once, a child
+      # inherits JAX's runtime without its threads and hangs in its first
+      # JAX call (a hang that counted as a kill).
+      echo "process_isolation = forkserver"
+      echo "forkserver_warmup = import"
+      echo "preload_modules_file = preload.txt"
       echo "pytest_add_cli_args ="
       printf '    %s\n' -p no:cacheprovider -m "not slow and not gpu" -k "$DESELECT"
       echo "pytest_add_cli_args_test_selection ="
