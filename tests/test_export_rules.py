@@ -147,6 +147,80 @@ def test_a_legacy_export_of_a_writeable_device_producer_passes_its_capsule_on():
     assert info.data == producer.array.ctypes.data
 
 
+def test_a_legacy_capsule_a_device_producer_leaves_where_it_is_is_refused_by_kind():
+    producer = KeywordDeviceProducer(answers=(2, 0), legacy_only=True)
+    with pytest.raises(BufferError) as refused:
+        export(producer, max_version=(1, 0), dl_device=(2, 1))
+    assert str(refused.value).startswith(
+        "cannot move an array from cuda:0 to cuda:1 (the producer gave a legacy capsule on "
+        "cuda:0 and gpu_dlpack has no backend for this device to move or copy it)."
+    )
+    assert [r.calls for r in producer.records] == [1]
+
+
+# A move or a copy the producer did not make is made by the backend of its
+# device from a view of the producer's memory. The CuPy backend needs a GPU
+# for that; here a recording backend stands in for its two calls, and the
+# test checks what it is handed: the producer's capsule and the rules'
+# arguments (data of a legacy capsule counts as read-only unless copied).
+
+@pytest.fixture
+def gpu_backend(monkeypatch):
+    from gpu_dlpack._backends import cupy as cupy_backend
+
+    asked = []
+
+    def consume(capsule, versioned, header):
+        asked.append(("consume", capsules.capsule_name(capsule), versioned, inspect(capsule).data,
+                      (header.device_type, header.device_id, header.ndim)))
+        return ("view", capsule)
+
+    def export_array(arr, readonly, stream, max_version, dl_device, copy):
+        asked.append(("export", arr, readonly, stream, max_version, dl_device, copy))
+        return "the backend's capsule"
+
+    monkeypatch.setattr(cupy_backend, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
+    monkeypatch.setattr(cupy_backend, "consume", consume)
+    monkeypatch.setattr(cupy_backend, "export_array", export_array)
+    return asked
+
+
+class _StreamOnlyDeviceProducer(KeywordDeviceProducer):
+    """A producer of device memory from before the 2023 revision: only ``stream``."""
+
+    def __dlpack__(self, stream=None):
+        return super().__dlpack__(stream=stream)
+
+
+@pytest.mark.parametrize("legacy_only, flags, readonly, known_readonly", [
+    (False, 0, False, False),  # a versioned capsule of writeable data
+    (False, FLAG_READ_ONLY, False, True),
+    (False, 0, True, True),  # wrap(readonly=True)
+    (True, 0, False, True),  # a legacy capsule cannot say
+])
+def test_a_move_the_device_producer_did_not_make_is_made_by_the_backend_of_its_device(
+        gpu_backend, legacy_only, flags, readonly, known_readonly):
+    producer = KeywordDeviceProducer(answers=(2, 0), legacy_only=legacy_only, flags=flags)
+    got = wrap(producer, readonly=readonly).__dlpack__(stream=0xAB, max_version=(1, 0), dl_device=(2, 1))
+    assert got == "the backend's capsule"
+    name = "dltensor" if legacy_only else "dltensor_versioned"
+    assert gpu_backend[0] == ("consume", name, not legacy_only, producer.array.ctypes.data, (2, 0, 1))
+    (_, view, *arguments) = gpu_backend[1]
+    assert view[0] == "view" and capsules.capsule_name(view[1]) == name
+    assert arguments == [known_readonly, 0xAB, (1, 0), (2, 1), None]
+    assert arguments[0] is known_readonly
+    assert len(gpu_backend) == 2
+
+
+def test_a_copy_a_device_producer_could_not_be_asked_for_is_made_by_the_backend(gpu_backend):
+    producer = _StreamOnlyDeviceProducer(device=(2, 0))
+    assert export(producer, max_version=(1, 0), copy=True) == "the backend's capsule"
+    assert producer.requests == [dict(stream=None, max_version=None, dl_device=None, copy=None)]
+    assert gpu_backend[0] == ("consume", "dltensor", False, producer.array.ctypes.data, (2, 0, 1))
+    # A legacy capsule cannot say its data is writeable: read-only, and copied.
+    assert gpu_backend[1][2:] == (True, None, (1, 0), None, True)
+
+
 def test_wrap_exports_the_device_its_producer_reported_when_wrapped():
     producer = KeywordDeviceProducer(device=(2, 0), answers=(2, 0))
     w = wrap(producer)

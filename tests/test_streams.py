@@ -363,6 +363,18 @@ def test_a_block_is_limited_to_the_gpu_its_stream_belongs_to():
         assert _streams.block_stream(Device("cuda:0")) is None
 
 
+def test_an_export_takes_the_block_stream_of_the_device_it_goes_to():
+    # A producer on GPU 0 moved to GPU 1 inside a block of GPU 1: the consumer's
+    # memory is on GPU 1, so the block's stream is the one to hand to the producer.
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(2, 0))
+    with use_stream(0xD, device="cuda:1"):
+        export(producer, max_version=(1, 0), dl_device=(2, 1))
+        export(producer, max_version=(1, 0))  # stays on GPU 0: not the block's
+    assert [r["stream"] for r in producer.requests] == [0xD, None]
+
+
 def test_a_block_belongs_to_its_thread():
     seen = []
     with use_stream(0xE):
