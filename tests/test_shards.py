@@ -72,8 +72,9 @@ def test_a_sharded_array_reaches_each_consumer_through_wrap(jax, torch, sharding
     values = _values(shape, np.float64)
     j = _put(jax, values, sharding(mesh, *spec))
     w = gpu_dlpack.wrap(j)
-    assert w.__dlpack_device__() == (1, 0)
+    assert w.__dlpack_device__() == (1, 0) and w.last_request is None
     np.testing.assert_array_equal(np.from_dlpack(w), values)
+    assert w.last_request == {"stream": None, "max_version": (1, 0), "dl_device": None, "copy": None}
     np.testing.assert_array_equal(torch.from_dlpack(w).numpy(), values)
     np.testing.assert_array_equal(np.asarray(jax.dlpack.from_dlpack(w)), values)
 
