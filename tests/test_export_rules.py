@@ -235,6 +235,44 @@ def test_wrap_has_a_repr_naming_the_array_type():
     assert repr(wrap(KeywordDeviceProducer())) == "gpu_dlpack.wrap(tests.capsules.KeywordDeviceProducer)"
 
 
+# Host memory to a GPU: the backend of the GPU makes the export, from the
+# array and the plan the rules made. A GPU that addresses the host's pageable
+# memory (ATS, as on Grace Hopper) takes it in place; here a recording backend
+# stands in for CuPy's answer and its export, and the test checks what it is
+# handed.
+
+@pytest.fixture
+def mapping_gpu(monkeypatch):
+    from gpu_dlpack._backends import cupy as cupy_backend
+
+    asked = []
+
+    def export_host(arr, plan, dtype, stream):
+        asked.append((arr, plan, dtype, stream))
+        return "the backend's capsule"
+
+    monkeypatch.setattr(cupy_backend, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
+    monkeypatch.setattr(cupy_backend, "addressable", lambda source, target: True)
+    monkeypatch.setattr(cupy_backend, "export_host", export_host)
+    return asked
+
+
+@pytest.mark.parametrize("copy", [None, True])
+def test_host_data_a_gpu_addresses_is_exported_to_it_by_its_backend(mapping_gpu, copy, torch):
+    from gpu_dlpack import _dtypes
+
+    cuda0 = gpu_dlpack.Device("cuda:0")
+    a, t = np.arange(4.0), torch.arange(4, dtype=torch.int32)
+    for x, data in ((a, a.ctypes.data), (t, t.data_ptr())):
+        got = export(x, max_version=(1, 0), dl_device=(2, 0), stream=0xAB, copy=copy)
+        assert got == "the backend's capsule"
+        arr, plan, dtype, stream = mapping_gpu.pop()
+        assert type(arr) is np.ndarray and arr.ctypes.data == data and arr.tolist() == [0, 1, 2, 3]
+        # In place unless a copy is asked; both say their data is writeable.
+        assert plan == _rules.Plan(True, copy is True, CPU, cuda0, False)
+        assert dtype == _dtypes.from_numpy(arr.dtype) and stream == 0xAB
+
+
 class _Sub(np.ndarray):
     """A NumPy subclass: exported by the NumPy backend like an ndarray."""
 
