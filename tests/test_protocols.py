@@ -419,6 +419,19 @@ def test_the_cuda_array_interface_exports_the_wrapped_device_on_the_legacy_defau
     ]
 
 
+def test_the_array_interface_exports_the_device_reported_at_wrap_time():
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(1, 0), answers=(1, 0))
+    w = gpu_dlpack.wrap(producer)
+    producer.device = (2, 0)  # __dlpack_device__ is read once, at wrap time
+    ai = w.__array_interface__
+    assert ai["data"] == (producer.array.ctypes.data, False) and ai["shape"] == (6,)
+    assert producer.requests == [
+        dict(stream=None, max_version=gpu_dlpack.DLPACK_VERSION, dl_device=None, copy=None)
+    ]
+
+
 @pytest.mark.parametrize("cuda", [False, True])
 def test_a_wrapped_raw_capsule_offers_one_interface_read_once(cuda):
     # A capsule can be consumed once: its interface is kept and offered again.
