@@ -9,7 +9,9 @@
 # Each module is mutated once per path (MUTATION_PATHS, default "core pure":
 # with the compiled core, and with GPU_DLPACK_PURE_PYTHON=1), since each path
 # leaves the other's lines unrun; a mutant counts as killed when a test fails
-# on either path. Per module it prints mutmut's summary, writes
+# on either path, so a later path runs only the mutants the earlier ones left
+# alive. MUTATION_REUSE=1 keeps the paths a stopped run finished (and the tree
+# and commit it began with) and runs the rest. Per module it prints mutmut's summary, writes
 # MODULE/summary.txt (the counts and the score), MODULE/results.txt (each
 # mutant's combined status) and MODULE/survivors.txt (each surviving mutant
 # and its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
@@ -52,14 +54,30 @@ modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(_rules _export _import _capsule _streams)
 for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
-  commit=$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")
   out=$work/$module
-  rm -rf "$out" && mkdir -p "$out/tree"
-  # Both paths mutate the tree as it was when the run began.
-  cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$out/tree/"
-  find "$out/tree" -name __pycache__ -prune -exec rm -rf {} +
+  if [ -z "${MUTATION_REUSE:-}" ] || [ ! -s "$out/commit" ]; then
+    rm -rf "$out" && mkdir -p "$out/tree"
+    # Every path mutates the tree as it was when the run began.
+    cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$out/tree/"
+    find "$out/tree" -name __pycache__ -prune -exec rm -rf {} +
+    echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")" > "$out/commit"
+  fi
+  commit=$(cat "$out/commit")
+  # A mutant counts as killed when a test fails on any path, so the first
+  # path runs every mutant and each later one only those still alive.
+  alive=() later=
   for path in $paths; do
     dir=$work/$module-$path
+    if [ -n "${MUTATION_REUSE:-}" ] && [ -s "$out/results-$path.txt" ]; then
+      echo "== reusing the $path path of $out" >&2
+      alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
+      later=1
+      continue
+    fi
+    if [ -n "$later" ] && [ ${#alive[@]} -eq 0 ]; then
+      : > "$out/results-$path.txt"
+      continue
+    fi
     rm -rf "$dir" && mkdir -p "$dir"
     cp -r "$out/tree/." "$dir/"
     printf '%s\n' $PRELOAD > "$dir/preload.txt"
@@ -81,9 +99,11 @@ for module in "${modules[@]}"; do
       for t in $tests; do echo "    $t"; done
     } > "$dir/setup.cfg"
     pure=; [ "$path" = pure ] && pure=1
-    echo "== mutating gpu_dlpack/$module.py ($path path) against: $tests" >&2
-    (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
+    echo "== mutating gpu_dlpack/$module.py ($path path${later:+, the ${#alive[@]} mutants still alive}) against: $tests" >&2
+    (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs" "${alive[@]}") || echo "mutmut run ended with status $?" >&2
     (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
+    alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
+    later=1
   done
   # Score: killed (by a failing test, a timeout or a crash, on any path)
   # over every mutant that ran; "no tests" mutants count as survivors.
@@ -109,7 +129,7 @@ def score(st):
 lines = [title]
 for path in paths:
     _, killed, ran = score(per_path[path])
-    lines.append(f"  {path} path alone: {killed} of {ran} killed")
+    lines.append(f"  {path} path: {killed} of the {ran} it ran killed")
 counts, killed, ran = score(status)
 lines += [f"  {s}: {n}" for s, n in counts.most_common()]
 lines.append(f"score: {killed} of {ran} killed ({100 * killed / max(ran, 1):.1f}%)")
