@@ -68,8 +68,17 @@ for module in "${modules[@]}"; do
   alive=() later=
   for path in $paths; do
     dir=$work/$module-$path
+    pure=; [ "$path" = pure ] && pure=1
     if [ -n "${MUTATION_REUSE:-}" ] && [ -s "$out/results-$path.txt" ]; then
-      echo "== reusing the $path path of $out" >&2
+      if grep -q ': not checked$' "$out/results-$path.txt" && [ -d "$dir/mutants" ]; then
+        # Stopped (by the time limit) before every mutant ran: mutmut goes on
+        # with the mutants that have no result yet.
+        echo "== resuming the $path path in $dir" >&2
+        (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
+        (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
+      else
+        echo "== reusing the $path path of $out" >&2
+      fi
       alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
       later=1
       continue
