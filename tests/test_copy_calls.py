@@ -405,3 +405,31 @@ def test_the_core_copy_checks_its_arguments_and_needs_a_runtime():
     with pytest.raises(RuntimeError, match="no CUDA runtime"):
         core.copy(1, 2, 3, 4, 0, 0, True)
     assert core.set_copy_runtime(1, 0) is False  # both or neither
+
+
+# -- the report of the copy targets ------------------------------------------------
+
+def _bench(group, label, role, median, nbytes, **info):
+    extra = dict(label=label, role=role, bytes=nbytes, direction=group.split(" 4")[0].split(" 16")[0], **info)
+    return {"group": group, "name": label, "stats": {"median": median}, "extra_info": extra}
+
+
+def test_the_report_gives_each_copy_its_ratio_to_the_peer_and_share_of_the_ceiling():
+    from bench import report
+
+    small, large = "device to host 4 KiB", "device to host 16 MiB"
+    doc = {"benchmarks": [
+        _bench(small, "a.get()", "peer", 12e-6, 4096),
+        _bench(small, "wrap", "gpu_dlpack", 10e-6, 4096, peer="a.get()", target=1.0),
+        _bench(small, "from_dlpack", "gpu_dlpack", 15e-6, 4096, peer="a.get()", target=1.0),
+        _bench(small, "bare", "ceiling", 8e-6, 4096),
+        _bench(large, "a.get()", "peer", 1700e-6, 16 << 20),
+        _bench(large, "wrap", "gpu_dlpack", 330e-6, 16 << 20, peer="a.get()", ceiling_share=0.9),
+        _bench(large, "from_dlpack", "gpu_dlpack", 420e-6, 16 << 20, peer="a.get()", ceiling_share=0.9),
+        _bench(large, "bare", "ceiling", 312e-6, 16 << 20),
+    ]}
+    text = "\n".join(report.copy_target_table(doc))
+    assert "| device to host | 4 KiB | `wrap` | 10,000 ns | 0.83x `a.get()` | ≤ 1x: met | 80% |  |" in text
+    assert "1.25x `a.get()` | ≤ 1x: missed by 0.25x" in text
+    assert "| 95% | ≥ 90%: met |" in text and "| 74% | ≥ 90%: missed by 16% |" in text
+    assert "## Copy targets" in report.summary(doc)
