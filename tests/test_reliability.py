@@ -336,28 +336,16 @@ class Buffer:
 
 # -- 3. a queued copy keeps what it touches alive --------------------------------
 
-class DeviceArray:
-    """What _copy_from_gpu reads of a CuPy array (shape, dtype, layout, address)."""
-
-    class _Data:
-        def __init__(self, ptr, device_id=0):
-            self.ptr, self.device_id = ptr, device_id
-
-    def __init__(self, host):
-        self.host = host
-        self.shape, self.dtype, self.nbytes, self.flags = host.shape, host.dtype, host.nbytes, host.flags
-        self.data = self._Data(host.ctypes.data)
-
-
 def test_a_pinned_destination_lives_until_its_copy_is_done(runtime, monkeypatch):
     pytest.importorskip("cupy")  # the copy is CuPy's (its runtime is the stand-in)
     # export(x, dl_device=(3, 0), stream=s) of device memory: the copy into
-    # pinned memory is still queued on s when the call returns.
+    # pinned memory is still queued on s when the call returns. The source
+    # is memory the stand-in runtime copies from (what x.data.ptr names).
     pool = _copies.PinnedPool(HostBlocks())
     monkeypatch.setattr(_copies, "pinned_pool", lambda: pool)
-    x = DeviceArray(np.arange(1000, dtype=np.float32))
+    x = np.arange(1000, dtype=np.float32)
     source = weakref.ref(x)
-    out = cupy_backend._copy_from_gpu(x, 0, 5, Device((3, 0)), 77, host_done=False)
+    out = cupy_backend._to_pinned(x.ctypes.data, x.nbytes, x.shape, x.dtype, "C", 77, 0, False, x)
     assert pool.idle_bytes == 0 and pool.allocated == 1
     assert [c[0] for c in runtime.calls if c[0] == "memcpy"] == ["memcpy"]
     assert runtime.recorded(77), "no event marks the end of the copy"
