@@ -11,7 +11,8 @@
 # leaves the other's lines unrun; a mutant counts as killed when a test fails
 # on either path, so a later path runs only the mutants the earlier ones left
 # alive. MUTATION_REUSE=1 keeps the paths a stopped run finished (and the tree
-# and commit it began with) and runs the rest. Per module it prints mutmut's summary, writes
+# and commit it began with) and runs the rest. MUTATION_ONLY="name ..." runs
+# only those mutants (the survivors of a run, after tests were added). Per module it prints mutmut's summary, writes
 # MODULE/summary.txt (the counts and the score), MODULE/results.txt (each
 # mutant's combined status) and MODULE/survivors.txt (each surviving mutant
 # and its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
@@ -65,7 +66,7 @@ for module in "${modules[@]}"; do
   commit=$(cat "$out/commit")
   # A mutant counts as killed when a test fails on any path, so the first
   # path runs every mutant and each later one only those still alive.
-  alive=() later=
+  alive=(${MUTATION_ONLY:-}) later=${MUTATION_ONLY:+1}
   for path in $paths; do
     dir=$work/$module-$path
     pure=; [ "$path" = pure ] && pure=1
