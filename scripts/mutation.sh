@@ -108,7 +108,6 @@ for module in "${modules[@]}"; do
       echo "pytest_add_cli_args_test_selection ="
       for t in $tests; do echo "    $t"; done
     } > "$dir/setup.cfg"
-    pure=; [ "$path" = pure ] && pure=1
     echo "== mutating gpu_dlpack/$module.py ($path path${later:+, the ${#alive[@]} mutants still alive}) against: $tests" >&2
     (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs" "${alive[@]}") || echo "mutmut run ended with status $?" >&2
     (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
