@@ -119,6 +119,9 @@ def _export_spread(x, readonly, stream, max_version, dl_device, copy):
         target = _shards.home(x)
     _versions.check_max_version(max_version)
     _rules.check_copy(copy)
+    # A target no backend serves is a BufferError, as on every other path,
+    # not whatever the GPU library raises halfway through the gather.
+    _backends.for_device(target)
     gathered = _shards.gather(x, target, copy, stream, _from_dlpack)
     capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
     _shards.flag_copied(capsule)

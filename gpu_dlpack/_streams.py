@@ -4,6 +4,7 @@ device type, as data (array API standard, ``__dlpack__``)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import warnings
 from typing import Iterator
@@ -73,10 +74,23 @@ def check_stream(stream, device_type):
             "stream=0 is ambiguous for CUDA (the standard disallows it); it is taken "
             "as the legacy default stream (1). Pass 1 or 2 explicitly.",
             _errors.StreamWarning,
-            stacklevel=3,
+            stacklevel=_caller_level(),
         )
         return 1
     raise _errors.bad_stream_value(stream, DLDeviceType(device_type).name, describe(device_type))
+
+
+_PACKAGE = __name__.partition(".")[0]
+
+
+def _caller_level():
+    """The ``stacklevel`` that names, to a warning of ``check_stream``, the
+    first frame outside gpu_dlpack: the user's call, however many frames each
+    path (export, wrap, a backend) takes to reach the check."""
+    frame, level = sys._getframe(2), 2  # check_stream's caller
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == _PACKAGE:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # -- the handle each special value names --------------------------------------

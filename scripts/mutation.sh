@@ -9,7 +9,10 @@
 # Each module is mutated once per path (MUTATION_PATHS, default "core pure":
 # with the compiled core, and with GPU_DLPACK_PURE_PYTHON=1), since each path
 # leaves the other's lines unrun; a mutant counts as killed when a test fails
-# on either path. Per module it prints mutmut's summary, writes
+# on either path, so a later path runs only the mutants the earlier ones left
+# alive. MUTATION_REUSE=1 keeps the paths a stopped run finished (and the tree
+# and commit it began with) and runs the rest. MUTATION_ONLY="name ..." runs
+# only those mutants (the survivors of a run, after tests were added). Per module it prints mutmut's summary, writes
 # MODULE/summary.txt (the counts and the score), MODULE/results.txt (each
 # mutant's combined status) and MODULE/survivors.txt (each surviving mutant
 # and its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
@@ -35,39 +38,81 @@ paths=${MUTATION_PATHS:-core pure}
 # soak or property runs).
 declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
-  [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
+  [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_shards.py tests/test_protocols.py"
   [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
   [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
 )
-DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0"
+# Left out: tests of the environment, the Numba simulator (5 s of imports per
+# mutant), and the tests that pin a warning to the caller's line (mutmut's
+# trampolines are frames of their own between the caller and the package).
+DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0 and not numba_simulator and not callers_line"
+# Imported once by the server each mutant is forked from (import only: no
+# JAX or torch runtime is started before the fork).
+PRELOAD="numpy torch jax jax.numpy jax.dlpack ml_dtypes hypothesis"
 
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(_rules _export _import _capsule _streams)
 for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
-  commit=$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")
   out=$work/$module
-  rm -rf "$out" && mkdir -p "$out"
+  if [ -z "${MUTATION_REUSE:-}" ] || [ ! -s "$out/commit" ]; then
+    rm -rf "$out" && mkdir -p "$out/tree"
+    # Every path mutates the tree as it was when the run began.
+    cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$out/tree/"
+    find "$out/tree" -name __pycache__ -prune -exec rm -rf {} +
+    echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")" > "$out/commit"
+  fi
+  commit=$(cat "$out/commit")
+  # A mutant counts as killed when a test fails on any path, so the first
+  # path runs every mutant and each later one only those still alive.
+  alive=(${MUTATION_ONLY:-}) later=${MUTATION_ONLY:+1}
   for path in $paths; do
     dir=$work/$module-$path
+    pure=; [ "$path" = pure ] && pure=1
+    if [ -n "${MUTATION_REUSE:-}" ] && [ -s "$out/results-$path.txt" ]; then
+      if grep -q ': not checked$' "$out/results-$path.txt" && [ -d "$dir/mutants" ]; then
+        # Stopped (by the time limit) before every mutant ran: mutmut goes on
+        # with the mutants that have no result yet.
+        echo "== resuming the $path path in $dir" >&2
+        (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
+        (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
+      else
+        echo "== reusing the $path path of $out" >&2
+      fi
+      alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
+      later=1
+      continue
+    fi
+    if [ -n "$later" ] && [ ${#alive[@]} -eq 0 ]; then
+      : > "$out/results-$path.txt"
+      continue
+    fi
     rm -rf "$dir" && mkdir -p "$dir"
-    cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$dir/"
-    find "$dir" -name __pycache__ -prune -exec rm -rf {} +
+    cp -r "$out/tree/." "$dir/"
+    printf '%s\n' $PRELOAD > "$dir/preload.txt"
     {
       echo "[mutmut]"
       echo "source_paths = gpu_dlpack"
       echo "only_mutate = gpu_dlpack/$module.py"
       echo "also_copy = conftest.py"
+      # Fork each mutant from a server that has only imported the peers:
+      # forked from mutmut's own process, which ran the tests once, a child
+      # inherits JAX's runtime without its threads and hangs in its first
+      # JAX call (a hang that counted as a kill).
+      echo "process_isolation = forkserver"
+      echo "forkserver_warmup = import"
+      echo "preload_modules_file = preload.txt"
       echo "pytest_add_cli_args ="
       printf '    %s\n' -p no:cacheprovider -m "not slow and not gpu" -k "$DESELECT"
       echo "pytest_add_cli_args_test_selection ="
       for t in $tests; do echo "    $t"; done
     } > "$dir/setup.cfg"
-    pure=; [ "$path" = pure ] && pure=1
-    echo "== mutating gpu_dlpack/$module.py ($path path) against: $tests" >&2
-    (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
+    echo "== mutating gpu_dlpack/$module.py ($path path${later:+, the ${#alive[@]} mutants still alive}) against: $tests" >&2
+    (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs" "${alive[@]}") || echo "mutmut run ended with status $?" >&2
     (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
+    alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
+    later=1
   done
   # Score: killed (by a failing test, a timeout or a crash, on any path)
   # over every mutant that ran; "no tests" mutants count as survivors.
@@ -93,7 +138,7 @@ def score(st):
 lines = [title]
 for path in paths:
     _, killed, ran = score(per_path[path])
-    lines.append(f"  {path} path alone: {killed} of {ran} killed")
+    lines.append(f"  {path} path: {killed} of the {ran} it ran killed")
 counts, killed, ran = score(status)
 lines += [f"  {s}: {n}" for s, n in counts.most_common()]
 lines.append(f"score: {killed} of {ran} killed ({100 * killed / max(ran, 1):.1f}%)")

@@ -140,6 +140,16 @@ def test_subclass_of_ndarray_exports_like_an_ndarray():
     assert info.version == gpu_dlpack.DLPACK_VERSION and info.data == x.ctypes.data
 
 
+def test_a_torch_tensor_its_exchange_api_cannot_describe_is_wrapped_and_refused_by_torch_at_export(torch):
+    # A sparse tensor: wrap() takes it as any producer, and torch's refusal
+    # comes when a consumer asks (a BufferError, as the standard says).
+    w = gpu_dlpack.wrap(torch.eye(3).to_sparse())
+    assert w.__dlpack_device__() == (1, 0) and w.last_request is None
+    with pytest.raises(BufferError, match="layout other than torch.strided"):
+        w.__dlpack__(max_version=(1, 0))
+    assert w.last_request == {"stream": None, "max_version": (1, 0), "dl_device": None, "copy": None}
+
+
 def test_wrap_records_what_the_consumer_asked(torch):
     w = gpu_dlpack.wrap(np.arange(3.0))
     assert w.last_request is None

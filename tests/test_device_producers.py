@@ -9,7 +9,9 @@ an address no process maps (the first page), so any read of the data would
 crash the test run: the tests pass only if nothing dereferences it.
 """
 
+import functools
 import gc
+import sys
 
 import numpy as np
 import pytest
@@ -133,6 +135,28 @@ def test_a_dtype_numpy_does_not_know_travels_through_the_carrier(ml_dtypes):
     info = inspect(export(p, max_version=(1, 0)))
     assert info.dtype == (4, 16, 1) and info.device.dlpack == CUDA0 and info.read_only
     assert info.data + info.byte_offset == UNMAPPED
+
+
+def test_a_dtype_numpy_holds_only_with_ml_dtypes_is_refused_without_it_and_the_capsule_freed(monkeypatch):
+    # The legacy capsule is rebuilt as a versioned one through NumPy, which
+    # needs ml_dtypes for bfloat16: without it, the remedy, and no leak.
+    p = jax_on_cuda(dtype=(4, 16, 1))
+    p.array = np.arange(6, dtype=np.uint16)
+    from gpu_dlpack import _dtypes
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # not installed
+    monkeypatch.setattr(_dtypes, "_ml_dtypes", functools.lru_cache(_dtypes._ml_dtypes.__wrapped__))
+    _dtypes.to_numpy.cache_clear()  # what it found with ml_dtypes
+    try:
+        with pytest.raises(BufferError) as refused:
+            export(p, max_version=(1, 0))
+    finally:
+        _dtypes.to_numpy.cache_clear()
+    assert str(refused.value) == (
+        "cannot exchange DLPack dtype (code=4, bits=16, lanes=1): this is bfloat16, which NumPy "
+        "holds only with the ml_dtypes package: pip install ml_dtypes."
+    )
+    assert [r.calls for r in p.records] == [1]
 
 
 # -- managed memory: which label is served to whom -------------------------------

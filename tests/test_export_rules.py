@@ -147,6 +147,80 @@ def test_a_legacy_export_of_a_writeable_device_producer_passes_its_capsule_on():
     assert info.data == producer.array.ctypes.data
 
 
+def test_a_legacy_capsule_a_device_producer_leaves_where_it_is_is_refused_by_kind():
+    producer = KeywordDeviceProducer(answers=(2, 0), legacy_only=True)
+    with pytest.raises(BufferError) as refused:
+        export(producer, max_version=(1, 0), dl_device=(2, 1))
+    assert str(refused.value).startswith(
+        "cannot move an array from cuda:0 to cuda:1 (the producer gave a legacy capsule on "
+        "cuda:0 and gpu_dlpack has no backend for this device to move or copy it)."
+    )
+    assert [r.calls for r in producer.records] == [1]
+
+
+# A move or a copy the producer did not make is made by the backend of its
+# device from a view of the producer's memory. The CuPy backend needs a GPU
+# for that; here a recording backend stands in for its two calls, and the
+# test checks what it is handed: the producer's capsule and the rules'
+# arguments (data of a legacy capsule counts as read-only unless copied).
+
+@pytest.fixture
+def gpu_backend(monkeypatch):
+    from gpu_dlpack._backends import cupy as cupy_backend
+
+    asked = []
+
+    def consume(capsule, versioned, header):
+        asked.append(("consume", capsules.capsule_name(capsule), versioned, inspect(capsule).data,
+                      (header.device_type, header.device_id, header.ndim)))
+        return ("view", capsule)
+
+    def export_array(arr, readonly, stream, max_version, dl_device, copy):
+        asked.append(("export", arr, readonly, stream, max_version, dl_device, copy))
+        return "the backend's capsule"
+
+    monkeypatch.setattr(cupy_backend, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
+    monkeypatch.setattr(cupy_backend, "consume", consume)
+    monkeypatch.setattr(cupy_backend, "export_array", export_array)
+    return asked
+
+
+class _StreamOnlyDeviceProducer(KeywordDeviceProducer):
+    """A producer of device memory from before the 2023 revision: only ``stream``."""
+
+    def __dlpack__(self, stream=None):
+        return super().__dlpack__(stream=stream)
+
+
+@pytest.mark.parametrize("legacy_only, flags, readonly, known_readonly", [
+    (False, 0, False, False),  # a versioned capsule of writeable data
+    (False, FLAG_READ_ONLY, False, True),
+    (False, 0, True, True),  # wrap(readonly=True)
+    (True, 0, False, True),  # a legacy capsule cannot say
+])
+def test_a_move_the_device_producer_did_not_make_is_made_by_the_backend_of_its_device(
+        gpu_backend, legacy_only, flags, readonly, known_readonly):
+    producer = KeywordDeviceProducer(answers=(2, 0), legacy_only=legacy_only, flags=flags)
+    got = wrap(producer, readonly=readonly).__dlpack__(stream=0xAB, max_version=(1, 0), dl_device=(2, 1))
+    assert got == "the backend's capsule"
+    name = "dltensor" if legacy_only else "dltensor_versioned"
+    assert gpu_backend[0] == ("consume", name, not legacy_only, producer.array.ctypes.data, (2, 0, 1))
+    (_, view, *arguments) = gpu_backend[1]
+    assert view[0] == "view" and capsules.capsule_name(view[1]) == name
+    assert arguments == [known_readonly, 0xAB, (1, 0), (2, 1), None]
+    assert arguments[0] is known_readonly
+    assert len(gpu_backend) == 2
+
+
+def test_a_copy_a_device_producer_could_not_be_asked_for_is_made_by_the_backend(gpu_backend):
+    producer = _StreamOnlyDeviceProducer(device=(2, 0))
+    assert export(producer, max_version=(1, 0), copy=True) == "the backend's capsule"
+    assert producer.requests == [dict(stream=None, max_version=None, dl_device=None, copy=None)]
+    assert gpu_backend[0] == ("consume", "dltensor", False, producer.array.ctypes.data, (2, 0, 1))
+    # A legacy capsule cannot say its data is writeable: read-only, and copied.
+    assert gpu_backend[1][2:] == (True, None, (1, 0), None, True)
+
+
 def test_wrap_exports_the_device_its_producer_reported_when_wrapped():
     producer = KeywordDeviceProducer(device=(2, 0), answers=(2, 0))
     w = wrap(producer)
@@ -159,6 +233,44 @@ def test_wrap_has_a_repr_naming_the_array_type():
     assert repr(wrap(np.arange(3))) == "gpu_dlpack.wrap(numpy.ndarray)"
     assert repr(wrap(np.arange(3), readonly=True)) == "gpu_dlpack.wrap(numpy.ndarray, readonly=True)"
     assert repr(wrap(KeywordDeviceProducer())) == "gpu_dlpack.wrap(tests.capsules.KeywordDeviceProducer)"
+
+
+# Host memory to a GPU: the backend of the GPU makes the export, from the
+# array and the plan the rules made. A GPU that addresses the host's pageable
+# memory (ATS, as on Grace Hopper) takes it in place; here a recording backend
+# stands in for CuPy's answer and its export, and the test checks what it is
+# handed.
+
+@pytest.fixture
+def mapping_gpu(monkeypatch):
+    from gpu_dlpack._backends import cupy as cupy_backend
+
+    asked = []
+
+    def export_host(arr, plan, dtype, stream):
+        asked.append((arr, plan, dtype, stream))
+        return "the backend's capsule"
+
+    monkeypatch.setattr(cupy_backend, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
+    monkeypatch.setattr(cupy_backend, "addressable", lambda source, target: True)
+    monkeypatch.setattr(cupy_backend, "export_host", export_host)
+    return asked
+
+
+@pytest.mark.parametrize("copy", [None, True])
+def test_host_data_a_gpu_addresses_is_exported_to_it_by_its_backend(mapping_gpu, copy, torch):
+    from gpu_dlpack import _dtypes
+
+    cuda0 = gpu_dlpack.Device("cuda:0")
+    a, t = np.arange(4.0), torch.arange(4, dtype=torch.int32)
+    for x, data in ((a, a.ctypes.data), (t, t.data_ptr())):
+        got = export(x, max_version=(1, 0), dl_device=(2, 0), stream=0xAB, copy=copy)
+        assert got == "the backend's capsule"
+        arr, plan, dtype, stream = mapping_gpu.pop()
+        assert type(arr) is np.ndarray and arr.ctypes.data == data and arr.tolist() == [0, 1, 2, 3]
+        # In place unless a copy is asked; both say their data is writeable.
+        assert plan == _rules.Plan(True, copy is True, CPU, cuda0, False)
+        assert dtype == _dtypes.from_numpy(arr.dtype) and stream == 0xAB
 
 
 class _Sub(np.ndarray):

@@ -406,6 +406,49 @@ def test_wrap_offers_the_cuda_array_interface_over_gpu_data():
     assert gpu_dlpack.wrap(CudaArray(arr), readonly=True).__cuda_array_interface__["data"][1] is True
 
 
+def test_the_cuda_array_interface_exports_the_wrapped_device_on_the_legacy_default_stream():
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(2, 0), answers=(2, 0))
+    w = gpu_dlpack.wrap(producer)
+    producer.device = (1, 0)  # __dlpack_device__ is read once, at wrap time
+    cai = w.__cuda_array_interface__
+    assert cai["data"] == (producer.array.ctypes.data, False) and cai["stream"] == 1
+    assert producer.requests == [
+        dict(stream=1, max_version=gpu_dlpack.DLPACK_VERSION, dl_device=None, copy=None)
+    ]
+
+
+def test_the_array_interface_exports_the_device_reported_at_wrap_time():
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(1, 0), answers=(1, 0))
+    w = gpu_dlpack.wrap(producer)
+    producer.device = (2, 0)  # __dlpack_device__ is read once, at wrap time
+    ai = w.__array_interface__
+    assert ai["data"] == (producer.array.ctypes.data, False) and ai["shape"] == (6,)
+    assert producer.requests == [
+        dict(stream=None, max_version=gpu_dlpack.DLPACK_VERSION, dl_device=None, copy=None)
+    ]
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_wrapped_raw_capsule_offers_one_interface_read_once(cuda):
+    # A capsule can be consumed once: its interface is kept and offered again.
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(2, 0) if cuda else (1, 0))
+    w = gpu_dlpack.wrap(producer.__dlpack__(max_version=(1, 0)))
+    name = "__cuda_array_interface__" if cuda else "__array_interface__"
+    first = getattr(w, name)
+    assert first["data"] == (producer.array.ctypes.data, False) and first["shape"] == (6,)
+    assert getattr(w, name) is first
+    assert [r.calls for r in producer.records] == [0]  # held by the wrapper
+    del w, first
+    gc.collect()
+    assert [r.calls for r in producer.records] == [1]
+
+
 def test_the_offered_interface_keeps_the_memory_alive():
     producer = CudaArray(np.arange(3.0))
     ref = weakref.ref(producer)

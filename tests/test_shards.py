@@ -72,8 +72,9 @@ def test_a_sharded_array_reaches_each_consumer_through_wrap(jax, torch, sharding
     values = _values(shape, np.float64)
     j = _put(jax, values, sharding(mesh, *spec))
     w = gpu_dlpack.wrap(j)
-    assert w.__dlpack_device__() == (1, 0)
+    assert w.__dlpack_device__() == (1, 0) and w.last_request is None
     np.testing.assert_array_equal(np.from_dlpack(w), values)
+    assert w.last_request == {"stream": None, "max_version": (1, 0), "dl_device": None, "copy": None}
     np.testing.assert_array_equal(torch.from_dlpack(w).numpy(), values)
     np.testing.assert_array_equal(np.asarray(jax.dlpack.from_dlpack(w)), values)
 
@@ -107,6 +108,65 @@ def test_copy_false_refuses_a_gather_and_names_the_way_out(jax, sharding, how):
     text = str(err.value)
     assert "NamedSharding" in text and "over 4 devices" in text and "copy=False" in text
     assert "gpu_dlpack.shards(x)" in text
+
+
+def _spread(jax, sharding, spec):
+    return _put(jax, np.arange(16.0), sharding("1d", *spec))
+
+
+@pytest.mark.parametrize("spec", [("x",), ()], ids=["sharded", "replicated"])
+def test_a_spread_array_asked_for_the_cpu_lands_there(jax, sharding, spec):
+    j = _spread(jax, sharding, spec)
+    cap = gpu_dlpack.export(j, max_version=(1, 0), dl_device=(1, 0))
+    info = gpu_dlpack.inspect(cap)
+    assert info.device == gpu_dlpack.Device("cpu") and info.shape == (16,)
+    assert np.from_dlpack(_Handing(cap)).tolist() == list(range(16))
+    first = j.addressable_shards[0].data.unsafe_buffer_pointer()
+    if spec:  # gathered: a copy
+        assert info.flags == gpu_dlpack.FLAG_IS_COPIED and info.data not in _pointers(j)
+    else:  # its first replica, in place
+        assert info.flags == gpu_dlpack.FLAG_READ_ONLY and info.data == first  # JAX data is immutable
+
+
+@pytest.mark.parametrize("spec", [("x",), ()], ids=["sharded", "replicated"])
+@pytest.mark.parametrize("dl_device, name", [((2, 0), "cuda:0"), ((10, 1), "rocm:1")])
+def test_a_spread_array_asked_for_a_gpu_without_a_backend_is_a_buffer_error(jax, sharding, spec, dl_device, name):
+    from gpu_dlpack._backends import cupy as cupy_backend
+
+    if cupy_backend.serves(gpu_dlpack.Device(name)):
+        pytest.skip(f"CuPy serves {name} here")
+    j = _spread(jax, sharding, spec)
+    with pytest.raises(BufferError) as refused:
+        gpu_dlpack.export(j, max_version=(1, 0), dl_device=dl_device)
+    assert str(refused.value).startswith(
+        f"no backend can hold an array on {name}: gpu_dlpack needs CuPy and a working GPU for that."
+    )
+
+
+@pytest.mark.parametrize("spec", [("x",), ()], ids=["sharded", "replicated"])
+def test_a_spread_array_follows_the_stream_and_copy_rules_of_host_memory(jax, sharding, spec):
+    j = _spread(jax, sharding, spec)
+    with pytest.raises(ValueError) as bad_stream:
+        gpu_dlpack.export(j, max_version=(1, 0), stream=1)
+    assert str(bad_stream.value) == (
+        "stream=1 is not valid for CPU. Valid values: None (no stream (host memory)), -1 (no synchronization)."
+    )
+    with pytest.raises(TypeError) as bad_copy:
+        gpu_dlpack.export(j, max_version=(1, 0), copy="yes")
+    assert str(bad_copy.value) == "copy must be True, False or None; got 'yes'."
+    info = gpu_dlpack.inspect(gpu_dlpack.export(j, max_version=(1, 0), copy=True))
+    assert info.flags == gpu_dlpack.FLAG_IS_COPIED and info.data not in _pointers(j)
+
+
+class _Handing:
+    def __init__(self, cap):
+        self.cap = cap
+
+    def __dlpack__(self, **kwargs):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return (1, 0)
 
 
 def test_copy_true_gathers_and_the_result_is_writeable(jax, sharding):

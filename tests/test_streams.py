@@ -3,6 +3,7 @@ per device type, argument checks, stream objects, and ``use_stream`` blocks.
 All of it runs without a GPU."""
 
 import ctypes
+import sys
 import threading
 import warnings
 
@@ -40,6 +41,55 @@ def test_cuda_zero_is_the_legacy_default_stream_with_a_stream_warning(device_typ
         "stream=0 is ambiguous for CUDA (the standard disallows it); it is taken as the "
         "legacy default stream (1). Pass 1 or 2 explicitly."
     ]
+
+
+def where_it_warns(call):
+    """The (file, line) each StreamWarning of ``call()`` names, and what it returned."""
+    with pytest.warns(StreamWarning) as caught:
+        result = call()
+    return [(w.filename, w.lineno) for w in caught], result
+
+
+def test_the_cuda_zero_warning_of_an_export_points_at_the_callers_line():
+    # A producer of CUDA memory that no backend of gpu_dlpack owns: the
+    # check runs three frames deeper than the call (export, _export, the path).
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(2, 0))
+    line = sys._getframe().f_lineno + 1
+    where, cap = where_it_warns(lambda: export(producer, stream=0, max_version=(1, 0)))
+    assert where == [(__file__, line)]
+    assert producer.requests[0]["stream"] == 1  # taken as the legacy default stream
+    assert gpu_dlpack.inspect(cap).device == Device("cuda:0")
+
+
+def test_the_cuda_zero_warning_of_a_wrapped_producer_points_at_the_callers_line():
+    # The consumer calls __dlpack__ (the C one of the core hands back to Python).
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(2, 0))
+    w = gpu_dlpack.wrap(producer)
+    line = sys._getframe().f_lineno + 1
+    where, cap = where_it_warns(lambda: w.__dlpack__(stream=0, max_version=(1, 0)))
+    assert where == [(__file__, line)]
+    assert producer.requests[0]["stream"] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", ["cupy", "numpy", "torch"])
+def test_the_cuda_zero_warning_points_at_the_callers_line_on_every_gpu_path(make):
+    # CuPy's backend, NumPy's array and a host producer copied to the GPU.
+    if make == "cupy":
+        cupy = pytest.importorskip("cupy")
+        x, dl_device = cupy.arange(4.0), None
+    elif make == "numpy":
+        x, dl_device = np.arange(4.0), (2, 0)
+    else:
+        x, dl_device = pytest.importorskip("torch").arange(4.0), (2, 0)
+    line = sys._getframe().f_lineno + 1
+    where, cap = where_it_warns(lambda: export(x, stream=0, max_version=(1, 0), dl_device=dl_device))
+    assert where == [(__file__, line)]
+    assert gpu_dlpack.inspect(cap).device == Device("cuda:0")
 
 
 # The valid values each message lists, in the standard's words.
@@ -311,6 +361,18 @@ def test_a_block_is_limited_to_the_gpu_its_stream_belongs_to():
     with use_stream(0xD, device="cuda:2"):
         assert _streams.block_stream(Device("cuda:2")) == 0xD
         assert _streams.block_stream(Device("cuda:0")) is None
+
+
+def test_an_export_takes_the_block_stream_of_the_device_it_goes_to():
+    # A producer on GPU 0 moved to GPU 1 inside a block of GPU 1: the consumer's
+    # memory is on GPU 1, so the block's stream is the one to hand to the producer.
+    from .capsules import KeywordDeviceProducer
+
+    producer = KeywordDeviceProducer(device=(2, 0))
+    with use_stream(0xD, device="cuda:1"):
+        export(producer, max_version=(1, 0), dl_device=(2, 1))
+        export(producer, max_version=(1, 0))  # stays on GPU 0: not the block's
+    assert [r["stream"] for r in producer.requests] == [0xD, None]
 
 
 def test_a_block_belongs_to_its_thread():
