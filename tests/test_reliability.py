@@ -177,6 +177,10 @@ def test_a_claim_of_the_other_kind_is_refused_and_leaves_the_capsule():
         with pytest.raises(BufferError, match=says):
             claim(cap, True)
     assert capsule_name(cap) == "dltensor" and rec.calls == 0
+    says = r"^expected a PyCapsule named 'dltensor' or 'dltensor_versioned'; got ndarray\.$"
+    for claim in (_capsule.claim, _capsule.discard, _capsule.take):
+        with pytest.raises(TypeError, match=says):
+            claim(np.arange(3), True)
 
 
 def test_a_capsule_that_cannot_be_renamed_is_not_taken(monkeypatch):
