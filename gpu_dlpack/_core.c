@@ -397,6 +397,51 @@ core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* snapshot(capsule) -> (versioned, struct bytes, shape bytes or None,
+ * strides bytes or None), what _capsule.snapshot returns, copied while the
+ * GIL (or the capsule's critical section) is held, so no consumer on another
+ * thread frees the tensor halfway; the Python snapshot() on anything but an
+ * unconsumed capsule (it raises what is wrong). */
+static PyObject *
+core_snapshot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !configured())
+        return delegate("snapshot", args, nargs);
+    PyObject *capsule = args[0], *raw = NULL, *shape = Py_None, *strides = Py_None, *out = NULL;
+    int versioned = -1;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(capsule);
+#endif
+    versioned = kind_of(capsule);
+    void *ptr = versioned < 0 ? NULL : PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
+    if (ptr != NULL) {
+        raw = PyBytes_FromStringAndSize(ptr, versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor));
+        DLTensor *t = tensor_of(ptr, versioned);
+        if (raw != NULL && (!versioned || ((DLManagedTensorVersioned *)ptr)->version.major == 1) &&
+            t->ndim > 0 && t->ndim <= MAX_NDIM) {
+            if (t->shape != NULL)
+                shape = PyBytes_FromStringAndSize((const char *)t->shape, 8 * (Py_ssize_t)t->ndim);
+            if (shape != NULL && t->strides != NULL)
+                strides = PyBytes_FromStringAndSize((const char *)t->strides, 8 * (Py_ssize_t)t->ndim);
+        }
+    }
+#ifdef Py_GIL_DISABLED
+    Py_END_CRITICAL_SECTION();
+#endif
+    if (ptr == NULL) {
+        PyErr_Clear();
+        return delegate("snapshot", args, nargs);
+    }
+    if (raw != NULL && shape != NULL && strides != NULL)
+        out = Py_BuildValue("(OOOO)", versioned ? Py_True : Py_False, raw, shape, strides);
+    Py_XDECREF(raw);
+    if (shape != Py_None)
+        Py_XDECREF(shape);
+    if (strides != Py_None)
+        Py_XDECREF(strides);
+    return out;
+}
+
 static int
 stamp(PyObject *capsule, uint64_t word)
 {
@@ -1571,6 +1616,7 @@ static PyMethodDef core_methods[] = {
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, NULL},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, NULL},
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, NULL},
+    {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, NULL},
     {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, NULL},
     {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, NULL},
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},

@@ -128,6 +128,60 @@ def test_a_capsule_discarded_by_one_thread_is_consumed_for_the_others():
     assert rec.calls == 1
 
 
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_inspect_racing_a_consumer_reads_the_whole_tensor_or_none_of_it(versioned):
+    # One thread inspects each capsule over and over while another imports
+    # it and drops the array (its deleter poisons the tensor, as reuse of freed memory would):
+    # every read gives the capsule's true fields or ConsumedCapsuleError,
+    # never fields read after the tensor was freed.
+    made = [make(np.arange(3.0) + i, versioned=versioned) for i in range(CONTESTED)]
+    caps = [cap for cap, _ in made]
+    data = [rec.struct.dl_tensor.data for _, rec in made]
+    records = [rec for _, rec in made]
+    del made
+    start = threading.Barrier(2)
+    wrong, errors = [], []
+
+    def inspector():
+        try:
+            start.wait()
+            for cap, ptr in zip(caps, data):
+                for _ in range(20):
+                    try:
+                        info = gpu_dlpack.inspect(cap)
+                    except gpu_dlpack.ConsumedCapsuleError:
+                        break
+                    except Exception as exc:  # noqa: BLE001 - the outcome is the point
+                        wrong.append(repr(exc))
+                        break
+                    if (info.shape, info.data, info.device, info.versioned) != ((3,), ptr, Device("cpu"), versioned):
+                        wrong.append(repr(info))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    def consumer():
+        try:
+            start.wait()
+            for cap in caps:
+                gpu_dlpack.from_dlpack(cap)  # taken, and freed with the array at once
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=inspector), threading.Thread(target=consumer)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert not wrong, f"{len(wrong)} reads of a freed tensor, such as {wrong[:3]}"
+    assert [r.calls for r in records] == [1] * CONTESTED
+
+
 def test_an_imported_capsule_owns_its_tensor_through_the_array():
     x = np.arange(5.0)
     cap, rec = make(x)
