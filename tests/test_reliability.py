@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _capsule, _handoff
+from gpu_dlpack import _capsule, _copies, _handoff
 from gpu_dlpack._backends import cupy as cupy_backend
 from gpu_dlpack._devices import Device
 
@@ -400,6 +400,21 @@ def runtime(monkeypatch):
     _handoff._pending.clear()
 
 
+class HostBlocks:
+    """Page-locked allocations for a ``_copies.PinnedPool``, as host memory."""
+
+    def __init__(self):
+        self.blocks = {}
+
+    def host_alloc(self, nbytes):
+        buf = np.empty(nbytes, np.uint8)
+        self.blocks[buf.ctypes.data] = buf
+        return buf.ctypes.data
+
+    def free_host(self, ptr):
+        del self.blocks[ptr]
+
+
 class Buffer:
     """Memory a copy touches, with a weak reference to see when it dies."""
 
@@ -411,27 +426,17 @@ class Buffer:
 
 # -- 3. a queued copy keeps what it touches alive --------------------------------
 
-class DeviceArray:
-    """What _copy_from_gpu reads of a CuPy array (shape, dtype, layout, address)."""
-
-    class _Data:
-        def __init__(self, ptr, device_id=0):
-            self.ptr, self.device_id = ptr, device_id
-
-    def __init__(self, host):
-        self.host = host
-        self.shape, self.dtype, self.nbytes, self.flags = host.shape, host.dtype, host.nbytes, host.flags
-        self.data = self._Data(host.ctypes.data)
-
-
 def test_a_pinned_destination_lives_until_its_copy_is_done(runtime, monkeypatch):
     pytest.importorskip("cupy")  # the copy is CuPy's (its runtime is the stand-in)
     # export(x, dl_device=(3, 0), stream=s) of device memory: the copy into
-    # pinned memory is still queued on s when the call returns.
-    monkeypatch.setattr(cupy_backend, "_pinned_empty", lambda shape, dtype, order: np.empty(shape, dtype))
-    x = DeviceArray(np.arange(1000, dtype=np.float32))
+    # pinned memory is still queued on s when the call returns. The source
+    # is memory the stand-in runtime copies from (what x.data.ptr names).
+    pool = _copies.PinnedPool(HostBlocks())
+    monkeypatch.setattr(_copies, "pinned_pool", lambda: pool)
+    x = np.arange(1000, dtype=np.float32)
     source = weakref.ref(x)
-    out = cupy_backend._copy_from_gpu(x, 0, 5, Device((3, 0)), 77, host_done=False)
+    out = cupy_backend._to_pinned(x.ctypes.data, x.nbytes, x.shape, x.dtype, "C", 77, 0, False, x)
+    assert pool.idle_bytes == 0 and pool.allocated == 1
     assert [c[0] for c in runtime.calls if c[0] == "memcpy"] == ["memcpy"]
     assert runtime.recorded(77), "no event marks the end of the copy"
     destination = weakref.ref(out)
@@ -439,10 +444,12 @@ def test_a_pinned_destination_lives_until_its_copy_is_done(runtime, monkeypatch)
     gc.collect()
     assert destination() is not None, "the pinned destination was freed mid-copy"
     assert source() is not None, "the source was freed mid-copy"
+    assert pool.idle_bytes == 0, "the pinned block went back to the pool mid-copy"
     runtime.finish(77)
     _handoff.collect()
     gc.collect()
     assert destination() is None and source() is None
+    assert pool.idle_bytes == 4096  # back in the pool once the copy is done
 
 
 def test_a_device_destination_lives_until_its_copy_from_the_host_is_done(runtime, monkeypatch):
