@@ -557,13 +557,6 @@ def discard(capsule, versioned: bool) -> None:
         _Deleter(deleter)(ptr)
 
 
-def device_type_name(dt) -> str:
-    try:
-        return DLDeviceType(dt).name
-    except ValueError:
-        return f"unknown device type {dt}"
-
-
 # -- the implementation in use --------------------------------------------------
 # The compiled core (``_fastpath``) takes the hot functions over; it runs the
 # plain case itself and hands every other one to these Python functions, kept

@@ -40,7 +40,7 @@ declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
   [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_shards.py tests/test_protocols.py"
   [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
-  [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py"
+  [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py tests/test_protocols.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
 )
 # Left out: tests of the environment, the Numba simulator (5 s of imports per

@@ -85,12 +85,18 @@ _GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetN
 _names: dict = {}
 
 
+def _encoded(name):
+    """A name as the bytes of the capsule: a str as UTF-8, bytes as they are
+    (for names that are no UTF-8 at all)."""
+    return name if isinstance(name, bytes) else name.encode()
+
+
 def _name_ptr(name):
     if name is None:
         return None
     buf = _names.get(name)
     if buf is None:
-        buf = _names[name] = ctypes.create_string_buffer(name.encode())
+        buf = _names[name] = ctypes.create_string_buffer(_encoded(name))
     return ctypes.addressof(buf)
 
 
@@ -152,7 +158,7 @@ def _destructor(capsule):
         record = live.get(ptr)
     if record is None:
         return
-    if _GetNameRaw(capsule) != (None if record.name is None else record.name.encode()):
+    if _GetNameRaw(capsule) != (None if record.name is None else _encoded(record.name)):
         return
     deleter = record.struct.deleter
     if deleter:
@@ -186,14 +192,18 @@ def make(
     null_shape=False,
     null_strides=False,
     deleter=True,
+    together=None,
 ):
     """A capsule over ``array`` (default: ``arange(6.0)``), with any field
     overridden. Returns ``(capsule, record)``; keep the record to read
     ``record.calls``.
 
     ``name`` defaults to the right name for ``versioned``; pass ``""`` or a
-    string to use a wrong one, or ``False`` for a NULL name. ``dtype`` is a
-    ``(code, bits, lanes)`` triple; ``data`` an address (0 for NULL).
+    string (or bytes) to use a wrong one, or ``False`` for a NULL name.
+    ``dtype`` is a ``(code, bits, lanes)`` triple; ``data`` an address (0 for
+    NULL). ``together=(slots, shape_at, strides_at, fill)`` puts shape and
+    strides in one int64 array of ``slots`` values (the others ``fill``), at
+    those indices, as a producer that allocates them together may.
     """
     if array is None:
         array = np.arange(6.0)
@@ -211,8 +221,16 @@ def make(
         name = "dltensor_versioned" if versioned else "dltensor"
     elif name is False:
         name = None
-    shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-    strides_arr = (ctypes.c_int64 * max(len(strides), 1))(*strides)
+    if together is None:
+        shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        strides_arr = (ctypes.c_int64 * max(len(strides), 1))(*strides)
+    else:
+        slots, shape_at, strides_at, fill = together
+        both = (ctypes.c_int64 * slots)(*[fill] * slots)
+        both[shape_at:shape_at + len(shape)] = shape
+        both[strides_at:strides_at + len(strides)] = strides
+        shape_arr = (ctypes.c_int64 * len(shape)).from_buffer(both, 8 * shape_at)
+        strides_arr = (ctypes.c_int64 * len(strides)).from_buffer(both, 8 * strides_at)
     if versioned:
         struct = DLManagedTensorVersioned()
         struct.version.major, struct.version.minor = version

@@ -57,7 +57,8 @@ def test_inspect_of_a_consumed_capsule_is_a_value_error():
 
 
 def test_inspect_of_a_non_capsule_is_a_type_error():
-    with pytest.raises(TypeError, match="PyCapsule"):
+    says = r"^expected a PyCapsule named 'dltensor' or 'dltensor_versioned'; got ndarray\.$"
+    with pytest.raises(TypeError, match=says):
         inspect(np.arange(3))
 
 
@@ -66,3 +67,14 @@ def test_inspect_does_not_read_the_tensor_of_an_unknown_major_version():
     managed(cap).version.major = 2
     with pytest.raises(BufferError, match="2.0"):
         inspect(cap)
+
+
+def test_inspect_reads_a_0d_tensor_with_or_without_strides(torch):
+    # PyTorch points strides at an empty array for 0-d tensors, NumPy leaves it NULL.
+    t = torch.tensor(2.5, dtype=torch.float64)
+    for cap in (t.__dlpack__(), t.__dlpack__(max_version=(1, 0))):
+        info = inspect(cap)
+        assert info.shape == () and info.strides == () and info.ndim == 0
+        assert info.data == t.data_ptr() and info.dtype == (2, 64, 1)
+    info = inspect(np.array(2.5).__dlpack__())
+    assert info.shape == () and info.strides is None

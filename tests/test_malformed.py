@@ -14,6 +14,7 @@ Rules checked:
 
 import datetime
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -103,17 +104,75 @@ def _used(versioned):
     return "used_dltensor_versioned" if versioned else "used_dltensor"
 
 
+def _says_malformed(what):
+    return "^" + re.escape(f"malformed DLPack tensor: {what}.") + "$"
+
+
+def _says_dtype(code, bits, lanes, why):
+    return "^" + re.escape(f"cannot exchange DLPack dtype (code={code}, bits={bits}, lanes={lanes}): {why}.") + "$"
+
+
+def _says_major(major):
+    return "^" + re.escape(f"the producer gave a DLPack {major}.x capsule; gpu_dlpack reads major version 1 only.")
+
+
+_NO_NUMPY_TYPE = "NumPy has no such type"
+_VECTOR = "vector types (lanes != 1) have no NumPy equivalent"
+_NO_CODE = "the code is not a DLPack dtype code"
+
+# What the import of each MALFORMED capsule says, in full: the field that is
+# wrong and its value.
+IMPORT_SAYS = {
+    "versioned major 0": _says_major(0),
+    "versioned major 2": _says_major(2),
+    "versioned major 2, NULL deleter": _says_major(2),
+    "ndim -1": _says_malformed("ndim=-1"),
+    "ndim -2**31": _says_malformed("ndim=-2147483648"),
+    "ndim 65": _says_malformed("ndim=65"),
+    "ndim 2**31-1": _says_malformed("ndim=2147483647"),
+    "NULL shape, ndim 1": _says_malformed("shape is NULL with ndim=1"),
+    "NULL shape, ndim 3": _says_malformed("shape is NULL with ndim=3"),
+    "legacy NULL shape": _says_malformed("shape is NULL with ndim=1"),
+    "float bits 12": _says_dtype(2, 12, 1, _NO_NUMPY_TYPE),
+    "float bits 0": _says_dtype(2, 0, 1, _NO_NUMPY_TYPE),
+    "int bits 7": _says_dtype(0, 7, 1, _NO_NUMPY_TYPE),
+    "uint bits 24": _says_dtype(1, 24, 1, _NO_NUMPY_TYPE),
+    "bool bits 1": _says_dtype(6, 1, 1, _NO_NUMPY_TYPE),
+    "bfloat bits 8": _says_dtype(4, 8, 1, _NO_NUMPY_TYPE),
+    "legacy float bits 12": _says_dtype(2, 12, 1, _NO_NUMPY_TYPE),
+    "lanes 2": _says_dtype(2, 32, 2, _VECTOR),
+    "lanes 0": _says_dtype(2, 64, 0, _VECTOR),
+    "lanes 65535": _says_dtype(2, 64, 65535, _VECTOR),
+    "legacy lanes 4": _says_dtype(2, 16, 4, _VECTOR),
+    "opaque handle code 3": _says_dtype(3, 64, 1, _NO_NUMPY_TYPE),
+    "code 18": _says_dtype(18, 8, 1, _NO_CODE),
+    "code 99": _says_dtype(99, 64, 1, _NO_CODE),
+    "code 255": _says_dtype(255, 64, 1, _NO_CODE),
+    "legacy code 42": _says_dtype(42, 64, 1, _NO_CODE),
+    "device type 0": _says_malformed("no DLPack device is (device_type=0, device_id=0)"),
+    "device type 5": _says_malformed("no DLPack device is (device_type=5, device_id=0)"),
+    "device type 19": _says_malformed("no DLPack device is (device_type=19, device_id=0)"),
+    "device type 99": _says_malformed("no DLPack device is (device_type=99, device_id=0)"),
+    "device type -1": _says_malformed("no DLPack device is (device_type=-1, device_id=0)"),
+    "device id -1": _says_malformed("no DLPack device is (device_type=1, device_id=-1)"),
+    "legacy device type 6": _says_malformed("no DLPack device is (device_type=6, device_id=0)"),
+    "NULL data, 6 elements": _says_malformed("data is NULL but the shape (6,) has elements"),
+    "NULL data, shape (2, 3)": _says_malformed("data is NULL but the shape (2, 3) has elements"),
+    "legacy NULL data": _says_malformed("data is NULL but the shape (6,) has elements"),
+}
+assert IMPORT_SAYS.keys() == MALFORMED.keys()
+
+
 @pytest.mark.parametrize("case", MALFORMED, ids=list(MALFORMED))
 def test_import_of_a_malformed_capsule_raises_and_frees_it_at_once(case, fed):
     fed["from_dlpack(capsule)"] += 1
     kw = MALFORMED[case]
     cap, rec = make(**kw)
     versioned = kw.get("versioned", True)
-    with pytest.raises(BufferError) as info:
+    with pytest.raises(BufferError, match=IMPORT_SAYS[case]) as info:
         gpu_dlpack.from_dlpack(cap)
     assert rec.calls == (1 if kw.get("deleter", True) else 0)
     assert capsule_name(cap) == _used(versioned)
-    assert "DLPack" in str(info.value) or "dtype" in str(info.value)
     del info
     del cap
     _collect()
@@ -255,6 +314,99 @@ def test_the_most_dimensions_a_capsule_may_have_are_64():
     assert rec.calls == 1
 
 
+# -- the bounds of the address space ------------------------------------------
+#
+# Capsules of OpenCL memory (device (4, 0)): no byte of it is ever read here,
+# so any address can be written. A layout the layer can hold passes the
+# checks and is refused only for want of an OpenCL backend; one it cannot
+# hold is refused as malformed, saying why. Each pair sits on either side of
+# one bound.
+
+_TOP = 2**64
+_U8 = np.zeros(2, np.uint8)
+_NO_BACKEND = "^no backend can hold an array on opencl:0"
+
+
+def _reaches_outside(strides, shape):
+    return _says_malformed(f"the strides {strides} of the shape {shape} reach outside the 64-bit address space")
+
+
+LAYOUT_EDGES = {
+    "2**63 - 1 bytes of uint8": (
+        dict(array=_U8, shape=(2**63 - 1,), strides=(1,), data=4096), _NO_BACKEND),
+    "2**63 - 1 bytes of uint8, NULL strides": (
+        dict(array=_U8, shape=(2**63 - 1,), null_strides=True, data=4096), _NO_BACKEND),
+    "2**63 bytes of uint8": (
+        dict(array=_U8, shape=(2**62, 2), strides=(2, 1), data=4096),
+        _says_malformed(f"the shape {(2**62, 2)} of 1-byte elements holds more than 2**63 - 1 bytes")),
+    "2**63 - 8 bytes of float64": (
+        dict(shape=(2**60 - 1,), strides=(1,), data=4096), _NO_BACKEND),
+    "2**63 bytes of float64": (
+        dict(shape=(2**60,), strides=(1,), data=4096),
+        _says_malformed(f"the shape {(2**60,)} of 8-byte elements holds more than 2**63 - 1 bytes")),
+    "2**63 bytes of float64, NULL strides": (
+        dict(shape=(2**60,), null_strides=True, data=4096),
+        _says_malformed(f"the shape {(2**60,)} of 8-byte elements holds more than 2**63 - 1 bytes")),
+    "ending at the top of the address space": (
+        dict(array=_U8, shape=(2,), strides=(1,), data=_TOP - 2), _NO_BACKEND),
+    "one byte past the top": (
+        dict(array=_U8, shape=(2,), strides=(1,), data=_TOP - 1), _reaches_outside((1,), (2,))),
+    "float64 ending at the top": (
+        dict(shape=(2,), strides=(1,), data=_TOP - 16), _NO_BACKEND),
+    "float64 one element past the top": (
+        dict(shape=(2,), strides=(1,), data=_TOP - 8), _reaches_outside((1,), (2,))),
+    "byte_offset up to the top": (
+        dict(array=_U8, shape=(1,), strides=(1,), data=_TOP - 4096, byte_offset=4095), _NO_BACKEND),
+    "byte_offset past the top": (
+        dict(array=_U8, shape=(1,), strides=(1,), data=_TOP - 4096, byte_offset=4096),
+        _reaches_outside((1,), (1,))),
+    "negative strides down to address 0": (
+        dict(shape=(2,), strides=(-1,), data=8), _NO_BACKEND),
+    "negative strides below address 0": (
+        dict(shape=(3,), strides=(-1,), data=8), _reaches_outside((-1,), (3,))),
+    "both ends, 2**63 - 1 bytes apart": (
+        dict(array=_U8, shape=(2, 2), strides=(2**62 - 1, -(2**62 - 1)), data=2**62), _NO_BACKEND),
+    "both ends, 2**63 bytes apart": (
+        dict(array=_U8, shape=(2, 2), strides=(2**62 - 1, -(2**62)), data=2**62),
+        _reaches_outside((2**62 - 1, -(2**62)), (2, 2))),
+}
+
+
+@pytest.mark.parametrize("case", LAYOUT_EDGES, ids=list(LAYOUT_EDGES))
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_the_layout_check_holds_at_each_bound_of_the_address_space(case, versioned):
+    kw, says = LAYOUT_EDGES[case]
+    cap, rec = make(**kw, device=(4, 0), versioned=versioned)
+    with pytest.raises(BufferError, match=says):
+        gpu_dlpack.from_dlpack(cap)
+    assert rec.calls == 1
+    assert capsule_name(cap) == _used(versioned)
+
+
+# Where shape and strides lie, as (slots, shape_at, strides_at) of one int64
+# array: each is read from its own pointer, wherever the producer put it.
+# The other slots hold a stride no layout could use.
+_APART = {
+    "strides right after the shape (NumPy, PyTorch)": (16, 0, 8),
+    "strides right before the shape": (24, 8, 0),
+    "strides one slot after the shape": (17, 0, 9),
+}
+
+
+@pytest.mark.parametrize("where", _APART, ids=list(_APART))
+def test_shape_and_strides_are_read_where_their_pointers_say(where):
+    slots, shape_at, strides_at = _APART[where]
+    x = np.arange(256.0).reshape((2,) * 8)[:, ::-1]
+    cap, rec = make(x, together=(slots, shape_at, strides_at, 2**62))
+    assert gpu_dlpack.inspect(cap).strides == tuple(s // 8 for s in x.strides)
+    arr = gpu_dlpack.from_dlpack(cap)
+    np.testing.assert_array_equal(arr, x)
+    assert arr.ctypes.data == x.ctypes.data and arr.strides == x.strides
+    del arr
+    _collect()
+    assert rec.calls == 1
+
+
 # -- names -----------------------------------------------------------------
 
 WRONG_NAMES = ["", "foo", "dltensor_v", "DLTENSOR", "dltensor\x01", "used_dltensorx", False]
@@ -281,6 +433,24 @@ def test_a_capsule_with_a_wrong_name_is_refused_and_left_to_its_owner(name, entr
     assert capsule_name(cap) == (None if name is False else name)
     del call
     del cap
+    _collect()
+    assert rec.calls == 1
+
+
+@pytest.mark.parametrize("entry", ["from_dlpack", "inspect", "export"])
+def test_a_capsule_name_that_is_no_utf8_is_shown_with_replacement_characters(entry, fed):
+    fed["wrong name, " + entry] += 1
+    cap, rec = make(name=b"dltensor\xff\xfe")
+    call = {
+        "from_dlpack": lambda: gpu_dlpack.from_dlpack(cap),
+        "inspect": lambda: gpu_dlpack.inspect(cap),
+        "export": lambda: gpu_dlpack.export(Producer(cap), max_version=(1, 0)),
+    }[entry]
+    with pytest.raises(BufferError, match="this one is named 'dltensor\ufffd\ufffd'\\.$"):
+        call()
+    assert rec.calls == 0
+    assert capsules._GetName(cap) == b"dltensor\xff\xfe"
+    del call, cap
     _collect()
     assert rec.calls == 1
 
