@@ -32,15 +32,20 @@ limit=${MUTATION_TIMEOUT:-1800}
 paths=${MUTATION_PATHS:-core pure}
 
 # The tests that guard each module's rules (fast ones: no subprocesses, no
-# soak or property runs).
+# soak or property runs). Of tests/test_shards.py, the cases of each rule
+# once: its layouts-by-dtypes grid takes most of its time.
+SHARDS_FAST=$(printf 'tests/test_shards.py::%s ' test_copy_false_refuses_a_gather_and_names_the_way_out \
+  test_copy_true_gathers_and_the_result_is_writeable test_a_replicated_array_is_its_first_replica_zero_copy \
+  test_copy_false_takes_a_replica_zero_copy test_a_partly_addressable_array_names_what_is_missing \
+  test_other_buffer_errors_of_a_producer_are_not_taken_for_sharding test_pmap_results_are_gathered)
 declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
   [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
-  [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
+  [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_protocols.py $SHARDS_FAST"
   [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
 )
-DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0"
+DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0 and not numba_simulator"
 
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(_rules _export _import _capsule _streams)
