@@ -32,21 +32,15 @@ limit=${MUTATION_TIMEOUT:-1800}
 paths=${MUTATION_PATHS:-core pure}
 
 # The tests that guard each module's rules (fast ones: no subprocesses, no
-# soak or property runs). mutmut runs each mutant in a process forked from
-# one that ran the tests once, with JAX's threads started: there JAX runs
-# what it compiled before the fork but hangs compiling anything new (until
-# mutmut's timeout, which counts as a kill). So no test here may make JAX
-# compile afresh in each pytest session: of tests/test_shards.py, the cases
-# of each rule once (its layouts-by-dtypes grid takes most of its time), and
-# not the pmap test (a new function each session).
-SHARDS_FAST=$(printf 'tests/test_shards.py::%s ' test_copy_false_refuses_a_gather_and_names_the_way_out \
-  test_copy_true_gathers_and_the_result_is_writeable test_a_replicated_array_is_its_first_replica_zero_copy \
-  test_copy_false_takes_a_replica_zero_copy test_a_partly_addressable_array_names_what_is_missing \
-  test_other_buffer_errors_of_a_producer_are_not_taken_for_sharding)
+# soak or property runs). mutmut runs each mutant's tests in a process forked
+# from one that ran them all, with JAX's threads started: there JAX hangs on
+# anything its missing threads would do (compiling, arrays over several
+# devices) until mutmut's timeout, which counts as a kill. So
+# tests/test_shards.py (JAX arrays over 4 host devices) stays out.
 declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
   [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py"
-  [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_protocols.py $SHARDS_FAST"
+  [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_protocols.py"
   [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
 )
