@@ -54,6 +54,20 @@ def test_a_producers_buffer_error_propagates():
         from_dlpack(OldProducer(np_ro))  # NumPy refuses a legacy export of read-only data
 
 
+class _LostDevice:
+    def __dlpack__(self, **kwargs):
+        raise BufferError("device lost")
+
+    def __dlpack_device__(self):
+        raise BufferError("device lost")
+
+
+def test_a_producers_buffer_error_about_its_device_propagates_as_it_is():
+    with pytest.raises(BufferError) as refused:
+        from_dlpack(_LostDevice())
+    assert str(refused.value) == "device lost"
+
+
 def test_torchs_refusal_of_tensors_that_require_grad_propagates(torch):
     t = torch.ones(3, requires_grad=True)
     with pytest.raises(BufferError, match="detach"):
@@ -92,6 +106,19 @@ def test_an_unsupported_device_is_a_buffer_error():
 def test_copy_of_the_wrong_type_is_a_type_error():
     with pytest.raises(TypeError, match="copy must be"):
         from_dlpack(np.arange(3), copy="no")
+
+
+def test_copy_is_judged_before_what_is_imported():
+    with pytest.raises(TypeError, match="copy must be"):
+        from_dlpack(object(), copy="no")  # not "does not support DLPack"
+    a = np.arange(3.0)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__(max_version=(1, 0))
+    del a
+    with pytest.raises(TypeError, match="copy must be"):
+        from_dlpack(cap, copy="no", device="nowhere")  # not the device's ValueError
+    gc.collect()
+    assert ref() is None and capsule_name(cap) == "used_dltensor_versioned"
 
 
 # -- capsule checks ----------------------------------------------------------
@@ -317,10 +344,13 @@ def test_a_strided_numpy_array_imports_as_a_writeable_view_of_its_memory(view):
     (np.zeros(4, ">f8")[::2], "cannot export NumPy dtype >f8: DLPack has no byte order"),
     (np.zeros(2, "M8[s]"), r"cannot export NumPy dtype datetime64\[s\]: DLPack carries booleans"),
     (np.zeros(4, "M8[s]")[::2], r"cannot export NumPy dtype datetime64\[s\]: DLPack carries booleans"),
+    (np.zeros(2, object), "cannot export NumPy dtype object: DLPack carries booleans"),
+    (np.zeros(4, object)[::2], "cannot export NumPy dtype object: DLPack carries booleans"),
     (np.zeros(3, [("a", "<f8"), ("b", "<i4")])["a"], "strides which are a multiple of itemsize"),
     (np.lib.stride_tricks.as_strided(np.arange(6.0), shape=(2, 3), strides=(4, 8)),
      "strides which are a multiple of itemsize"),
-], ids=["byte-swapped", "byte-swapped-strided", "datetime64", "datetime64-strided", "struct-field", "odd-stride"])
+], ids=["byte-swapped", "byte-swapped-strided", "datetime64", "datetime64-strided", "object", "object-strided",
+        "struct-field", "odd-stride"])
 def test_a_numpy_array_dlpack_cannot_describe_is_refused_not_viewed(x, says):
     with pytest.raises(BufferError, match=says):
         from_dlpack(x)
@@ -332,6 +362,9 @@ def test_a_numpy_array_of_an_ml_dtypes_type_imports_zero_copy(step, ml_dtypes):
     out = from_dlpack(x)
     assert out.dtype == ml_dtypes.bfloat16 and out.strides == x.strides
     assert pointer(out) == pointer(x) and out.astype(np.float32).tolist() == x.astype(np.float32).tolist()
+    assert out.flags.writeable  # the exchange keeps what NumPy's own import of a NumPy array keeps
+    out[0] = 8.0
+    assert float(x[0]) == 8.0
 
 
 # -- torch tensors NumPy reads alone, and the others --------------------------
