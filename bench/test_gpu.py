@@ -216,19 +216,39 @@ def _d2h_setup(cp, nbytes):
     return a, stream
 
 
+def _copy_targets(nbytes, direction):
+    """The copy targets a benchmark of ``nbytes`` records: no slower than
+    the peer (``x.get()``, ``cupy.asarray(h)``) from 4 KiB to 1 MiB, and
+    device to host at 90% of the pinned ceiling from 16 MiB."""
+    targets = {}
+    if nbytes <= SMALL_COPIES:
+        targets["target"] = 1.0
+    if direction == "device to host" and nbytes >= 16 * MIB:
+        targets["ceiling_share"] = 0.9
+    return targets
+
+
+SMALL_COPIES = 1 * MIB
+_D2H_CALLS = {
+    "wrap": ("np.from_dlpack(gpu_dlpack.wrap(a), device='cpu')",
+             lambda a: np.from_dlpack(gpu_dlpack.wrap(a), device="cpu")),
+    "from_dlpack": ("gpu_dlpack.from_dlpack(a, device='cpu')", lambda a: gpu_dlpack.from_dlpack(a, device="cpu")),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_D2H_CALLS))
 @pytest.mark.parametrize("nbytes", SIZES, ids=_id)
-def test_device_to_host_gpu_dlpack(measure, benchmark, cp, nbytes, cupy_current):
+def test_device_to_host_gpu_dlpack(measure, benchmark, cp, nbytes, call, cupy_current):
     benchmark.group = f"gpu: device to host {_size(nbytes)}"
     a, stream = _d2h_setup(cp, nbytes)
-    # A CPU consumer names no stream (a CUDA handle is refused for dl_device=(1, 0)):
-    # the copy is queued on CuPy's current stream, the one a.get(stream=stream) uses.
+    # A CPU consumer names no stream: the copy is queued on CuPy's current
+    # stream, the one a.get(stream=stream) uses.
     stream.use()
-    cap = measure(
-        lambda: gpu_dlpack.export(a, dl_device=(1, 0), max_version=VERSIONED),
-        "gpu_dlpack.export(a, dl_device=(1, 0))", role="gpu_dlpack", peer="a.get()",
-        rounds=_rounds(nbytes), bytes=nbytes, direction="device to host",
+    label, fn = _D2H_CALLS[call]
+    host = measure(
+        lambda: fn(a), label, role="gpu_dlpack", peer="a.get()", rounds=_rounds(nbytes), bytes=nbytes,
+        direction="device to host", **_copy_targets(nbytes, "device to host"),
     )
-    host = gpu_dlpack.from_dlpack(cap)
     assert host.shape == a.shape and host[-1] == a[-1].item() and host[0] == 0
 
 
@@ -273,13 +293,14 @@ def test_host_to_device_gpu_dlpack(measure, benchmark, cp, nbytes):
     host, stream = _h2d_setup(cp, nbytes)
 
     def copy():
-        out = gpu_dlpack.from_dlpack(host, device="cuda:0", stream=stream.ptr)
+        with stream:  # the consumer's stream is CuPy's current one, as for cupy.asarray(h)
+            out = gpu_dlpack.from_dlpack(host, device="cuda:0")
         stream.synchronize()
         return out
 
     out = measure(copy, "gpu_dlpack.from_dlpack(h, device='cuda:0')", role="gpu_dlpack",
                   peer="cupy.asarray(h)", rounds=_rounds(nbytes), bytes=nbytes,
-                  direction="host to device")
+                  direction="host to device", **_copy_targets(nbytes, "host to device"))
     assert out.shape == host.shape and out[-1].item() == host[-1]
 
 

@@ -92,6 +92,8 @@ _U64 = struct.Struct("<Q")
 _DTYPE_FMT = struct.Struct("<BBH")
 _DEVICE_FMT = struct.Struct("<ii")
 _MAX_NDIM = 64
+_NDIM_FMT = struct.Struct("<i")  # DLTensor.ndim, 16 bytes in
+_SHAPES_FMT = struct.Struct("<QQ")  # DLTensor.shape and .strides, 24 bytes in
 _INT64S = [struct.Struct(f"<{n}q") for n in range(2 * _MAX_NDIM + 1)]  # shape and strides
 _INT64_BYTES = [ctypes.c_char * (8 * n) for n in range(2 * _MAX_NDIM + 1)]
 _DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
@@ -309,30 +311,52 @@ def header(ptr: int, versioned: bool) -> Header:
     return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p))
 
 
+def snapshot(capsule) -> tuple:
+    """``(versioned, struct, shape, strides)`` of an unconsumed capsule: the
+    bytes of its struct and of its shape and strides arrays (None when there
+    is none to read: NULL, no dimensions, or a struct no later check takes),
+    copied in one step that no claim of the layer interleaves with, so a
+    consumer on another thread cannot free them while they are read
+    (``_claim_lock`` here; the compiled core copies them holding the GIL)."""
+    with _claim_lock:
+        versioned, ptr = kind_and_pointer(capsule)
+        raw = _BYTES[80 if versioned else 64].from_address(ptr).raw
+        shape = strides = None
+        at = _TENSOR_AT_VERSIONED if versioned else 0
+        if not versioned or _VERSION_FMT.unpack_from(raw)[0] == 1:
+            ndim, shape_p, strides_p = _NDIM_FMT.unpack_from(raw, at + 16)[0], *_SHAPES_FMT.unpack_from(raw, at + 24)
+            if 0 < ndim <= _MAX_NDIM:
+                if shape_p:
+                    shape = _INT64_BYTES[ndim].from_address(shape_p).raw
+                if strides_p:
+                    strides = _INT64_BYTES[ndim].from_address(strides_p).raw
+    return versioned, raw, shape, strides
+
+
 def read(capsule) -> CapsuleInfo:
-    """Every field of an unconsumed capsule, without consuming it."""
-    versioned, ptr = kind_and_pointer(capsule)
+    """Every field of an unconsumed capsule, without consuming it. Safe while
+    another thread consumes the capsule through the layer: either every
+    field is read before the claim, or ConsumedCapsuleError."""
+    versioned, raw, shape_raw, strides_raw = snapshot(capsule)
     if versioned:
-        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack_from(
-            _VERSIONED_BYTES.from_address(ptr)
-        )
+        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack(raw)
         version = (major, minor)
         if major != 1:
             # Another major version may lay the struct out differently: only
             # the version and flags words are safe to read.
             raise _errors.unreadable_major(version)
     else:
-        *tensor, _ctx, _del = _LEGACY_FMT.unpack_from(_LEGACY_BYTES.from_address(ptr))
+        *tensor, _ctx, _del = _LEGACY_FMT.unpack(raw)
         version, flags = None, 0
     data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = tensor
     if not 0 <= ndim <= _MAX_NDIM:
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    shape = _int64s(shape_p, ndim) if ndim else ()
+    shape = _INT64S[ndim].unpack(shape_raw) if ndim else ()
     strides = None
     if strides_p:
-        strides = _int64s(strides_p, ndim) if ndim else ()
+        strides = _INT64S[ndim].unpack(strides_raw) if ndim else ()
     try:
         device = Device((dt, di))
     except ValueError:
@@ -547,7 +571,7 @@ def device_type_name(dt) -> str:
 
 PYTHON = {
     "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
-    "set_flags": set_flags, "set_version": set_version, "claim": claim,
+    "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot,
 }
 
 from ._fastpath import core as _core  # noqa: E402
@@ -562,3 +586,4 @@ if _core is not None:
     stamp_version = _core.stamp_version
     set_flags = _core.set_flags
     set_version = _core.set_version
+    snapshot = _core.snapshot

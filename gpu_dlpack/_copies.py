@@ -31,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import _handoff
+
 #: Bytes of one pinned staging chunk, and the chunks in the ring: at most
 #: 64 MiB of pinned memory held (measured on an H200 host: 4-8 MiB chunks,
 #: 8-12 threads, 29-40 GB/s from 256 MiB up).
@@ -261,3 +263,207 @@ def _close_all():
             ring.close()
         except Exception:
             pass
+
+
+# -- one copy: the calls it makes, and the pinned memory its result lands in -----
+
+def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int = 0, synchronize: bool = False) -> None:
+    """``cudaMemcpyAsync`` of ``nbytes`` from ``src`` to ``dst`` on
+    ``stream`` of GPU ``gpu`` (the direction read from the addresses), then
+    ``event`` recorded on the stream when given, then the host waits for the
+    stream when ``synchronize``. One call into the compiled core where it
+    found the runtime CuPy loaded; else CuPy's runtime calls, with the
+    device switched only when ``gpu`` is not current."""
+    runtime = _handoff._runtime()
+    core = _handoff.core_copy(runtime)
+    if core is not None:
+        status = core(dst, src, nbytes, stream, gpu, event, synchronize)
+        if status:
+            runtime.check_status(status)
+        return
+    with _handoff.on_device(gpu):
+        runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)
+        if event:
+            runtime.eventRecord(event, stream)
+        if synchronize:
+            runtime.streamSynchronize(stream)
+
+
+def copy_kept(dst: int, src: int, nbytes: int, stream: int, gpu: int, objects) -> None:
+    """``copy`` without waiting: ``objects`` (every buffer the copy reads or
+    writes) stay alive until it is done (``_handoff.hold``). On a failure the
+    reserved event goes back to the pool and the host waits for the stream
+    before the objects may go."""
+    event = _handoff.reserve(gpu)
+    try:
+        copy(dst, src, nbytes, stream, gpu, event=event)
+    except BaseException:
+        _handoff.abandon(event, gpu, stream)
+        raise
+    _handoff.hold(event, gpu, stream, objects)
+
+
+#: Idle pinned bytes the result pool keeps for reuse; blocks past it are
+#: freed, least recently returned first. A result in use counts nothing.
+POOL_IDLE_BYTES = 1 << 30
+_SMALL_CLASS = 1 << 20
+
+
+def size_class(nbytes: int) -> int:
+    """The size of the block a result of ``nbytes`` gets: a power of two up
+    to 1 MiB (at least 4 KiB), above that a multiple of an eighth of the
+    power of two below it (at most 12.5% more than asked)."""
+    if nbytes <= _SMALL_CLASS:
+        return max(4096, 1 << (max(nbytes, 1) - 1).bit_length())
+    step = (1 << ((nbytes - 1).bit_length() - 1)) >> 3
+    return -(-nbytes // step) * step
+
+
+class HostRuntime:
+    """Page-locked allocations through CuPy's runtime (portable: any GPU's
+    copies read and write them)."""
+
+    def host_alloc(self, nbytes: int) -> int:
+        runtime = _handoff._runtime()
+        return runtime.hostAlloc(nbytes, runtime.hostAllocPortable)
+
+    def free_host(self, ptr: int) -> None:
+        _handoff._runtime().freeHost(ptr)
+
+
+class Block:
+    """A pinned block handed out by a ``PinnedPool``: ``ptr`` and ``size``
+    (what ``cupy.cuda.PinnedMemoryPointer`` reads). It goes back to its pool
+    when the last reference to it goes: whoever holds the result holds it,
+    and a copy still queued into it holds the result (``_handoff.hold``)."""
+
+    __slots__ = ("ptr", "size", "pool")
+
+    def __init__(self, ptr: int, size: int, pool):
+        self.ptr, self.size, self.pool = ptr, size, pool
+
+    def retire(self) -> None:
+        """Free the block instead of reusing it (a copy into it failed, and
+        may still be writing it: ``cudaFreeHost`` waits for the device)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool._free(self.ptr, self.size)
+
+    def __del__(self):
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool._give_back(self.ptr, self.size)
+
+
+class PinnedPool:
+    """Page-locked blocks for copy results, reused across calls.
+
+    CuPy's pinned pool keeps a free list per exact size, without bound, and
+    a size it has not seen costs a ``cudaHostAlloc`` of the whole size
+    (pinning pages, far slower than the copy). Here sizes are grouped in
+    classes (``size_class``), a block returned is the first one reused (LIFO:
+    the pages most recently used), and at most ``idle_bytes`` of idle blocks
+    are kept. A block is reused only once its holder has dropped it, and
+    the holder is kept by any copy still queued into it."""
+
+    def __init__(self, runtime=None, idle_bytes: int = POOL_IDLE_BYTES):
+        self.runtime = runtime if runtime is not None else HostRuntime()
+        self.idle_limit = idle_bytes
+        self._idle: dict = {}  # size -> [ptr, ...], most recently returned last
+        self._order: dict = {}  # ptr -> size, least recently returned first
+        self.idle_bytes = 0
+        self.allocated = 0  # blocks allocated and not yet freed
+        self._lock = threading.RLock()  # a block may come back from __del__ on any thread
+        self.closed = False
+
+    def take(self, nbytes: int) -> Block:
+        """A block of at least ``nbytes``."""
+        size = size_class(nbytes)
+        with self._lock:
+            free = self._idle.get(size)
+            if free:
+                ptr = free.pop()
+                del self._order[ptr]
+                self.idle_bytes -= size
+                return Block(ptr, size, self)
+        try:
+            ptr = self.runtime.host_alloc(size)
+        except Exception:
+            # Pinned memory exhausted: what is idle goes, then one more try.
+            self.release_idle()
+            ptr = self.runtime.host_alloc(size)
+        with self._lock:
+            self.allocated += 1
+        return Block(ptr, size, self)
+
+    def _give_back(self, ptr: int, size: int) -> None:
+        evicted = []
+        with self._lock:
+            if self.closed or size > self.idle_limit:
+                evicted.append((ptr, size))
+            else:
+                self._idle.setdefault(size, []).append(ptr)
+                self._order[ptr] = size
+                self.idle_bytes += size
+                while self.idle_bytes > self.idle_limit:
+                    old = next(iter(self._order))
+                    old_size = self._order.pop(old)
+                    self._idle[old_size].remove(old)
+                    self.idle_bytes -= old_size
+                    evicted.append((old, old_size))
+        for ptr, size in evicted:
+            self._free(ptr, size)
+
+    def _free(self, ptr: int, size: int) -> None:
+        with self._lock:
+            self.allocated -= 1
+        try:
+            self.runtime.free_host(ptr)
+        except Exception:  # at exit the runtime may be gone: the process frees it
+            pass
+
+    def release_idle(self) -> None:
+        """Free every idle block."""
+        with self._lock:
+            blocks = list(self._order.items())
+            self._idle.clear()
+            self._order.clear()
+            self.idle_bytes = 0
+        for ptr, size in blocks:
+            self._free(ptr, size)
+
+    def close(self) -> None:
+        """Free the idle blocks; blocks in use are freed when they come back."""
+        self.closed = True
+        self.release_idle()
+
+
+_pool: list = []  # the process's result pool, made on first use
+_pool_lock = threading.Lock()
+
+
+def pinned_pool() -> PinnedPool:
+    if not _pool:
+        with _pool_lock:
+            if not _pool:
+                _pool.append(PinnedPool())
+    return _pool[0]
+
+
+def to_host(src: int, nbytes: int, stream: int, gpu: int, pool: PinnedPool | None = None) -> Block:
+    """A pinned block holding ``nbytes`` copied from ``src`` on ``stream``,
+    complete on return: one copy and one stream synchronize, no event. A
+    block whose copy failed is freed, never reused."""
+    block = (pool or pinned_pool()).take(nbytes)
+    try:
+        copy(block.ptr, src, nbytes, stream, gpu, synchronize=True)
+    except BaseException:
+        block.retire()
+        raise
+    return block
+
+
+@atexit.register
+def _close_pool():
+    for pool in _pool:
+        pool.close()

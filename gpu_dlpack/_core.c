@@ -397,6 +397,51 @@ core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* snapshot(capsule) -> (versioned, struct bytes, shape bytes or None,
+ * strides bytes or None), what _capsule.snapshot returns, copied while the
+ * GIL (or the capsule's critical section) is held, so no consumer on another
+ * thread frees the tensor halfway; the Python snapshot() on anything but an
+ * unconsumed capsule (it raises what is wrong). */
+static PyObject *
+core_snapshot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !configured())
+        return delegate("snapshot", args, nargs);
+    PyObject *capsule = args[0], *raw = NULL, *shape = Py_None, *strides = Py_None, *out = NULL;
+    int versioned = -1;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(capsule);
+#endif
+    versioned = kind_of(capsule);
+    void *ptr = versioned < 0 ? NULL : PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
+    if (ptr != NULL) {
+        raw = PyBytes_FromStringAndSize(ptr, versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor));
+        DLTensor *t = tensor_of(ptr, versioned);
+        if (raw != NULL && (!versioned || ((DLManagedTensorVersioned *)ptr)->version.major == 1) &&
+            t->ndim > 0 && t->ndim <= MAX_NDIM) {
+            if (t->shape != NULL)
+                shape = PyBytes_FromStringAndSize((const char *)t->shape, 8 * (Py_ssize_t)t->ndim);
+            if (shape != NULL && t->strides != NULL)
+                strides = PyBytes_FromStringAndSize((const char *)t->strides, 8 * (Py_ssize_t)t->ndim);
+        }
+    }
+#ifdef Py_GIL_DISABLED
+    Py_END_CRITICAL_SECTION();
+#endif
+    if (ptr == NULL) {
+        PyErr_Clear();
+        return delegate("snapshot", args, nargs);
+    }
+    if (raw != NULL && shape != NULL && strides != NULL)
+        out = Py_BuildValue("(OOOO)", versioned ? Py_True : Py_False, raw, shape, strides);
+    Py_XDECREF(raw);
+    if (shape != Py_None)
+        Py_XDECREF(shape);
+    if (strides != Py_None)
+        Py_XDECREF(strides);
+    return out;
+}
+
 static int
 stamp(PyObject *capsule, uint64_t word)
 {
@@ -1458,6 +1503,73 @@ core_handoff(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(rc != 0 ? rc : restore);
 }
 
+/* --- a copy and what follows it, through the same runtime ------------------- */
+
+typedef int (*memcpy_async_t)(void *, const void *, size_t, int, void *);
+typedef int (*stream_sync_t)(void *);
+static memcpy_async_t rt_memcpy_async;
+static stream_sync_t rt_stream_sync;
+
+#define MEMCPY_DEFAULT 4 /* cudaMemcpyDefault: the direction read from the addresses */
+
+static PyObject *
+core_set_copy_runtime(PyObject *mod, PyObject *args)
+{
+    unsigned long long m, s;
+    if (!PyArg_ParseTuple(args, "KK", &m, &s))
+        return NULL;
+    if (!(m && s))
+        m = s = 0; /* both or neither */
+    rt_memcpy_async = (memcpy_async_t)(uintptr_t)m;
+    rt_stream_sync = (stream_sync_t)(uintptr_t)s;
+    return PyBool_FromLong(m != 0);
+}
+
+/* copy(dst, src, nbytes, stream, device, event, synchronize) -> status:
+ * cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream) on GPU
+ * `device`, then cudaEventRecord(event, stream) when `event` is not 0 (what
+ * keeps the copy's buffers alive), then cudaStreamSynchronize(stream) when
+ * `synchronize` (a copy the host reads at once). The current device is
+ * switched only when it is another, and restored; the GIL is released
+ * around the runtime calls (a wait, or the driver staging pageable memory).
+ * Whether to copy, and whether to wait, is for Python to say. 0, or the
+ * error code of the first call that failed. */
+static PyObject *
+core_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "copy(dst, src, nbytes, stream, device, event, synchronize)");
+        return NULL;
+    }
+    if (rt_memcpy_async == NULL || rt_get_device == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime for copies");
+        return NULL;
+    }
+    void *dst = PyLong_AsVoidPtr(args[0]);
+    void *src = PyLong_AsVoidPtr(args[1]);
+    size_t nbytes = PyLong_AsSize_t(args[2]);
+    void *stream = PyLong_AsVoidPtr(args[3]);
+    int device = PyLong_AsLong(args[4]);
+    void *event = PyLong_AsVoidPtr(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    int sync = PyObject_IsTrue(args[6]);
+    if (sync < 0)
+        return NULL;
+    int before = -1, current, rc, restore = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_get_device(&before);
+    if (rc == 0) {
+        current = before;
+        if ((rc = on_device(device, &current)) == 0 && (rc = rt_memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
+            (event == NULL || (rc = rt_event_record(event, stream)) == 0) && sync)
+            rc = rt_stream_sync(stream);
+        restore = on_device(before, &current);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc != 0 ? rc : restore);
+}
+
 /* --- configure ------------------------------------------------------------ */
 
 static PyObject *
@@ -1571,6 +1683,7 @@ static PyMethodDef core_methods[] = {
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, NULL},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, NULL},
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, NULL},
+    {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, NULL},
     {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, NULL},
     {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, NULL},
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},
@@ -1580,6 +1693,8 @@ static PyMethodDef core_methods[] = {
     {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, NULL},
     {"exchange", (PyCFunction)core_exchange, METH_O, NULL},
     {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, NULL},
+    {"set_copy_runtime", (PyCFunction)core_set_copy_runtime, METH_VARARGS, NULL},
+    {"copy", (PyCFunction)(void (*)(void))core_copy, METH_FASTCALL, NULL},
     {NULL}
 };
 

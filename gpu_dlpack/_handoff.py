@@ -34,17 +34,37 @@ _pending: list = []  # (event, device, stream, objects), oldest first
 _pending_lock = threading.Lock()
 
 
+_cuda: list = []  # CuPy's runtime module, once imported
+
+
 def _runtime():
+    if _cuda:
+        return _cuda[0]
     from cupy.cuda import runtime
 
+    _cuda.append(runtime)
     return runtime
 
 
-def on_device(device: int):
-    """A context in which ``device`` is the current GPU."""
-    from cupy.cuda import Device
+class on_device:
+    """A block in which GPU ``device`` is current. The runtime is asked once
+    which GPU is current, and switched (and back) only when it is another."""
 
-    return Device(device)
+    __slots__ = ("device", "before")
+
+    def __init__(self, device: int):
+        self.device = device
+
+    def __enter__(self):
+        runtime = _runtime()
+        self.before = before = runtime.getDevice()
+        if before != self.device:
+            runtime.setDevice(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        if self.before != self.device:
+            _runtime().setDevice(self.before)
 
 
 def _acquire(device: int) -> int:
@@ -104,15 +124,11 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
 
 
 def wait_host(stream: int, device: int) -> None:
-    """Block the host until the work queued so far on ``stream`` is done."""
-    runtime = _runtime()
-    event = _acquire(device)
-    try:
-        with on_device(device):
-            runtime.eventRecord(event, stream)
-        runtime.eventSynchronize(event)
-    finally:
-        _release(device, event)
+    """Block the host until the work queued on ``stream`` is done: one
+    ``cudaStreamSynchronize`` (on its device: the handles 1 and 2 name the
+    default streams of the current one), no event."""
+    with on_device(device):
+        _runtime().streamSynchronize(stream)
 
 
 def synchronize_device(device: int) -> None:
@@ -126,22 +142,40 @@ def keep_until_done(stream: int, device: int, *objects) -> None:
     done, without blocking: an event is recorded, and ``collect`` drops the
     objects once it has completed. At most ``_MAX_PENDING`` entries wait:
     past that the host waits for the oldest."""
-    collect()
-    _bound()
     runtime = _runtime()
-    event = _acquire(device)
+    event = reserve(device)
     try:
         with on_device(device):
             runtime.eventRecord(event, stream)
     except BaseException:
-        _release(device, event)
-        # The work may still be queued and nothing marks its end: the host
-        # waits for the stream before the objects may go.
-        with contextlib.suppress(Exception), on_device(device):
-            runtime.streamSynchronize(stream)
+        abandon(event, device, stream)
         raise
+    hold(event, device, stream, objects)
+
+
+def reserve(device: int) -> int:
+    """An event for ``hold``, after releasing what completed work held (only
+    when something is pending) and bounding what waits."""
+    if _pending:
+        collect()
+        _bound()
+    return _acquire(device)
+
+
+def hold(event: int, device: int, stream: int, objects) -> None:
+    """Keep ``objects`` until ``event``, already recorded on ``stream`` after
+    the work that touches them, has completed (``collect``)."""
     with _pending_lock:
         _pending.append((event, device, stream, objects))
+
+
+def abandon(event: int, device: int, stream: int) -> None:
+    """A reserved event whose recording failed goes back to the pool. The work
+    may still be queued and nothing marks its end: the host waits for the
+    stream before the objects it touches may go."""
+    _release(device, event)
+    with contextlib.suppress(Exception), on_device(device):
+        _runtime().streamSynchronize(stream)
 
 
 def collect() -> int:
@@ -226,7 +260,7 @@ def current_stream(device: int) -> int:
 def queue_on(stream: int, device: int):
     """Make ``stream`` CuPy's current stream on ``device`` for a block, so
     that CuPy's allocations and kernels in it are ordered on that stream."""
-    with on_device(device), _cupy_stream(stream):
+    with on_device(device), _cupy_stream(stream, device):
         yield
 
 
@@ -242,23 +276,41 @@ class _StreamHandle:
         return (0, self.ptr)
 
 
-def _cupy_stream(handle: int):
+_STREAM_OBJECTS = 64  # CuPy stream objects kept for the handles last used
+_stream_objects: dict = {}  # (handle, device) -> CuPy stream object
+
+
+def _cupy_stream(handle: int, device: int | None = None):
+    """A CuPy stream object over ``handle`` (owning nothing), made once per
+    handle and device: making one costs more than the copy it orders."""
+    key = (handle, device)
+    stream = _stream_objects.get(key)
+    if stream is not None:
+        return stream
     import cupy
 
     stream_type = cupy.cuda.Stream
     if hasattr(stream_type, "from_external"):  # CuPy 14
-        return stream_type.from_external(_StreamHandle(handle))
-    import warnings
+        stream = stream_type.from_external(_StreamHandle(handle))
+    else:
+        import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return cupy.cuda.ExternalStream(handle)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = cupy.cuda.ExternalStream(handle)
+    if len(_stream_objects) >= _STREAM_OBJECTS:
+        _stream_objects.clear()
+    _stream_objects[key] = stream
+    return stream
 
 
 # -- the hand-off in the compiled core ---------------------------------------------
 
 _RUNTIME_FUNCTIONS = ("cudaGetDevice", "cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent")
+#: What the core's copy adds (``_copies.copy``).
+COPY_FUNCTIONS = ("cudaMemcpyAsync", "cudaStreamSynchronize")
 _core_state: list = []  # [(runtime module, the core's handoff or None)], once resolved
+_copy_state: list = []  # [(runtime module, the core's copy or None)], once resolved
 
 
 def _loaded_cudart():
@@ -280,16 +332,17 @@ def _loaded_cudart():
     return None
 
 
-def runtime_pointers(lib=None):
-    """The addresses of the runtime calls the core's hand-off makes, from
-    ``lib`` (default: the loaded CUDA runtime); None when any is missing."""
+def runtime_pointers(lib=None, names=_RUNTIME_FUNCTIONS):
+    """The addresses of the runtime calls ``names`` (default: those the
+    core's hand-off makes), from ``lib`` (default: the loaded CUDA runtime);
+    None when any is missing."""
     import ctypes
 
     lib = lib if lib is not None else _loaded_cudart()
     if lib is None:
         return None
     try:
-        return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _RUNTIME_FUNCTIONS)
+        return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names)
     except AttributeError:
         return None
 
@@ -316,5 +369,26 @@ def _core_handoff(runtime):
         pointers = runtime_pointers()
         if pointers is not None and core.set_runtime(*pointers):
             found = core.handoff
+    state.append((runtime, found))
+    return found
+
+
+def core_copy(runtime):
+    """The core's one-call copy (``cudaMemcpyAsync``, then an event record
+    or a stream synchronize) when the core's hand-off is found for
+    ``runtime`` and the loaded library has both calls; None otherwise."""
+    state = _copy_state
+    if state:
+        known, found = state[0]
+        return found if runtime is known else None
+    if not getattr(runtime, "__name__", "").startswith("cupy_backends."):
+        return None  # not CuPy's runtime module: nothing to remember
+    found = None
+    if _core_handoff(runtime) is not None:
+        from ._fastpath import core
+
+        pointers = runtime_pointers(names=COPY_FUNCTIONS)
+        if pointers is not None and core.set_copy_runtime(*pointers):
+            found = core.copy
     state.append((runtime, found))
     return found

@@ -8,9 +8,11 @@
 #   gpu-tests.xml, gpu-tests.log    JUnit XML and log of the GPU tests
 #   benchmarks.json                 pytest-benchmark's JSON
 #   benchmarks.xml, benchmarks.log  JUnit XML and log of the benchmark run
-#   summary.md                      ratios to each peer, bandwidths (bench/report.py)
+#   summary.md                      ratios to each peer, bandwidths, copy targets (bench/report.py)
+#   copy-phases.md, copy-phases.json  the time of each step of a 4 KiB, 16 MiB and
+#                                   64 MiB copy each way (bench/copy_phases.py)
 #   bandwidth.png                   bandwidth against size (when matplotlib is there)
-# Each step is time-boxed so the job ends in about 8 minutes at worst (about
+# Each step is time-boxed so the job ends in about 9 minutes at worst (about
 # 2 normally). Exits non-zero when the tests or the benchmarks failed; the
 # summary is written in every case.
 set -uo pipefail
@@ -44,6 +46,13 @@ JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false \
 bench_status=${PIPESTATUS[0]}
 [ $bench_status -ne 0 ] && [ $status -eq 0 ] && status=$bench_status
 
+echo "gpu-ci: copy phases"
+# A few seconds: where the time of one copy goes, beside x.get(), cupy.asarray(h)
+# and the bare cudaMemcpyAsync (appended to the summary).
+timeout -k 5 "${GPU_CI_PHASES_TIMEOUT:-60}" "$py" bench/copy_phases.py -o "$out/copy-phases.md" \
+  --json "$out/copy-phases.json" 2>&1 | tail -n 5
+phases_status=${PIPESTATUS[0]}
+
 echo "gpu-ci: summary"
 if [ -s "$out/benchmarks.json" ]; then
   "$py" bench/report.py "$out/benchmarks.json" -o "$out/summary.md" --plot "$out/bandwidth.png" \
@@ -51,6 +60,11 @@ if [ -s "$out/benchmarks.json" ]; then
 else
   printf '# gpu_dlpack benchmarks\n\nNo benchmark results: the benchmark run exited with status %s (see benchmarks.log).\n' \
     "$bench_status" > "$out/summary.md"
+fi
+if [ -s "$out/copy-phases.md" ]; then
+  { echo; cat "$out/copy-phases.md"; } >> "$out/summary.md"
+else
+  printf '\nCopy phases: not measured (exit status %s).\n' "$phases_status" >> "$out/summary.md"
 fi
 case $tests_status in
   0) tests_said="passed" ;;

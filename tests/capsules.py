@@ -129,6 +129,20 @@ def _deleter(ptr):
             stray_calls += 1
             return
         record.calls += 1
+        _poison(record.struct.dl_tensor)
+
+
+def _poison(tensor):
+    # What reuse of freed memory looks like: whoever reads a tensor after
+    # its deleter ran finds it malformed (ndim out of range, no shape, no
+    # device), never a plausible array.
+    tensor.ndim = POISONED_NDIM
+    tensor.shape = None
+    tensor.strides = None
+    tensor.device.device_type = 0
+
+
+POISONED_NDIM = -77
 
 
 def _destructor(capsule):

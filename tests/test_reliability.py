@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _capsule, _handoff
+from gpu_dlpack import _capsule, _copies, _handoff
 from gpu_dlpack._backends import cupy as cupy_backend
 from gpu_dlpack._devices import Device
 
@@ -126,6 +126,60 @@ def test_a_capsule_discarded_by_one_thread_is_consumed_for_the_others():
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         _capsule.take(cap, True)
     assert rec.calls == 1
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_inspect_racing_a_consumer_reads_the_whole_tensor_or_none_of_it(versioned):
+    # One thread inspects each capsule over and over while another imports
+    # it and drops the array (its deleter poisons the tensor, as reuse of freed memory would):
+    # every read gives the capsule's true fields or ConsumedCapsuleError,
+    # never fields read after the tensor was freed.
+    made = [make(np.arange(3.0) + i, versioned=versioned) for i in range(CONTESTED)]
+    caps = [cap for cap, _ in made]
+    data = [rec.struct.dl_tensor.data for _, rec in made]
+    records = [rec for _, rec in made]
+    del made
+    start = threading.Barrier(2)
+    wrong, errors = [], []
+
+    def inspector():
+        try:
+            start.wait()
+            for cap, ptr in zip(caps, data):
+                for _ in range(20):
+                    try:
+                        info = gpu_dlpack.inspect(cap)
+                    except gpu_dlpack.ConsumedCapsuleError:
+                        break
+                    except Exception as exc:  # noqa: BLE001 - the outcome is the point
+                        wrong.append(repr(exc))
+                        break
+                    if (info.shape, info.data, info.device, info.versioned) != ((3,), ptr, Device("cpu"), versioned):
+                        wrong.append(repr(info))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    def consumer():
+        try:
+            start.wait()
+            for cap in caps:
+                gpu_dlpack.from_dlpack(cap)  # taken, and freed with the array at once
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=inspector), threading.Thread(target=consumer)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert not wrong, f"{len(wrong)} reads of a freed tensor, such as {wrong[:3]}"
+    assert [r.calls for r in records] == [1] * CONTESTED
 
 
 def test_an_imported_capsule_owns_its_tensor_through_the_array():
@@ -256,6 +310,21 @@ def runtime(monkeypatch):
     _handoff._pending.clear()
 
 
+class HostBlocks:
+    """Page-locked allocations for a ``_copies.PinnedPool``, as host memory."""
+
+    def __init__(self):
+        self.blocks = {}
+
+    def host_alloc(self, nbytes):
+        buf = np.empty(nbytes, np.uint8)
+        self.blocks[buf.ctypes.data] = buf
+        return buf.ctypes.data
+
+    def free_host(self, ptr):
+        del self.blocks[ptr]
+
+
 class Buffer:
     """Memory a copy touches, with a weak reference to see when it dies."""
 
@@ -267,27 +336,17 @@ class Buffer:
 
 # -- 3. a queued copy keeps what it touches alive --------------------------------
 
-class DeviceArray:
-    """What _copy_from_gpu reads of a CuPy array (shape, dtype, layout, address)."""
-
-    class _Data:
-        def __init__(self, ptr, device_id=0):
-            self.ptr, self.device_id = ptr, device_id
-
-    def __init__(self, host):
-        self.host = host
-        self.shape, self.dtype, self.nbytes, self.flags = host.shape, host.dtype, host.nbytes, host.flags
-        self.data = self._Data(host.ctypes.data)
-
-
 def test_a_pinned_destination_lives_until_its_copy_is_done(runtime, monkeypatch):
     pytest.importorskip("cupy")  # the copy is CuPy's (its runtime is the stand-in)
     # export(x, dl_device=(3, 0), stream=s) of device memory: the copy into
-    # pinned memory is still queued on s when the call returns.
-    monkeypatch.setattr(cupy_backend, "_pinned_empty", lambda shape, dtype, order: np.empty(shape, dtype))
-    x = DeviceArray(np.arange(1000, dtype=np.float32))
+    # pinned memory is still queued on s when the call returns. The source
+    # is memory the stand-in runtime copies from (what x.data.ptr names).
+    pool = _copies.PinnedPool(HostBlocks())
+    monkeypatch.setattr(_copies, "pinned_pool", lambda: pool)
+    x = np.arange(1000, dtype=np.float32)
     source = weakref.ref(x)
-    out = cupy_backend._copy_from_gpu(x, 0, 5, Device((3, 0)), 77, host_done=False)
+    out = cupy_backend._to_pinned(x.ctypes.data, x.nbytes, x.shape, x.dtype, "C", 77, 0, False, x)
+    assert pool.idle_bytes == 0 and pool.allocated == 1
     assert [c[0] for c in runtime.calls if c[0] == "memcpy"] == ["memcpy"]
     assert runtime.recorded(77), "no event marks the end of the copy"
     destination = weakref.ref(out)
@@ -295,10 +354,12 @@ def test_a_pinned_destination_lives_until_its_copy_is_done(runtime, monkeypatch)
     gc.collect()
     assert destination() is not None, "the pinned destination was freed mid-copy"
     assert source() is not None, "the source was freed mid-copy"
+    assert pool.idle_bytes == 0, "the pinned block went back to the pool mid-copy"
     runtime.finish(77)
     _handoff.collect()
     gc.collect()
     assert destination() is None and source() is None
+    assert pool.idle_bytes == 4096  # back in the pool once the copy is done
 
 
 def test_a_device_destination_lives_until_its_copy_from_the_host_is_done(runtime, monkeypatch):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+import weakref
 
 import numpy as np
 
@@ -111,12 +112,50 @@ def addressable(source: Device, target: Device) -> bool:
 def device_of(x) -> Device:
     """Where a CuPy array's memory is: CUDA, CUDA_MANAGED (id 0, as DLPack
     says for managed memory) or, on a ROCm build, ROCM."""
-    gpu = x.data.device_id
+    data = x.data
+    gpu = data.device_id
     if cupy_is_rocm():
         return Device._make(_T.ROCM, gpu)
-    if _is_managed(x.data.ptr):
+    managed = _managed_by_kind(data.mem)
+    if managed is None:
+        managed = _is_managed(data.ptr)
+    if managed:
         return Device._make(_T.CUDA_MANAGED, 0)
     return Device._make(_T.CUDA, gpu)
+
+
+#: Whether memory of each of CuPy's memory classes is managed, where the
+#: class alone says (cudaMalloc, cudaMallocAsync, cudaMallocManaged).
+_KIND_OF_CLASS: dict = {}
+#: The same, learnt per CuPy memory pool: a pool's blocks all come from its
+#: one allocator, so the runtime is asked once per pool.
+_kind_of_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _managed_by_kind(mem) -> bool | None:
+    """Whether ``mem`` (an array's ``data.mem``) is managed memory, as its
+    CuPy class or its pool says; None when neither does (ask the runtime)."""
+    if not _KIND_OF_CLASS:
+        from cupy.cuda import memory
+
+        _KIND_OF_CLASS.update({memory.Memory: False, memory.ManagedMemory: True, memory.PooledMemory: _POOLED})
+        if hasattr(memory, "MemoryAsync"):
+            _KIND_OF_CLASS[memory.MemoryAsync] = False
+    known = _KIND_OF_CLASS.get(type(mem))
+    if known is not _POOLED:
+        return known
+    try:  # a block of a memory pool
+        pool = mem.pool
+        pool = pool() if isinstance(pool, weakref.ref) else pool
+        known = _kind_of_pool.get(pool)
+        if known is None:
+            known = _kind_of_pool[pool] = _is_managed(mem.ptr)
+        return known
+    except TypeError:  # a pool that takes no weak reference: ask each time
+        return None
+
+
+_POOLED = "pooled"
 
 
 def gpu_of(ptr: int) -> int:
@@ -544,11 +583,54 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
     if same_gpu:
         with _handoff.queue_on(copy_stream, copy_gpu):
             out = x.copy()
-    else:
-        out = _allocate(target, x.shape, x.dtype, _order(x), copy_stream, copy_gpu)
-        _memcpy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu)
-    _finish(copy_stream, copy_gpu, host_done, source, x, out)
+        _finish(copy_stream, copy_gpu, host_done, source, x, out)
+        return out
+    if target.type not in DEVICE_TYPES:  # pinned host memory, from the copy engine's pool
+        return _to_pinned(x.data.ptr, x.nbytes, x.shape, x.dtype, _order(x), copy_stream, copy_gpu, host_done, source, x)
+    out = _allocate(target, x.shape, x.dtype, _order(x), copy_stream, copy_gpu)
+    _queue_copy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu, host_done, source, x, out)
     return out
+
+
+def _to_pinned(src, nbytes, shape, dtype, order, stream, gpu, host_done, *sources):
+    """A NumPy array over a pinned block of the copy engine's pool holding
+    the ``nbytes`` at device address ``src``: complete on return when
+    ``host_done`` (one copy, one stream synchronize), else queued on
+    ``stream`` with the block and ``sources`` kept until the copy is done.
+    A block whose copy failed is freed, never reused."""
+    if not nbytes:
+        return np.empty(shape, dtype, order=order)
+    pool = _copies.pinned_pool()
+    if host_done:
+        return _over_block(_copies.to_host(src, nbytes, stream, gpu, pool), shape, dtype, order)
+    block = pool.take(nbytes)
+    out = _over_block(block, shape, dtype, order)
+    try:
+        _copies.copy_kept(block.ptr, src, nbytes, stream, gpu, sources + (out,))
+    except BaseException:
+        block.retire()
+        raise
+    return out
+
+
+def _over_block(block, shape, dtype, order):
+    """A NumPy array over ``block``, which goes back to its pool when the
+    array and its views are gone."""
+    from cupy.cuda import PinnedMemoryPointer
+
+    return np.ndarray(shape, dtype, buffer=PinnedMemoryPointer(block, 0), order=order)
+
+
+def _queue_copy(dst, src, nbytes, stream, gpu, host_done, *buffers):
+    """Copy ``nbytes`` from ``src`` to ``dst`` on ``stream``: complete on
+    return when ``host_done`` (the host waits for the stream), else with
+    every buffer it reads or writes kept until it is done."""
+    if not nbytes:
+        return
+    if host_done:
+        _copies.copy(dst, src, nbytes, stream, gpu, synchronize=True)
+    else:
+        _copies.copy_kept(dst, src, nbytes, stream, gpu, buffers)
 
 
 def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
@@ -569,14 +651,13 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
         consumer = -1 if stream == -1 else _streams.resolve(stream, target.type)
     copy_stream = consumer if consumer != -1 else _handoff.current_stream(gpu)
     out = _allocate(target, src.shape, src.dtype, order, copy_stream, gpu)
-    if target.type in INDEXED_TYPES and _ring_copy(out, src, copy_stream, gpu):
+    if target.type in INDEXED_TYPES and src.nbytes >= _copies.RING_MIN_BYTES and _ring_copy(out, src, copy_stream, gpu):
         # The source is read; the ring keeps its chunks until their copies are done.
         _finish(copy_stream, gpu, host_done, out)
         return out
     # Pinned memory is read by the copy engine in place, and pageable memory
     # is staged by the driver before the call returns (as cupy.asarray does).
-    _memcpy(_address(out), src.ctypes.data, src.nbytes, copy_stream, gpu)
-    _finish(copy_stream, gpu, host_done, src, arr, out)
+    _queue_copy(_address(out), src.ctypes.data, src.nbytes, copy_stream, gpu, host_done, src, arr, out)
     return out
 
 
@@ -619,10 +700,6 @@ def _order(a):
     return None
 
 
-def _address(a) -> int:
-    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
-
-
 def _allocate(target, shape, dtype, order, stream, gpu):
     """An empty array for a copy to ``target``: CuPy memory ordered on
     ``stream`` for GPU targets, managed memory, or pinned host memory under
@@ -630,6 +707,8 @@ def _allocate(target, shape, dtype, order, stream, gpu):
     import cupy
 
     if target.type in INDEXED_TYPES:
+        if _is_current(stream, target.index):
+            return cupy.empty(shape, dtype, order=order)
         with _handoff.queue_on(stream, target.index):
             return cupy.empty(shape, dtype, order=order)
     if target.type == _T.CUDA_MANAGED:
@@ -640,28 +719,28 @@ def _allocate(target, shape, dtype, order, stream, gpu):
     return _pinned_empty(shape, dtype, order)
 
 
-def _pinned_empty(shape, dtype, order):
-    """A NumPy array over page-locked memory from CuPy's pinned pool; the
-    memory is returned to the pool when the array and its views are gone."""
-    import cupy
+def _address(a) -> int:
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
 
+
+def _is_current(stream: int, gpu: int) -> bool:
+    """Whether CuPy already allocates on ``stream`` on GPU ``gpu``: ``gpu``
+    is current and ``stream`` is CuPy's current stream there (no switch to
+    make around the allocation)."""
+    from cupy.cuda import runtime
+
+    return runtime.getDevice() == gpu and _handoff.current_stream(gpu) == stream
+
+
+def _pinned_empty(shape, dtype, order):
+    """A NumPy array over page-locked memory from the copy engine's pool
+    (``_copies.PinnedPool``); the block goes back to the pool when the array
+    and its views are gone."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if nbytes == 0:
         return np.empty(shape, dtype, order=order)
-    memory = cupy.cuda.alloc_pinned_memory(nbytes)
-    return np.ndarray(shape, dtype, buffer=memory, order=order)
-
-
-def _memcpy(dst: int, src: int, nbytes: int, stream: int, gpu: int) -> None:
-    """``cudaMemcpyAsync`` with the direction read from the addresses
-    (unified addressing): host-to-device, device-to-host, device-to-device
-    and peer copies alike."""
-    if not nbytes:
-        return
-    runtime = _handoff._runtime()
-    with _handoff.on_device(gpu):
-        runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)
+    return _over_block(_copies.pinned_pool().take(nbytes), shape, dtype, order)
 
 
 def _numpy_backend():
