@@ -9,6 +9,7 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import ConsumedCapsuleError, NotDLPackError, from_dlpack, inspect, wrap
 
+from .capsules import KeywordDeviceProducer, make
 from .helpers import OldProducer, aligned, capsule_name, managed, pointer
 
 
@@ -53,6 +54,20 @@ def test_a_producers_buffer_error_propagates():
         from_dlpack(OldProducer(np_ro))  # NumPy refuses a legacy export of read-only data
 
 
+class _LostDevice:
+    def __dlpack__(self, **kwargs):
+        raise BufferError("device lost")
+
+    def __dlpack_device__(self):
+        raise BufferError("device lost")
+
+
+def test_a_producers_buffer_error_about_its_device_propagates_as_it_is():
+    with pytest.raises(BufferError) as refused:
+        from_dlpack(_LostDevice())
+    assert str(refused.value) == "device lost"
+
+
 def test_torchs_refusal_of_tensors_that_require_grad_propagates(torch):
     t = torch.ones(3, requires_grad=True)
     with pytest.raises(BufferError, match="detach"):
@@ -91,6 +106,19 @@ def test_an_unsupported_device_is_a_buffer_error():
 def test_copy_of_the_wrong_type_is_a_type_error():
     with pytest.raises(TypeError, match="copy must be"):
         from_dlpack(np.arange(3), copy="no")
+
+
+def test_copy_is_judged_before_what_is_imported():
+    with pytest.raises(TypeError, match="copy must be"):
+        from_dlpack(object(), copy="no")  # not "does not support DLPack"
+    a = np.arange(3.0)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__(max_version=(1, 0))
+    del a
+    with pytest.raises(TypeError, match="copy must be"):
+        from_dlpack(cap, copy="no", device="nowhere")  # not the device's ValueError
+    gc.collect()
+    assert ref() is None and capsule_name(cap) == "used_dltensor_versioned"
 
 
 # -- capsule checks ----------------------------------------------------------
@@ -289,3 +317,141 @@ def test_a_stream_for_a_host_import_must_be_none_or_minus_one(stream, error, tor
         with pytest.raises(error, match="-1"):
             from_dlpack(x, stream=stream)
     assert from_dlpack(torch.arange(3.0), stream=-1).tolist() == [0, 1, 2]
+
+
+# -- NumPy arrays: the view shortcut and what it leaves to the exchange --------
+
+@pytest.mark.parametrize("view", [
+    lambda a: a[::2],
+    lambda a: a[::-3],
+    lambda a: a.reshape(3, 4)[:, 1],
+    lambda a: a.reshape(3, 4).T,
+    lambda a: np.lib.stride_tricks.as_strided(a, shape=(1, 3), strides=(3, 8)),  # odd stride, unused axis
+], ids=["step", "negative", "column", "transposed", "odd-stride-on-a-length-1-axis"])
+def test_a_strided_numpy_array_imports_as_a_writeable_view_of_its_memory(view):
+    a = np.arange(12.0)
+    x = view(a)
+    out = from_dlpack(x)
+    assert type(out) is np.ndarray and out is not x
+    assert pointer(out) == pointer(x) and out.strides == x.strides and out.tolist() == x.tolist()
+    assert out.flags.writeable
+    out[0] = -1.0
+    assert x.flat[0] == -1.0
+
+
+@pytest.mark.parametrize("x, says", [
+    (np.zeros(2, ">f8"), "cannot export NumPy dtype >f8: DLPack has no byte order"),
+    (np.zeros(4, ">f8")[::2], "cannot export NumPy dtype >f8: DLPack has no byte order"),
+    (np.zeros(2, "M8[s]"), r"cannot export NumPy dtype datetime64\[s\]: DLPack carries booleans"),
+    (np.zeros(4, "M8[s]")[::2], r"cannot export NumPy dtype datetime64\[s\]: DLPack carries booleans"),
+    (np.zeros(2, object), "cannot export NumPy dtype object: DLPack carries booleans"),
+    (np.zeros(4, object)[::2], "cannot export NumPy dtype object: DLPack carries booleans"),
+    (np.zeros(3, [("a", "<f8"), ("b", "<i4")])["a"], "strides which are a multiple of itemsize"),
+    (np.lib.stride_tricks.as_strided(np.arange(6.0), shape=(2, 3), strides=(4, 8)),
+     "strides which are a multiple of itemsize"),
+], ids=["byte-swapped", "byte-swapped-strided", "datetime64", "datetime64-strided", "object", "object-strided",
+        "struct-field", "odd-stride"])
+def test_a_numpy_array_dlpack_cannot_describe_is_refused_not_viewed(x, says):
+    with pytest.raises(BufferError, match=says):
+        from_dlpack(x)
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_numpy_array_of_an_ml_dtypes_type_imports_zero_copy(step, ml_dtypes):
+    x = np.array([1.5, -2.0, 3.25, 4.0], dtype=ml_dtypes.bfloat16)[::step]
+    out = from_dlpack(x)
+    assert out.dtype == ml_dtypes.bfloat16 and out.strides == x.strides
+    assert pointer(out) == pointer(x) and out.astype(np.float32).tolist() == x.astype(np.float32).tolist()
+    assert out.flags.writeable  # the exchange keeps what NumPy's own import of a NumPy array keeps
+    out[0] = 8.0
+    assert float(x[0]) == 8.0
+
+
+# -- torch tensors NumPy reads alone, and the others --------------------------
+
+def test_torch_tensors_reach_numpy_zero_copy_whether_numpy_can_read_them_or_not(torch, ml_dtypes, monkeypatch):
+    from gpu_dlpack import _import
+
+    monkeypatch.setattr(_import, "_DIRECT", {})  # which path a torch.Tensor takes is decided afresh
+    t = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)  # NumPy alone refuses it
+    out = from_dlpack(t)
+    assert out.dtype == ml_dtypes.bfloat16 and pointer(out) == t.data_ptr() and out.flags.writeable
+    assert out.astype(np.float32).tolist() == [1.5, -2.0, 3.25]
+    for dtype in (torch.float32, torch.int16, torch.uint16, torch.uint64, torch.bool, torch.complex64):
+        t = torch.arange(3).to(dtype)
+        out = from_dlpack(t)
+        assert pointer(out) == t.data_ptr() and out.flags.writeable and out.tolist() == t.tolist()
+        assert out.dtype == np.dtype(str(dtype).removeprefix("torch."))
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_a_torch_bfloat16_tensor_lands_as_asked(copy, torch, ml_dtypes):
+    t = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)
+    out = from_dlpack(t, copy=copy)
+    assert out.dtype == ml_dtypes.bfloat16 and out.astype(np.float32).tolist() == [1.5, -2.0, 3.25]
+    assert (pointer(out) == t.data_ptr()) is not copy and out.flags.writeable
+
+
+# -- what a producer is asked -------------------------------------------------
+
+def test_host_data_is_never_asked_to_move_and_the_layer_makes_the_copy():
+    a = np.arange(4.0)
+    w = wrap(a)
+    out = from_dlpack(w, copy=True)
+    assert w.last_request == {"stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": None, "copy": None}
+    assert pointer(out) != a.ctypes.data and out.flags.writeable and out.tolist() == [0, 1, 2, 3]
+    out = from_dlpack(w, copy=False, device="cpu")
+    assert w.last_request == {"stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": None, "copy": False}
+    assert pointer(out) == a.ctypes.data
+
+
+# -- device memory asked for on the CPU ---------------------------------------
+#
+# A producer of device memory that no backend owns, standing in over host
+# memory (tests/capsules.py): it answers each request on the device asked for.
+
+def test_device_memory_asked_for_the_cpu_is_moved_by_its_producer_once():
+    p = KeywordDeviceProducer(device=(2, 0))
+    out = from_dlpack(p, device="cpu")
+    assert p.requests == [{"stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": (1, 0), "copy": None}]
+    assert out.tolist() == p.array.tolist() and pointer(out) == p.array.ctypes.data  # the producer's answer
+    out = from_dlpack(p, device="cpu", copy=True)
+    assert p.requests[-1] == {"stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": (1, 0), "copy": True}
+    assert pointer(out) == p.array.ctypes.data  # the producer made the copy: the layer makes no second one
+    with pytest.raises(BufferError, match=r"copy=False, but exporting from cuda:0 to cpu needs a copy"):
+        from_dlpack(p, device="cpu", copy=False)
+    assert len(p.requests) == 2  # refused before the producer is asked
+
+
+def test_a_producer_that_ignores_the_cpu_asked_for_is_refused_and_its_capsule_freed():
+    p = KeywordDeviceProducer(device=(2, 0), answers=(2, 0))
+    with pytest.raises(BufferError) as refused:
+        from_dlpack(p, device="cpu")
+    assert str(refused.value) == (
+        "cannot move an array from cuda:0 to cpu (the producer ignored dl_device=(1, 0)). Ask for dl_device=None "
+        "(the array's own device) or (1, 0) for the CPU where the data is host memory."
+    )
+    assert p.records[0].calls == 1
+
+
+class _OldDeviceProducer:
+    """Device memory from a producer that takes only ``stream``: it cannot move."""
+
+    def __init__(self):
+        self.records = []
+
+    def __dlpack__(self, stream=None):
+        capsule, record = make(np.arange(3.0), versioned=False, device=(2, 0))
+        self.records.append(record)
+        return capsule
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_device_memory_of_a_producer_that_cannot_move_it_needs_its_devices_backend():
+    p = _OldDeviceProducer()
+    with pytest.raises(BufferError, match=r"no backend can hold an array on cuda:0: gpu_dlpack needs CuPy"):
+        from_dlpack(p, device="cpu")
+    gc.collect()
+    assert [r.calls for r in p.records] == [1]

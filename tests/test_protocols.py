@@ -41,6 +41,23 @@ def test_bytes_land_read_only():
         gpu_dlpack.export(b"abcd")  # a legacy capsule cannot say read-only
 
 
+def test_the_options_of_from_dlpack_hold_for_buffer_objects():
+    b = bytearray(b"\x01\x02\x03")
+    copied = gpu_dlpack.from_dlpack(b, copy=True)
+    assert copied.tolist() == [1, 2, 3] and copied.flags.writeable
+    copied[0] = 9
+    assert b[0] == 1  # a copy, not the bytearray's memory
+    shared = gpu_dlpack.from_dlpack(b, copy=False, device="cpu", stream=-1)
+    shared[0] = 7
+    assert b[0] == 7
+    with pytest.raises(ValueError, match="stream=5 is not valid"):
+        gpu_dlpack.from_dlpack(b, stream=5)  # host data takes no stream
+    with pytest.raises(BufferError, match="no backend can hold an array on cuda:0"):
+        gpu_dlpack.from_dlpack(b, device="cuda:0")
+    with pytest.raises(TypeError, match="does not support DLPack"):
+        gpu_dlpack.from_dlpack(object(), copy=True)
+
+
 @pytest.mark.parametrize(
     "make,dtype,values",
     [
