@@ -339,6 +339,10 @@ def test_a_strided_numpy_array_imports_as_a_writeable_view_of_its_memory(view):
     assert x.flat[0] == -1.0
 
 
+# NumPy 2's own refusal, or the layer's where NumPy before 2.1 exports nothing versioned.
+ODD_STRIDES = "strides which are a multiple of itemsize|are not multiples of the item size"
+
+
 @pytest.mark.parametrize("x, says", [
     (np.zeros(2, ">f8"), "cannot export NumPy dtype >f8: DLPack has no byte order"),
     (np.zeros(4, ">f8")[::2], "cannot export NumPy dtype >f8: DLPack has no byte order"),
@@ -346,9 +350,9 @@ def test_a_strided_numpy_array_imports_as_a_writeable_view_of_its_memory(view):
     (np.zeros(4, "M8[s]")[::2], r"cannot export NumPy dtype datetime64\[s\]: DLPack carries booleans"),
     (np.zeros(2, object), "cannot export NumPy dtype object: DLPack carries booleans"),
     (np.zeros(4, object)[::2], "cannot export NumPy dtype object: DLPack carries booleans"),
-    (np.zeros(3, [("a", "<f8"), ("b", "<i4")])["a"], "strides which are a multiple of itemsize"),
+    (np.zeros(3, [("a", "<f8"), ("b", "<i4")])["a"], ODD_STRIDES),
     (np.lib.stride_tricks.as_strided(np.arange(6.0), shape=(2, 3), strides=(4, 8)),
-     "strides which are a multiple of itemsize"),
+     ODD_STRIDES),
 ], ids=["byte-swapped", "byte-swapped-strided", "datetime64", "datetime64-strided", "object", "object-strided",
         "struct-field", "odd-stride"])
 def test_a_numpy_array_dlpack_cannot_describe_is_refused_not_viewed(x, says):
