@@ -320,7 +320,7 @@ def snapshot(capsule) -> tuple:
     (``_claim_lock`` here; the compiled core copies them holding the GIL)."""
     with _claim_lock:
         versioned, ptr = kind_and_pointer(capsule)
-        raw = _BYTES[80 if versioned else 64].from_address(ptr).raw
+        raw = (_VERSIONED_BYTES if versioned else _LEGACY_BYTES).from_address(ptr).raw
         shape = strides = None
         at = _TENSOR_AT_VERSIONED if versioned else 0
         if not versioned or _VERSION_FMT.unpack_from(raw)[0] == 1:

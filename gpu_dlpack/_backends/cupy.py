@@ -177,7 +177,7 @@ def gpu_of(ptr: int) -> int:
 
 
 def _memory_type(ptr: int) -> int | None:
-    from cupy.cuda import runtime
+    runtime = _handoff._runtime()
 
     try:
         return runtime.pointerGetAttributes(ptr).type
@@ -199,13 +199,13 @@ def _before_host_access(source: Device, producer: int, gpu: int) -> None:
 
 
 def _is_managed(ptr: int) -> bool:
-    from cupy.cuda import runtime
+    runtime = _handoff._runtime()
 
     return bool(ptr) and _memory_type(ptr) == runtime.memoryTypeManaged
 
 
 def _is_pinned(ptr: int) -> bool:
-    from cupy.cuda import runtime
+    runtime = _handoff._runtime()
 
     return bool(ptr) and _memory_type(ptr) == runtime.memoryTypeHost
 
@@ -525,7 +525,7 @@ def to_host(arr, copy):
 # -- streams -----------------------------------------------------------------
 
 def _current_gpu() -> int:
-    from cupy.cuda import runtime
+    runtime = _handoff._runtime()
 
     return runtime.getDevice()
 
@@ -616,9 +616,15 @@ def _to_pinned(src, nbytes, shape, dtype, order, stream, gpu, host_done, *source
 def _over_block(block, shape, dtype, order):
     """A NumPy array over ``block``, which goes back to its pool when the
     array and its views are gone."""
+    return np.ndarray(shape, dtype, buffer=_pinned_pointer()(block, 0), order=order)
+
+
+@functools.lru_cache(maxsize=None)
+def _pinned_pointer():
+    """CuPy's ``PinnedMemoryPointer`` type, imported once."""
     from cupy.cuda import PinnedMemoryPointer
 
-    return np.ndarray(shape, dtype, buffer=PinnedMemoryPointer(block, 0), order=order)
+    return PinnedMemoryPointer
 
 
 def _queue_copy(dst, src, nbytes, stream, gpu, host_done, *buffers):
@@ -727,9 +733,7 @@ def _is_current(stream: int, gpu: int) -> bool:
     """Whether CuPy already allocates on ``stream`` on GPU ``gpu``: ``gpu``
     is current and ``stream`` is CuPy's current stream there (no switch to
     make around the allocation)."""
-    from cupy.cuda import runtime
-
-    return runtime.getDevice() == gpu and _handoff.current_stream(gpu) == stream
+    return _handoff._runtime().getDevice() == gpu and _handoff.current_stream(gpu) == stream
 
 
 def _pinned_empty(shape, dtype, order):
