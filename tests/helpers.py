@@ -106,3 +106,17 @@ def managed(capsule):
     if name == b"dltensor_versioned":
         return DLManagedTensorVersioned.from_address(ptr)
     return DLManagedTensor.from_address(ptr)
+
+
+class Handing:
+    """A host producer whose ``__dlpack__`` hands over one given capsule,
+    whatever it is asked."""
+
+    def __init__(self, cap):
+        self.cap = cap
+
+    def __dlpack__(self, **kwargs):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return (1, 0)

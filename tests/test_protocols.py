@@ -19,6 +19,8 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _protocols
 
+from .helpers import Handing
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -236,20 +238,9 @@ def test_a_raw_capsule_is_exported_under_the_rules():
 
 def test_a_consumed_capsule_is_refused_by_wrap():
     cap = np.arange(3.0).__dlpack__()
-    np.from_dlpack(_Handing(cap))
+    np.from_dlpack(Handing(cap))
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         gpu_dlpack.wrap(cap)
-
-
-class _Handing:
-    def __init__(self, cap):
-        self.cap = cap
-
-    def __dlpack__(self, **kwargs):
-        return self.cap
-
-    def __dlpack_device__(self):
-        return (1, 0)
 
 
 def test_a_numpy_scalar_is_a_0d_array():

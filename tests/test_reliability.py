@@ -57,29 +57,41 @@ def _contest(capsules_, work):
     all in the same order (so that they meet on each one); returns, per
     capsule, the outcomes ('ok', 'consumed' or the exception type name)."""
     outcomes = [[] for _ in capsules_]
-    barrier = threading.Barrier(CONTENDERS)
-    errors = []
 
     def run():
+        for i, cap in enumerate(capsules_):
+            try:
+                result = work(cap)
+            except gpu_dlpack.ConsumedCapsuleError:
+                outcomes[i].append("consumed")
+            except Exception as exc:  # noqa: BLE001 - the outcome is the point
+                outcomes[i].append(type(exc).__name__)
+            else:
+                outcomes[i].append("ok")
+                del result
+
+    _race([run] * CONTENDERS)
+    return outcomes
+
+
+def _race(targets):
+    """Run each of ``targets`` on a thread of its own, all released at once,
+    with threads switched as often as possible; fails the test with what any
+    of them raised."""
+    barrier = threading.Barrier(len(targets))
+    errors = []
+
+    def run(target):
         try:
             barrier.wait()
-            for i, cap in enumerate(capsules_):
-                try:
-                    result = work(cap)
-                except gpu_dlpack.ConsumedCapsuleError:
-                    outcomes[i].append("consumed")
-                except Exception as exc:  # noqa: BLE001 - the outcome is the point
-                    outcomes[i].append(type(exc).__name__)
-                else:
-                    outcomes[i].append("ok")
-                    del result
+            target()
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             errors.append(exc)
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
     try:
-        threads = [threading.Thread(target=run) for _ in range(CONTENDERS)]
+        threads = [threading.Thread(target=run, args=(t,)) for t in targets]
         for t in threads:
             t.start()
         for t in threads:
@@ -87,7 +99,6 @@ def _contest(capsules_, work):
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors
-    return outcomes
 
 
 @pytest.mark.parametrize("work", [
@@ -139,45 +150,26 @@ def test_inspect_racing_a_consumer_reads_the_whole_tensor_or_none_of_it(versione
     data = [rec.struct.dl_tensor.data for _, rec in made]
     records = [rec for _, rec in made]
     del made
-    start = threading.Barrier(2)
-    wrong, errors = [], []
+    wrong = []
 
     def inspector():
-        try:
-            start.wait()
-            for cap, ptr in zip(caps, data):
-                for _ in range(20):
-                    try:
-                        info = gpu_dlpack.inspect(cap)
-                    except gpu_dlpack.ConsumedCapsuleError:
-                        break
-                    except Exception as exc:  # noqa: BLE001 - the outcome is the point
-                        wrong.append(repr(exc))
-                        break
-                    if (info.shape, info.data, info.device, info.versioned) != ((3,), ptr, Device("cpu"), versioned):
-                        wrong.append(repr(info))
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            errors.append(exc)
+        for cap, ptr in zip(caps, data):
+            for _ in range(20):
+                try:
+                    info = gpu_dlpack.inspect(cap)
+                except gpu_dlpack.ConsumedCapsuleError:
+                    break
+                except Exception as exc:  # noqa: BLE001 - the outcome is the point
+                    wrong.append(repr(exc))
+                    break
+                if (info.shape, info.data, info.device, info.versioned) != ((3,), ptr, Device("cpu"), versioned):
+                    wrong.append(repr(info))
 
     def consumer():
-        try:
-            start.wait()
-            for cap in caps:
-                gpu_dlpack.from_dlpack(cap)  # taken, and freed with the array at once
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            errors.append(exc)
+        for cap in caps:
+            gpu_dlpack.from_dlpack(cap)  # taken, and freed with the array at once
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=inspector), threading.Thread(target=consumer)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-    finally:
-        sys.setswitchinterval(interval)
-    assert not errors, errors
+    _race([inspector, consumer])
     assert not wrong, f"{len(wrong)} reads of a freed tensor, such as {wrong[:3]}"
     assert [r.calls for r in records] == [1] * CONTESTED
 

@@ -8,6 +8,8 @@ import pytest
 
 import gpu_dlpack
 
+from .helpers import Handing
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
@@ -120,7 +122,7 @@ def test_a_spread_array_asked_for_the_cpu_lands_there(jax, sharding, spec):
     cap = gpu_dlpack.export(j, max_version=(1, 0), dl_device=(1, 0))
     info = gpu_dlpack.inspect(cap)
     assert info.device == gpu_dlpack.Device("cpu") and info.shape == (16,)
-    assert np.from_dlpack(_Handing(cap)).tolist() == list(range(16))
+    assert np.from_dlpack(Handing(cap)).tolist() == list(range(16))
     first = j.addressable_shards[0].data.unsafe_buffer_pointer()
     if spec:  # gathered: a copy
         assert info.flags == gpu_dlpack.FLAG_IS_COPIED and info.data not in _pointers(j)
@@ -156,17 +158,6 @@ def test_a_spread_array_follows_the_stream_and_copy_rules_of_host_memory(jax, sh
     assert str(bad_copy.value) == "copy must be True, False or None; got 'yes'."
     info = gpu_dlpack.inspect(gpu_dlpack.export(j, max_version=(1, 0), copy=True))
     assert info.flags == gpu_dlpack.FLAG_IS_COPIED and info.data not in _pointers(j)
-
-
-class _Handing:
-    def __init__(self, cap):
-        self.cap = cap
-
-    def __dlpack__(self, **kwargs):
-        return self.cap
-
-    def __dlpack_device__(self):
-        return (1, 0)
 
 
 def test_copy_true_gathers_and_the_result_is_writeable(jax, sharding):
