@@ -90,6 +90,10 @@ def test_the_wheel_holds_the_package_its_data_types_and_license(built):
     assert "gpu_dlpack/explain.json" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/"))]
+    # The core's C source is built, not installed: the sdist carries it.
+    assert not [n for n in names if n.endswith((".c", ".h"))], names
+    if os.environ.get("GPU_DLPACK_EXPECT_CORE") == "1":  # built where a compiler is (the test command)
+        assert [n for n in names if n.startswith("gpu_dlpack/_core.") and n.endswith(".so")], names
     assert "License-Expression: MIT" in meta
     assert "Requires-Python: >=3.10" in meta and "Requires-Dist: numpy>=1.26" in meta
     assert "Classifier: Typing :: Typed" in meta and "Project-URL:" in meta
