@@ -15,6 +15,8 @@
 # In .venv-numpy-floor (numpy 1.26.4, the oldest NumPy numpy>=1.26 admits,
 # with ml_dtypes, pytest and hypothesis; no other peer):
 #   8. the suite.
+# 9. The release artefacts: build, twine check, the wheel tested in a fresh
+#    venv (scripts/release-check.sh, about a minute).
 # Stops at the first step that fails. About 15 minutes on a fresh machine,
 # 10 once the environments exist.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
@@ -43,3 +45,5 @@ step "8. the suite on the NumPy floor"
   python -c 'import numpy; assert numpy.__version__ == "1.26.4", numpy.__version__'
   python -m pytest tests -q
 )
+step "9. the release artefacts (scripts/release-check.sh)"
+bash scripts/release-check.sh

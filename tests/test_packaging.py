@@ -42,8 +42,14 @@ def _new_setuptools():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The sdist and the wheel, built from the repository's tracked files
-    only (what a fresh clone holds), without network access."""
+    only (what a fresh clone holds), without network access; or those in
+    GPU_DLPACK_DIST (scripts/release-check.sh: what `python -m build` made)."""
     files = _tracked_files()
+    given = os.environ.get("GPU_DLPACK_DIST")
+    if given:
+        (sdist,) = [os.path.join(given, n) for n in os.listdir(given) if n.endswith(".tar.gz")]
+        (wheel,) = [os.path.join(given, n) for n in os.listdir(given) if n.endswith(".whl")]
+        return files, sdist, wheel
     _new_setuptools()
     tmp = tmp_path_factory.mktemp("build")
     clone = tmp / "clone"
@@ -159,3 +165,56 @@ def test_every_install_advice_works_from_where_the_user_stands():
     found = {name: m.group(0) for name, text in texts.items() for m in [bad.search(text)] if m}
     assert not found, found
     assert "pip install '.[cuda12]'" in texts["README.md"]
+
+
+# -- the release: cibuildwheel's wheels and the test of an installed wheel --------
+
+
+def _pyproject():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def test_the_wheels_for_pypi_are_manylinux_x86_64_and_aarch64_for_cpython_3_10_to_3_13():
+    # cibuildwheel itself reads the configuration (an unknown option is an error).
+    if shutil.which("cibuildwheel") is None:
+        pytest.skip("cibuildwheel is not installed")
+    done = subprocess.run(["cibuildwheel", "--print-build-identifiers", "--platform", "linux"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    want = {f"cp3{m}-manylinux_{arch}" for m in (10, 11, 12, 13) for arch in ("x86_64", "aarch64")}
+    assert set(done.stdout.split()) == want
+    classifiers = _pyproject()["project"]["classifiers"]
+    versions = sorted(c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3."))
+    assert versions == ["3.10", "3.11", "3.12", "3.13"]
+
+
+def test_cibuildwheel_tests_each_wheel_from_copies_of_the_tests_that_exist():
+    cibw = _pyproject()["tool"]["cibuildwheel"]
+    missing = [s for s in cibw["test-sources"] if not os.path.exists(os.path.join(ROOT, s))]
+    assert not missing, f"test-sources cibuildwheel would not find: {missing}"
+    assert cibw["test-command"] == "bash scripts/installed-tests.sh"
+    assert "scripts/installed-tests.sh" in cibw["test-sources"] and "tests" in cibw["test-sources"]
+    assert {"pytest", "hypothesis"} <= set(cibw["test-requires"])
+
+
+def test_the_installed_wheel_tests_refuse_a_source_tree(tmp_path):
+    # From the checkout itself: gpu_dlpack/ lies beside the tests.
+    done = subprocess.run(["bash", "scripts/installed-tests.sh"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "without gpu_dlpack/ beside them" in done.stderr, done.stderr
+    # From a copy of the tests, with this interpreter, whose gpu_dlpack is the
+    # source tree (the editable install the test command makes), not a wheel.
+    import sysconfig
+
+    where = os.path.realpath(os.path.dirname(gpu_dlpack.__file__))
+    if os.path.dirname(where) in {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}:
+        pytest.skip("gpu_dlpack is an installed wheel here: nothing to refuse")
+    shutil.copytree(os.path.join(ROOT, "tests"), tmp_path / "tests")
+    shutil.copy(os.path.join(ROOT, "scripts", "installed-tests.sh"), tmp_path / "installed-tests.sh")
+    done = subprocess.run(["bash", "installed-tests.sh"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHON=sys.executable))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"gpu_dlpack is imported from {where}, not from this interpreter's site-packages" in done.stderr

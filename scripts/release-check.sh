@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The release artefacts, checked here as PyPI and a user will meet them:
+#   bash scripts/release-check.sh [OUT_DIR]     (default: a temporary folder)
+#
+# 1. `python -m build` from the tracked files: the sdist, then the wheel
+#    built from that sdist, in an isolated build environment (as the
+#    release workflow builds them);
+# 2. `twine check --strict` of both (the metadata and README PyPI renders);
+# 3. their contents: tests/test_packaging.py on exactly these two files;
+# 4. the wheel in a fresh venv (its dependencies resolved by pip from the
+#    wheel's metadata, as a user's install does, plus cibuildwheel's
+#    test-requires): cibuildwheel's test command from pyproject.toml, run in
+#    a copy of its test-sources, as cibuildwheel runs it on each manylinux
+#    wheel;
+# 5. a wheel built from the sdist where no compiler works (CC=false): it
+#    builds, carries no compiled core, and passes the suite on its
+#    pure-Python path in the same venv.
+# What needs containers or PyPI itself (the manylinux wheels for x86_64 and
+# aarch64, the upload) runs in .github/workflows/release.yml. About a minute.
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+say() { echo "release-check: $*" >&2; }
+python -c "import build, twine" 2>/dev/null || python -m pip install -q build twine
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+out=${1:-$tmp/dist}
+rm -rf "$out" && mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+src=$root
+if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # What a fresh clone holds (with this checkout's uncommitted edits), not
+  # the untracked files and build outputs lying in the tree.
+  src=$tmp/src
+  mkdir -p "$src"
+  (cd "$root" && git ls-files -z | while IFS= read -r -d '' f; do
+    if [ -e "$f" ]; then cp --parents "$f" "$src/"; fi
+  done)
+fi
+
+say "1. python -m build (the sdist, then the wheel from the sdist)"
+python -m build --outdir "$out" "$src" >"$tmp/build.log" 2>&1 || { tail -n 40 "$tmp/build.log"; exit 1; }
+sdist=$(ls "$out"/*.tar.gz)
+wheel=$(ls "$out"/*.whl)
+ls -l "$sdist" "$wheel" | awk '{print "release-check:   " $5 " bytes  " $NF}' >&2
+
+say "2. twine check --strict"
+python -m twine check --strict "$sdist" "$wheel"
+
+say "3. the contents of the sdist and the wheel (tests/test_packaging.py)"
+GPU_DLPACK_DIST=$out GPU_DLPACK_EXPECT_CORE=1 python -m pytest tests/test_packaging.py -q -p no:cacheprovider \
+  -k "sdist or wheel"
+
+say "4. the wheel in a fresh venv, tested as cibuildwheel tests it"
+python - "$root/pyproject.toml" >"$tmp/cibw.sh" <<'PY'
+import shlex
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as f:
+    cibw = tomllib.load(f)["tool"]["cibuildwheel"]
+print("requires=(" + " ".join(shlex.quote(r) for r in cibw["test-requires"]) + ")")
+print("sources=(" + " ".join(shlex.quote(s) for s in cibw["test-sources"]) + ")")
+print("command=" + shlex.quote(cibw["test-command"]))
+PY
+source "$tmp/cibw.sh"
+"$py" -m venv "$tmp/venv"
+"$tmp/venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel" "${requires[@]}"
+mkdir "$tmp/test_cwd"
+(cd "$root" && cp -r --parents "${sources[@]}" "$tmp/test_cwd/")
+in_venv() {
+  (cd "$tmp/test_cwd" && env -u PYTHONPATH -u PYTHON PATH="$tmp/venv/bin:$PATH" VIRTUAL_ENV="$tmp/venv" sh -c "$1")
+}
+in_venv "$command"
+
+say "5. a wheel built from the sdist without a compiler (CC=false), in the same venv"
+CC=false python -m build --wheel --outdir "$tmp/no-core" "$sdist" >"$tmp/no-core.log" 2>&1 \
+  || { tail -n 40 "$tmp/no-core.log"; exit 1; }
+grep -q 'building extension "gpu_dlpack._core" failed' "$tmp/no-core.log" \
+  || { say "the build without a compiler did not say the core failed to build"; exit 1; }
+no_core=$(ls "$tmp"/no-core/*.whl)
+if python -m zipfile -l "$no_core" | grep -q 'gpu_dlpack/_core\.'; then
+  say "a wheel built without a compiler carries a core: $(python -m zipfile -l "$no_core" | grep _core)"
+  exit 1
+fi
+"$tmp/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$no_core"
+in_venv "bash scripts/installed-tests.sh --no-core"
+say "passed: $(basename "$sdist"), $(basename "$wheel") and the wheel without a core"
