@@ -1,0 +1,333 @@
+"""The GitHub workflows: who can run code on the GPU runner, and what the
+release may publish.
+
+The job condition of ``gpu.yml`` and the expressions it passes on are
+evaluated here against the events that reach it (a push, a manual run, pull
+requests from this repository and from a fork, labelled or not), with the
+operators and loose equality of GitHub's expression language (the subset
+the workflows use; no library evaluates it outside GitHub). zizmor, a static
+analyser of GitHub Actions, audits every workflow. The release's tag check
+runs as written in ``release.yml``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKFLOWS = os.path.join(ROOT, ".github", "workflows")
+REPO = "owner/gpu_dlpack"
+
+
+def _load(name):
+    with open(os.path.join(WORKFLOWS, name), encoding="utf-8") as f:
+        text = f.read()
+    doc = yaml.safe_load(text)
+    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as true
+    return doc, text
+
+
+# -- GitHub's expression language, the part the workflows use ----------------
+
+_TOKEN = re.compile(r"\s*(\|\||&&|==|!=|!|\(|\)|'(?:[^']|'')*'|[A-Za-z_][\w.-]*|\d+(?:\.\d+)?)")
+
+
+def _tokens(text):
+    pos, out = 0, []
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise ValueError(f"cannot read {text[pos:]!r}")
+        out.append(m.group(1))
+        pos = m.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return out
+
+
+def _number(v):
+    if v is None:
+        return 0.0
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(v.strip()) if v.strip() else 0.0
+    except ValueError:
+        return math.nan
+
+
+def _truthy(v):
+    return not (v is None or v is False or v == "" or (isinstance(v, (int, float)) and (v == 0 or math.isnan(v))))
+
+
+def _equal(a, b):
+    if isinstance(a, str) and isinstance(b, str):
+        return a.casefold() == b.casefold()  # string comparison ignores case
+    if type(a) is type(b) and not isinstance(a, (str, float, int)):
+        return a == b
+    return _number(a) == _number(b)  # other types are compared as numbers
+
+
+def evaluate(expression, context):
+    """The value of a GitHub expression (without ``${{ }}``) in ``context``."""
+    tokens = _tokens(expression)
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take():
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def primary():
+        t = take()
+        if t == "(":
+            v = either()
+            assert take() == ")"
+            return v
+        if t == "!":
+            return not _truthy(primary())
+        if t.startswith("'"):
+            return t[1:-1].replace("''", "'")
+        if t[0].isdigit():
+            return float(t)
+        if t in ("true", "false", "null"):
+            return {"true": True, "false": False, "null": None}[t]
+        value = context
+        for part in t.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    def compare():
+        left = primary()
+        while peek() in ("==", "!="):
+            op = take()
+            right = primary()
+            left = _equal(left, right) if op == "==" else not _equal(left, right)
+        return left
+
+    def both():
+        left = compare()
+        while peek() == "&&":
+            take()
+            right = compare()
+            left = left if not _truthy(left) else right
+        return left
+
+    def either():
+        left = both()
+        while peek() == "||":
+            take()
+            right = both()
+            left = left if _truthy(left) else right
+        return left
+
+    value = either()
+    assert pos == len(tokens), tokens[pos:]
+    return value
+
+
+def _interpolate(value, context):
+    """A workflow value with its ``${{ }}`` expressions evaluated."""
+    def one(m):
+        v = evaluate(m.group(1), context)
+        return "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    return re.sub(r"\$\{\{(.*?)\}\}", one, value)
+
+
+def test_the_expression_reader_follows_githubs_rules():
+    ctx = {"a": {"b": "X"}, "n": None, "e": ""}
+    assert evaluate("a.b == 'x'", ctx) is True  # case-insensitive
+    assert evaluate("a.missing == 'x'", ctx) is False and evaluate("n == e", ctx) is True  # null and '' are 0
+    assert evaluate("n || 'y'", ctx) == "y" and evaluate("a.b && 'z'", ctx) == "z"
+    assert evaluate("!(a.b != 'X') && (n || e || 'w') == 'W'", ctx) is True
+    assert evaluate("'it''s'", ctx) == "it's"
+
+
+# -- the GPU job: who gets the runner -----------------------------------------
+
+def _event(name, **kw):
+    """The context of a workflow run for event ``name``."""
+    github = {"event_name": name, "repository": REPO, "sha": "base0000", "ref": "refs/heads/main", "event": {}}
+    inputs = {}
+    if name == "push":
+        github["ref"] = kw.get("ref", "refs/heads/main")
+        github["sha"] = "push1111"
+    elif name == "workflow_dispatch":
+        inputs = {"ref": kw.get("ref_input", "")}
+    elif name == "pull_request_target":
+        head_repo = kw.get("head_repo", REPO)
+        github["event"] = {
+            "action": kw["action"],
+            "pull_request": {"number": 7, "head": {"sha": "head2222", "repo": {"full_name": head_repo}}},
+        }
+        if kw["action"] == "labeled":
+            github["event"]["label"] = {"name": kw["label"]}
+    return {"github": github, "inputs": inputs}
+
+
+GPU_RUNS = [
+    ("a push to main", _event("push"), True),
+    ("a manual run", _event("workflow_dispatch"), True),
+    ("a pull request from this repository, opened", _event("pull_request_target", action="opened"), True),
+    ("a pull request from this repository, new commits",
+     _event("pull_request_target", action="synchronize"), True),
+    ("a pull request from this repository, labelled gpu-ci",
+     _event("pull_request_target", action="labeled", label="gpu-ci"), True),
+    ("a pull request from this repository, labelled otherwise",
+     _event("pull_request_target", action="labeled", label="docs"), False),
+    ("a fork's pull request, opened", _event("pull_request_target", action="opened", head_repo="x/fork"), False),
+    ("a fork's pull request, reopened",
+     _event("pull_request_target", action="reopened", head_repo="x/fork"), False),
+    ("a fork's pull request, new commits after the label",
+     _event("pull_request_target", action="synchronize", head_repo="x/fork"), False),
+    ("a fork's pull request, labelled otherwise",
+     _event("pull_request_target", action="labeled", label="bug", head_repo="x/fork"), False),
+    ("a fork's pull request, labelled gpu-ci by a maintainer",
+     _event("pull_request_target", action="labeled", label="gpu-ci", head_repo="x/fork"), True),
+    ("a fork named like this repository under another owner",
+     _event("pull_request_target", action="opened", head_repo="other/gpu_dlpack"), False),
+]
+
+
+def _gpu_job():
+    doc, _ = _load("gpu.yml")
+    return doc, doc["jobs"]["gpu"]
+
+
+@pytest.mark.parametrize("case, context, runs", GPU_RUNS, ids=[c[0] for c in GPU_RUNS])
+def test_the_gpu_runner_gets_only_trusted_code(case, context, runs):
+    _, job = _gpu_job()
+    assert _truthy(evaluate(job["if"], context)) is runs, case
+
+
+def test_the_gpu_job_checks_out_the_commit_the_event_names_and_only_a_labelled_fork_needs_the_unsafe_switch():
+    _, job = _gpu_job()
+    (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    w = checkout["with"]
+    assert w["persist-credentials"] is False
+    cases = [
+        (_event("push"), "push1111", "false"),
+        (_event("workflow_dispatch"), "base0000", "false"),
+        (_event("workflow_dispatch", ref_input="v0.1.0"), "v0.1.0", "false"),
+        (_event("pull_request_target", action="synchronize"), "head2222", "false"),
+        (_event("pull_request_target", action="labeled", label="gpu-ci", head_repo="x/fork"), "head2222", "true"),
+    ]
+    for context, ref, unsafe in cases:
+        assert _interpolate(w["ref"], context) == ref
+        assert _interpolate(w["allow-unsafe-pr-checkout"], context) == unsafe
+
+
+def test_only_a_push_to_main_writes_the_runners_benchmark_history():
+    _, job = _gpu_job()
+    (step,) = [s for s in job["steps"] if "gpu-ci.sh" in s.get("run", "")]
+    save = step["env"]["GPU_CI_SAVE_HISTORY"]
+    assert _interpolate(save, _event("push")) == "1"
+    assert _interpolate(save, _event("push", ref="refs/heads/topic")) == "0"
+    assert _interpolate(save, _event("workflow_dispatch")) == "0"
+    for _, context, _ in GPU_RUNS[2:]:
+        assert _interpolate(save, context) == "0"
+
+
+def test_pull_requests_reach_the_gpu_job_only_through_mains_copy_of_the_workflow():
+    doc, text = _gpu_job()[0], _load("gpu.yml")[1]
+    assert set(doc["on"]) == {"push", "pull_request_target", "workflow_dispatch"}
+    assert doc["on"]["push"] == {"branches": ["main"]}
+    assert doc["permissions"] == {"contents": "read"}
+    assert all("permissions" not in job for job in doc["jobs"].values())
+    assert "secrets." not in text and "actions/cache" not in text
+
+
+# -- the release ----------------------------------------------------------------
+
+def _release():
+    return _load("release.yml")
+
+
+def test_the_release_publishes_a_tag_by_trusted_publishing_and_nothing_else_gets_a_token():
+    doc, text = _release()
+    assert doc["on"]["push"] == {"tags": ["v*"]} and set(doc["on"]) == {"push", "workflow_dispatch"}
+    assert doc["permissions"] == {"contents": "read"}
+    jobs = doc["jobs"]
+    publish = jobs["publish"]
+    assert publish["permissions"] == {"id-token": "write"}
+    assert [job for name, job in jobs.items() if name != "publish" and "permissions" in job] == []
+    assert publish["environment"]["name"] == "pypi"
+    assert set(publish["needs"]) == {"sdist", "wheels"}
+    assert any(s.get("uses", "").startswith("pypa/gh-action-pypi-publish@") for s in publish["steps"])
+    assert "secrets." not in text and "password" not in text  # no token stored: trusted publishing
+    for context, publishes in [(_event("push", ref="refs/tags/v0.1.0"), True), (_event("workflow_dispatch"), False),
+                               (_event("push"), False)]:
+        context["github"]["ref_type"] = "tag" if context["github"]["ref"].startswith("refs/tags/") else "branch"
+        assert _truthy(evaluate(publish["if"], context)) is publishes
+
+
+def test_the_wheels_are_built_from_the_sdist_by_the_cibuildwheel_the_tests_check():
+    doc, text = _release()
+    wheels = doc["jobs"]["wheels"]
+    assert wheels["needs"] == "sdist" and wheels["strategy"]["matrix"]["arch"] == ["x86_64", "aarch64"]
+    (cibw,) = [s for s in wheels["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
+    assert cibw["with"]["package-dir"] == "${{ steps.sdist.outputs.path }}"
+    assert cibw["env"]["CIBW_ARCHS_LINUX"] == "${{ matrix.arch }}"
+    (qemu,) = [s for s in wheels["steps"] if s.get("uses", "").startswith("docker/setup-qemu-action@")]
+    assert qemu["if"] == "matrix.arch == 'aarch64'"
+    version = re.search(r"pypa/cibuildwheel@[0-9a-f]{40}  # v(\S+)", text).group(1)
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        test_extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    assert f"cibuildwheel=={version}" in test_extra
+
+
+def _tag_check():
+    doc, _ = _release()
+    (step,) = [s for s in doc["jobs"]["sdist"]["steps"] if s.get("name", "").startswith("The tag names")]
+    return step["run"]
+
+
+@pytest.mark.parametrize("tag, passes", [("v{version}", True), ("v{version}.1", False), ("{version}", False)])
+def test_the_release_refuses_a_tag_that_is_not_the_version_with_its_changelog(tag, passes):
+    import gpu_dlpack
+
+    tag = tag.format(version=gpu_dlpack.__version__)
+    done = subprocess.run(["bash", "-c", _tag_check()], cwd=ROOT, env=dict(os.environ, TAG=tag),
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode == 0) is passes, done.stdout + done.stderr
+    if not passes:
+        assert f"::error::tag {tag} does not name the version in pyproject.toml" in done.stdout
+
+
+def test_the_release_refuses_a_version_the_changelog_does_not_describe(tmp_path):
+    for name in ("pyproject.toml", "CHANGELOG.md"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    text = (tmp_path / "CHANGELOG.md").read_text(encoding="utf-8")
+    import gpu_dlpack
+
+    (tmp_path / "CHANGELOG.md").write_text(text.replace(f"## [{gpu_dlpack.__version__}] - ", "## [0.0.0] - "))
+    done = subprocess.run(["bash", "-c", _tag_check()], cwd=tmp_path,
+                          env=dict(os.environ, TAG=f"v{gpu_dlpack.__version__}"), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "CHANGELOG.md has no section" in done.stdout
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    zizmor = shutil.which("zizmor")
+    if zizmor is None:
+        pytest.skip("zizmor is not installed")
+    done = subprocess.run([zizmor, "--offline", "--no-progress", WORKFLOWS], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
