@@ -429,7 +429,7 @@ def test_the_report_gives_each_copy_its_ratio_to_the_peer_and_share_of_the_ceili
         _bench(large, "bare", "ceiling", 312e-6, 16 << 20),
     ]}
     text = "\n".join(report.copy_target_table(doc))
-    assert "| device to host | 4 KiB | `wrap` | 10,000 ns | 0.83x `a.get()` | ≤ 1x: met | 80% |  |" in text
-    assert "1.25x `a.get()` | ≤ 1x: missed by 0.25x" in text
-    assert "| 95% | ≥ 90%: met |" in text and "| 74% | ≥ 90%: missed by 16% |" in text
+    assert "| device to host | 4 | `wrap` | 10.0 | `a.get()` | 0.833 | ≤ 1 | met | 80 |  |  |" in text
+    assert "| `from_dlpack` | 15.0 | `a.get()` | 1.25 | ≤ 1 | missed by 0.25 |" in text
+    assert "| 95 | ≥ 90 | met |" in text and "| 74 | ≥ 90 | missed by 16 |" in text
     assert "## Copy targets" in report.summary(doc)
