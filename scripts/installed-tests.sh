@@ -13,8 +13,10 @@
 # (GPU_DLPACK_EXPECT_CORE=1), and again on the pure-Python path. With
 # --no-core (a wheel built where no compiler worked) the wheel must carry no
 # core, and the suite runs once, on the pure-Python path it has. Left out:
-# the tests of the source tree itself (tests/test_docs.py reads README.md,
-# tests/test_packaging.py builds from the checkout).
+# the tests of the repository rather than the package (tests/test_docs.py
+# reads README.md, tests/test_packaging.py builds from the checkout,
+# tests/test_workflows.py reads .github/, tests/test_gpu_ci.py runs
+# scripts/gpu-ci.sh).
 set -euo pipefail
 core=1
 if [ "${1:-}" = --no-core ]; then
@@ -47,7 +49,8 @@ if _fastpath.active() != want:
 PY
 run() {
   "$py" -m pytest tests -p no:cacheprovider -q \
-    --ignore=tests/test_docs.py --ignore=tests/test_packaging.py "$@"
+    --ignore=tests/test_docs.py --ignore=tests/test_packaging.py --ignore=tests/test_workflows.py \
+    --ignore=tests/test_gpu_ci.py "$@"
 }
 if [ $core = 1 ]; then
   echo "installed-tests: the suite on the compiled core" >&2
