@@ -331,3 +331,53 @@ def test_zizmor_finds_nothing_in_the_workflows():
     done = subprocess.run([zizmor, "--offline", "--no-progress", WORKFLOWS], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- the GPU runner's software ------------------------------------------------------
+
+def _requirements(name):
+    from packaging.requirements import Requirement
+
+    index, pins = None, {}
+    with open(os.path.join(ROOT, "requirements", name), encoding="utf-8") as f:
+        for line in f:
+            body, _, comment = line.partition("#")
+            body = body.strip()
+            if not body:
+                continue
+            if body.startswith("--extra-index-url "):
+                index = body.split()[1]
+                continue
+            req = Requirement(body)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"{name}: {body} is not pinned to one version"
+            assert comment.strip().startswith(("known", "assumed")), f"{name}: {body} says neither known nor assumed"
+            pins[req.name.lower().replace("_", "-")] = (spec.version, req.extras, comment.strip())
+    return index, pins
+
+
+@pytest.mark.parametrize("cuda", ["12", "13"])
+def test_the_gpu_runners_requirements_pin_each_package_and_say_whether_the_version_is_known(cuda):
+    import tomllib
+
+    index, pins = _requirements(f"gpu-cuda{cuda}.txt")
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    cupy = f"cupy-cuda{cuda}x"
+    assert any(r.startswith(cupy) for r in extras[f"cuda{cuda}"]) and cupy in pins  # the extra's CuPy
+    torch_version = pins["torch"][0]
+    local = torch_version.split("+")[1]
+    assert local.startswith(f"cu{cuda}") and index == f"https://download.pytorch.org/whl/{local}"
+    assert pins["jax"][1] == {f"cuda{cuda}"} and pins["numba-cuda"][1] == {f"cu{cuda}"}
+    # What the GPU suite and the benchmarks import.
+    assert {"numpy", "torch", "jax", "numba", "numba-cuda", "ml-dtypes", "apache-tvm-ffi", "pytest", "hypothesis",
+            "pytest-benchmark", "matplotlib"} <= set(pins)
+
+
+def test_the_cuda_13_requirements_are_those_the_gpu_job_last_ran_with():
+    _, pins = _requirements("gpu-cuda13.txt")
+    known = {name: version for name, (version, _, comment) in pins.items() if comment.startswith("known")}
+    assert known == {"numpy": "2.5.2", "cupy-cuda13x": "14.2.0", "torch": "2.11.0+cu130", "jax": "0.11.2",
+                     "numba": "0.68.1"}
+    _, pins12 = _requirements("gpu-cuda12.txt")
+    assert all(comment.startswith("assumed") for _, _, comment in pins12.values())  # never run on CUDA 12
