@@ -243,6 +243,16 @@ def test_only_a_push_to_main_writes_the_runners_benchmark_history():
         assert _interpolate(save, context) == "0"
 
 
+def test_a_run_whose_job_is_skipped_cancels_no_gpu_run():
+    # A workflow-level group is joined before the job's condition is read:
+    # adding any label to a pull request would cancel the GPU run under way.
+    doc, job = _gpu_job()
+    assert "concurrency" not in doc and job["concurrency"]["cancel-in-progress"] is True
+    labelled = _event("pull_request_target", action="labeled", label="gpu-ci", head_repo="x/fork")
+    assert _interpolate(job["concurrency"]["group"], labelled) == "gpu-7"
+    assert _interpolate(job["concurrency"]["group"], _event("push")) == "gpu-refs/heads/main"
+
+
 def test_pull_requests_reach_the_gpu_job_only_through_mains_copy_of_the_workflow():
     doc, text = _gpu_job()[0], _load("gpu.yml")[1]
     assert set(doc["on"]) == {"push", "pull_request_target", "workflow_dispatch"}
