@@ -54,6 +54,10 @@ LAST_RUN = {"benchmarks": [
 
 def test_without_a_gpu_the_job_says_nothing_ran_and_keeps_only_a_passed_run(tmp_path):
     pytest.importorskip("pytest_benchmark")
+    if os.environ.get("GPU_DLPACK_TEST_HIDE"):
+        # The job runs with every peer the runner has (_gpu_ci unhides them):
+        # here it would repeat the run of the pass with the peers.
+        pytest.skip("the job does not hide peers: the same run as without GPU_DLPACK_TEST_HIDE")
     try:
         import cupy
 
