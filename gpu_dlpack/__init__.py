@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import types
 
-from . import _capsule, _versions
+from . import _capsule, _versions, _wiring
 from ._capsule import CapsuleInfo
 from ._devices import Device, DLDeviceType
 from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
@@ -25,9 +25,7 @@ from ._versions import DLPACK_VERSION
 
 __version__ = "0.1.0"
 
-from . import _fastpath  # noqa: E402
-
-_fastpath.install(_capsule.PYTHON)
+_wiring.install(_capsule.PYTHON)
 
 #: Flag bits of versioned capsules (``DLManagedTensorVersioned.flags``).
 FLAG_READ_ONLY = _capsule.READ_ONLY

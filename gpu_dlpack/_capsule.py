@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from . import _errors
 from ._devices import Device, DLDeviceType
+from ._fastpath import core as _core
 
 LEGACY = "dltensor"
 VERSIONED = "dltensor_versioned"
@@ -558,7 +559,7 @@ def discard(capsule, versioned: bool) -> None:
 
 
 # -- the implementation in use --------------------------------------------------
-# The compiled core (``_fastpath``) takes the hot functions over; it runs the
+# The compiled core (``_fastpath.core``) takes the hot functions over; it runs the
 # plain case itself and hands every other one to these Python functions, kept
 # in ``PYTHON``, so results and errors are the same on both paths.
 
@@ -566,8 +567,6 @@ PYTHON = {
     "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
     "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot,
 }
-
-from ._fastpath import core as _core  # noqa: E402
 
 if _core is not None:
     # claim too: every claim then takes the C step (take, handover and the

@@ -25,6 +25,8 @@ import atexit
 import contextlib
 import threading
 
+from ._fastpath import core
+
 _POOL_SIZE = 8  # idle events kept per device
 _MAX_PENDING = 4096  # entries keep_until_done holds before the host waits
 _NOT_READY = 600  # cudaErrorNotReady and hipErrorNotReady
@@ -357,8 +359,6 @@ def _core_handoff(runtime):
         return found if runtime is known else None
     import types
 
-    from ._fastpath import core
-
     found = None
     if (
         core is not None
@@ -385,8 +385,6 @@ def core_copy(runtime):
         return None  # not CuPy's runtime module: nothing to remember
     found = None
     if _core_handoff(runtime) is not None:
-        from ._fastpath import core
-
         pointers = runtime_pointers(names=COPY_FUNCTIONS)
         if pointers is not None and core.set_copy_runtime(*pointers):
             found = core.copy

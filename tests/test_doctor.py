@@ -334,10 +334,10 @@ def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchan
         raise _errors.unreachable(source, _devices.CPU, "an injected defect")
 
     monkeypatch.setattr(_export, "_export_host_producer", unreachable)
-    from gpu_dlpack import _fastpath
+    from gpu_dlpack import _fastpath, _wiring
 
     if _fastpath.core is not None:  # the compiled path would pass torch's tensor on in C
-        monkeypatch.setattr(_fastpath, "EXCHANGE_API", False)
+        monkeypatch.setattr(_wiring, "EXCHANGE_API", False)
         _fastpath.core.forget()
     try:
         rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])
