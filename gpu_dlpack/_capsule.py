@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from . import _errors
+from ._destructor import OWNING_DESTRUCTOR as _OWN_DESTRUCTOR
 from ._devices import Device, DLDeviceType
 from ._fastpath import core as _core
 
@@ -518,7 +519,7 @@ def handover(capsule):
     versioned = kind(capsule)
     destructor = _OWNING_DESTRUCTOR[versioned]
     if destructor is None:  # NumPy before 2.1: the layer's own
-        from ._backends._old_numpy import OWNING_DESTRUCTOR as destructor
+        destructor = _OWN_DESTRUCTOR
     ptr = claim(capsule, versioned)
     try:
         return versioned, _New(ptr, _NAME_PTR[versioned], destructor)
