@@ -9,8 +9,8 @@ import threading
 import warnings
 from typing import Iterator
 
-from . import _errors
-from ._devices import DLDeviceType
+from . import _devices, _errors
+from ._devices import Device, DLDeviceType
 from ._typing import DeviceLike, StreamLike
 
 # What each special value means. A value missing from a table is invalid for
@@ -170,9 +170,7 @@ def handle_of(stream):
     if handle is None:
         return stream
     if handle == 0:
-        from ._devices import cupy_is_rocm
-
-        return 0 if cupy_is_rocm() else DEFAULT_HANDLE[DLDeviceType.CUDA]
+        return 0 if _devices.cupy_is_rocm() else DEFAULT_HANDLE[DLDeviceType.CUDA]
     return handle
 
 
@@ -265,8 +263,6 @@ def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> It
 
 
 def _device_index(device):
-    from ._devices import Device
-
     return Device(device).index
 
 
