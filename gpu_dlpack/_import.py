@@ -7,11 +7,12 @@ host targets, a CuPy array for GPU targets.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
 
-from . import _backends, _capsule, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _capsule, _errors, _fastpath, _peers, _protocols, _rules, _shards, _streams, _versions
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import gave_legacy, request
@@ -171,9 +172,9 @@ def _import_host(x):
 
 
 # Producers whose host capsules NumPy's own importer reads exactly as the
-# rules say (well-formed, versioned, honest flags), for the dtypes NumPy
-# knows: their common import goes straight to numpy.from_dlpack, which skips
-# the checks a producer of unknown quality needs. type -> test(x), or None.
+# rules say, for the dtypes their rows in _peers name: their common import
+# goes straight to numpy.from_dlpack, which skips the checks a producer of
+# unknown quality needs. type -> test(x), or None.
 _DIRECT: dict = {}
 _np_from_dlpack = np.from_dlpack
 
@@ -181,15 +182,12 @@ _np_from_dlpack = np.from_dlpack
 def _direct_test(t):
     if not numpy_backend.VERSIONED_NUMPY:
         return None  # NumPy < 2.1 asks for legacy capsules: read-only arrays
-    if t.__module__ == "torch" and t.__name__ == "Tensor":
-        import torch
-
-        numpy_dtypes = frozenset({
-            torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-            torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-        } | {getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)})
-        return lambda x: x.dtype in numpy_dtypes
-    return None
+    peer = _peers.of_array_type(t)
+    if peer is None or not peer.numpy_reads:
+        return None
+    library = importlib.import_module(peer.module)  # loaded already: t is its type
+    numpy_dtypes = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
+    return lambda x: x.dtype in numpy_dtypes
 
 
 def _numpy_reads_directly(x) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _capsule, _devices, _dtypes, _export, _import, _streams, _versions
+from . import _capsule, _devices, _dtypes, _export, _import, _peers, _streams, _versions
 from ._devices import Device
 from ._fastpath import core
 
@@ -30,12 +30,15 @@ def _import_plan(t):
     api = t.__dict__.get("__dlpack_c_exchange_api__") if isinstance(t, type) else None
     if api is None or not EXCHANGE_API:
         return None
-    if t.__module__ == "torch" and t.__name__ == "Tensor":
-        # The exchange API exports what torch's __dlpack__ refuses: tensors
-        # that require grad, and conjugate views (unresolved).
-        # is_conj is asked of complex tensors only (the bit is theirs).
-        return api, ("requires_grad",), ("is_conj",), 1 << _dtypes.COMPLEX
-    return None  # other producers keep their __dlpack__, whose checks are theirs
+    peer = _peers.of_array_type(t)
+    if peer is None or peer.exchange is None:
+        return None  # other producers keep their __dlpack__, whose checks are theirs
+    guards = peer.exchange
+    codes = sum(1 << _CODES[kind] for kind in guards.method_kinds)
+    return api, guards.attrs, guards.methods, codes
+
+
+_CODES = {name: code for code, name in _dtypes.CODE_NAMES.items()}
 
 
 def _current_stream(device_type, device_id):
