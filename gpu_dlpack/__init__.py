@@ -17,8 +17,8 @@ from ._capsule import CapsuleInfo
 from ._devices import Device, DLDeviceType
 from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
 from ._export import Exportable, export, wrap
-from ._import import from_dlpack
-from ._shards import Shard, shards
+from ._import import from_dlpack, shards
+from ._shards import Shard
 from ._streams import use_stream
 from ._typing import Capsule, Version
 from ._versions import DLPACK_VERSION

@@ -495,11 +495,11 @@ def _as_dtype(arr, dtype):
         ) from exc
 
 
-def gather(shape, dtype, pieces, target, stream, import_):
+def gather(shape, dtype, pieces, target, stream):
     """A CuPy array on GPU ``target`` assembled from the shards ``pieces``
-    (each with the ``index`` it covers): every shard is read where it is
-    or copied to the GPU once by ``import_`` (``from_dlpack``), then placed,
-    all on the consumer's stream."""
+    (each with the ``index`` it covers): every shard is read where it is or
+    copied to the GPU once, as its import onto ``target`` makes it
+    (``import_to``), then placed, all on the consumer's stream."""
     import cupy
 
     gpu = target.index
@@ -509,7 +509,9 @@ def gather(shape, dtype, pieces, target, stream, import_):
     with _handoff.queue_on(consumer, gpu):
         out = cupy.empty(shape, dtype)
         for shard in pieces:
-            out[shard.index] = import_(shard.data, device=target, stream=consumer)
+            source = Device.of(shard.data)
+            needs_copy = _rules.import_needs_copy(source, target, None, _backends().addressable)
+            out[shard.index] = import_to(shard.data, source, target, None, needs_copy, consumer)
     return out
 
 
