@@ -22,7 +22,7 @@ if os.environ.get(ENV, "").strip() not in ("", "0"):
     reason = f"disabled by {ENV}={os.environ[ENV]}"
 else:
     try:
-        from . import _core as core
+        import gpu_dlpack._core as core
     except ImportError as exc:  # not built (no compiler at install) or not loadable
         reason = f"not built or not loadable ({exc})"
 
