@@ -7,6 +7,7 @@
 #   2. the compiled core built in place (gpu_dlpack/_core.c);
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]);
+#   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
 #   5. the suite on the compiled core (the run fails if it is not active),
 #      doctests of the README and of the modules included;
 #   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
@@ -29,6 +30,8 @@ python -m pytest bench --benchmark-disable -q || [ $? -eq 5 ]  # 5: none collect
 python bench/steps.py --repeat 1 --number 10 >/dev/null
 step "4. mypy"
 python -m mypy
+step "4b. the layers (lint-imports)"
+lint-imports --no-cache
 step "5. the suite on the compiled core"
 GPU_DLPACK_EXPECT_CORE=1 python -m pytest tests "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
