@@ -4,7 +4,7 @@
 # In .venv (made on the first run, with the test extra):
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
-#   2. the compiled core built in place (gpu_dlpack/_core.c);
+#   2. the compiled core built in place (gpu_dlpack/core/);
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]);
 #   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
