@@ -8,12 +8,14 @@ from setuptools import Extension, setup
 
 CORE = "gpu_dlpack/core/"
 SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "capsule.c", "runtime.c", "state.c"]
+HEADERS = ["export.h", "exportable.h", "consumer.h", "capsule.h", "runtime.h", "state.h", "dlpack.h"]
 
 setup(
     ext_modules=[
         Extension(
-            "gpu_dlpack._core", [CORE + name for name in SOURCES], depends=[CORE + name[:-1] + "h" for name in SOURCES[1:]] + [CORE + "dlpack.h"], optional=True,
-            # One module, several files: what they share is no symbol of the process.
+            "gpu_dlpack._core", [CORE + name for name in SOURCES], depends=[CORE + name for name in HEADERS],
+            optional=True,
+            # One module of several files: what they share is no symbol of the process.
             extra_compile_args=["-O2", "-fvisibility=hidden"],
         ),
     ]

@@ -53,7 +53,7 @@ PyObject *
 new_header(void *ptr, int versioned)
 {
     DLTensor *t = tensor_of(ptr, versioned);
-    PyObject *h = header_type->tp_alloc(header_type, 11);
+    PyObject *h = state.header_type->tp_alloc(state.header_type, 11);
     if (h == NULL)
         return NULL;
     PyObject *v[11];
@@ -161,7 +161,7 @@ core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if ((versioned && ((DLManagedTensorVersioned *)ptr)->version.major != 1) || !well_formed(t))
         return delegate("checked", args, nargs);  /* words the error, discards */
     if (check != Py_None) {
-        if (dtype_known(t->dtype) && PyDict_GetItemString(py_impl, "check_known") == check) {
+        if (dtype_known(t->dtype) && PyDict_GetItemString(state.py_impl, "check_known") == check) {
             /* the told table says check_known passes */
         } else {
             PyObject *r = PyObject_CallFunction(check, "iii", t->dtype.code, t->dtype.bits, t->dtype.lanes);

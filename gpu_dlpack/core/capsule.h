@@ -27,8 +27,8 @@ dtype_known(DLDataType dt)
     if (dt.lanes != 1 || dt.code >= 32 || dt.bits == 0)
         return 0;
     if (dt.bits <= 64)
-        return (known_dtypes[dt.code] >> (dt.bits - 1)) & 1;
-    return dt.bits == 128 && ((known_128 >> dt.code) & 1);
+        return (state.known_dtypes[dt.code] >> (dt.bits - 1)) & 1;
+    return dt.bits == 128 && ((state.known_128 >> dt.code) & 1);
 }
 
 /* 1 versioned, 0 legacy, -1 anything else (no error set). */
@@ -66,7 +66,7 @@ well_formed(DLTensor *t)
     if (t->ndim && t->shape == NULL)
         return 0;
     if (t->device.device_type < 0 || t->device.device_type >= 64 ||
-        !((device_types >> t->device.device_type) & 1) || t->device.device_id < 0)
+        !((state.device_types >> t->device.device_type) & 1) || t->device.device_id < 0)
         return 0;
     return layout_ok(t);
 }

@@ -51,13 +51,13 @@ api_of(PyObject *capsule)
 ImportEntry *
 import_entry(PyTypeObject *type)
 {
-    PyObject *got = PyDict_GetItemWithError(import_types, (PyObject *)type);
+    PyObject *got = PyDict_GetItemWithError(state.import_types, (PyObject *)type);
     if (got == NULL) {
         if (PyErr_Occurred())
             return NULL;
         /* First sight of the type: Python decides whether it may be imported
          * this way, and with which guards. */
-        PyObject *plan = PyObject_CallOneArg(learn_import, (PyObject *)type);
+        PyObject *plan = PyObject_CallOneArg(state.learn_import, (PyObject *)type);
         if (plan == NULL)
             return NULL;
         const DLPackExchangeAPI *api = NULL;
@@ -93,7 +93,7 @@ import_entry(PyTypeObject *type)
         Py_DECREF(plan);
         if (got == NULL)
             got = Py_NewRef(Py_None);
-        int rc = PyDict_SetItem(import_types, (PyObject *)type, got);
+        int rc = PyDict_SetItem(state.import_types, (PyObject *)type, got);
         Py_DECREF(got);  /* the dict holds it */
         if (rc < 0)
             return NULL;
@@ -147,11 +147,11 @@ ndarray_over(DLManagedTensorVersioned *m)
 {
     DLTensor *t = &m->dl_tensor;
     if (m->version.major != 1 || !well_formed(t) || t->device.device_type >= 64 ||
-        !((host_types >> t->device.device_type) & 1) || t->dtype.lanes != 1 ||
+        !((state.host_types >> t->device.device_type) & 1) || t->dtype.lanes != 1 ||
         t->dtype.code >= 32 || (m->flags & ~FLAG_READ_ONLY))
         return NULL;
     int bytes = bit_index(t->dtype.bits);
-    PyObject *descr = bytes ? numpy_descr[t->dtype.code][bytes] : NULL;
+    PyObject *descr = bytes ? state.numpy_descr[t->dtype.code][bytes] : NULL;
     if (descr == NULL)
         return NULL;
     Py_ssize_t shape[MAX_NDIM], strides[MAX_NDIM];
@@ -166,8 +166,8 @@ ndarray_over(DLManagedTensorVersioned *m)
         }
     }
     Py_INCREF(descr);  /* stolen */
-    PyObject *arr = ((NewFromDescr_t)numpy_api[94])(
-        ndarray_type, descr, t->ndim, shape, t->strides ? strides : NULL,
+    PyObject *arr = ((NewFromDescr_t)state.numpy_api[94])(
+        state.ndarray_type, descr, t->ndim, shape, t->strides ? strides : NULL,
         (char *)t->data + t->byte_offset, (m->flags & FLAG_READ_ONLY) ? 0 : 0x0400 /* WRITEABLE */,
         NULL);
     if (arr == NULL) {
@@ -180,7 +180,7 @@ ndarray_over(DLManagedTensorVersioned *m)
         PyErr_Clear();
         return NULL;
     }
-    if (((SetBaseObject_t)numpy_api[282])(arr, base) < 0) {  /* steals base */
+    if (((SetBaseObject_t)state.numpy_api[282])(arr, base) < 0) {  /* steals base */
         PyCapsule_SetName(base, USED_VERSIONED);  /* the caller frees m */
         Py_DECREF(arr);
         PyErr_Clear();
@@ -194,7 +194,7 @@ ndarray_over(DLManagedTensorVersioned *m)
 PyObject *
 core_import_host(PyObject *mod, PyObject *x)
 {
-    if (!configured() || numpy_api == NULL)
+    if (!configured() || state.numpy_api == NULL)
         Py_RETURN_NONE;
     ImportEntry *e = import_entry(Py_TYPE(x));
     if (e == NULL)
@@ -210,7 +210,7 @@ core_import_host(PyObject *mod, PyObject *x)
             Py_RETURN_NONE;
         }
         if (view.device.device_type < 0 || view.device.device_type >= 64 ||
-            !((host_types >> view.device.device_type) & 1))
+            !((state.host_types >> view.device.device_type) & 1))
             Py_RETURN_NONE;
     }
     DLManagedTensorVersioned *m = NULL;
@@ -249,7 +249,7 @@ core_exchange(PyObject *mod, PyObject *x)
     }
     void *stream = NULL;
     if (!guards_pass(e, x, m->dl_tensor.dtype.code) || m->version.major != 1 ||
-        (m->dl_tensor.device.device_type != cpu_type && e->api->current_work_stream != NULL &&
+        (m->dl_tensor.device.device_type != state.cpu_type && e->api->current_work_stream != NULL &&
          e->api->current_work_stream(m->dl_tensor.device.device_type, m->dl_tensor.device.device_id, &stream) != 0)) {
         PyErr_Clear();
         if (m->deleter)

@@ -8,14 +8,14 @@
 PyObject *
 core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !configured() || exportable_class == NULL || args[1] != Py_False)
+    if (nargs != 2 || !configured() || state.exportable_class == NULL || args[1] != Py_False)
         return delegate("wrap", args, nargs);
     PyObject *x = args[0];
-    if (ndarray_type != NULL && Py_TYPE(x) == ndarray_type) {
-        PyObject *dtype = PyObject_GetAttr(x, str_dtype);
+    if (state.ndarray_type != NULL && Py_TYPE(x) == state.ndarray_type) {
+        PyObject *dtype = PyObject_GetAttr(x, state.str_dtype);
         if (dtype == NULL)
             return NULL;
-        PyObject *r = is_plain(dtype) ? new_exportable(x, cpu_device, cpu_dlpack, PLAN_NUMPY, dtype, NULL)
+        PyObject *r = is_plain(dtype) ? new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_NUMPY, dtype, NULL)
                                     : delegate("wrap", args, nargs);
         Py_DECREF(dtype);
         return r;
@@ -27,8 +27,8 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         DLTensor t;
         if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
             PyErr_Clear();
-        } else if (t.device.device_type == cpu_type && t.device.device_id == 0) {
-            return new_exportable(x, cpu_device, cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
+        } else if (t.device.device_type == state.cpu_type && t.device.device_id == 0) {
+            return new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
         }
     }
     return delegate("wrap", args, nargs);
@@ -48,7 +48,7 @@ wrapper_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwn
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs != 1 || py_impl == NULL || nkw > 1 ||
+    if (nargs != 1 || state.py_impl == NULL || nkw > 1 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "readonly") != 0))
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *a[2] = {args[0], nkw ? args[1] : Py_False};
@@ -61,13 +61,13 @@ static PyObject *
 exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 1 || py_impl == NULL || plain_dtypes == NULL)
+    if (nargs != 1 || state.py_impl == NULL || state.plain_dtypes == NULL)
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *x = args[0], *max_version = Py_None;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[1 + i];
-        if (k == str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+        if (k == state.str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
             max_version = v;
         else if (v != Py_None)  /* stream, dl_device, copy, or a wrong name */
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
@@ -79,8 +79,8 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
     int versioned = max_version != Py_None;
     if (versioned && !accepted_versioned(max_version))
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-    if (ndarray_type != NULL && Py_TYPE(x) == ndarray_type) {
-        PyObject *dtype = PyObject_GetAttr(x, str_dtype);
+    if (state.ndarray_type != NULL && Py_TYPE(x) == state.ndarray_type) {
+        PyObject *dtype = PyObject_GetAttr(x, state.str_dtype);
         if (dtype == NULL)
             return NULL;
         int plain = is_plain(dtype);
@@ -96,7 +96,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
             DLTensor t;
             if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
                 PyErr_Clear();
-            } else if (t.device.device_type == cpu_type) {
+            } else if (t.device.device_type == state.cpu_type) {
                 DLManagedTensorVersioned *m = exchange_export_of(x, e);
                 if (m != NULL) {
                     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);

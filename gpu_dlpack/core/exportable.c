@@ -27,7 +27,7 @@ exportable_set_plan(Exportable *self, PyObject *args)
         if ((PyObject *)e != Py_None) {
             self->api = e->api;
             self->guards = e;
-            self->guards_owner = Py_NewRef(PyDict_GetItem(import_types, arg));
+            self->guards_owner = Py_NewRef(PyDict_GetItem(state.import_types, arg));
             self->plan = plan;
         }
     }
@@ -39,8 +39,8 @@ exportable_set_plan(Exportable *self, PyObject *args)
 int
 accepted_versioned(PyObject *max_version)
 {
-    PyObject *acc = PyDict_GetItem(versions_dict, str_accepted);
-    PyObject *floor = PyDict_GetItem(versions_dict, str_floor);
+    PyObject *acc = PyDict_GetItem(state.versions_dict, state.str_accepted);
+    PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
     return acc != NULL && PyTuple_CheckExact(acc) && PyTuple_GET_SIZE(acc) == 2 &&
            PyTuple_GET_ITEM(acc, 0) == max_version && PyTuple_GET_ITEM(acc, 1) == floor;
 }
@@ -48,23 +48,21 @@ accepted_versioned(PyObject *max_version)
 /* 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
  * max_version under the floor in force: asked of _versions once per floor
  * (a new floor is a new object), not decided here. */
-static PyObject *produced_floor;  /* the floor it was accepted under */
-
 static int
 produced_accepted(void)
 {
-    PyObject *floor = PyDict_GetItem(versions_dict, str_floor);
+    PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
     if (floor == NULL)
         return 0;
-    if (floor == produced_floor)
+    if (floor == state.produced_floor)
         return 1;
-    PyObject *check = PyDict_GetItemString(versions_dict, "check_max_version");
-    PyObject *r = check ? PyObject_CallOneArg(check, produced_version) : NULL;
+    PyObject *check = PyDict_GetItemString(state.versions_dict, "check_max_version");
+    PyObject *r = check ? PyObject_CallOneArg(check, state.produced_version) : NULL;
     int ok = r == Py_True;
     Py_XDECREF(r);
     PyErr_Clear();  /* refused: the general path raises it */
     if (ok)
-        Py_XSETREF(produced_floor, Py_NewRef(floor));
+        Py_XSETREF(state.produced_floor, Py_NewRef(floor));
     return ok;
 }
 
@@ -80,14 +78,14 @@ exchange_export_of(PyObject *x, ImportEntry *e)
         return NULL;
     }
     DLTensor *t = &m->dl_tensor;
-    if (!guards_pass(e, x, t->dtype.code) || m->version.major != 1 || !well_formed(t) || t->device.device_type != cpu_type ||
+    if (!guards_pass(e, x, t->dtype.code) || m->version.major != 1 || !well_formed(t) || t->device.device_type != state.cpu_type ||
         !dtype_known(t->dtype) || t->dtype.bits < 8 || (t->ndim && t->strides == NULL) ||
         (m->flags & FLAG_READ_ONLY)) {
         if (m->deleter)
             m->deleter(m);
         return NULL;
     }
-    *(uint64_t *)m = version_word;
+    *(uint64_t *)m = state.version_word;
     return m;
 }
 
@@ -104,13 +102,13 @@ numpy_capsule(PyObject *x, int versioned)
 {
     PyObject *capsule;
     if (versioned) {
-        PyObject *a[2] = {x, ask_versioned};
-        capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, kw_max_version);
+        PyObject *a[2] = {x, state.ask_versioned};
+        capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version);
     } else {
         PyObject *a[1] = {x};
-        capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, NULL);
+        capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, NULL);
     }
-    if (capsule == NULL || (versioned && stamp(capsule, version_word) != 0)) {
+    if (capsule == NULL || (versioned && stamp(capsule, state.version_word) != 0)) {
         Py_XDECREF(capsule);
         PyErr_Clear();
         return NULL;
@@ -131,7 +129,7 @@ exportable_general(Exportable *self, PyObject *const *args, size_t nargsf, PyObj
     stack[0] = (PyObject *)self;
     for (Py_ssize_t i = 0; i < nargs + nkw; i++)
         stack[i + 1] = args[i];
-    return PyObject_Vectorcall(exportable_fallback, stack, (nargs + 1), kwnames);
+    return PyObject_Vectorcall(state.exportable_fallback, stack, (nargs + 1), kwnames);
 }
 
 static PyObject *
@@ -145,7 +143,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *k = PyTuple_GET_ITEM(kwnames, i);
-        if (k == str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+        if (k == state.str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
             max_version = args[i];
         else if (PyUnicode_CompareWithASCIIString(k, "stream") == 0)
             stream = args[i];
@@ -165,7 +163,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     if (request == NULL)
         return NULL;
     if (self->plan == PLAN_NUMPY) {
-        PyObject *dtype = PyObject_GetAttr(self->x, str_dtype);
+        PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
         if (dtype == NULL) {
             Py_DECREF(request);
             return NULL;
@@ -259,7 +257,7 @@ exportable_dealloc(Exportable *self)
 PyObject *
 new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, PyTypeObject *type)
 {
-    Exportable *self = (Exportable *)exportable_class->tp_alloc(exportable_class, 0);
+    Exportable *self = (Exportable *)state.exportable_class->tp_alloc(state.exportable_class, 0);
     if (self == NULL)
         return NULL;
     self->x = Py_NewRef(x);
@@ -276,7 +274,7 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
         ImportEntry *e = import_entry(type);  /* known: the caller looked it up */
         self->api = e->api;
         self->guards = e;
-        self->guards_owner = Py_NewRef(PyDict_GetItem(import_types, (PyObject *)type));
+        self->guards_owner = Py_NewRef(PyDict_GetItem(state.import_types, (PyObject *)type));
     }
     return (PyObject *)self;
 }
@@ -335,7 +333,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     int plain = self->readonly == Py_False && (self->reported == NULL || self->reported == Py_None) &&
                 produced_accepted();
     if (plain && self->plan == PLAN_NUMPY) {
-        PyObject *dtype = PyObject_GetAttr(self->x, str_dtype);
+        PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
         if (dtype == NULL)
             return -1;
         Py_DECREF(dtype);
@@ -343,7 +341,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         void *ptr = capsule != NULL ? claim(capsule, 1) : NULL;
         Py_XDECREF(capsule);
         if (ptr != NULL) {
-            PyObject *request = PyTuple_Pack(4, Py_None, produced_version, Py_None, Py_None);
+            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
             if (request == NULL) {
                 run_deleter(ptr, 1);
                 return -1;
@@ -356,7 +354,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     if (plain && self->plan == PLAN_EXCHANGE) {
         DLManagedTensorVersioned *m = exchange_export(self);
         if (m != NULL) {
-            PyObject *request = PyTuple_Pack(4, Py_None, produced_version, Py_None, Py_None);
+            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
             if (request == NULL) {
                 if (m->deleter)
                     m->deleter(m);
@@ -369,8 +367,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     }
     /* Every other case: the capsule __dlpack__(max_version=DLPACK_VERSION)
      * gives, claimed here. */
-    PyObject *a[2] = {x, produced_version};
-    PyObject *capsule = PyObject_VectorcallMethod(str_dlpack, a, 1, kw_max_version);
+    PyObject *a[2] = {x, state.produced_version};
+    PyObject *capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version);
     if (capsule == NULL)
         return -1;
     void *ptr = claim(capsule, 1);
@@ -412,7 +410,7 @@ exportable_stream(int32_t device_type, int32_t device_id, void **out)
 {
     /* The stream the layer would use on that device, as Python says. */
     *out = NULL;
-    if (device_type == cpu_type)
+    if (device_type == state.cpu_type)
         return 0;
     PyObject *a[2];
     a[0] = PyLong_FromLong(device_type);

@@ -36,8 +36,8 @@ PyObject *new_exportable(PyObject *x, PyObject *source, PyObject *device, int pl
 static inline int
 is_plain(PyObject *dtype)
 {
-    for (int i = 0; i < n_plain; i++)
-        if (plain_list[i] == dtype)
+    for (int i = 0; i < state.n_plain; i++)
+        if (state.plain_list[i] == dtype)
             return 1;
     return 0;
 }

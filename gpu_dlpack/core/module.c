@@ -25,23 +25,23 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
         return NULL;
     }
-    Py_XSETREF(exportable_class, (PyTypeObject *)Py_NewRef(ecls));
-    Py_XSETREF(cpu_device, Py_NewRef(cpu));
-    Py_XSETREF(cpu_dlpack, Py_NewRef(cpudl));
-    Py_XSETREF(plain_dtypes, Py_NewRef(plain));
+    Py_XSETREF(state.exportable_class, (PyTypeObject *)Py_NewRef(ecls));
+    Py_XSETREF(state.cpu_device, Py_NewRef(cpu));
+    Py_XSETREF(state.cpu_dlpack, Py_NewRef(cpudl));
+    Py_XSETREF(state.plain_dtypes, Py_NewRef(plain));
     {
         PyObject *pk, *pv;
         Py_ssize_t ppos = 0;
-        n_plain = 0;
-        while (PyDict_Next(plain, &ppos, &pk, &pv) && n_plain < 32)
-            plain_list[n_plain++] = pk;  /* held by plain_dtypes */
+        state.n_plain = 0;
+        while (PyDict_Next(plain, &ppos, &pk, &pv) && state.n_plain < 32)
+            state.plain_list[state.n_plain++] = pk;  /* held by plain_dtypes */
     }
     if (!PyType_IsSubtype((PyTypeObject *)htype, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
         return NULL;
     }
-    memset(known_dtypes, 0, sizeof known_dtypes);
-    known_128 = 0;
+    memset(state.known_dtypes, 0, sizeof state.known_dtypes);
+    state.known_128 = 0;
     PyObject *it = PyObject_GetIter(known), *item;
     if (it == NULL)
         return NULL;
@@ -55,9 +55,9 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
         Py_DECREF(item);
         if (code >= 0 && code < 32) {
             if (bits >= 1 && bits <= 64)
-                known_dtypes[code] |= 1ULL << (bits - 1);
+                state.known_dtypes[code] |= 1ULL << (bits - 1);
             else if (bits == 128)
-                known_128 |= 1U << code;
+                state.known_128 |= 1U << code;
         }
     }
     Py_DECREF(it);
@@ -65,7 +65,7 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
         return NULL;
     for (int c = 0; c < 32; c++)
         for (int b = 0; b < 17; b++)
-            Py_CLEAR(numpy_descr[c][b]);
+            Py_CLEAR(state.numpy_descr[c][b]);
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     if (!PyDict_Check(npd)) {
@@ -78,26 +78,26 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         int bytes = bit_index((unsigned)bits);
         if (code >= 0 && code < 32 && bytes)
-            Py_XSETREF(numpy_descr[code][bytes], Py_NewRef(v));
+            Py_XSETREF(state.numpy_descr[code][bytes], Py_NewRef(v));
     }
-    numpy_api = NULL;
+    state.numpy_api = NULL;
     if (npapi != Py_None) {
-        numpy_api = PyCapsule_GetPointer(npapi, PyCapsule_GetName(npapi));
-        if (numpy_api == NULL)
+        state.numpy_api = PyCapsule_GetPointer(npapi, PyCapsule_GetName(npapi));
+        if (state.numpy_api == NULL)
             return NULL;
-        Py_XSETREF(ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)numpy_api[2]));
+        Py_XSETREF(state.ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)state.numpy_api[2]));
     }
-    Py_XSETREF(py_impl, Py_NewRef(impl));
-    Py_XSETREF(header_type, (PyTypeObject *)Py_NewRef(htype));
-    Py_XSETREF(versions_dict, Py_NewRef(versions));
-    Py_XSETREF(produced_version, Py_NewRef(produced));
-    Py_XSETREF(learn_import, Py_NewRef(learn));
-    Py_XSETREF(exportable_fallback, Py_NewRef(fallback));
-    device_types = devs;
-    host_types = hosts;
-    version_word = word;
-    Py_XSETREF(import_types, PyDict_New());
-    if (import_types == NULL)
+    Py_XSETREF(state.py_impl, Py_NewRef(impl));
+    Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
+    Py_XSETREF(state.versions_dict, Py_NewRef(versions));
+    Py_XSETREF(state.produced_version, Py_NewRef(produced));
+    Py_XSETREF(state.learn_import, Py_NewRef(learn));
+    Py_XSETREF(state.exportable_fallback, Py_NewRef(fallback));
+    state.device_types = devs;
+    state.host_types = hosts;
+    state.version_word = word;
+    Py_XSETREF(state.import_types, PyDict_New());
+    if (state.import_types == NULL)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -106,8 +106,8 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
 static PyObject *
 core_forget(PyObject *mod, PyObject *unused)
 {
-    if (import_types != NULL)
-        PyDict_Clear(import_types);
+    if (state.import_types != NULL)
+        PyDict_Clear(state.import_types);
     Py_RETURN_NONE;
 }
 
@@ -159,14 +159,14 @@ PyInit__core(void)
         goto fail;
     if (PyType_Ready(&ExporterType) < 0 || PyModule_AddObjectRef(m, "Exporter", (PyObject *)&ExporterType) < 0)
         goto fail;
-    str_accepted = PyUnicode_InternFromString("_accepted");
-    str_floor = PyUnicode_InternFromString("_floor");
-    str_dlpack = PyUnicode_InternFromString("__dlpack__");
-    str_dtype = PyUnicode_InternFromString("dtype");
-    str_max_version = PyUnicode_InternFromString("max_version");
-    kw_max_version = str_max_version ? PyTuple_Pack(1, str_max_version) : NULL;
-    ask_versioned = Py_BuildValue("(ii)", 1, 0);
-    if (!str_accepted || !str_floor || !str_dlpack || !str_dtype || !kw_max_version || !ask_versioned)
+    state.str_accepted = PyUnicode_InternFromString("_accepted");
+    state.str_floor = PyUnicode_InternFromString("_floor");
+    state.str_dlpack = PyUnicode_InternFromString("__dlpack__");
+    state.str_dtype = PyUnicode_InternFromString("dtype");
+    state.str_max_version = PyUnicode_InternFromString("max_version");
+    state.kw_max_version = state.str_max_version ? PyTuple_Pack(1, state.str_max_version) : NULL;
+    state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
+    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.kw_max_version || !state.ask_versioned)
         goto fail;
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||

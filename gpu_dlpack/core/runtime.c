@@ -5,17 +5,6 @@
 
 /* --- the stream hand-off, through the CUDA runtime already loaded --------- */
 
-/* Python finds these in the runtime library CuPy loaded (no CUDA header or
- * library at build time); the tests hand recording stand-ins instead. */
-typedef int (*get_device_t)(int *);
-typedef int (*set_device_t)(int);
-typedef int (*event_record_t)(void *, void *);
-typedef int (*stream_wait_t)(void *, void *, unsigned int);
-static get_device_t rt_get_device;
-static set_device_t rt_set_device;
-static event_record_t rt_event_record;
-static stream_wait_t rt_stream_wait;
-
 PyObject *
 core_set_runtime(PyObject *mod, PyObject *args)
 {
@@ -24,10 +13,10 @@ core_set_runtime(PyObject *mod, PyObject *args)
         return NULL;
     if (!(g && s && r && w))
         g = s = r = w = 0;  /* all or none */
-    rt_get_device = (get_device_t)(uintptr_t)g;
-    rt_set_device = (set_device_t)(uintptr_t)s;
-    rt_event_record = (event_record_t)(uintptr_t)r;
-    rt_stream_wait = (stream_wait_t)(uintptr_t)w;
+    state.rt_get_device = (get_device_t)(uintptr_t)g;
+    state.rt_set_device = (set_device_t)(uintptr_t)s;
+    state.rt_event_record = (event_record_t)(uintptr_t)r;
+    state.rt_stream_wait = (stream_wait_t)(uintptr_t)w;
     return PyBool_FromLong(g != 0);
 }
 
@@ -36,7 +25,7 @@ on_device(int device, int *current)
 {
     if (*current == device)
         return 0;
-    int rc = rt_set_device(device);
+    int rc = state.rt_set_device(device);
     if (rc == 0)
         *current = device;
     return rc;
@@ -55,7 +44,7 @@ core_handoff(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "handoff(event, producer, consumer, device, consumer_device)");
         return NULL;
     }
-    if (rt_event_record == NULL) {
+    if (state.rt_event_record == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime");
         return NULL;
     }
@@ -67,23 +56,18 @@ core_handoff(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred())
         return NULL;
     int before = -1, current, rc, restore;
-    rc = rt_get_device(&before);
+    rc = state.rt_get_device(&before);
     if (rc != 0)
         return PyLong_FromLong(rc);
     current = before;
-    if ((rc = on_device(device, &current)) == 0 && (rc = rt_event_record(event, producer)) == 0 &&
+    if ((rc = on_device(device, &current)) == 0 && (rc = state.rt_event_record(event, producer)) == 0 &&
         (rc = on_device(consumer_device, &current)) == 0)
-        rc = rt_stream_wait(consumer, event, 0);
+        rc = state.rt_stream_wait(consumer, event, 0);
     restore = on_device(before, &current);
     return PyLong_FromLong(rc != 0 ? rc : restore);
 }
 
 /* --- a copy and what follows it, through the same runtime ------------------- */
-
-typedef int (*memcpy_async_t)(void *, const void *, size_t, int, void *);
-typedef int (*stream_sync_t)(void *);
-static memcpy_async_t rt_memcpy_async;
-static stream_sync_t rt_stream_sync;
 
 #define MEMCPY_DEFAULT 4 /* cudaMemcpyDefault: the direction read from the addresses */
 
@@ -95,8 +79,8 @@ core_set_copy_runtime(PyObject *mod, PyObject *args)
         return NULL;
     if (!(m && s))
         m = s = 0; /* both or neither */
-    rt_memcpy_async = (memcpy_async_t)(uintptr_t)m;
-    rt_stream_sync = (stream_sync_t)(uintptr_t)s;
+    state.rt_memcpy_async = (memcpy_async_t)(uintptr_t)m;
+    state.rt_stream_sync = (stream_sync_t)(uintptr_t)s;
     return PyBool_FromLong(m != 0);
 }
 
@@ -116,7 +100,7 @@ core_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "copy(dst, src, nbytes, stream, device, event, synchronize)");
         return NULL;
     }
-    if (rt_memcpy_async == NULL || rt_get_device == NULL) {
+    if (state.rt_memcpy_async == NULL || state.rt_get_device == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime for copies");
         return NULL;
     }
@@ -133,12 +117,12 @@ core_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     int before = -1, current, rc, restore = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = rt_get_device(&before);
+    rc = state.rt_get_device(&before);
     if (rc == 0) {
         current = before;
-        if ((rc = on_device(device, &current)) == 0 && (rc = rt_memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
-            (event == NULL || (rc = rt_event_record(event, stream)) == 0) && sync)
-            rc = rt_stream_sync(stream);
+        if ((rc = on_device(device, &current)) == 0 && (rc = state.rt_memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
+            (event == NULL || (rc = state.rt_event_record(event, stream)) == 0) && sync)
+            rc = state.rt_stream_sync(stream);
         restore = on_device(before, &current);
     }
     Py_END_ALLOW_THREADS
