@@ -5,6 +5,8 @@ layout of dlpack.h, little-endian: other interpreters are refused at import).
 This is mechanism only. Nothing here decides whether an exchange may happen;
 ``_rules`` does. Capsules are created by the backends (NumPy, CuPy), whose C
 deleters are safe on any thread and at interpreter shutdown.
+
+Floor: mechanism, over ``_destructor`` and the leaves.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Devices: the DLPack device types and a ``Device`` value that reads every
 way users name a device (strings, tuples, and the device objects of torch,
-CuPy and JAX, as their rows in ``_peers`` say)."""
+CuPy and JAX, as their rows in ``_peers`` say).
+
+Floor: the leaves, over ``_peers`` and ``_errors``.
+"""
 
 from __future__ import annotations
 

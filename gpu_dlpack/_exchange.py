@@ -11,6 +11,9 @@ does. An object that speaks another array protocol is taken through
 gather of its pieces (``_shards`` reads its shard list), each piece
 exported in turn. Export (``export``, ``wrap``) and import (``from_dlpack``)
 stand on this module, side by side.
+
+Floor: what both directions share, over ``_protocols`` and ``_shards``,
+above the backends.
 """
 
 from __future__ import annotations

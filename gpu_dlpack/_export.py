@@ -5,6 +5,8 @@ capsule of any producer under the rules). ``wrap`` makes an ``Exportable``,
 a producer that any consumer reads correctly: its ``__dlpack__`` (and, with
 the compiled core, its DLPack C exchange API), and the CUDA Array Interface
 or NumPy's array interface of what it holds.
+
+Floor: the two directions, beside ``_import``: neither imports the other.
 """
 
 from __future__ import annotations

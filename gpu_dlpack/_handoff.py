@@ -17,6 +17,8 @@ An event can go back to the pool as soon as the wait is queued:
 ``cudaStreamWaitEvent`` uses the state the event captured when it is called,
 and a later ``cudaEventRecord`` does not change what is already waited for.
 Nothing here decides whether to synchronize; ``_streams`` and the backends do.
+
+Floor: mechanism, under ``_copies``, over the loaded core.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ host targets, a CuPy array for GPU targets. It stands on the exchange the two
 directions share (``_exchange``): a NumPy array the view shortcut does not
 take goes through its export, and an array spread over several devices
 through a gather.
+
+Floor: the two directions, beside ``_export``: neither imports the other.
 """
 
 from __future__ import annotations

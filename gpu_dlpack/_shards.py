@@ -13,6 +13,9 @@ READ_ONLY): a replica goes through the usual export and import, a sharded
 array is gathered once onto one device when a copy is allowed
 (``_exchange.gather``), and ``gpu_dlpack.shards`` imports each shard,
 zero-copy, on its own device (``_import``).
+
+Floor: what both directions share, under ``_exchange``; it reads shard lists
+and imports no backend.
 """
 
 from __future__ import annotations

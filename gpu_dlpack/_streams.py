@@ -1,5 +1,8 @@
 """The stream rules of the DLPack ``__dlpack__(stream=...)`` argument, per
-device type, as data (array API standard, ``__dlpack__``)."""
+device type, as data (array API standard, ``__dlpack__``).
+
+Floor: the leaves, over ``_devices``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """DLPack versions: what gpu_dlpack produces, the floor it refuses below, and
-which version first described each dtype and device type."""
+which version first described each dtype and device type.
+
+Floor: the leaves, over ``_devices`` and ``_dtypes``.
+"""
 
 from __future__ import annotations
 

@@ -91,6 +91,6 @@ def install(capsule_impl: dict) -> None:
         exportable_class=_export.Exportable,
         cpu_device=_devices.CPU,
         cpu_dlpack=_devices.CPU.dlpack,
-        # The dtypes whose NumPy capsule _export passes on as it is.
+        # The dtypes whose NumPy capsule _exchange._export passes on as it is.
         plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
     )

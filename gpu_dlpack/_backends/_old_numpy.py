@@ -12,6 +12,8 @@ The deleter is a ctypes callback, kept alive for the life of the process (a
 capsule may outlive this module at shutdown); the capsule destructor is the
 layer's own (``_destructor``), which also serves ``_capsule.handover`` here.
 NumPy 2.1 and later never come here.
+
+Floor: the backends, under ``numpy``.
 """
 
 from __future__ import annotations

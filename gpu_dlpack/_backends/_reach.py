@@ -1,7 +1,10 @@
 """What the installed backends reach: the copies they can make, and the
 memory a GPU addresses in place. The rules ask both as questions
 (``_rules.plan_export``, ``_rules.zero_copy``): NumPy copies host-readable
-memory to the CPU; every other end needs CuPy and a GPU."""
+memory to the CPU; every other end needs CuPy and a GPU.
+
+Floor: the backends, under CuPy's exports and imports, over its ``gpus``.
+"""
 
 from __future__ import annotations
 

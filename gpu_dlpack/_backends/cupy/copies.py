@@ -2,7 +2,10 @@
 pool, host to device (large pageable arrays through its ring of pinned
 chunks), device to device and between GPUs, each queued on a stream, with
 every buffer it reads or writes kept alive until it is done (``_copies``
-and ``_handoff`` are the mechanism)."""
+and ``_handoff`` are the mechanism).
+
+Floor: the backends, under CuPy's exports and imports, over its ``gpus``.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 GPU-side target, as capsules under the rules' plan. CuPy's own exporter
 makes the zero-copy capsule, asked for no synchronization: the stream
 hand-off is made here with pooled events (``_handoff``), then the capsule
-is corrected (version, flags, device label, dtype)."""
+is corrected (version, flags, device label, dtype).
+
+Floor: the backends, beside ``imports``, over ``copies`` and ``gpus``.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 memory is (CUDA, managed, or a ROCm build's GPU), what a GPU addresses in
 place, when the host may read memory in place, and which GPU and stream
 serve a target. Asked of CuPy's runtime, each answer kept where it cannot
-change."""
+change.
+
+Floor: the backends, at the bottom of CuPy's: it asks only the runtime.
+"""
 
 from __future__ import annotations
 

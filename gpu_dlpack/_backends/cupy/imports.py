@@ -3,7 +3,10 @@ arrays (or NumPy arrays over pinned memory), through ``cupy.from_dlpack``
 for the capsules it takes (CUDA, CUDA_MANAGED, ROCM) and over
 ``cupy.cuda.UnownedMemory`` owned by the capsule's tensor for the memory it
 refuses (pinned or host memory a GPU can address); the pieces of a spread
-array gathered on a GPU."""
+array gathered on a GPU.
+
+Floor: the backends, beside ``exports``, over ``copies`` and ``gpus``.
+"""
 
 from __future__ import annotations
 
