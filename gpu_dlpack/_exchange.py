@@ -30,6 +30,9 @@ _ndarray = np.ndarray
 
 
 def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
+    """A capsule for any producer ``x`` under the rules: ``__dlpack__``'s
+    arguments (``stream`` a handle), ``readonly`` as ``wrap`` was asked, and
+    ``source`` the device ``wrap`` read ``x`` on (None: read it now)."""
     if type(x) is _ndarray:
         if stream is None and dl_device is None and copy is None and not readonly and (
             x.dtype.isbuiltin == 1  # NumPy's own types: no carrier, no code newer than 1.0
