@@ -22,6 +22,8 @@ if os.environ.get(ENV, "").strip() not in ("", "0"):
     reason = f"disabled by {ENV}={os.environ[ENV]}"
 else:
     try:
+        # By its full name: the import tools, which cannot read a compiled
+        # module, take "from . import _core" for an import of the package.
         import gpu_dlpack._core as core
     except ImportError as exc:  # not built (no compiler at install) or not loadable
         reason = f"not built or not loadable ({exc})"
