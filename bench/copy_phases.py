@@ -50,6 +50,7 @@ def device_to_host(cp, nbytes, reps):
     import gpu_dlpack
     from gpu_dlpack import _copies, _handoff
     from gpu_dlpack._backends import cupy as backend
+    from gpu_dlpack._backends.cupy import copies as cupy_copies
 
     rt = cp.cuda.runtime
     stream = cp.cuda.Stream(non_blocking=True)
@@ -95,9 +96,9 @@ def device_to_host(cp, nbytes, reps):
         out["synchronize an idle stream"] = _median_us(lambda: rt.streamSynchronize(stream.ptr), reps)
         out["to_host (allocation + memcpy + synchronize)"] = _median_us(
             lambda: _copies.to_host(ptr, nbytes, stream.ptr, gpu, pool), reps)
-        host = backend._over_block(pool.take(nbytes), a.shape, a.dtype, "C")
+        host = cupy_copies._over_block(pool.take(nbytes), a.shape, a.dtype, "C")
         out["result array over the block"] = _median_us(
-            lambda: backend._over_block(block, a.shape, a.dtype, "C"), reps)
+            lambda: cupy_copies._over_block(block, a.shape, a.dtype, "C"), reps)
         out["capsule of the result (NumPy's __dlpack__)"] = _median_us(
             lambda: host.__dlpack__(max_version=(1, 0)), reps)
         out["consumer: np.from_dlpack(capsule)"] = _median_us(
@@ -124,7 +125,7 @@ class _Capsule:
 def host_to_device(cp, nbytes, reps):
     import gpu_dlpack
     from gpu_dlpack import _copies, _handoff
-    from gpu_dlpack._backends import cupy as backend
+    from gpu_dlpack._backends.cupy import copies as cupy_copies
 
     rt = cp.cuda.runtime
     stream = cp.cuda.Stream(non_blocking=True)
@@ -153,9 +154,9 @@ def host_to_device(cp, nbytes, reps):
 
         out["ceiling: cudaMemcpyAsync from pinned + cudaStreamSynchronize"] = _median_us(bare, reps)
         out["allocation: cupy.empty on the current stream"] = _median_us(lambda: cp.empty(nbytes // 4, cp.float32), reps)
-        out["allocation check: _is_current(stream, gpu)"] = _median_us(lambda: backend._is_current(stream.ptr, gpu), reps)
+        out["allocation check: _is_current(stream, gpu)"] = _median_us(lambda: cupy_copies._is_current(stream.ptr, gpu), reps)
         out["allocation: cupy.empty under queue_on (another stream)"] = _median_us(
-            lambda: backend._allocate(backend.Device(f"cuda:{gpu}"), (nbytes // 4,), np.float32, "C", 1, gpu), reps)
+            lambda: cupy_copies._allocate(gpu_dlpack.Device(f"cuda:{gpu}"), (nbytes // 4,), np.float32, "C", 1, gpu), reps)
         out["memcpy from pageable, returning: _copies.copy"] = _median_us(
             lambda: _copies.copy(d.data.ptr, h.ctypes.data, nbytes, stream.ptr, gpu), reps)
         stream.synchronize()

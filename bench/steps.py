@@ -30,11 +30,11 @@ def chains():
     import torch
 
     import gpu_dlpack
-    from gpu_dlpack import _capsule, _export, _import, _producer
+    from gpu_dlpack import _capsule, _exchange, _import, _producer
     from gpu_dlpack._backends import numpy as numpy_backend
 
     env = {
-        "np": np, "torch": torch, "g": gpu_dlpack, "_capsule": _capsule, "_export": _export,
+        "np": np, "torch": torch, "g": gpu_dlpack, "_capsule": _capsule, "_exchange": _exchange,
         "_import": _import, "_producer": _producer, "numpy_backend": numpy_backend,
         "x": np.arange(1000.0), "t": torch.arange(1000.0), "V": (1, 0), "V12": (1, 2),
         "STAMP": numpy_backend._STAMP,
@@ -45,7 +45,7 @@ def chains():
             ("peer: x.__dlpack__(max_version=(1, 0))", "x.__dlpack__(max_version=V)"),
             ("+ stamp DLPACK_VERSION into the capsule", "_capsule.stamp_version(x.__dlpack__(max_version=V), STAMP)"),
             ("+ backend call (numpy_backend.export_in_place)", "numpy_backend.export_in_place(x, True)"),
-            ("+ rule checks (_export: arguments, dtype, max_version)", "_export._export(x, False, None, V, None, None)"),
+            ("+ rule checks (_exchange: arguments, dtype, max_version)", "_exchange._export(x, False, None, V, None, None)"),
             ("= gpu_dlpack.export(x, max_version=(1, 0))", "g.export(x, max_version=V)"),
         ]),
         ("torch.from_dlpack(gpu_dlpack.wrap(x))", [

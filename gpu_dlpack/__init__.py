@@ -12,22 +12,20 @@ from __future__ import annotations
 import sys
 import types
 
-from . import _capsule, _versions
+from . import _capsule, _versions, _wiring
 from ._capsule import CapsuleInfo
 from ._devices import Device, DLDeviceType
 from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
 from ._export import Exportable, export, wrap
-from ._import import from_dlpack
-from ._shards import Shard, shards
+from ._import import from_dlpack, shards
+from ._shards import Shard
 from ._streams import use_stream
 from ._typing import Capsule, Version
 from ._versions import DLPACK_VERSION
 
 __version__ = "0.1.0"
 
-from . import _fastpath  # noqa: E402
-
-_fastpath.install(_capsule.PYTHON)
+_wiring.install(_capsule.PYTHON)
 
 #: Flag bits of versioned capsules (``DLManagedTensorVersioned.flags``).
 FLAG_READ_ONLY = _capsule.READ_ONLY

@@ -5,6 +5,8 @@ layout of dlpack.h, little-endian: other interpreters are refused at import).
 This is mechanism only. Nothing here decides whether an exchange may happen;
 ``_rules`` does. Capsules are created by the backends (NumPy, CuPy), whose C
 deleters are safe on any thread and at interpreter shutdown.
+
+Floor: mechanism, over ``_destructor`` and the leaves.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from . import _errors
+from ._destructor import OWNING_DESTRUCTOR as _OWN_DESTRUCTOR
 from ._devices import Device, DLDeviceType
+from ._fastpath import core as _core
 
 LEGACY = "dltensor"
 VERSIONED = "dltensor_versioned"
@@ -517,7 +521,7 @@ def handover(capsule):
     versioned = kind(capsule)
     destructor = _OWNING_DESTRUCTOR[versioned]
     if destructor is None:  # NumPy before 2.1: the layer's own
-        from ._backends._old_numpy import OWNING_DESTRUCTOR as destructor
+        destructor = _OWN_DESTRUCTOR
     ptr = claim(capsule, versioned)
     try:
         return versioned, _New(ptr, _NAME_PTR[versioned], destructor)
@@ -558,7 +562,7 @@ def discard(capsule, versioned: bool) -> None:
 
 
 # -- the implementation in use --------------------------------------------------
-# The compiled core (``_fastpath``) takes the hot functions over; it runs the
+# The compiled core (``_fastpath.core``) takes the hot functions over; it runs the
 # plain case itself and hands every other one to these Python functions, kept
 # in ``PYTHON``, so results and errors are the same on both paths.
 
@@ -566,8 +570,6 @@ PYTHON = {
     "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
     "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot,
 }
-
-from ._fastpath import core as _core  # noqa: E402
 
 if _core is not None:
     # claim too: every claim then takes the C step (take, handover and the

@@ -3,6 +3,9 @@
 When the reader of standard output goes away (``gpu-dlpack doctor | head``),
 the command stops quietly with exit status 141, the status a shell gives a
 program ended by SIGPIPE, as ``cat`` or ``yes`` would.
+
+Floor: the faces, under ``__main__`` (it imports the doctor, the demo and
+``explain`` when asked).
 """
 
 from __future__ import annotations

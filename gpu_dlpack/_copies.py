@@ -19,6 +19,8 @@ which waits for them before reuse, and at exit.
 This is mechanism: ``plan`` says from the size and the cores available
 whether the ring pays, and the caller decides. The runtime calls go through
 a ``Runtime`` (CuPy's, or a recording stand-in in tests).
+
+Floor: mechanism, over ``_handoff``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The demo exchange: arrays travel between NumPy, PyTorch and JAX through
 gpu_dlpack, and each step says what happened (capsule kind, version, flags,
-zero-copy or copied)."""
+zero-copy or copied).
+
+Floor: the faces; it stands on the two directions.
+"""
 
 from __future__ import annotations
 

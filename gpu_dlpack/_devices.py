@@ -1,5 +1,9 @@
 """Devices: the DLPack device types and a ``Device`` value that reads every
-way users name a device (strings, tuples, torch, CuPy and JAX devices)."""
+way users name a device (strings, tuples, and the device objects of torch,
+CuPy and JAX, as their rows in ``_peers`` say).
+
+Floor: the leaves, over ``_peers`` and ``_errors``.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,9 @@ import enum
 import functools
 import importlib.util
 import operator
-import sys
 from typing import Any
 
-from . import _errors
+from . import _errors, _peers
 from ._typing import DeviceLike
 
 
@@ -230,13 +233,9 @@ def _parse(spec):
         return _from_string(spec)
     if isinstance(spec, (tuple, list)):
         return _from_tuple(tuple(spec))
-    module = type(spec).__module__ or ""
-    if module.startswith("torch") and hasattr(spec, "type"):
-        return _from_torch(spec)
-    if module.startswith("cupy") and hasattr(spec, "id"):
-        return (DLDeviceType.ROCM if cupy_is_rocm() else DLDeviceType.CUDA), int(spec.id)
-    if hasattr(spec, "platform") and hasattr(spec, "id"):
-        return _from_jax(spec)
+    form = _peers.device_form(spec)
+    if form is not None:
+        return _from_peer(spec, form)
     if hasattr(type(spec), "__dlpack_device__"):
         raise TypeError(
             f"{type(spec).__name__} is an array, not a device; use Device.of(x) "
@@ -245,30 +244,17 @@ def _parse(spec):
     raise _errors.bad_device_type(spec)
 
 
-def _from_torch(dev):
-    index = dev.index if dev.index is not None else 0
-    if dev.type == "cpu":
+def _from_peer(dev, form):
+    """A peer library's device object, read as its row in ``_peers`` says."""
+    kind = "gpu" if form.kind is None else str(getattr(dev, form.kind)).lower()
+    named = kind if form.kind is None else form.kinds.get(kind)
+    if named == "cpu":
         return DLDeviceType.CPU, 0
-    if dev.type == "cuda":
-        import torch
-
-        hip = getattr(torch.version, "hip", None)
-        return (DLDeviceType.ROCM if hip else DLDeviceType.CUDA), index
-    raise _errors.bad_device(dev, _FORMS + f" (torch device type {dev.type!r} has no DLPack type)")
-
-
-def _from_jax(dev):
-    platform = str(dev.platform).lower()
-    if platform == "cpu":
-        return DLDeviceType.CPU, 0
-    index = getattr(dev, "local_hardware_id", None)
-    index = dev.id if index is None else index
-    if platform in ("gpu", "cuda"):
-        version = str(getattr(getattr(dev, "client", None), "platform_version", "")).lower()
-        return (DLDeviceType.ROCM if "rocm" in version else DLDeviceType.CUDA), int(index)
-    if platform == "rocm":
-        return DLDeviceType.ROCM, int(index)
-    raise _errors.bad_device(dev, _FORMS + f" (JAX platform {platform!r} has no DLPack type)")
+    if named is None:
+        raise _errors.bad_device(dev, _FORMS + f" ({form.says} {kind!r} has no DLPack type)")
+    index = next((i for i in (getattr(dev, name, None) for name in form.index) if i is not None), 0)
+    rocm = named == "rocm" or (cupy_is_rocm() if form.rocm is None else form.rocm(dev))
+    return (DLDeviceType.ROCM if rocm else DLDeviceType.CUDA), int(index)
 
 
 _BY_PAIR: dict = {}  # (int type, id) -> Device, for the pairs seen
@@ -281,12 +267,9 @@ _HOST_TESTS: dict = {}
 
 
 def _host_test(t):
-    torch = sys.modules.get("torch")
-    if torch is not None and t is getattr(torch, "Tensor", None):
-        # A torch tensor's __dlpack_device__ costs over 1 us; is_cpu 40 ns.
-        # CPU and pinned tensors (CUDA_HOST) are both host memory. Subclasses
-        # may override either, so only the exact type is tested this way.
-        return operator.attrgetter("is_cpu")
+    peer = _peers.of_array_type(t)
+    if peer is not None and peer.on_host is not None:
+        return operator.attrgetter(peer.on_host)
     return None
 
 

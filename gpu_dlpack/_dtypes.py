@@ -4,6 +4,8 @@ and sub-byte ints) to DLPack ``(code, bits, lanes)`` and back.
 NumPy exports and imports only its own numeric types. Every other type
 travels through NumPy as an unsigned carrier of the same width, with the
 DLPack code patched into the capsule: that is the ``carrier`` below.
+
+Floor: the leaves, over ``_errors``.
 """
 
 from __future__ import annotations

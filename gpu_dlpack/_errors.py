@@ -5,6 +5,8 @@ instead. The exception types are the ones the array API standard names:
 ``BufferError`` for exchanges that cannot happen, ``TypeError`` for arguments
 of the wrong type, ``ValueError`` for arguments of the right type but a wrong
 value.
+
+Floor: the leaves, at the bottom: it imports nothing of the package.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ the other fields the doctor passes.
 >>> [m.entry.id for m in match("BufferError: JAX does not support any version "
 ...     "below (0, 5) but version ((0, 4)) was requested.")]
 ['jax-version-floor']
+
+Floor: the faces, read by the CLI and the doctor; it imports nothing of the
+package.
 """
 
 from __future__ import annotations

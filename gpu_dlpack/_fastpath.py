@@ -1,11 +1,9 @@
 """Which implementation runs the hot path: the compiled core
-(``gpu_dlpack/_core.c``) or pure Python.
+(``gpu_dlpack._core``) or pure Python.
 
-The core is mechanism only. Python tells it, once, what the policy modules
-decided (the dtypes and device types exchanged, the NumPy dtype of each
-DLPack dtype, which producer types may be imported through their DLPack C
-exchange API and with which guards) and it hands every case it was not told
-about back to the Python implementation, which decides and words the error.
+A leaf: it loads the core, or says why not, and knows nothing of the
+modules above, which any of them may use. What the core is told of their
+decisions is ``_wiring``'s, at the top of the package.
 ``GPU_DLPACK_PURE_PYTHON=1`` (set before the import) runs pure Python.
 """
 
@@ -24,7 +22,9 @@ if os.environ.get(ENV, "").strip() not in ("", "0"):
     reason = f"disabled by {ENV}={os.environ[ENV]}"
 else:
     try:
-        from . import _core as core
+        # By its full name: the import tools, which cannot read a compiled
+        # module, take "from . import _core" for an import of the package.
+        import gpu_dlpack._core as core
     except ImportError as exc:  # not built (no compiler at install) or not loadable
         reason = f"not built or not loadable ({exc})"
 
@@ -39,90 +39,3 @@ def describe() -> str:
     if core is not None:
         return f"compiled core ({core.__file__})"
     return f"pure Python: the compiled core is {reason}"
-
-
-# -- what the core is told ----------------------------------------------------
-
-#: Whether producers' C exchange APIs are read (False: their __dlpack__ is
-#: always asked). Call ``core.forget()`` after a change.
-EXCHANGE_API = True
-
-
-def _import_plan(t):
-    from . import _dtypes
-
-    """Whether ``from_dlpack`` may import instances of type ``t`` through the
-    type's DLPack C exchange API, and the guards: attributes and methods
-    that must be false for the exchange to be the plain one (else the
-    general path runs, and says what the producer refuses). None when not."""
-    api = t.__dict__.get("__dlpack_c_exchange_api__") if isinstance(t, type) else None
-    if api is None or not EXCHANGE_API:
-        return None
-    if t.__module__ == "torch" and t.__name__ == "Tensor":
-        # The exchange API exports what torch's __dlpack__ refuses: tensors
-        # that require grad, and conjugate views (unresolved).
-        # is_conj is asked of complex tensors only (the bit is theirs).
-        return api, ("requires_grad",), ("is_conj",), 1 << _dtypes.COMPLEX
-    return None  # other producers keep their __dlpack__, whose checks are theirs
-
-
-def _current_stream(device_type, device_id):
-    """The stream gpu_dlpack would queue work on for that device, for a
-    consumer of ``wrap(x)``'s C exchange API (its ``current_work_stream``)."""
-    from . import _streams
-    from ._devices import Device
-
-    handle = _streams.block_stream(Device((device_type, device_id)))
-    if handle is None:
-        handle = _streams.DEFAULT_HANDLE.get(device_type)
-    return None if handle is None or handle < 0 else handle
-
-
-def install(capsule_impl: dict) -> None:
-    """Configure the core once every module is loaded (``gpu_dlpack/__init__``)."""
-    if core is None:
-        return
-    import numpy as np
-
-    from . import _capsule, _devices, _dtypes, _export, _import, _versions
-
-    try:
-        from numpy._core import _multiarray_umath as umath
-    except ImportError:  # NumPy 1.x
-        from numpy.core import _multiarray_umath as umath
-    numpy_api = getattr(umath, "_ARRAY_API", None)
-    impl = dict(capsule_impl)
-    impl.update(
-        wrap=_export.python_wrap,
-        check_known=_dtypes.check_known,
-        from_dlpack=_import.from_dlpack,
-        current_stream=_current_stream,
-    )
-    host = 0
-    for t in _devices.HOST_ACCESSIBLE:
-        if int(t) < 64:
-            host |= 1 << int(t)
-    # The NumPy array an import makes: CPU and pinned memory only (managed
-    # memory takes the general path, which knows its device).
-    host &= (1 << int(_devices.DLDeviceType.CPU)) | (1 << int(_devices.DLDeviceType.CUDA_HOST)) | (
-        1 << int(_devices.DLDeviceType.ROCM_HOST)
-    )
-    core.configure(
-        impl=impl,
-        header_type=_capsule.Header,
-        device_types=sum(1 << t for t in _capsule._DEVICE_TYPES if t < 64),
-        host_types=host,
-        known=list(_dtypes.KNOWN),
-        numpy_dtypes={key: d for key, d in _dtypes._NATIVE.items() if d.isbuiltin == 1 and d.isnative},
-        numpy_api=numpy_api if type(numpy_api) is _capsule.CapsuleType and np.ndarray else None,
-        versions=vars(_versions),
-        produced=_versions.DLPACK_VERSION,
-        version_word=_capsule.version_word(_versions.DLPACK_VERSION),
-        learn_import=_import_plan,
-        exportable_fallback=_export.general_dlpack,
-        exportable_class=_export.Exportable,
-        cpu_device=_devices.CPU,
-        cpu_dlpack=_devices.CPU.dlpack,
-        # The dtypes whose NumPy capsule _export passes on as it is.
-        plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
-    )

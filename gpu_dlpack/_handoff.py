@@ -17,6 +17,8 @@ An event can go back to the pool as soon as the wait is queued:
 ``cudaStreamWaitEvent`` uses the state the event captured when it is called,
 and a later ``cudaEventRecord`` does not change what is already waited for.
 Nothing here decides whether to synchronize; ``_streams`` and the backends do.
+
+Floor: mechanism, under ``_copies``, over the loaded core.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+
+from ._fastpath import core
 
 _POOL_SIZE = 8  # idle events kept per device
 _MAX_PENDING = 4096  # entries keep_until_done holds before the host waits
@@ -357,8 +361,6 @@ def _core_handoff(runtime):
         return found if runtime is known else None
     import types
 
-    from ._fastpath import core
-
     found = None
     if (
         core is not None
@@ -385,8 +387,6 @@ def core_copy(runtime):
         return None  # not CuPy's runtime module: nothing to remember
     found = None
     if _core_handoff(runtime) is not None:
-        from ._fastpath import core
-
         pointers = runtime_pointers(names=COPY_FUNCTIONS)
         if pointers is not None and core.set_copy_runtime(*pointers):
             found = core.copy

@@ -1,20 +1,29 @@
-"""Import: ``from_dlpack``, the consumer side of DLPack.
+"""Import: ``from_dlpack``, the consumer side of DLPack, and ``shards``.
 
 Negotiates with any producer (new keywords first, then without them), checks
 the capsule, and lands the data on the device asked for: a NumPy array for
-host targets, a CuPy array for GPU targets.
+host targets, a CuPy array for GPU targets. It stands on the exchange the two
+directions share (``_exchange``): a NumPy array the view shortcut does not
+take goes through its export, and an array spread over several devices
+through a gather.
+
+Floor: the two directions, beside ``_export``: neither imports the other.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
 
-from . import _backends, _capsule, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions
+from . import (
+    _backends, _capsule, _errors, _exchange, _fastpath, _peers, _protocols, _rules, _shards, _streams, _versions,
+)
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import gave_legacy, request
+from ._shards import Shard
 from ._typing import DeviceLike, StreamLike
 
 _ndarray = np.ndarray
@@ -140,9 +149,8 @@ def _import_numpy(x):
     zero-copy for what DLPack can describe (ml_dtypes types), BufferError as
     NumPy gives for the rest (datetime64, byte-swapped data, a field of a
     structured array)."""
-    from ._export import _export
-
-    return _from_capsule(_export(x, False, None, _versions.DLPACK_VERSION, None, None), None, None, None)
+    capsule = _exchange._export(x, False, None, _versions.DLPACK_VERSION, None, None)
+    return _from_capsule(capsule, None, None, None)
 
 
 def _from_spread(x, device, copy, stream):
@@ -154,7 +162,7 @@ def _from_spread(x, device, copy, stream):
         return from_dlpack(one, device=device, copy=copy, stream=stream)
     if target is None:
         target = _shards.home(x)
-    gathered = _shards.gather(x, target, copy, stream, from_dlpack)
+    gathered = _exchange.gather(x, target, copy, stream)
     return from_dlpack(gathered, device=target, copy=False if copy else None, stream=stream)
 
 
@@ -171,9 +179,9 @@ def _import_host(x):
 
 
 # Producers whose host capsules NumPy's own importer reads exactly as the
-# rules say (well-formed, versioned, honest flags), for the dtypes NumPy
-# knows: their common import goes straight to numpy.from_dlpack, which skips
-# the checks a producer of unknown quality needs. type -> test(x), or None.
+# rules say, for the dtypes their rows in _peers name: their common import
+# goes straight to numpy.from_dlpack, which skips the checks a producer of
+# unknown quality needs. type -> test(x), or None.
 _DIRECT: dict = {}
 _np_from_dlpack = np.from_dlpack
 
@@ -181,15 +189,12 @@ _np_from_dlpack = np.from_dlpack
 def _direct_test(t):
     if not numpy_backend.VERSIONED_NUMPY:
         return None  # NumPy < 2.1 asks for legacy capsules: read-only arrays
-    if t.__module__ == "torch" and t.__name__ == "Tensor":
-        import torch
-
-        numpy_dtypes = frozenset({
-            torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-            torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-        } | {getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)})
-        return lambda x: x.dtype in numpy_dtypes
-    return None
+    peer = _peers.of_array_type(t)
+    if peer is None or not peer.numpy_reads:
+        return None
+    library = importlib.import_module(peer.module)  # loaded already: t is its type
+    numpy_dtypes = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
+    return lambda x: x.dtype in numpy_dtypes
 
 
 def _numpy_reads_directly(x) -> bool:
@@ -244,3 +249,41 @@ def _land_on_host(capsule, versioned, header, copy):
 
 
 _HOST_TYPES = frozenset(int(t) for t in HOST_ACCESSIBLE)
+
+
+def shards(x, *, replicas: bool = False) -> list:
+    """Every addressable shard of ``x``, each imported zero-copy on its own
+    device (a NumPy array on the host, a CuPy array on a GPU).
+
+    ``x`` is an array spread over several devices (a JAX array with a
+    ``NamedSharding``, ``PositionalSharding``, from ``shard_map`` or
+    ``pmap``...); a single-device array gives one shard covering it all.
+    Each piece of data is given once (``replica_id == 0``) unless
+    ``replicas=True``.
+
+    >>> import numpy as np, gpu_dlpack
+    >>> [s.index for s in gpu_dlpack.shards(np.arange(4.0))]
+    [(slice(None, None, None),)]
+
+    To hand each shard of a JAX array to PyTorch without a gather::
+
+        for s in gpu_dlpack.shards(j):
+            t = torch.from_dlpack(gpu_dlpack.wrap(s.data))   # on s.device
+    """
+    if not hasattr(x, "addressable_shards"):
+        data = from_dlpack(x)
+        whole = tuple(slice(None) for _ in range(max(np.ndim(data), 1)))
+        return [Shard(whole, _where(data), 0, data)]
+    _shards.check_addressable(x)
+    found = []
+    for shard in x.addressable_shards:
+        if shard.replica_id and not replicas:
+            continue
+        data = from_dlpack(shard.data)
+        index = tuple(shard.index)
+        found.append(Shard(index, _where(data), int(shard.replica_id), data))
+    return found
+
+
+def _where(data) -> Device:
+    return _backends.device_of(data)

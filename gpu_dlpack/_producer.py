@@ -5,6 +5,8 @@ A producer written before the 2023 standard revision takes only ``stream``
 ``copy``. It is asked again without them, and the caller does what the
 producer could not. What each producer type accepts is remembered, so an old
 producer costs one failed call per type, not one per exchange.
+
+Floor: mechanism (the backends ask producers too), over the leaves.
 """
 
 from __future__ import annotations

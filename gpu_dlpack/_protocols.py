@@ -23,6 +23,8 @@ object alive and orders the consumer's stream after the interface's
 
 Out: ``wrap(x)`` offers ``__cuda_array_interface__`` (version 3) over GPU
 memory and ``__array_interface__`` over host memory, besides DLPack.
+
+Floor: what both directions share, under ``_exchange``, above the backends.
 """
 
 from __future__ import annotations

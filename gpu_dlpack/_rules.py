@@ -4,6 +4,9 @@ Given where the data is, whether it may be written, and what the consumer
 asked for, these functions decide the capsule kind, whether a copy is made,
 the target device, and the READ_ONLY flag, or raise the error the standard
 names. The backends (``_backends``) then do it.
+
+Floor: policy, over the mechanism and the leaves: it knows no backend and no
+capsule.
 """
 
 from __future__ import annotations

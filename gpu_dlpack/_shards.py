@@ -1,27 +1,29 @@
-"""Arrays spread over several devices (JAX's sharded and replicated arrays).
+"""Arrays spread over several devices (JAX's sharded and replicated arrays),
+read through their own shard list.
 
 DLPack describes memory on one device, and JAX refuses ``__dlpack__`` and
-``__dlpack_device__`` for any array whose sharding spans more than one. Here
-such an array is taken apart by its own shard list (``addressable_shards``:
-each shard is a single-device array with the slices of the whole it covers):
+``__dlpack_device__`` for any array whose sharding spans more than one. Such
+an array is read here by its shard list (``addressable_shards``: each shard
+is a single-device array with the slices of the whole it covers): whether
+it is spread, its replica on a device, the device it lands on by default,
+and the pieces it is made of.
 
-- a fully replicated array is the replica on the device asked for (or the
-  first addressable one), zero-copy;
-- a sharded array is gathered once onto one device, when a copy is allowed;
-- ``shards`` hands out every shard, zero-copy, on its own device.
+The exchange does the rest, under the rules of any exchange (copy, device,
+READ_ONLY): a replica goes through the usual export and import, a sharded
+array is gathered once onto one device when a copy is allowed
+(``_exchange.gather``), and ``gpu_dlpack.shards`` imports each shard,
+zero-copy, on its own device (``_import``).
 
-The rules (copy, device, READ_ONLY) are those of any exchange: a replica
-or a gathered array goes through the usual export and import.
+Floor: what both directions share, under ``_exchange``; it reads shard lists
+and imports no backend.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from . import _capsule, _errors
-from ._devices import Device, DLDeviceType
+from ._devices import Device
 
 
 class Shard(NamedTuple):
@@ -59,7 +61,7 @@ def describe(x) -> str:
     return f"{kind}{'' if spec is None else f'({spec})'} over {n} devices"
 
 
-def _check_addressable(x) -> None:
+def check_addressable(x) -> None:
     if not getattr(x, "is_fully_addressable", True):
         here = sorted(str(d) for d in x.sharding.addressable_devices)
         missing = len(x.sharding.device_set) - len(here)
@@ -82,7 +84,7 @@ def replica(x, device: Device | None = None):
         return None
     shards = x.addressable_shards
     if not shards:
-        _check_addressable(x)
+        check_addressable(x)
         return None
     if device is not None:
         for shard in shards:
@@ -95,79 +97,14 @@ def home(x) -> Device:
     """The device an export of ``x`` lands on by default: the device of its
     first addressable shard (so a gather of a host-sharded array lands on the
     host)."""
-    _check_addressable(x)
+    check_addressable(x)
     return _shard_device(x.addressable_shards[0])
 
 
-def _pieces(x):
+def pieces(x):
     """The shards holding each piece of ``x`` once (replica 0)."""
-    _check_addressable(x)
+    check_addressable(x)
     return [s for s in x.addressable_shards if s.replica_id == 0]
-
-
-def gather(x, target: Device, copy, stream, import_):
-    """A new array holding all of ``x``, each piece copied once into its
-    place: a NumPy array for the CPU, a CuPy array for a GPU (the copies
-    queued on the consumer's ``stream``). For other targets (pinned or
-    managed memory) the host gather is returned, for the caller to move.
-    ``import_`` is ``from_dlpack``, which reads each shard where it is (or
-    moves it to the GPU)."""
-    if copy is False:
-        raise _errors.spread_needs_copy(describe(x), target)
-    pieces = _pieces(x)
-    if target.type in _GPU_TYPES:
-        from ._backends import cupy as cupy_backend
-
-        return cupy_backend.gather(x.shape, x.dtype, pieces, target, stream, import_)
-    out = np.empty(x.shape, x.dtype)
-    for shard in pieces:
-        out[shard.index] = import_(shard.data, device="cpu")
-    return out
-
-
-_GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
-
-
-def shards(x, *, replicas: bool = False) -> list:
-    """Every addressable shard of ``x``, each imported zero-copy on its own
-    device (a NumPy array on the host, a CuPy array on a GPU).
-
-    ``x`` is an array spread over several devices (a JAX array with a
-    ``NamedSharding``, ``PositionalSharding``, from ``shard_map`` or
-    ``pmap``...); a single-device array gives one shard covering it all.
-    Each piece of data is given once (``replica_id == 0``) unless
-    ``replicas=True``.
-
-    >>> import numpy as np, gpu_dlpack
-    >>> [s.index for s in gpu_dlpack.shards(np.arange(4.0))]
-    [(slice(None, None, None),)]
-
-    To hand each shard of a JAX array to PyTorch without a gather::
-
-        for s in gpu_dlpack.shards(j):
-            t = torch.from_dlpack(gpu_dlpack.wrap(s.data))   # on s.device
-    """
-    from ._import import from_dlpack
-
-    if not hasattr(x, "addressable_shards"):
-        data = from_dlpack(x)
-        whole = tuple(slice(None) for _ in range(max(np.ndim(data), 1)))
-        return [Shard(whole, _where(data), 0, data)]
-    _check_addressable(x)
-    found = []
-    for shard in x.addressable_shards:
-        if shard.replica_id and not replicas:
-            continue
-        data = from_dlpack(shard.data)
-        index = tuple(shard.index)
-        found.append(Shard(index, _where(data), int(shard.replica_id), data))
-    return found
-
-
-def _where(data) -> Device:
-    from ._backends import device_of
-
-    return device_of(data)
 
 
 def flag_copied(capsule) -> None:

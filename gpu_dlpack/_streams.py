@@ -1,5 +1,8 @@
 """The stream rules of the DLPack ``__dlpack__(stream=...)`` argument, per
-device type, as data (array API standard, ``__dlpack__``)."""
+device type, as data (array API standard, ``__dlpack__``).
+
+Floor: the leaves, over ``_devices``.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ import threading
 import warnings
 from typing import Iterator
 
-from . import _errors
-from ._devices import DLDeviceType
+from . import _devices, _errors
+from ._devices import Device, DLDeviceType
 from ._typing import DeviceLike, StreamLike
 
 # What each special value means. A value missing from a table is invalid for
@@ -170,9 +173,7 @@ def handle_of(stream):
     if handle is None:
         return stream
     if handle == 0:
-        from ._devices import cupy_is_rocm
-
-        return 0 if cupy_is_rocm() else DEFAULT_HANDLE[DLDeviceType.CUDA]
+        return 0 if _devices.cupy_is_rocm() else DEFAULT_HANDLE[DLDeviceType.CUDA]
     return handle
 
 
@@ -265,8 +266,6 @@ def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> It
 
 
 def _device_index(device):
-    from ._devices import Device
-
     return Device(device).index
 
 

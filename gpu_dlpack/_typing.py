@@ -1,4 +1,7 @@
-"""The types the public API speaks of, for annotations."""
+"""The types the public API speaks of, for annotations.
+
+Floor: the leaves, at the bottom: it imports nothing of the package.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,16 @@
 """DLPack versions: what gpu_dlpack produces, the floor it refuses below, and
-which version first described each dtype and device type."""
+which version first described each dtype and device type.
+
+Floor: the leaves, over ``_devices`` and ``_dtypes``.
+"""
 
 from __future__ import annotations
 
 import os
 
 from . import _errors
+from ._devices import DLDeviceType
+from ._dtypes import describe_code
 
 #: The newest DLPack version gpu_dlpack produces. Every versioned capsule it
 #: hands out carries this version. 1.2 is the first version that requires
@@ -138,13 +143,9 @@ def check_describable(max_version, dtype_code, device_type):
         return
     need = DTYPE_SINCE.get(dtype_code, (0, 0))
     if max_version < need:
-        from ._dtypes import describe_code
-
         raise _errors.needs_version(f"dtype {describe_code(dtype_code)}", need, max_version)
     need = DEVICE_SINCE.get(int(device_type), (0, 0))
     if max_version < need:
-        from ._devices import DLDeviceType
-
         raise _errors.needs_version(
             f"device type {DLDeviceType(device_type).name}", need, max_version
         )

@@ -3,7 +3,7 @@
 # is mutated on its own, against the focused tests that guard its rules, in a
 # copy of the tree under $MUTATION_DIR (default /tmp/gpu_dlpack-mutation).
 #
-#   bash scripts/mutation.sh                 # all five modules, one after another
+#   bash scripts/mutation.sh                 # all six modules, one after another
 #   bash scripts/mutation.sh _rules _capsule # some of them
 #
 # Each module is mutated once per path (MUTATION_PATHS, default "core pure":
@@ -43,6 +43,7 @@ paths=${MUTATION_PATHS:-core pure}
 declare -A TESTS=(
   [_rules]="tests/test_export_rules.py tests/test_import_rules.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_versions.py"
   [_export]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_shards.py tests/test_protocols.py"
+  [_exchange]="tests/test_export_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_versions.py tests/test_streams.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_shards.py tests/test_protocols.py"
   [_import]="tests/test_import_rules.py tests/test_bad_arguments.py tests/test_malformed.py tests/test_common_exchanges.py tests/test_streams.py tests/test_gpu_rules.py tests/test_inspect.py tests/test_reliability.py tests/test_device_producers.py tests/test_protocols.py"
   [_capsule]="tests/test_malformed.py tests/test_inspect.py tests/test_common_exchanges.py tests/test_export_rules.py tests/test_import_rules.py tests/test_versions.py tests/test_reliability.py tests/test_device_producers.py tests/test_protocols.py"
   [_streams]="tests/test_streams.py tests/test_gpu_rules.py tests/test_bad_arguments.py tests/test_export_rules.py"
@@ -56,7 +57,7 @@ DESELECT="not environment and not jax_arrays_on_a_cpu_device_other_than_0 and no
 PRELOAD="numpy torch jax jax.numpy jax.dlpack ml_dtypes hypothesis"
 
 modules=("$@")
-[ ${#modules[@]} -eq 0 ] && modules=(_rules _export _import _capsule _streams)
+[ ${#modules[@]} -eq 0 ] && modules=(_rules _exchange _export _import _capsule _streams)
 for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
   out=$work/$module

@@ -4,9 +4,10 @@
 # In .venv (made on the first run, with the test extra):
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
-#   2. the compiled core built in place (gpu_dlpack/_core.c);
+#   2. the compiled core built in place (gpu_dlpack/core/);
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]);
+#   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
 #   5. the suite on the compiled core (the run fails if it is not active),
 #      doctests of the README and of the modules included;
 #   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
@@ -31,6 +32,8 @@ python -m pytest bench --benchmark-disable -q || [ $? -eq 5 ]  # 5: none collect
 python bench/steps.py --repeat 1 --number 10 >/dev/null
 step "4. mypy"
 python -m mypy
+step "4b. the layers (lint-imports)"
+lint-imports --no-cache
 step "5. the suite on the compiled core"
 GPU_DLPACK_EXPECT_CORE=1 python -m pytest tests "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"

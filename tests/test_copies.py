@@ -223,46 +223,46 @@ class _Out:
 
 @pytest.fixture
 def backend_ring(monkeypatch):
-    from gpu_dlpack._backends import cupy as cupy_backend
+    from gpu_dlpack._backends.cupy import copies as cupy_copies
 
     runtime = AsyncRuntime()
     ring = _ring(runtime, chunks=4)
     monkeypatch.setattr(_copies, "ring_for", lambda gpu, workers: ring)
     monkeypatch.setattr(_copies, "RING_MIN_BYTES", 4 * CHUNK)
     monkeypatch.setattr(_copies, "cores", lambda: 8)
-    monkeypatch.setattr(cupy_backend, "_is_pinned", lambda ptr: False)
-    yield cupy_backend, ring, runtime
+    monkeypatch.setattr(cupy_copies, "_is_pinned", lambda ptr: False)
+    yield cupy_copies, ring, runtime
     ring.close()
 
 
 def test_large_pageable_copies_go_through_the_ring(backend_ring):
-    cupy_backend, ring, runtime = backend_ring
+    cupy_copies, ring, runtime = backend_ring
     src = np.arange(10 * CHUNK // 4, dtype=np.float32)
     out = _Out(np.zeros_like(src))
-    assert cupy_backend._ring_copy(out, src, 5, 0)
+    assert cupy_copies._ring_copy(out, src, 5, 0)
     runtime.drain()
     np.testing.assert_array_equal(out.arr, src)
     small = np.arange(8, dtype=np.float32)
-    assert not cupy_backend._ring_copy(_Out(np.zeros_like(small)), small, 5, 0)  # direct
+    assert not cupy_copies._ring_copy(_Out(np.zeros_like(small)), small, 5, 0)  # direct
 
 
 def test_a_busy_ring_sends_the_copy_direct(backend_ring):
-    cupy_backend, ring, runtime = backend_ring
+    cupy_copies, ring, runtime = backend_ring
     src = np.ones(10 * CHUNK, np.uint8)
     assert ring.try_acquire()
     try:
-        assert not cupy_backend._ring_copy(_Out(np.zeros_like(src)), src, 5, 0)
+        assert not cupy_copies._ring_copy(_Out(np.zeros_like(src)), src, 5, 0)
     finally:
         ring.release()
 
 
 def test_a_failed_ring_copy_is_a_buffer_error_and_frees_the_ring(backend_ring):
-    cupy_backend, ring, runtime = backend_ring
+    cupy_copies, ring, runtime = backend_ring
     runtime.fail_memcpy_at = 2
     src = np.ones(10 * CHUNK, np.uint8)
     out = _Out(np.zeros_like(src))  # alive until the ring is free again
     with pytest.raises(BufferError, match="invalid resource handle"):
-        cupy_backend._ring_copy(out, src, 5, 0)
+        cupy_copies._ring_copy(out, src, 5, 0)
     assert ring.try_acquire()
     ring.release()
     # The copy queued before the failure runs when its event is waited for,

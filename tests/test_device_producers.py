@@ -172,7 +172,7 @@ MANAGED = (13, 0)
 
 @pytest.fixture
 def served(monkeypatch):
-    from gpu_dlpack import _backends, _export
+    from gpu_dlpack import _backends, _exchange
 
     asked = []
 
@@ -181,7 +181,7 @@ def served(monkeypatch):
         return np.arange(6.0).__dlpack__(max_version=(1, 0))  # any capsule, for the consumer
 
     monkeypatch.setattr(_backends, "gpu_of", lambda x: 3 if isinstance(x, DeviceProducer) else None)
-    monkeypatch.setattr(_export, "_export", record)
+    monkeypatch.setattr(_exchange, "_export", record)
     return asked
 
 

@@ -328,16 +328,16 @@ def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchan
     # A defect injected into the layer: every export of a host producer
     # other than NumPy is refused as unreachable (rule 3, Device), while the
     # direct exchanges work.
-    from gpu_dlpack import _devices, _errors, _export
+    from gpu_dlpack import _devices, _errors, _exchange
 
     def unreachable(x, source, *args):
         raise _errors.unreachable(source, _devices.CPU, "an injected defect")
 
-    monkeypatch.setattr(_export, "_export_host_producer", unreachable)
-    from gpu_dlpack import _fastpath
+    monkeypatch.setattr(_exchange, "_export_host_producer", unreachable)
+    from gpu_dlpack import _fastpath, _wiring
 
     if _fastpath.core is not None:  # the compiled path would pass torch's tensor on in C
-        monkeypatch.setattr(_fastpath, "EXCHANGE_API", False)
+        monkeypatch.setattr(_wiring, "EXCHANGE_API", False)
         _fastpath.core.forget()
     try:
         rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])

@@ -203,7 +203,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-readonly-to-writeable": lambda: raised(
         lambda: _rules.readonly_import_copies(gpu_dlpack.Device("cuda:0"), True, False)
     ),
-    # GPU only: gpu_dlpack/_backends/cupy.py, where CuPy refuses a capsule or
+    # GPU only: gpu_dlpack/_backends/cupy/, where CuPy refuses a capsule or
     # is older than 13.4 (the builders in gpu_dlpack._errors give the text).
     "gpu_dlpack-gpu-failed": lambda: "BufferError: " + str(
         _errors.gpu_failed("import the capsule", TypeError("Unsupported dtype. dtype code: 7"))

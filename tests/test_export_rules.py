@@ -167,6 +167,7 @@ def test_a_legacy_capsule_a_device_producer_leaves_where_it_is_is_refused_by_kin
 @pytest.fixture
 def gpu_backend(monkeypatch):
     from gpu_dlpack._backends import cupy as cupy_backend
+    from gpu_dlpack._backends.cupy import gpus as cupy_gpus
 
     asked = []
 
@@ -179,7 +180,7 @@ def gpu_backend(monkeypatch):
         asked.append(("export", arr, readonly, stream, max_version, dl_device, copy))
         return "the backend's capsule"
 
-    monkeypatch.setattr(cupy_backend, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
+    monkeypatch.setattr(cupy_gpus, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
     monkeypatch.setattr(cupy_backend, "consume", consume)
     monkeypatch.setattr(cupy_backend, "export_array", export_array)
     return asked
@@ -244,6 +245,7 @@ def test_wrap_has_a_repr_naming_the_array_type():
 @pytest.fixture
 def mapping_gpu(monkeypatch):
     from gpu_dlpack._backends import cupy as cupy_backend
+    from gpu_dlpack._backends.cupy import gpus as cupy_gpus
 
     asked = []
 
@@ -251,8 +253,8 @@ def mapping_gpu(monkeypatch):
         asked.append((arr, plan, dtype, stream))
         return "the backend's capsule"
 
-    monkeypatch.setattr(cupy_backend, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
-    monkeypatch.setattr(cupy_backend, "addressable", lambda source, target: True)
+    monkeypatch.setattr(cupy_gpus, "serves", lambda device: device.type == gpu_dlpack.DLDeviceType.CUDA)
+    monkeypatch.setattr(cupy_gpus, "addressable", lambda source, target: True)
     monkeypatch.setattr(cupy_backend, "export_host", export_host)
     return asked
 

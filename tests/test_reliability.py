@@ -31,7 +31,9 @@ import pytest
 
 import gpu_dlpack
 from gpu_dlpack import _capsule, _copies, _handoff
-from gpu_dlpack._backends import cupy as cupy_backend
+from gpu_dlpack._backends.cupy import copies as cupy_copies
+from gpu_dlpack._backends.cupy import gpus as cupy_gpus
+from gpu_dlpack._backends.cupy import imports as cupy_imports
 from gpu_dlpack._devices import Device
 
 from . import capsules
@@ -427,7 +429,7 @@ def test_a_pinned_destination_lives_until_its_copy_is_done(runtime, monkeypatch)
     monkeypatch.setattr(_copies, "pinned_pool", lambda: pool)
     x = np.arange(1000, dtype=np.float32)
     source = weakref.ref(x)
-    out = cupy_backend._to_pinned(x.ctypes.data, x.nbytes, x.shape, x.dtype, "C", 77, 0, False, x)
+    out = cupy_copies._to_pinned(x.ctypes.data, x.nbytes, x.shape, x.dtype, "C", 77, 0, False, x)
     assert pool.idle_bytes == 0 and pool.allocated == 1
     assert [c[0] for c in runtime.calls if c[0] == "memcpy"] == ["memcpy"]
     assert runtime.recorded(77), "no event marks the end of the copy"
@@ -451,11 +453,11 @@ def test_a_device_destination_lives_until_its_copy_from_the_host_is_done(runtime
         made.append(np.empty(shape, dtype))
         return made[-1]
 
-    monkeypatch.setattr(cupy_backend, "_allocate", allocate)
-    monkeypatch.setattr(cupy_backend, "_is_pinned", lambda ptr: False)
+    monkeypatch.setattr(cupy_copies, "_allocate", allocate)
+    monkeypatch.setattr(cupy_copies, "_is_pinned", lambda ptr: False)
     host = np.arange(100, dtype=np.float32)
     dtype = gpu_dlpack._dtypes.from_numpy(host.dtype)
-    out = cupy_backend._copy_from_host(host, dtype, Device((2, 0)), 88, host_done=False, consumer=88)
+    out = cupy_copies._copy_from_host(host, dtype, Device((2, 0)), 88, host_done=False, consumer=88)
     assert out is made[0]
     destination, src = weakref.ref(made.pop()), weakref.ref(host)
     del out, host
@@ -562,7 +564,7 @@ def _strided_views():
 def test_the_extent_of_strided_memory_matches_numpy_byte_bounds():
     for a in _strided_views():
         strides = tuple(s // a.itemsize for s in a.strides)
-        low, high = cupy_backend._extent(a.shape, strides, a.itemsize)
+        low, high = cupy_imports._extent(a.shape, strides, a.itemsize)
         if a.size == 0:
             assert (low, high) == (0, 0)
             continue
@@ -571,22 +573,22 @@ def test_the_extent_of_strided_memory_matches_numpy_byte_bounds():
 
 
 def test_the_extent_of_compact_memory_is_its_size():
-    assert cupy_backend._extent((3, 4), None, 8) == (0, 96)
-    assert cupy_backend._extent((3, 0), None, 8) == (0, 0)
-    assert cupy_backend._extent((), (), 2) == (0, 2)
+    assert cupy_imports._extent((3, 4), None, 8) == (0, 96)
+    assert cupy_imports._extent((3, 0), None, 8) == (0, 0)
+    assert cupy_imports._extent((), (), 2) == (0, 2)
 
 
 def test_memory_wrapped_for_negative_strides_starts_at_the_lowest_address():
     base = np.arange(20.0)
     a = base[::-2]  # first element at base[19], lowest at base[1]
-    start, nbytes, offset = cupy_backend._span(a.ctypes.data, 0, a.shape, (-2,), 8)
+    start, nbytes, offset = cupy_imports._span(a.ctypes.data, 0, a.shape, (-2,), 8)
     assert start == base[1:].ctypes.data
     assert start + offset == a.ctypes.data  # where the array starts inside it
     assert nbytes == 19 * 8 - 8 + 8
     # With a byte offset, the memory begins where the data does.
-    start, nbytes, offset = cupy_backend._span(base.ctypes.data, 19 * 8, a.shape, (-2,), 8)
+    start, nbytes, offset = cupy_imports._span(base.ctypes.data, 19 * 8, a.shape, (-2,), 8)
     assert start == base[1:].ctypes.data and start + offset == base[19:].ctypes.data
-    assert cupy_backend._span(1234, 16, (0,), (1,), 8) == (1250, 0, 0)
+    assert cupy_imports._span(1234, 16, (0,), (1,), 8) == (1250, 0, 0)
 
 
 # -- 7. managed memory on the host: as the GPU allows ------------------------------
@@ -595,19 +597,19 @@ def test_memory_wrapped_for_negative_strides_starts_at_the_lowest_address():
 def test_managed_memory_reaches_the_host_as_the_gpu_allows(concurrent, monkeypatch):
     waits = []
     monkeypatch.setattr(
-        cupy_backend, "_attribute",
+        cupy_gpus, "_attribute",
         lambda name, gpu: concurrent if name == "cudaDevAttrConcurrentManagedAccess" else 1,
     )
-    monkeypatch.setattr(cupy_backend, "device_count", lambda: 2)
+    monkeypatch.setattr(cupy_gpus, "device_count", lambda: 2)
     monkeypatch.setattr(_handoff, "wait_host", lambda stream, gpu: waits.append(("stream", stream, gpu)))
     monkeypatch.setattr(_handoff, "synchronize_device", lambda gpu: waits.append(("device", gpu)))
-    cupy_backend._before_host_access(Device((13, 0)), 77, 1)
+    cupy_gpus._before_host_access(Device((13, 0)), 77, 1)
     if concurrent:
         assert waits == [("stream", 77, 1)]
     else:  # no host access while any kernel runs: every GPU is idle first
         assert waits == [("device", 0), ("device", 1)]
     waits.clear()
-    cupy_backend._before_host_access(Device((2, 1)), 77, 1)
+    cupy_gpus._before_host_access(Device((2, 1)), 77, 1)
     assert waits == [("stream", 77, 1)]  # device memory: its stream only
 
 

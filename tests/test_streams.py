@@ -213,10 +213,10 @@ def test_imports_to_host_memory_the_gpu_does_not_manage_return_complete_numpy_ar
     # ordered on the consumer's stream): never both, and managed memory,
     # though the host can read it, comes back as a CuPy array.
     from gpu_dlpack import _rules
-    from gpu_dlpack._backends import cupy as cupy_backend
+    from gpu_dlpack._backends.cupy import gpus as cupy_gpus
     from gpu_dlpack._devices import HOST_ACCESSIBLE
 
-    lands_on_host = cupy_backend._lands_on_host(Device((device_type, 0)))
+    lands_on_host = cupy_gpus._lands_on_host(Device((device_type, 0)))
     assert lands_on_host == (device_type in HOST_ACCESSIBLE and device_type not in _rules.ALWAYS_WRITEABLE)
     if lands_on_host:
         assert _streams.finishes_before_return(device_type, None)

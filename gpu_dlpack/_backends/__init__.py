@@ -2,7 +2,11 @@
 imports. NumPy holds host memory; CuPy holds CUDA and ROCm memory, and makes
 every copy that involves a GPU (pinned and managed memory included).
 
-A backend does what ``_rules`` decided; adding one touches no rule.
+A backend does what ``_rules`` decided; adding one touches no rule. This
+package's face routes an array or a device to its backend; below it, the
+CuPy backend (``cupy/``), what the installed backends reach (``_reach``:
+the copies they make, the memory a GPU addresses in place), and the NumPy
+backend (``numpy``, with ``_old_numpy`` for NumPy before 2.1).
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ from .. import _errors
 from .._devices import CPU, Device, DLDeviceType
 from . import cupy as cupy_backend
 from . import numpy as numpy_backend
+from ._reach import addressable, can_copy
+from .cupy import gpus as cupy_gpus
+
+__all__ = [
+    "addressable", "can_copy", "cupy_backend", "device_of", "for_array", "for_device", "gpu_of", "numpy_backend",
+]
 
 
 def for_array(x):
@@ -51,23 +61,6 @@ def for_device(device: Device):
     pinned memory."""
     if device.type == DLDeviceType.CPU:
         return numpy_backend
-    if cupy_backend.serves(device):
+    if cupy_gpus.serves(device):
         return cupy_backend
     raise _errors.no_backend(device)
-
-
-def can_copy(source: Device, target: Device) -> bool:
-    """Whether the installed backends can make a copy from ``source`` to
-    ``target`` (which copies are allowed is ``_rules.COPY_MOVES``): NumPy
-    copies host-readable memory to the CPU; every other end needs CuPy."""
-    if target == CPU and source.is_host_accessible:
-        return True
-    return all(
-        end.type == DLDeviceType.CPU or cupy_backend.serves(end) for end in (source, target)
-    )
-
-
-def addressable(source: Device, target: Device) -> bool:
-    """Whether the ``target`` GPU can address memory of ``source`` in place
-    (``_rules.MAPPED_MOVES``): a question for the hardware."""
-    return cupy_backend.serves(target) and cupy_backend.addressable(source, target)

@@ -8,10 +8,12 @@ the consumer calls the deleter (or the unconsumed capsule dies). Import
 reads a versioned capsule through the array interface, the capsule's owner
 kept alive by the array's base.
 
-The deleter and the capsule destructor are ctypes callbacks, kept alive for
-the life of the process (a capsule may outlive this module at shutdown);
-the destructor also serves ``_capsule.handover`` here.
+The deleter is a ctypes callback, kept alive for the life of the process (a
+capsule may outlive this module at shutdown); the capsule destructor is the
+layer's own (``_destructor``), which also serves ``_capsule.handover`` here.
 NumPy 2.1 and later never come here.
+
+Floor: the backends, under ``numpy``.
 """
 
 from __future__ import annotations
@@ -22,20 +24,14 @@ import struct
 import numpy as np
 
 from .. import _capsule, _errors
+from .._destructor import OWNING_DESTRUCTOR as _DESTRUCTOR
 
 _VERSIONED = _capsule.VERSIONED.encode()
 _HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor
 _HEAD_SIZE = _HEAD.size  # 80
-_DELETER_AT = 16  # DLManagedTensorVersioned.deleter
 
 _api = ctypes.pythonapi
-# Fresh function objects (``pythonapi[...]``), so their argtypes are ours.
-_IsValid = _api["PyCapsule_IsValid"]
-_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_IsValid.restype = ctypes.c_int
-_GetPointer = _api["PyCapsule_GetPointer"]
-_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_GetPointer.restype = ctypes.c_void_p
+# A fresh function object (``pythonapi[...]``), so its argtypes are ours.
 _New = _api["PyCapsule_New"]
 _New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _New.restype = ctypes.py_object
@@ -52,30 +48,10 @@ def _deleter(ptr):
     _live.pop(ptr, None)
 
 
-_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _destructor(capsule):
-    # What every producer's destructor does (dlpack.h): an unconsumed
-    # capsule's tensor is freed by its deleter; a consumed one was renamed.
-    # Any producer's tensor (the layer's hand-over capsules use it too).
-    if _IsValid(capsule, _VERSIONED):
-        ptr = _GetPointer(capsule, _VERSIONED)
-        deleter = ctypes.c_void_p.from_address(ptr + _DELETER_AT).value
-        if deleter:
-            _Deleter(deleter)(ptr)
-
-
 # Never freed: a capsule or a consumer may call them during shutdown.
-for _keep in (_deleter, _destructor, _live, _name, _no_elements, _IsValid, _GetPointer):
+for _keep in (_deleter, _live, _name, _no_elements):
     _api.Py_IncRef(ctypes.py_object(_keep))
 _DELETER = ctypes.cast(_deleter, ctypes.c_void_p).value
-_DESTRUCTOR = ctypes.cast(_destructor, ctypes.c_void_p).value
-
-#: A versioned capsule destructor that frees an unconsumed capsule's tensor,
-#: for any producer's tensor (NumPy before 2.1 has none to lend).
-OWNING_DESTRUCTOR = _DESTRUCTOR
 
 
 def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, bits: int):

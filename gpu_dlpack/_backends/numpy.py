@@ -8,7 +8,10 @@ then built and read by ``_old_numpy``.
 
 An ndarray subclass that overrides ``__dlpack__`` is a producer of its own
 (it may take only ``stream``, as every producer older than the standard's
-keywords): it is asked like any foreign producer, not exported here."""
+keywords): it is asked like any foreign producer, not exported here.
+
+Floor: the backends, at the bottom of them with ``_old_numpy``.
+"""
 
 from __future__ import annotations
 

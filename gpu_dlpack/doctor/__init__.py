@@ -100,6 +100,9 @@ read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
 and its finding names the rule. Any other refusal of an exchange that works
 directly is an ``error``. The exit status is 1 when an exchange through
 gpu_dlpack fails.
+
+Floor: the faces; it stands on the two directions and reads the rest as any
+user would.
 """
 
 from ._findings import SEVERITIES, findings

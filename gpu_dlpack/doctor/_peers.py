@@ -8,6 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable
 
+from .._backends import cupy_backend
 from ._measure import _aligned, _readonly_numpy
 
 
@@ -30,8 +31,6 @@ def _tf_host(m, a):
 
 @functools.lru_cache(maxsize=1)
 def _cupy_gpus() -> int:
-    from .._backends import cupy_backend
-
     return cupy_backend.device_count()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .. import _fastpath, _versions
+from .. import __version__, _fastpath, _versions
 from ._findings import findings
 from ._matrix import matrix
 from ._measure import _err
@@ -34,8 +34,6 @@ def run(extra=(), peers=None) -> dict:
 
     ``extra`` names more modules to probe; ``peers`` replaces ``PEERS``.
     """
-    from .. import __version__
-
     peers = PEERS if peers is None else tuple(peers)
     peers = peers + tuple(generic_peer(m) for m in extra if m not in {p.module for p in peers})
     loaded = [load(p) for p in peers]

@@ -1,0 +1,219 @@
+"""The CuPy backend's GPUs: whether CuPy serves a device, where an array's
+memory is (CUDA, managed, or a ROCm build's GPU), what a GPU addresses in
+place, when the host may read memory in place, and which GPU and stream
+serve a target. Asked of CuPy's runtime, each answer kept where it cannot
+change.
+
+Floor: the backends, at the bottom of CuPy's: it asks only the runtime.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+import weakref
+
+from ... import _handoff, _streams
+from ..._devices import Device, DLDeviceType, cupy_is_rocm
+
+_T = DLDeviceType
+
+GPU_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED, _T.CUDA_HOST, _T.ROCM_HOST})
+_BUILD_TYPES = {
+    False: frozenset({_T.CUDA, _T.CUDA_MANAGED, _T.CUDA_HOST}),
+    True: frozenset({_T.ROCM, _T.ROCM_HOST}),
+}
+#: Memory a CuPy array holds; the other GPU types are pinned host memory,
+#: which lands in NumPy arrays.
+DEVICE_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED})
+#: Memory of one GPU, named by its index.
+INDEXED_TYPES = frozenset({_T.CUDA, _T.ROCM})
+
+
+def owns(x) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+@functools.lru_cache(maxsize=1)
+def device_count() -> int:
+    """GPUs CuPy can use; 0 without CuPy, without a driver, or without a GPU."""
+    if importlib.util.find_spec("cupy") is None:
+        return 0
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+def serves(device: Device) -> bool:
+    """Whether CuPy can hold or copy memory of ``device`` here: a type of
+    this build (CUDA or ROCm) on a GPU that exists."""
+    if device.type not in _BUILD_TYPES[cupy_is_rocm()]:
+        return False
+    count = device_count()
+    return count > 0 and device.index < count
+
+
+@functools.lru_cache(maxsize=None)
+def _attribute(name: str, gpu: int) -> int:
+    from cupy.cuda import runtime
+
+    try:
+        return int(runtime.deviceGetAttribute(getattr(runtime, name), gpu))
+    except Exception:  # unknown to this build (HIP) or this driver
+        return 0
+
+
+# What each mapped move needs from the target GPU (device attributes).
+_MAPPING_NEEDS = {
+    _T.CUDA_HOST: ("cudaDevAttrUnifiedAddressing", "cudaDevAttrCanMapHostMemory"),
+    _T.ROCM_HOST: ("cudaDevAttrUnifiedAddressing", "cudaDevAttrCanMapHostMemory"),
+    _T.CUDA_MANAGED: ("cudaDevAttrManagedMemory", "cudaDevAttrConcurrentManagedAccess"),
+    _T.CPU: ("cudaDevAttrPageableMemoryAccessUsesHostPageTables",),
+}
+
+
+def addressable(source: Device, target: Device) -> bool:
+    """Whether GPU ``target`` reads and writes ``source`` memory in place:
+    pinned memory under unified addressing, managed memory with concurrent
+    access, pageable memory on systems where the GPU uses the host's page
+    tables (ATS)."""
+    needs = _MAPPING_NEEDS.get(source.type)
+    return bool(needs) and all(_attribute(name, target.index) for name in needs)
+
+
+def device_of(x) -> Device:
+    """Where a CuPy array's memory is: CUDA, CUDA_MANAGED (id 0, as DLPack
+    says for managed memory) or, on a ROCm build, ROCM."""
+    data = x.data
+    gpu = data.device_id
+    if cupy_is_rocm():
+        return Device._make(_T.ROCM, gpu)
+    managed = _managed_by_kind(data.mem)
+    if managed is None:
+        managed = _is_managed(data.ptr)
+    if managed:
+        return Device._make(_T.CUDA_MANAGED, 0)
+    return Device._make(_T.CUDA, gpu)
+
+
+#: Whether memory of each of CuPy's memory classes is managed, where the
+#: class alone says (cudaMalloc, cudaMallocAsync, cudaMallocManaged).
+_KIND_OF_CLASS: dict = {}
+#: The same, learnt per CuPy memory pool: a pool's blocks all come from its
+#: one allocator, so the runtime is asked once per pool.
+_kind_of_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _managed_by_kind(mem) -> bool | None:
+    """Whether ``mem`` (an array's ``data.mem``) is managed memory, as its
+    CuPy class or its pool says; None when neither does (ask the runtime)."""
+    if not _KIND_OF_CLASS:
+        from cupy.cuda import memory
+
+        _KIND_OF_CLASS.update({memory.Memory: False, memory.ManagedMemory: True, memory.PooledMemory: _POOLED})
+        if hasattr(memory, "MemoryAsync"):
+            _KIND_OF_CLASS[memory.MemoryAsync] = False
+    known = _KIND_OF_CLASS.get(type(mem))
+    if known is not _POOLED:
+        return known
+    try:  # a block of a memory pool
+        pool = mem.pool
+        pool = pool() if isinstance(pool, weakref.ref) else pool
+        known = _kind_of_pool.get(pool)
+        if known is None:
+            known = _kind_of_pool[pool] = _is_managed(mem.ptr)
+        return known
+    except TypeError:  # a pool that takes no weak reference: ask each time
+        return None
+
+
+_POOLED = "pooled"
+
+
+def gpu_of(ptr: int) -> int:
+    """The GPU whose memory ``ptr`` points into (the current GPU for NULL or
+    memory the runtime does not know; 0 without a GPU or without CuPy)."""
+    try:
+        from cupy.cuda import runtime
+    except ImportError:
+        return 0
+
+    try:
+        if ptr:
+            device = int(runtime.pointerGetAttributes(ptr).device)
+            if device >= 0:
+                return device
+        return int(runtime.getDevice())
+    except Exception:
+        return 0
+
+
+def _memory_type(ptr: int) -> int | None:
+    runtime = _handoff._runtime()
+
+    try:
+        return runtime.pointerGetAttributes(ptr).type
+    except Exception:  # pageable memory on runtimes that refuse to say
+        return None
+
+
+def _before_host_access(source: Device, producer: int, gpu: int) -> None:
+    """Wait until the host may read ``source`` memory in place: the
+    producer's stream is done, and for managed memory on GPUs without
+    concurrent managed access (cudaDevAttrConcurrentManagedAccess 0: Windows,
+    pre-Pascal and some virtualised GPUs), where a host access while any
+    kernel runs faults, every GPU is idle."""
+    if source.type == _T.CUDA_MANAGED and not _attribute("cudaDevAttrConcurrentManagedAccess", gpu):
+        for device in range(device_count()):
+            _handoff.synchronize_device(device)
+    else:
+        _handoff.wait_host(producer, gpu)
+
+
+def _is_managed(ptr: int) -> bool:
+    runtime = _handoff._runtime()
+
+    return bool(ptr) and _memory_type(ptr) == runtime.memoryTypeManaged
+
+
+def _is_pinned(ptr: int) -> bool:
+    runtime = _handoff._runtime()
+
+    return bool(ptr) and _memory_type(ptr) == runtime.memoryTypeHost
+
+
+# -- streams -----------------------------------------------------------------
+
+def _current_gpu() -> int:
+    runtime = _handoff._runtime()
+
+    return runtime.getDevice()
+
+
+def _stream_gpu(target: Device, fallback: int | None) -> int:
+    """The GPU whose streams serve ``target``: its own for GPU memory, else
+    the GPU the data comes from, else the current one."""
+    if target.type in INDEXED_TYPES:
+        return target.index
+    return fallback if fallback is not None else _current_gpu()
+
+
+def _consumer_stream(stream, target: Device, gpu: int) -> int:
+    """The handle of the stream an import's result is used on: ``stream``,
+    else the enclosing ``use_stream`` block's, else CuPy's current stream on
+    the target GPU (the per-thread default stream when CuPy uses it)."""
+    if stream is None:
+        stream = _streams.block_stream(target)
+        if stream is None:
+            return _handoff.current_stream(gpu)
+    stream = _streams.check_stream(stream, target.type)
+    return _streams.resolve(stream, target.type)
+
+
+def _lands_on_host(target: Device) -> bool:
+    return target.type in _streams.HOST_RESULTS

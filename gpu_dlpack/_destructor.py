@@ -1,0 +1,47 @@
+"""The layer's own destructor of versioned capsules, for NumPy < 2.1, which
+has none to lend (``_capsule.handover`` borrows NumPy's otherwise): it frees
+an unconsumed capsule's tensor, for any producer's tensor (the versioned
+capsules ``_backends/_old_numpy`` builds, and the layer's hand-over
+capsules). A ctypes callback, kept alive for the life of the process (a
+capsule may outlive every module at shutdown). Mechanism under the capsule
+ABI: it imports nothing of the package.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+_VERSIONED = b"dltensor_versioned"
+_DELETER_AT = 16  # DLManagedTensorVersioned.deleter
+
+_api = ctypes.pythonapi
+# Fresh function objects (``pythonapi[...]``), so their argtypes are ours.
+_IsValid = _api["PyCapsule_IsValid"]
+_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_IsValid.restype = ctypes.c_int
+_GetPointer = _api["PyCapsule_GetPointer"]
+_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_GetPointer.restype = ctypes.c_void_p
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _destructor(capsule):
+    # What every producer's destructor does (dlpack.h): an unconsumed
+    # capsule's tensor is freed by its deleter; a consumed one was renamed.
+    # Any producer's tensor (the layer's hand-over capsules use it too).
+    if _IsValid(capsule, _VERSIONED):
+        ptr = _GetPointer(capsule, _VERSIONED)
+        deleter = ctypes.c_void_p.from_address(ptr + _DELETER_AT).value
+        if deleter:
+            _Deleter(deleter)(ptr)
+
+
+# Never freed: a capsule may call them during shutdown.
+for _keep in (_destructor, _IsValid, _GetPointer):
+    _api.Py_IncRef(ctypes.py_object(_keep))
+
+#: A versioned capsule destructor that frees an unconsumed capsule's tensor,
+#: for any producer's tensor (NumPy before 2.1 has none to lend).
+OWNING_DESTRUCTOR = ctypes.cast(_destructor, ctypes.c_void_p).value

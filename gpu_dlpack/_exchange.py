@@ -1,0 +1,270 @@
+"""The exchange both directions share: a capsule of any producer under the
+rules, and arrays spread over several devices gathered onto one.
+
+NumPy and CuPy arrays are exported by their backend under the rules. Any
+other producer (PyTorch, JAX, ...) is asked for a zero-copy capsule, which is
+passed on when it already obeys the rules and rebuilt through the host
+backend when it does not (wrong capsule kind, missing flags, a copy or a move
+to do); what it could not move or copy itself, the backend of its device
+does. An object that speaks another array protocol is taken through
+``_protocols``; an array spread over several devices is its replica, or a
+gather of its pieces (``_shards`` reads its shard list), each piece
+exported in turn. Export (``export``, ``wrap``) and import (``from_dlpack``)
+stand on this module, side by side.
+
+Floor: what both directions share, over ``_protocols`` and ``_shards``,
+above the backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backends, _capsule, _dtypes, _errors, _protocols, _rules, _shards, _streams, _versions
+from ._backends import cupy_backend, numpy_backend
+from ._devices import CPU, Device, DLDeviceType
+from ._producer import gave_legacy, request
+from ._producer import producer_name as _producer_name
+
+_ndarray = np.ndarray
+
+
+def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
+    """A capsule for any producer ``x`` under the rules: ``__dlpack__``'s
+    arguments (``stream`` a handle), ``readonly`` as ``wrap`` was asked, and
+    ``source`` the device ``wrap`` read ``x`` on (None: read it now)."""
+    if type(x) is _ndarray:
+        if stream is None and dl_device is None and copy is None and not readonly and (
+            x.dtype.isbuiltin == 1  # NumPy's own types: no carrier, no code newer than 1.0
+        ):
+            # The common case: NumPy's capsule is already the one the rules
+            # ask for. A 0.x max_version takes the general path (a dtype may
+            # be too new for it).
+            versioned = max_version is not None and _versions.check_max_version(max_version)
+            if versioned or max_version is None:
+                capsule = numpy_backend.export_in_place(x, versioned)
+                if capsule is not None:
+                    return capsule
+        return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
+    backend = _backends.for_array(x)
+    if backend is numpy_backend:
+        return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
+    if backend is not None:
+        return backend.export_array(x, readonly, stream, max_version, dl_device, copy)
+    if not hasattr(type(x), "__dlpack__"):
+        adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
+        if adapted is None:
+            raise _errors.not_dlpack(x)
+        return _export(adapted, readonly, stream, max_version, dl_device, copy)
+    if source is None:
+        try:
+            source = Device.of(x)
+        except BufferError:
+            if not _shards.spread(x):
+                raise
+            return _export_spread(x, readonly, stream, max_version, dl_device, copy)
+    if source.is_host_accessible:
+        return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
+    return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+
+
+def _export_spread(x, readonly, stream, max_version, dl_device, copy):
+    """An array spread over several devices: its replica on the device asked
+    for, exported in place; else one gather onto that device, exported and
+    flagged IS_COPIED."""
+    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
+    one = _shards.replica(x, target)
+    if one is not None:
+        return _export(one, readonly, stream, max_version, dl_device, copy)
+    if target is None:
+        target = _shards.home(x)
+    _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    # A target no backend serves is a BufferError, as on every other path,
+    # not whatever the GPU library raises halfway through the gather.
+    _backends.for_device(target)
+    gathered = gather(x, target, copy, stream)
+    capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
+    _shards.flag_copied(capsule)
+    return capsule
+
+
+def gather(x, target: Device, copy, stream):
+    """A new array holding all of ``x``, each piece copied once into its
+    place: a NumPy array for the CPU, a CuPy array for a GPU (the copies
+    queued on the consumer's ``stream``, each piece landed by the GPU's
+    backend). For other targets (pinned or managed memory) the host gather
+    is returned, for the caller to move."""
+    if copy is False:
+        raise _errors.spread_needs_copy(_shards.describe(x), target)
+    pieces = _shards.pieces(x)
+    if target.type in _GPU_TYPES:
+        return cupy_backend.gather(x.shape, x.dtype, pieces, target, stream)
+    out = np.empty(x.shape, x.dtype)
+    for shard in pieces:
+        out[shard.index] = _on_host(shard.data)
+    return out
+
+
+def _on_host(piece):
+    """A NumPy array of one piece of a gather, where the host reads it: its
+    export to the CPU under the rules (zero-copy for host memory)."""
+    capsule = _export(piece, False, None, _versions.DLPACK_VERSION, CPU.dlpack, None)
+    versioned, header = _capsule.checked(capsule)
+    return numpy_backend.consume(capsule, versioned, header)
+
+
+_GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
+
+
+def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
+    dtype = _dtypes.from_numpy(x.dtype)
+    plan = _rules.plan_export(
+        CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
+        copy, _backends.can_copy, _backends.addressable,
+    )
+    # The consumer's stream belongs to the memory it receives.
+    if stream is not None:
+        stream = _streams.check_stream(stream, plan.target.type)
+    if plan.target != CPU:
+        return _backends.for_device(plan.target).export_host(x, plan, dtype, stream)
+    return numpy_backend.export(x, plan, dtype)
+
+
+def _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy):
+    """A producer of host memory: take its zero-copy capsule, then pass it on
+    or rebuild it through NumPy."""
+    want_versioned = _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    # A copy is rebuilt through NumPy anyway: ask for a versioned capsule,
+    # which says whether the data is read-only (a legacy one cannot, and a
+    # NumPy-based producer refuses one for read-only data).
+    ask_versioned = want_versioned or copy is True
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
+    versioned, header = _capsule.checked(
+        capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.check_known
+    )
+    if ask_versioned and not versioned:
+        gave_legacy.add(type(x))
+    # Host memory is one address space whatever the id (JAX numbers its CPU
+    # devices in capsules but says (1, 0) in __dlpack_device__): the type
+    # must match.
+    if header.device_type != source.type:
+        _capsule.discard(capsule, versioned)
+        got = Device((header.device_type, header.device_id))
+        raise _errors.device_mismatch(_producer_name(x), source, got)
+    flags = header.flags
+    if readonly:
+        known_readonly = True
+    elif versioned:
+        known_readonly = bool(flags & _capsule.READ_ONLY)
+    else:
+        known_readonly = None  # a legacy producer cannot say
+    try:
+        plan = _rules.plan_export(
+            source, known_readonly, header.code, header.bits, max_version, dl_device, copy,
+            _backends.can_copy, _backends.addressable,
+        )
+        stream = _streams.check_stream(stream, plan.target.type)
+    except (BufferError, TypeError, ValueError):
+        _capsule.discard(capsule, versioned)
+        raise
+    # Pass the producer's capsule on when it already says everything right
+    # (versioned capsules must carry strides since DLPack 1.2).
+    if not plan.copy and not plan.moves and plan.versioned == versioned and (
+        not versioned or header.strides or not header.ndim
+    ):
+        if versioned:
+            ptr = header.ptr
+            _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+            if plan.read_only and not flags & _capsule.READ_ONLY:
+                _capsule.set_flags(ptr, flags | _capsule.READ_ONLY)
+        return capsule
+    arr = numpy_backend.consume(capsule, versioned, header)
+    dtype = _dtypes.from_numpy(arr.dtype)
+    if plan.target != CPU:
+        return _backends.for_device(plan.target).export_host(arr, plan, dtype, stream)
+    return numpy_backend.export(arr, plan, dtype)
+
+
+def _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy):
+    """A producer of device memory that no backend of gpu_dlpack owns: forward
+    every argument, then correct what the producer got wrong. A capsule of
+    the other kind is rebuilt over the same memory (rule 6, on any device);
+    a move or copy the producer did not make is made by the backend of the
+    source device, when there is one."""
+    want_versioned = _versions.check_max_version(max_version)
+    _rules.check_copy(copy)
+    target = _rules.target_device(source, dl_device)
+    # The consumer's stream belongs to the memory it receives, as on every path.
+    stream = _streams.check_stream(stream, target.type)
+    # The array's own device asked for is no move: not even a keyword to a producer.
+    moves = target != source
+    capsule, full = request(
+        x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
+        dl_device=target.dlpack if moves else None, copy=copy,
+    )
+    versioned, header = _capsule.checked(
+        capsule, want_versioned and type(x) not in gave_legacy, _dtypes.check_known
+    )
+    if want_versioned and not versioned:
+        gave_legacy.add(type(x))
+    got = Device((header.device_type, header.device_id))
+    if got != target or (copy and not full):
+        return _finish_on_backend(capsule, versioned, header, source, got, target, readonly,
+                                  stream, max_version, dl_device, copy)
+    copied = bool(copy or moves)
+    read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY))
+    if not want_versioned:
+        if read_only:
+            _capsule.discard(capsule, versioned)
+            raise _errors.readonly_legacy()
+        if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
+            return _rebuild(capsule, versioned, header, False, False)
+        return capsule
+    if versioned:
+        ptr, flags = header.ptr, header.flags
+    else:
+        # Rule 6: a legacy capsule cannot say whether its data may be
+        # written, so the zero-copy versioned one says READ_ONLY.
+        read_only = not copied
+        capsule = _rebuild(capsule, versioned, header, True, read_only)
+        ptr = _capsule.pointer(capsule, True)
+        flags = 0
+    if copied:
+        flags |= _capsule.IS_COPIED
+    if read_only:
+        flags |= _capsule.READ_ONLY
+    _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+    _capsule.set_flags(ptr, flags)
+    return capsule
+
+
+def _rebuild(capsule, versioned, header, want_versioned, read_only):
+    """The capsule of the other kind over the same memory (no copy, any device)."""
+    plan = _rules.Plan(want_versioned, False, CPU, CPU, read_only)
+    try:
+        dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
+    except BufferError:
+        _capsule.discard(capsule, versioned)
+        raise
+    return numpy_backend.rebuild(capsule, versioned, header, plan, dtype)
+
+
+def _finish_on_backend(capsule, versioned, header, source, got, target, readonly, stream,
+                       max_version, dl_device, copy):
+    """The producer gave its own memory where a move or a copy was asked:
+    the backend of its device makes them, from a zero-copy view of that
+    memory. Without such a backend, a BufferError."""
+    if got != source or not _backends.can_copy(source, target):
+        _capsule.discard(capsule, versioned)
+        kind = "versioned" if versioned else "legacy"
+        raise _errors.unreachable(
+            source, target, f"the producer gave a {kind} capsule on {got} and "
+            "gpu_dlpack has no backend for this device to move or copy it"
+        )
+    backend = _backends.for_device(source)
+    arr = backend.consume(capsule, versioned, header)
+    # Data of a legacy capsule counts as read-only unless it is copied.
+    known_readonly = readonly or not versioned or bool(header.flags & _capsule.READ_ONLY)
+    return backend.export_array(arr, known_readonly, stream, max_version, dl_device, copy)

@@ -1,0 +1,96 @@
+"""Wiring the compiled core: what it is told, once every module is loaded.
+
+The core is mechanism only. Python tells it, once, what the policy modules
+decided (the dtypes and device types exchanged, the NumPy dtype of each
+DLPack dtype, which producer types may be imported through their DLPack C
+exchange API and with which guards) and it hands every case it was not told
+about back to the Python implementation, which decides and words the error.
+This module stands just under the package's face (``__init__`` calls
+``install``), above the two directions it names to the core.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _capsule, _devices, _dtypes, _export, _import, _peers, _streams, _versions
+from ._devices import Device
+from ._fastpath import core
+
+#: Whether producers' C exchange APIs are read (False: their __dlpack__ is
+#: always asked). Call ``core.forget()`` after a change.
+EXCHANGE_API = True
+
+
+def _import_plan(t):
+    """Whether ``from_dlpack`` may import instances of type ``t`` through the
+    type's DLPack C exchange API, and the guards: attributes and methods
+    that must be false for the exchange to be the plain one (else the
+    general path runs, and says what the producer refuses). None when not."""
+    api = t.__dict__.get("__dlpack_c_exchange_api__") if isinstance(t, type) else None
+    if api is None or not EXCHANGE_API:
+        return None
+    peer = _peers.of_array_type(t)
+    if peer is None or peer.exchange is None:
+        return None  # other producers keep their __dlpack__, whose checks are theirs
+    guards = peer.exchange
+    codes = sum(1 << _CODES[kind] for kind in guards.method_kinds)
+    return api, guards.attrs, guards.methods, codes
+
+
+_CODES = {name: code for code, name in _dtypes.CODE_NAMES.items()}
+
+
+def _current_stream(device_type, device_id):
+    """The stream gpu_dlpack would queue work on for that device, for a
+    consumer of ``wrap(x)``'s C exchange API (its ``current_work_stream``)."""
+    handle = _streams.block_stream(Device((device_type, device_id)))
+    if handle is None:
+        handle = _streams.DEFAULT_HANDLE.get(device_type)
+    return None if handle is None or handle < 0 else handle
+
+
+def install(capsule_impl: dict) -> None:
+    """Configure the core once every module is loaded (``gpu_dlpack/__init__``)."""
+    if core is None:
+        return
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:  # NumPy 1.x
+        from numpy.core import _multiarray_umath as umath
+    numpy_api = getattr(umath, "_ARRAY_API", None)
+    impl = dict(capsule_impl)
+    impl.update(
+        wrap=_export.python_wrap,
+        check_known=_dtypes.check_known,
+        from_dlpack=_import.from_dlpack,
+        current_stream=_current_stream,
+    )
+    host = 0
+    for t in _devices.HOST_ACCESSIBLE:
+        if int(t) < 64:
+            host |= 1 << int(t)
+    # The NumPy array an import makes: CPU and pinned memory only (managed
+    # memory takes the general path, which knows its device).
+    host &= (1 << int(_devices.DLDeviceType.CPU)) | (1 << int(_devices.DLDeviceType.CUDA_HOST)) | (
+        1 << int(_devices.DLDeviceType.ROCM_HOST)
+    )
+    core.configure(
+        impl=impl,
+        header_type=_capsule.Header,
+        device_types=sum(1 << t for t in _capsule._DEVICE_TYPES if t < 64),
+        host_types=host,
+        known=list(_dtypes.KNOWN),
+        numpy_dtypes={key: d for key, d in _dtypes._NATIVE.items() if d.isbuiltin == 1 and d.isnative},
+        numpy_api=numpy_api if type(numpy_api) is _capsule.CapsuleType and np.ndarray else None,
+        versions=vars(_versions),
+        produced=_versions.DLPACK_VERSION,
+        version_word=_capsule.version_word(_versions.DLPACK_VERSION),
+        learn_import=_import_plan,
+        exportable_fallback=_export.general_dlpack,
+        exportable_class=_export.Exportable,
+        cpu_device=_devices.CPU,
+        cpu_dlpack=_devices.CPU.dlpack,
+        # The dtypes whose NumPy capsule _exchange._export passes on as it is.
+        plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
+    )

@@ -1,0 +1,103 @@
+/* The capsule primitives (capsule.c), and the small ones every file inlines. */
+
+#ifndef GPU_DLPACK_CORE_CAPSULE_H
+#define GPU_DLPACK_CORE_CAPSULE_H
+
+#include "state.h"
+
+static const char LEGACY[] = "dltensor";
+static const char VERSIONED[] = "dltensor_versioned";
+static const char USED_LEGACY[] = "used_dltensor";
+static const char USED_VERSIONED[] = "used_dltensor_versioned";
+static const char EXCHANGED[] = "gpu_dlpack.exchanged";  /* the base of an imported array */
+static const char EXCHANGE_API[] = "dlpack_exchange_api";
+
+#define MAX_NDIM 64
+
+static inline int
+bit_index(unsigned bits)
+{
+    /* 8..128 bits in whole bytes -> bytes; 0 for anything else */
+    return (bits % 8 == 0 && bits >= 8 && bits <= 128) ? (int)(bits / 8) : 0;
+}
+
+static inline int
+dtype_known(DLDataType dt)
+{
+    if (dt.lanes != 1 || dt.code >= 32 || dt.bits == 0)
+        return 0;
+    if (dt.bits <= 64)
+        return (state.known_dtypes[dt.code] >> (dt.bits - 1)) & 1;
+    return dt.bits == 128 && ((state.known_128 >> dt.code) & 1);
+}
+
+/* 1 versioned, 0 legacy, -1 anything else (no error set). */
+static inline int
+kind_of(PyObject *capsule)
+{
+    if (!PyCapsule_CheckExact(capsule))
+        return -1;
+    const char *name = PyCapsule_GetName(capsule);
+    if (name == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (strcmp(name, VERSIONED) == 0)
+        return 1;
+    if (strcmp(name, LEGACY) == 0)
+        return 0;
+    return -1;
+}
+
+static inline DLTensor *
+tensor_of(void *ptr, int versioned)
+{
+    return versioned ? &((DLManagedTensorVersioned *)ptr)->dl_tensor : &((DLManagedTensor *)ptr)->dl_tensor;
+}
+
+int layout_ok(DLTensor *t);
+
+/* 1 when the tensor is well-formed (what _capsule.header checks), else 0. */
+static inline int
+well_formed(DLTensor *t)
+{
+    if (t->ndim < 0 || t->ndim > MAX_NDIM)
+        return 0;
+    if (t->ndim && t->shape == NULL)
+        return 0;
+    if (t->device.device_type < 0 || t->device.device_type >= 64 ||
+        !((state.device_types >> t->device.device_type) & 1) || t->device.device_id < 0)
+        return 0;
+    return layout_ok(t);
+}
+
+PyObject *new_header(void *ptr, int versioned);
+void *claim(PyObject *capsule, int versioned);
+
+static inline void
+run_deleter(void *ptr, int versioned)
+{
+    if (versioned) {
+        DLManagedTensorVersioned *m = ptr;
+        if (m->deleter)
+            m->deleter(m);
+    } else {
+        DLManagedTensor *m = ptr;
+        if (m->deleter)
+            m->deleter(m);
+    }
+}
+
+void capsule_destructor(PyObject *capsule);
+
+int stamp(PyObject *capsule, uint64_t word);
+PyObject *core_header(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_claim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_snapshot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_stamp_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_set_flags(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_set_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

@@ -1,0 +1,266 @@
+/* The consumer side of the C exchange API: a producer type's tensor as a
+ * NumPy array (import_host), or handed on for the stream hand-off
+ * (exchange), as Python said the type may be read. */
+
+#include "consumer.h"
+
+typedef PyObject *(*NewFromDescr_t)(PyTypeObject *, PyObject *, int, const Py_ssize_t *,
+                                    const Py_ssize_t *, void *, int, PyObject *);
+typedef int (*SetBaseObject_t)(PyObject *, PyObject *);
+
+static void
+entry_destructor(PyObject *capsule)
+{
+    ImportEntry *e = PyCapsule_GetPointer(capsule, "gpu_dlpack.import_entry");
+    if (e != NULL) {
+        Py_XDECREF(e->attrs);
+        Py_XDECREF(e->methods);
+        PyMem_Free(e);
+    } else {
+        PyErr_Clear();
+    }
+}
+
+static void
+exchanged_destructor(PyObject *capsule)
+{
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, EXCHANGED);
+    if (m == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (m->deleter)
+        m->deleter(m);
+}
+
+/* The table of an exchange API capsule, if its major version is ours. */
+static const DLPackExchangeAPI *
+api_of(PyObject *capsule)
+{
+    if (!PyCapsule_IsValid(capsule, EXCHANGE_API))
+        return NULL;
+    const DLPackExchangeAPIHeader *h = PyCapsule_GetPointer(capsule, EXCHANGE_API);
+    while (h != NULL && h->version.major != 1)
+        h = h->prev_api;
+    const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
+    if (api == NULL || api->managed_tensor_from_py_object_no_sync == NULL)
+        return NULL;
+    return api;
+}
+
+ImportEntry *
+import_entry(PyTypeObject *type)
+{
+    PyObject *got = PyDict_GetItemWithError(state.import_types, (PyObject *)type);
+    if (got == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        /* First sight of the type: Python decides whether it may be imported
+         * this way, and with which guards. */
+        PyObject *plan = PyObject_CallOneArg(state.learn_import, (PyObject *)type);
+        if (plan == NULL)
+            return NULL;
+        const DLPackExchangeAPI *api = NULL;
+        if (plan != Py_None) {
+            PyObject *cap, *attrs, *methods;
+            unsigned int codes;
+            if (!PyArg_ParseTuple(plan, "OO!O!I", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods, &codes)) {
+                Py_DECREF(plan);
+                return NULL;
+            }
+            api = api_of(cap);
+            if (api != NULL) {
+                ImportEntry *e = PyMem_Calloc(1, sizeof(ImportEntry));
+                if (e == NULL) {
+                    Py_DECREF(plan);
+                    PyErr_NoMemory();
+                    return NULL;
+                }
+                e->api = api;
+                e->attrs = Py_NewRef(attrs);
+                e->methods = Py_NewRef(methods);
+                e->method_codes = codes;
+                got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
+                if (got == NULL) {
+                    Py_DECREF(attrs);
+                    Py_DECREF(methods);
+                    PyMem_Free(e);
+                    Py_DECREF(plan);
+                    return NULL;
+                }
+            }
+        }
+        Py_DECREF(plan);
+        if (got == NULL)
+            got = Py_NewRef(Py_None);
+        int rc = PyDict_SetItem(state.import_types, (PyObject *)type, got);
+        Py_DECREF(got);  /* the dict holds it */
+        if (rc < 0)
+            return NULL;
+    }
+    if (got == Py_None) {
+        return (ImportEntry *)Py_None;  /* known: not imported this way */
+    }
+    return PyCapsule_GetPointer(got, "gpu_dlpack.import_entry");
+}
+
+/* 1 when v (a new reference, consumed) is false; 0 when it is true, NULL or
+ * cannot say (the error cleared). */
+static int
+is_false(PyObject *v)
+{
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int truth = v == Py_False ? 0 : (v == Py_True ? 1 : PyObject_IsTrue(v));
+    Py_DECREF(v);
+    if (truth != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 when every guard of the entry is false for x, 0 when one is true or
+ * cannot be read (the error cleared: the general path asks again and reports). */
+int
+guards_pass(ImportEntry *e, PyObject *x, int code)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(e->attrs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!is_false(PyObject_GetAttr(x, PyTuple_GET_ITEM(e->attrs, i))))
+            return 0;
+    }
+    n = (code >= 0 && code < 32 && ((e->method_codes >> code) & 1)) ? PyTuple_GET_SIZE(e->methods) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!is_false(PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(e->methods, i))))
+            return 0;
+    }
+    return 1;
+}
+
+/* A NumPy array over an owned, versioned tensor of host memory, or NULL with
+ * no error set when the tensor is not the plain case (the caller frees it). */
+static PyObject *
+ndarray_over(DLManagedTensorVersioned *m)
+{
+    DLTensor *t = &m->dl_tensor;
+    if (m->version.major != 1 || !well_formed(t) || t->device.device_type >= 64 ||
+        !((state.host_types >> t->device.device_type) & 1) || t->dtype.lanes != 1 ||
+        t->dtype.code >= 32 || (m->flags & ~FLAG_READ_ONLY))
+        return NULL;
+    int bytes = bit_index(t->dtype.bits);
+    PyObject *descr = bytes ? state.numpy_descr[t->dtype.code][bytes] : NULL;
+    if (descr == NULL)
+        return NULL;
+    Py_ssize_t shape[MAX_NDIM], strides[MAX_NDIM];
+    for (int i = 0; i < t->ndim; i++) {
+        shape[i] = (Py_ssize_t)t->shape[i];
+        if (t->shape[i] < 0)
+            return NULL;
+        if (t->strides != NULL) {
+            if (t->strides[i] > PY_SSIZE_T_MAX / 16 || t->strides[i] < -(PY_SSIZE_T_MAX / 16))
+                return NULL;
+            strides[i] = (Py_ssize_t)t->strides[i] * bytes;
+        }
+    }
+    Py_INCREF(descr);  /* stolen */
+    PyObject *arr = ((NewFromDescr_t)state.numpy_api[94])(
+        state.ndarray_type, descr, t->ndim, shape, t->strides ? strides : NULL,
+        (char *)t->data + t->byte_offset, (m->flags & FLAG_READ_ONLY) ? 0 : 0x0400 /* WRITEABLE */,
+        NULL);
+    if (arr == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *base = PyCapsule_New(m, EXCHANGED, exchanged_destructor);
+    if (base == NULL) {
+        Py_DECREF(arr);
+        PyErr_Clear();
+        return NULL;
+    }
+    if (((SetBaseObject_t)state.numpy_api[282])(arr, base) < 0) {  /* steals base */
+        PyCapsule_SetName(base, USED_VERSIONED);  /* the caller frees m */
+        Py_DECREF(arr);
+        PyErr_Clear();
+        return NULL;
+    }
+    return arr;
+}
+
+/* import_host(x): x as a NumPy array through its type's C exchange API, or
+ * None when the exchange is not the plain one Python was told about. */
+PyObject *
+core_import_host(PyObject *mod, PyObject *x)
+{
+    if (!configured() || state.numpy_api == NULL)
+        Py_RETURN_NONE;
+    ImportEntry *e = import_entry(Py_TYPE(x));
+    if (e == NULL)
+        return NULL;
+    if ((PyObject *)e == Py_None)
+        Py_RETURN_NONE;
+    if (e->api->dltensor_from_py_object_no_sync != NULL) {
+        /* Where the data is, without an owned export: device memory takes
+         * the general path (the backend of its device and the hand-off). */
+        DLTensor view;
+        if (e->api->dltensor_from_py_object_no_sync(x, &view) != 0) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (view.device.device_type < 0 || view.device.device_type >= 64 ||
+            !((state.host_types >> view.device.device_type) & 1))
+            Py_RETURN_NONE;
+    }
+    DLManagedTensorVersioned *m = NULL;
+    if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *arr = guards_pass(e, x, m->dl_tensor.dtype.code) ? ndarray_over(m) : NULL;
+    if (arr == NULL) {
+        if (m->deleter)
+            m->deleter(m);
+        Py_RETURN_NONE;
+    }
+    return arr;
+}
+
+/* exchange(x) -> (capsule, stream) or None: x's versioned tensor through its
+ * type's C exchange API, exported without synchronizing, and the producer's
+ * current work stream on x's device (0 for none), for the caller to hand
+ * off. None when the type was not told to the core, a guard holds, or the
+ * producer refuses (the caller asks __dlpack__, which says why). */
+PyObject *
+core_exchange(PyObject *mod, PyObject *x)
+{
+    if (!configured())
+        Py_RETURN_NONE;
+    ImportEntry *e = import_entry(Py_TYPE(x));
+    if (e == NULL)
+        return NULL;
+    if ((PyObject *)e == Py_None)
+        Py_RETURN_NONE;
+    DLManagedTensorVersioned *m = NULL;
+    if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    void *stream = NULL;
+    if (!guards_pass(e, x, m->dl_tensor.dtype.code) || m->version.major != 1 ||
+        (m->dl_tensor.device.device_type != state.cpu_type && e->api->current_work_stream != NULL &&
+         e->api->current_work_stream(m->dl_tensor.device.device_type, m->dl_tensor.device.device_id, &stream) != 0)) {
+        PyErr_Clear();
+        if (m->deleter)
+            m->deleter(m);
+        Py_RETURN_NONE;
+    }
+    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+    if (capsule == NULL) {
+        if (m->deleter)
+            m->deleter(m);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(stream));
+}

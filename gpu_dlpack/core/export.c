@@ -1,0 +1,171 @@
+/* export(): the plain cases in C, the rest in Python */
+
+#include "export.h"
+
+/* wrap(x, readonly): the Exportable of the plain cases made here (a NumPy
+ * array of a NumPy dtype; a host producer whose C exchange API says where
+ * its data is), every other one by the Python wrap. */
+PyObject *
+core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !configured() || state.exportable_class == NULL || args[1] != Py_False)
+        return delegate("wrap", args, nargs);
+    PyObject *x = args[0];
+    if (state.ndarray_type != NULL && Py_TYPE(x) == state.ndarray_type) {
+        PyObject *dtype = PyObject_GetAttr(x, state.str_dtype);
+        if (dtype == NULL)
+            return NULL;
+        PyObject *r = is_plain(dtype) ? new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_NUMPY, dtype, NULL)
+                                    : delegate("wrap", args, nargs);
+        Py_DECREF(dtype);
+        return r;
+    }
+    ImportEntry *e = import_entry(Py_TYPE(x));
+    if (e == NULL)
+        return NULL;
+    if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+        DLTensor t;
+        if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
+            PyErr_Clear();
+        } else if (t.device.device_type == state.cpu_type && t.device.device_id == 0) {
+            return new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
+        }
+    }
+    return delegate("wrap", args, nargs);
+}
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;  /* the Python function */
+    PyObject *dict;      /* __doc__, __wrapped__...: functools.update_wrapper */
+} Exporter;
+
+/* wrap(x, *, readonly=False): core_wrap, whose every other case calls the
+ * Python wrap through impl["wrap"]. */
+static PyObject *
+wrapper_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs != 1 || state.py_impl == NULL || nkw > 1 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "readonly") != 0))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *a[2] = {args[0], nkw ? args[1] : Py_False};
+    if (a[1] != Py_False)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return core_wrap(NULL, a, 2);
+}
+
+static PyObject *
+exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || state.py_impl == NULL || state.plain_dtypes == NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *x = args[0], *max_version = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[1 + i];
+        if (k == state.str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+            max_version = v;
+        else if (v != Py_None)  /* stream, dl_device, copy, or a wrong name */
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        else if (PyUnicode_CompareWithASCIIString(k, "stream") != 0 &&
+                 PyUnicode_CompareWithASCIIString(k, "dl_device") != 0 &&
+                 PyUnicode_CompareWithASCIIString(k, "copy") != 0)
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    int versioned = max_version != Py_None;
+    if (versioned && !accepted_versioned(max_version))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (state.ndarray_type != NULL && Py_TYPE(x) == state.ndarray_type) {
+        PyObject *dtype = PyObject_GetAttr(x, state.str_dtype);
+        if (dtype == NULL)
+            return NULL;
+        int plain = is_plain(dtype);
+        Py_DECREF(dtype);
+        PyObject *capsule = plain ? numpy_capsule(x, versioned) : NULL;
+        if (capsule != NULL)
+            return capsule;
+    } else if (versioned) {
+        ImportEntry *e = import_entry(Py_TYPE(x));
+        if (e == NULL)
+            return NULL;
+        if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+            DLTensor t;
+            if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
+                PyErr_Clear();
+            } else if (t.device.device_type == state.cpu_type) {
+                DLManagedTensorVersioned *m = exchange_export_of(x, e);
+                if (m != NULL) {
+                    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+                    if (capsule == NULL && m->deleter)
+                        m->deleter(m);
+                    return capsule;
+                }
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fallback;
+    int is_wrap = 0;
+    if (!PyArg_ParseTuple(args, "O|p:Exporter", &fallback, &is_wrap))
+        return NULL;
+    Exporter *self = (Exporter *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)(is_wrap ? wrapper_call : exporter_call);
+    self->fallback = Py_NewRef(fallback);
+    return (PyObject *)self;
+}
+
+static int
+exporter_traverse(Exporter *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+exporter_clear(Exporter *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+exporter_dealloc(Exporter *self)
+{
+    PyObject_GC_UnTrack(self);
+    exporter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef exporter_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}
+};
+
+PyTypeObject ExporterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpu_dlpack._core.Exporter",
+    .tp_basicsize = sizeof(Exporter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "export() with its plain cases in C.",
+    .tp_new = exporter_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Exporter, vectorcall),
+    .tp_dictoffset = offsetof(Exporter, dict),
+    .tp_dealloc = (destructor)exporter_dealloc,
+    .tp_traverse = (traverseproc)exporter_traverse,
+    .tp_clear = (inquiry)exporter_clear,
+    .tp_getset = exporter_getset,
+};

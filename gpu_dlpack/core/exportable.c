@@ -1,0 +1,443 @@
+/* The producer side: Exportable, what wrap() returns, whose __dlpack__ runs
+ * in C the plan Python made at wrap time, and the DLPack C exchange API its
+ * type offers. */
+
+#include "exportable.h"
+
+/* Python sets the plan (at wrap time): _set_plan(kind, dtype_or_api, guards) */
+static PyObject *
+exportable_set_plan(Exportable *self, PyObject *args)
+{
+    int plan;
+    PyObject *arg = Py_None;
+    if (!PyArg_ParseTuple(args, "i|O", &plan, &arg))
+        return NULL;
+    self->plan = PLAN_GENERAL;
+    Py_CLEAR(self->plan_dtype);
+    Py_CLEAR(self->guards_owner);
+    self->api = NULL;
+    self->guards = NULL;
+    if (plan == PLAN_NUMPY) {
+        self->plan_dtype = Py_NewRef(arg);
+        self->plan = plan;
+    } else if (plan == PLAN_EXCHANGE) {
+        ImportEntry *e = import_entry((PyTypeObject *)arg);
+        if (e == NULL)
+            return NULL;
+        if ((PyObject *)e != Py_None) {
+            self->api = e->api;
+            self->guards = e;
+            self->guards_owner = Py_NewRef(PyDict_GetItem(state.import_types, arg));
+            self->plan = plan;
+        }
+    }
+    return PyLong_FromLong(self->plan);
+}
+
+/* 1 when max_version is the one the version policy last accepted against the
+ * floor in force (what _versions.check_max_version caches), else 0. */
+int
+accepted_versioned(PyObject *max_version)
+{
+    PyObject *acc = PyDict_GetItem(state.versions_dict, state.str_accepted);
+    PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
+    return acc != NULL && PyTuple_CheckExact(acc) && PyTuple_GET_SIZE(acc) == 2 &&
+           PyTuple_GET_ITEM(acc, 0) == max_version && PyTuple_GET_ITEM(acc, 1) == floor;
+}
+
+/* 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
+ * max_version under the floor in force: asked of _versions once per floor
+ * (a new floor is a new object), not decided here. */
+static int
+produced_accepted(void)
+{
+    PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
+    if (floor == NULL)
+        return 0;
+    if (floor == state.produced_floor)
+        return 1;
+    PyObject *check = PyDict_GetItemString(state.versions_dict, "check_max_version");
+    PyObject *r = check ? PyObject_CallOneArg(check, state.produced_version) : NULL;
+    int ok = r == Py_True;
+    Py_XDECREF(r);
+    PyErr_Clear();  /* refused: the general path raises it */
+    if (ok)
+        Py_XSETREF(state.produced_floor, Py_NewRef(floor));
+    return ok;
+}
+
+/* The versioned tensor of a PLAN_EXCHANGE export, passed on as the rules
+ * allow for a host producer asked for nothing else; NULL (no error) when it
+ * is not that case. */
+DLManagedTensorVersioned *
+exchange_export_of(PyObject *x, ImportEntry *e)
+{
+    DLManagedTensorVersioned *m = NULL;
+    if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    DLTensor *t = &m->dl_tensor;
+    if (!guards_pass(e, x, t->dtype.code) || m->version.major != 1 || !well_formed(t) || t->device.device_type != state.cpu_type ||
+        !dtype_known(t->dtype) || t->dtype.bits < 8 || (t->ndim && t->strides == NULL) ||
+        (m->flags & FLAG_READ_ONLY)) {
+        if (m->deleter)
+            m->deleter(m);
+        return NULL;
+    }
+    *(uint64_t *)m = state.version_word;
+    return m;
+}
+
+static inline DLManagedTensorVersioned *
+exchange_export(Exportable *self)
+{
+    return exchange_export_of(self->x, self->guards);
+}
+
+/* NumPy's own capsule of x, stamped when versioned; NULL with no error set
+ * when NumPy refuses. */
+PyObject *
+numpy_capsule(PyObject *x, int versioned)
+{
+    PyObject *capsule;
+    if (versioned) {
+        PyObject *a[2] = {x, state.ask_versioned};
+        capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version);
+    } else {
+        PyObject *a[1] = {x};
+        capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, NULL);
+    }
+    if (capsule == NULL || (versioned && stamp(capsule, state.version_word) != 0)) {
+        Py_XDECREF(capsule);
+        PyErr_Clear();
+        return NULL;
+    }
+    return capsule;
+}
+
+static PyObject *
+exportable_general(Exportable *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *stack[8];
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + nkw > 7) {
+        PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
+        return NULL;
+    }
+    stack[0] = (PyObject *)self;
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++)
+        stack[i + 1] = args[i];
+    return PyObject_Vectorcall(state.exportable_fallback, stack, (nargs + 1), kwnames);
+}
+
+static PyObject *
+exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (nargs != 0 || self->plan == PLAN_GENERAL || self->readonly != Py_False ||
+        (self->reported != NULL && self->reported != Py_None))
+        return exportable_general(self, args, nargsf, kwnames);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (k == state.str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
+            max_version = args[i];
+        else if (PyUnicode_CompareWithASCIIString(k, "stream") == 0)
+            stream = args[i];
+        else if (PyUnicode_CompareWithASCIIString(k, "dl_device") == 0)
+            dl_device = args[i];
+        else if (PyUnicode_CompareWithASCIIString(k, "copy") == 0)
+            copy = args[i];
+        else
+            return exportable_general(self, args, nargsf, kwnames);
+    }
+    if (stream != Py_None || dl_device != Py_None || copy != Py_None)
+        return exportable_general(self, args, nargsf, kwnames);
+    int versioned = max_version != Py_None;
+    if (versioned && !accepted_versioned(max_version))
+        return exportable_general(self, args, nargsf, kwnames);
+    PyObject *request = PyTuple_Pack(4, stream, max_version, dl_device, copy);
+    if (request == NULL)
+        return NULL;
+    if (self->plan == PLAN_NUMPY) {
+        PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
+        if (dtype == NULL) {
+            Py_DECREF(request);
+            return NULL;
+        }
+        Py_DECREF(dtype);  /* compared by identity only */
+        if (dtype != self->plan_dtype) {
+            Py_DECREF(request);
+            return exportable_general(self, args, nargsf, kwnames);
+        }
+        PyObject *capsule = numpy_capsule(self->x, versioned);
+        if (capsule == NULL) {
+            /* NumPy refused (a read-only array as legacy...): the general
+             * path says why, in gpu_dlpack's words. */
+            Py_DECREF(request);
+            return exportable_general(self, args, nargsf, kwnames);
+        }
+        Py_SETREF(self->request, request);
+        return capsule;
+    }
+    /* PLAN_EXCHANGE */
+    if (!versioned) {
+        Py_DECREF(request);
+        return exportable_general(self, args, nargsf, kwnames);
+    }
+    DLManagedTensorVersioned *m = exchange_export(self);
+    if (m == NULL) {
+        Py_DECREF(request);
+        return exportable_general(self, args, nargsf, kwnames);
+    }
+    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+    if (capsule == NULL) {
+        if (m->deleter)
+            m->deleter(m);
+        Py_DECREF(request);
+        return NULL;
+    }
+    Py_SETREF(self->request, request);
+    return capsule;
+}
+
+static PyObject *
+exportable_dlpack_device(Exportable *self, PyObject *unused)
+{
+    return Py_NewRef(self->device);
+}
+
+static int
+exportable_traverse(Exportable *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->x);
+    Py_VISIT(self->readonly);
+    Py_VISIT(self->source);
+    Py_VISIT(self->device);
+    Py_VISIT(self->request);
+    Py_VISIT(self->held);
+    Py_VISIT(self->reported);
+    Py_VISIT(self->plan_dtype);
+    Py_VISIT(self->guards_owner);
+    return 0;
+}
+
+static int
+exportable_clear(Exportable *self)
+{
+    Py_CLEAR(self->x);
+    Py_CLEAR(self->readonly);
+    Py_CLEAR(self->source);
+    Py_CLEAR(self->device);
+    Py_CLEAR(self->request);
+    Py_CLEAR(self->held);
+    Py_CLEAR(self->reported);
+    Py_CLEAR(self->plan_dtype);
+    Py_CLEAR(self->guards_owner);
+    self->api = NULL;
+    self->guards = NULL;
+    self->plan = PLAN_GENERAL;
+    return 0;
+}
+
+static void
+exportable_dealloc(Exportable *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    exportable_clear(self);
+    tp->tp_free((PyObject *)self);  /* a subclass's dealloc drops its heap type */
+}
+
+PyObject *
+new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, PyTypeObject *type)
+{
+    Exportable *self = (Exportable *)state.exportable_class->tp_alloc(state.exportable_class, 0);
+    if (self == NULL)
+        return NULL;
+    self->x = Py_NewRef(x);
+    self->readonly = Py_NewRef(Py_False);
+    self->source = Py_NewRef(source);
+    self->device = Py_NewRef(device);
+    self->request = Py_NewRef(Py_None);
+    self->held = Py_NewRef(Py_None);
+    self->reported = Py_NewRef(Py_None);
+    self->plan = plan;
+    if (plan == PLAN_NUMPY) {
+        self->plan_dtype = Py_NewRef(dtype);
+    } else {
+        ImportEntry *e = import_entry(type);  /* known: the caller looked it up */
+        self->api = e->api;
+        self->guards = e;
+        self->guards_owner = Py_NewRef(PyDict_GetItem(state.import_types, (PyObject *)type));
+    }
+    return (PyObject *)self;
+}
+
+static PyMethodDef exportable_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))exportable_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     "A DLPack capsule of the array, under gpu_dlpack's rules."},
+    {"__dlpack_device__", (PyCFunction)exportable_dlpack_device, METH_NOARGS,
+     "The array's (device_type, device_id)."},
+    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS, NULL},
+    {NULL}
+};
+
+static PyMemberDef exportable_members[] = {
+    {"_x", T_OBJECT, offsetof(Exportable, x), 0, NULL},
+    {"_readonly", T_OBJECT, offsetof(Exportable, readonly), 0, NULL},
+    {"_source", T_OBJECT, offsetof(Exportable, source), 0, NULL},
+    {"_device", T_OBJECT, offsetof(Exportable, device), 0, NULL},
+    {"_request", T_OBJECT, offsetof(Exportable, request), 0, NULL},
+    {"_held", T_OBJECT, offsetof(Exportable, held), 0, NULL},
+    {"_reported", T_OBJECT, offsetof(Exportable, reported), 0, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(Exportable, weakrefs), READONLY, NULL},
+    {NULL}
+};
+
+PyTypeObject ExportableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpu_dlpack._core.ExportableBase",
+    .tp_basicsize = sizeof(Exportable),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled part of gpu_dlpack.Exportable.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)exportable_dealloc,
+    .tp_traverse = (traverseproc)exportable_traverse,
+    .tp_clear = (inquiry)exportable_clear,
+    .tp_methods = exportable_methods,
+    .tp_members = exportable_members,
+    .tp_weaklistoffset = offsetof(Exportable, weakrefs),
+};
+
+/* The DLPack C exchange API of Exportable (offered on its type). */
+
+static int
+exportable_from_py(void *obj, DLManagedTensorVersioned **out)
+{
+    PyObject *x = obj;
+    *out = NULL;
+    if (!PyObject_TypeCheck(x, &ExportableType)) {
+        PyErr_SetString(PyExc_TypeError, "the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable");
+        return -1;
+    }
+    Exportable *self = (Exportable *)x;
+    /* The request is max_version=DLPACK_VERSION and nothing else: the plain
+     * plans run when the version policy has accepted it against the floor in
+     * force (else the general path checks it, and caches its verdict). */
+    int plain = self->readonly == Py_False && (self->reported == NULL || self->reported == Py_None) &&
+                produced_accepted();
+    if (plain && self->plan == PLAN_NUMPY) {
+        PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
+        if (dtype == NULL)
+            return -1;
+        Py_DECREF(dtype);
+        PyObject *capsule = dtype == self->plan_dtype ? numpy_capsule(self->x, 1) : NULL;
+        void *ptr = capsule != NULL ? claim(capsule, 1) : NULL;
+        Py_XDECREF(capsule);
+        if (ptr != NULL) {
+            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
+            if (request == NULL) {
+                run_deleter(ptr, 1);
+                return -1;
+            }
+            Py_SETREF(self->request, request);
+            *out = ptr;
+            return 0;
+        }
+    }
+    if (plain && self->plan == PLAN_EXCHANGE) {
+        DLManagedTensorVersioned *m = exchange_export(self);
+        if (m != NULL) {
+            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
+            if (request == NULL) {
+                if (m->deleter)
+                    m->deleter(m);
+                return -1;
+            }
+            Py_SETREF(self->request, request);
+            *out = m;
+            return 0;
+        }
+    }
+    /* Every other case: the capsule __dlpack__(max_version=DLPACK_VERSION)
+     * gives, claimed here. */
+    PyObject *a[2] = {x, state.produced_version};
+    PyObject *capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version);
+    if (capsule == NULL)
+        return -1;
+    void *ptr = claim(capsule, 1);
+    Py_DECREF(capsule);
+    if (ptr == NULL) {
+        PyErr_SetString(PyExc_BufferError, "gpu_dlpack produced no versioned capsule");
+        return -1;
+    }
+    *out = ptr;
+    return 0;
+}
+
+static int
+exportable_to_py(DLManagedTensorVersioned *m, void **out)
+{
+    /* An owned tensor becomes what gpu_dlpack.from_dlpack makes of it. */
+    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+    if (capsule == NULL)
+        return -1;
+    PyObject *r = delegate("from_dlpack", &capsule, 1);
+    Py_DECREF(capsule);
+    if (r == NULL)
+        return -1;
+    *out = r;
+    return 0;
+}
+
+static int
+exportable_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
+                     void (*set_error)(void *, const char *, const char *))
+{
+    *out = NULL;
+    set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors");
+    return -1;
+}
+
+static int
+exportable_stream(int32_t device_type, int32_t device_id, void **out)
+{
+    /* The stream the layer would use on that device, as Python says. */
+    *out = NULL;
+    if (device_type == state.cpu_type)
+        return 0;
+    PyObject *a[2];
+    a[0] = PyLong_FromLong(device_type);
+    a[1] = PyLong_FromLong(device_id);
+    if (a[0] == NULL || a[1] == NULL) {
+        Py_XDECREF(a[0]);
+        Py_XDECREF(a[1]);
+        return -1;
+    }
+    PyObject *r = delegate("current_stream", a, 2);
+    Py_DECREF(a[0]);
+    Py_DECREF(a[1]);
+    if (r == NULL)
+        return -1;
+    void *s = r == Py_None ? NULL : PyLong_AsVoidPtr(r);
+    Py_DECREF(r);
+    if (s == NULL && PyErr_Occurred())
+        return -1;
+    *out = s;
+    return 0;
+}
+
+DLPackExchangeAPI exportable_api = {
+    {{1, 3}, NULL},
+    exportable_allocator,
+    exportable_from_py,
+    exportable_to_py,
+    NULL,
+    exportable_stream,
+};

@@ -1,0 +1,67 @@
+/* The core's state, one struct: what Python tells the core (configure), what
+ * it keeps of that, the names and arguments module setup makes once, and the
+ * CUDA runtime calls Python finds (set_runtime, set_copy_runtime); and the
+ * hand-back to Python of every case the core does not run (state.c). */
+
+#ifndef GPU_DLPACK_CORE_STATE_H
+#define GPU_DLPACK_CORE_STATE_H
+
+#include "dlpack.h"
+
+/* The CUDA runtime calls: Python finds them in the runtime library CuPy
+ * loaded (no CUDA header or library at build time); the tests hand
+ * recording stand-ins instead. */
+typedef int (*get_device_t)(int *);
+typedef int (*set_device_t)(int);
+typedef int (*event_record_t)(void *, void *);
+typedef int (*stream_wait_t)(void *, void *, unsigned int);
+typedef int (*memcpy_async_t)(void *, const void *, size_t, int, void *);
+typedef int (*stream_sync_t)(void *);
+
+typedef struct {
+    /* what Python tells the core (configure) */
+    PyObject *py_impl;            /* dict: name -> the Python implementation */
+    PyTypeObject *header_type;    /* _capsule.Header (a tuple subclass) */
+    uint64_t device_types;        /* bit t: t is a DLPack device type */
+    uint64_t host_types;          /* bit t: host-readable memory */
+    uint64_t known_dtypes[32];    /* [code]: bit b-1 set when (code, b bits) is exchanged */
+    uint32_t known_128;           /* bit code: (code, 128 bits) is exchanged */
+    PyObject *numpy_descr[32][17];/* [code][bytes]: the NumPy dtype, or NULL */
+    PyTypeObject *ndarray_type;
+    void **numpy_api;
+    PyObject *versions_dict;      /* _versions.__dict__ (its verdict cache) */
+    PyObject *produced_version;   /* DLPACK_VERSION, as Python has it */
+    uint64_t version_word;        /* DLPACK_VERSION as written in a capsule */
+    int32_t cpu_type;
+    PyObject *learn_import;       /* Python: type -> (api capsule, attrs, methods) or None */
+    PyObject *exportable_fallback;/* Python: the general Exportable.__dlpack__ */
+    PyTypeObject *exportable_class;  /* gpu_dlpack.Exportable */
+    PyObject *cpu_device, *cpu_dlpack;  /* the CPU as a Device and as (1, 0) */
+    PyObject *plain_dtypes;          /* NumPy dtypes of PLAN_NUMPY (a dict) */
+    PyObject *plain_list[32];        /* the same, compared by identity */
+    int n_plain;
+
+    /* what the core keeps of it */
+    PyObject *import_types;       /* dict: type -> ImportEntry capsule or None */
+    PyObject *produced_floor;     /* the floor DLPACK_VERSION was accepted under */
+
+    /* names and arguments made once (module setup) */
+    PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version;
+    PyObject *kw_max_version;     /* ("max_version",) */
+    PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
+
+    /* the CUDA runtime calls (set_runtime: all or none; set_copy_runtime: both or neither) */
+    get_device_t rt_get_device;
+    set_device_t rt_set_device;
+    event_record_t rt_event_record;
+    stream_wait_t rt_stream_wait;
+    memcpy_async_t rt_memcpy_async;
+    stream_sync_t rt_stream_sync;
+} CoreState;
+
+extern CoreState state;
+
+int configured(void);
+PyObject *delegate(const char *name, PyObject *const *args, Py_ssize_t nargs);
+
+#endif
