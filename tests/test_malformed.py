@@ -578,6 +578,38 @@ def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
     assert done.stdout.strip() == "ok"
 
 
+# -- the hand-made capsules themselves ------------------------------------------
+
+
+def test_a_capsule_a_consumer_drops_with_its_error_pending_is_freed_once():
+    # NumPy refuses a vector dtype and drops the capsule, its last
+    # reference, with its exception still set: the capsule's destructor and
+    # deleter run then, so they must be C that touches no Python state (a
+    # Python callback swallows NumPy's error, frees nothing, and may leave a
+    # lock taken for the next deleter to wait on for ever).
+    code = (
+        "import numpy as np\n"
+        "from tests import capsules\n"
+        "for i in range(3):\n"
+        "    cap, rec = capsules.make(dtype=(2, 32, 2))\n"
+        "    producer = capsules.Producer(cap)\n"
+        "    del cap\n"
+        "    try:\n"
+        "        np.from_dlpack(producer)\n"
+        "    except Exception as exc:\n"
+        "        print(type(exc).__name__, rec.calls)\n"
+        "cap, rec = capsules.make()\n"
+        "del cap\n"
+        "print('after', rec.calls, capsules.stray_calls)\n"
+    )
+    done = run_python(code, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.split("\n")
+    assert [line.split()[1] for line in lines[:3]] == ["1", "1", "1"], done.stdout
+    assert not any(line.startswith("SystemError") for line in lines), done.stdout
+    assert lines[3] == "after 1 0", done.stdout
+
+
 # -- on a GPU (public API only) ----------------------------------------------------------
 
 
