@@ -161,43 +161,51 @@ tensor_of(void *ptr, int versioned)
 }
 
 /* 1 when the shape and strides can be held (what _capsule._check_layout
- * checks: no negative dimension, no NULL data with elements, at most 2**63 - 1
- * bytes, strides inside the 64-bit address space from either end), else 0. */
+ * checks: no negative dimension, no NULL data with elements (a 0-d tensor
+ * has one), at most 2**63 - 1 bytes, strides (NULL: compact row-major)
+ * inside the 64-bit address space from either end of data + byte_offset; a
+ * tensor without elements checked as if each zero extent were one, its
+ * data allowed NULL), else 0. */
 static int
 layout_ok(DLTensor *t)
 {
     const __int128 MAX_BYTES = (((__int128)1) << 63) - 1, LIMIT = ((__int128)1) << 100;
-    if (t->ndim == 0)
-        return 1;
+    int empty = 0;
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] < 0)
             return 0;
     __int128 count = 1;
     for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) {
+            empty = 1;
+            continue;
+        }
         count *= t->shape[i];
         if (count > MAX_BYTES)
-            count = MAX_BYTES + 1;  /* saturate: too big either way, unless a later 0 */
-        if (count == 0)
-            return 1;
+            count = MAX_BYTES + 1;  /* saturate: too big either way */
     }
-    if (t->data == NULL)
+    if (t->data == NULL && !empty)
         return 0;
     __int128 itemsize = ((unsigned)t->dtype.bits * t->dtype.lanes + 7) >> 3;
     if (itemsize < 1)
         itemsize = 1;
     if (count * itemsize > MAX_BYTES)
         return 0;
-    if (t->strides == NULL)
-        return 1;
     __int128 low = 0, high = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        __int128 reach = (__int128)(t->shape[i] - 1) * t->strides[i];
-        if (reach < 0)
-            low += reach;
-        else
-            high += reach;
-        if (low < -LIMIT || high > LIMIT)
-            return 0;
+    if (t->strides == NULL) {
+        high = count - 1;
+    } else {
+        for (int i = 0; i < t->ndim; i++) {
+            if (t->shape[i] == 0)
+                continue;  /* reaches nowhere, as an extent of one */
+            __int128 reach = (__int128)(t->shape[i] - 1) * t->strides[i];
+            if (reach < 0)
+                low += reach;
+            else
+                high += reach;
+            if (low < -LIMIT || high > LIMIT)
+                return 0;
+        }
     }
     __int128 first = (__int128)(uintptr_t)t->data + (__int128)t->byte_offset;
     low = first + low * itemsize;

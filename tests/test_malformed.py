@@ -69,6 +69,16 @@ MALFORMED = {
     "NULL data, 6 elements": dict(data=0),
     "NULL data, shape (2, 3)": dict(array=np.zeros((2, 3)), data=0),
     "legacy NULL data": dict(versioned=False, data=0),
+    # A 0-d tensor has one element: NULL data is no array (NumPy would
+    # allocate a fresh one, or, with a byte_offset, point at that address).
+    "0-d, NULL data": dict(array=np.array(3.0), data=0),
+    "0-d, NULL data, byte_offset 4096": dict(array=np.array(3.0), data=0, byte_offset=4096),
+    "legacy 0-d, NULL data": dict(array=np.array(3.0), versioned=False, data=0),
+    # Extents that multiply past an int64 are malformed whatever one of
+    # them is (torch counts them and fails after running the deleter).
+    "shape (2**62, 4, 0)": dict(array=np.zeros((1, 1, 0)), shape=(2**62, 4, 0), strides=(4, 1, 1)),
+    "legacy shape (2**62, 4, 0), NULL strides": dict(
+        array=np.zeros((1, 1, 0)), versioned=False, shape=(2**62, 4, 0), null_strides=True),
 }
 
 # Well-formed capsules that an import on this machine cannot take (the
@@ -159,6 +169,15 @@ IMPORT_SAYS = {
     "NULL data, 6 elements": _says_malformed("data is NULL but the shape (6,) has elements"),
     "NULL data, shape (2, 3)": _says_malformed("data is NULL but the shape (2, 3) has elements"),
     "legacy NULL data": _says_malformed("data is NULL but the shape (6,) has elements"),
+    "0-d, NULL data": _says_malformed("data is NULL but a 0-d tensor has one element"),
+    "0-d, NULL data, byte_offset 4096": _says_malformed("data is NULL but a 0-d tensor has one element"),
+    "legacy 0-d, NULL data": _says_malformed("data is NULL but a 0-d tensor has one element"),
+    "shape (2**62, 4, 0)": _says_malformed(
+        f"the extents other than 0 of the shape {(2**62, 4, 0)} of 8-byte elements multiply to more than "
+        "2**63 - 1 bytes"),
+    "legacy shape (2**62, 4, 0), NULL strides": _says_malformed(
+        f"the extents other than 0 of the shape {(2**62, 4, 0)} of 8-byte elements multiply to more than "
+        "2**63 - 1 bytes"),
 }
 assert IMPORT_SAYS.keys() == MALFORMED.keys()
 
@@ -239,6 +258,21 @@ def test_wrap_of_a_producer_of_a_malformed_capsule_refuses_each_consumer(case, f
         np.from_dlpack(wrapped)
     _collect()
     assert rec.calls == 1
+
+
+def test_a_shape_whose_extents_overflow_is_never_handed_to_torch(torch, fed):
+    # torch counts the extents of (2**62, 4, 0), overflows, and raises after
+    # running the deleter of a capsule it did not rename: a capsule the
+    # layer relayed would then free the tensor a second time.
+    fed["wrap(producer)"] += 2
+    for versioned in (True, False):
+        cap, rec = make(np.zeros((1, 1, 0)), versioned=versioned, shape=(2**62, 4, 0), strides=(4, 1, 1))
+        wrapped = gpu_dlpack.wrap(Producer(cap))
+        del cap
+        with pytest.raises(BufferError, match="extents other than 0 of the shape"):
+            torch.from_dlpack(wrapped)
+        _collect()
+        assert rec.calls == 1
 
 
 # What inspect refuses (the text its message must hold): what it cannot read
@@ -369,6 +403,28 @@ LAYOUT_EDGES = {
     "both ends, 2**63 bytes apart": (
         dict(array=_U8, shape=(2, 2), strides=(2**62 - 1, -(2**62)), data=2**62),
         _reaches_outside((2**62 - 1, -(2**62)), (2, 2))),
+    # NULL strides are compact row-major: the same bounds hold.
+    "byte_offset up to the top, NULL strides": (
+        dict(array=_U8, shape=(2,), null_strides=True, data=_TOP - 4096, byte_offset=4094), _NO_BACKEND),
+    "byte_offset past the top, NULL strides": (
+        dict(array=_U8, shape=(2,), null_strides=True, data=_TOP - 4096, byte_offset=4095),
+        _says_malformed(f"the shape (2,) at data {_TOP - 4096:#x} + byte_offset 4095 reaches past the end "
+                        "of the 64-bit address space")),
+    "0-d ending at the top": (
+        dict(array=np.array(1, np.uint8), data=_TOP - 4096, byte_offset=4095), _NO_BACKEND),
+    "0-d past the top": (
+        dict(array=np.array(1, np.uint8), data=_TOP - 4096, byte_offset=4096), _reaches_outside((), ())),
+    # A tensor without elements is checked as if each zero extent were one.
+    "2**63 - 8 bytes of float64 beside a zero extent": (
+        dict(shape=(2**60 - 1, 0), strides=(1, 1), data=4096), _NO_BACKEND),
+    "2**63 bytes of float64 beside a zero extent": (
+        dict(shape=(0, 2**60), strides=(1, 1), data=4096),
+        _says_malformed(f"the extents other than 0 of the shape {(0, 2**60)} of 8-byte elements multiply to "
+                        "more than 2**63 - 1 bytes")),
+    "strides up to the top beside a zero extent": (
+        dict(array=_U8, shape=(2, 0), strides=(2**63 - 4097, 1), data=4096), _NO_BACKEND),
+    "strides past the top beside a zero extent": (
+        dict(array=_U8, shape=(2, 0), strides=(2**63 - 1, 1), data=2**63), _reaches_outside((2**63 - 1, 1), (2, 0))),
 }
 
 
