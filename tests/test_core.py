@@ -59,8 +59,14 @@ def test_the_core_is_active_where_the_test_run_expects_it():
 # One exchange per line, each printed as its result (dtype, shape, values,
 # zero-copy, writeable, capsule fields) or its error (type and message).
 _CASES = r'''
-import json, numpy as np, torch, gpu_dlpack
+import copy, json, numpy as np, torch, gpu_dlpack
 x = np.arange(6.0).reshape(2, 3)
+def gone(w, name):
+    delattr(w, name)
+    return w
+def swapped(w, other):
+    w._x = other
+    return w
 t = torch.arange(6.0).reshape(2, 3)
 ro = np.arange(4); ro.flags.writeable = False
 def show(v):
@@ -120,6 +126,21 @@ cases = {
     "wrap t repr": lambda: repr(gpu_dlpack.wrap(t)),
     "wrap list": lambda: gpu_dlpack.wrap([1]),
     "capsule import": lambda: gpu_dlpack.from_dlpack(x.__dlpack__(max_version=(1, 0))),
+    "wrap x copied": lambda: copy.copy(gpu_dlpack.wrap(x)).__dlpack__(max_version=(1, 0)),
+    "wrap t copied": lambda: copy.copy(gpu_dlpack.wrap(t)).__dlpack__(max_version=(1, 0)),
+    "wrap x deep-copied": lambda: np.from_dlpack(copy.deepcopy(gpu_dlpack.wrap(x))),
+    "wrap new alone device": lambda: gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable).__dlpack_device__(),
+    "wrap new alone dlpack": lambda: gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable).__dlpack__(),
+    "wrap new alone repr": lambda: repr(gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable)),
+    "wrap x no _device": lambda: gone(gpu_dlpack.wrap(x), "_device").__dlpack_device__(),
+    "wrap x no _x": lambda: gone(gpu_dlpack.wrap(x), "_x").__dlpack__(max_version=(1, 0)),
+    "wrap t no _x": lambda: torch.from_dlpack(gone(gpu_dlpack.wrap(t), "_x")),
+    "wrap x no _request": lambda: np.from_dlpack(gone(gpu_dlpack.wrap(x), "_request")),
+    "wrap t no _request": lambda: torch.from_dlpack(gone(gpu_dlpack.wrap(t), "_request")),
+    "wrap x no _readonly": lambda: gone(gpu_dlpack.wrap(x), "_readonly").__dlpack__(),
+    "wrap t no _reported": lambda: torch.from_dlpack(gone(gpu_dlpack.wrap(t), "_reported")),
+    "wrap t, x replaced": lambda: torch.from_dlpack(swapped(gpu_dlpack.wrap(t), x)),
+    "wrap x, t replaced": lambda: np.from_dlpack(swapped(gpu_dlpack.wrap(x), t)),
     "capsule import twice": lambda: (lambda c: (gpu_dlpack.from_dlpack(c), gpu_dlpack.from_dlpack(c)))(x.__dlpack__()),
 }
 out = {}
