@@ -617,6 +617,42 @@ def test_a_host_producer_may_number_its_cpu_device(device_id, max_version):
     assert rec.calls == 1
 
 
+@pytest.mark.parametrize("copy", [None, True])
+@pytest.mark.parametrize("max_version", [None, (1, 0)])
+@pytest.mark.parametrize("given", ["capsule", "producer"])
+def test_host_memory_numbered_by_its_producer_is_exported_by_numpy(given, max_version, copy):
+    # The producer itself says (1, 5), in __dlpack_device__ or in the raw
+    # capsule: still NumPy's memory for every rebuild (a legacy capsule of a
+    # versioned one, a copy), labelled (1, 0) as the standard has it.
+    x = np.arange(6.0)
+    cap, rec = make(x, device=(1, 5))
+    source = cap if given == "capsule" else Producer(cap, device=(1, 5))
+    del cap
+    out = gpu_dlpack.export(source, max_version=max_version, copy=copy)
+    info = gpu_dlpack.inspect(out)
+    assert info.versioned == (max_version is not None)
+    assert (info.data == x.ctypes.data) == (copy is None)
+    assert gpu_dlpack.from_dlpack(out).tolist() == x.tolist()
+    del out, source
+    _collect()
+    assert rec.calls == 1
+
+
+def test_a_wrapped_capsule_of_numbered_host_memory_reaches_each_consumer():
+    x = np.arange(6.0)
+    for consume in (np.from_dlpack, gpu_dlpack.from_dlpack, lambda w: w.__dlpack__(),
+                    lambda w: w.__dlpack__(max_version=(1, 0))):
+        cap, rec = make(x, device=(1, 5))
+        out = consume(gpu_dlpack.wrap(cap))
+        del cap
+        if not isinstance(out, np.ndarray):
+            out = gpu_dlpack.from_dlpack(out)
+        assert out.tolist() == x.tolist() and out.ctypes.data == x.ctypes.data
+        del out
+        _collect()
+        assert rec.calls == 1
+
+
 def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
     pytest.importorskip("jax")
     # A real JAX with four CPU devices, in its own interpreter.
