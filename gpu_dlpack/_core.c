@@ -341,12 +341,20 @@ core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     DLTensor *t = tensor_of(ptr, versioned);
     if ((versioned && ((DLManagedTensorVersioned *)ptr)->version.major != 1) || !well_formed(t))
         return delegate("checked", args, nargs);  /* words the error, discards */
+    /* Read before the dtype check runs Python code, as the Python checked()
+     * does: meanwhile another thread may consume the capsule and free the
+     * tensor. */
+    DLDataType dtype = t->dtype;
+    PyObject *head = new_header(ptr, versioned);
+    if (head == NULL)
+        return NULL;
     if (check != Py_None) {
-        if (dtype_known(t->dtype) && PyDict_GetItemString(py_impl, "check_known") == check) {
+        if (dtype_known(dtype) && PyDict_GetItemString(py_impl, "check_known") == check) {
             /* the told table says check_known passes */
         } else {
-            PyObject *r = PyObject_CallFunction(check, "iii", t->dtype.code, t->dtype.bits, t->dtype.lanes);
+            PyObject *r = PyObject_CallFunction(check, "iii", dtype.code, dtype.bits, dtype.lanes);
             if (r == NULL) {
+                Py_DECREF(head);
                 if (PyErr_ExceptionMatches(PyExc_BufferError)) {
                     PyObject *et, *ev, *tb;
                     PyErr_Fetch(&et, &ev, &tb);
@@ -360,9 +368,6 @@ core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(r);
         }
     }
-    PyObject *head = new_header(ptr, versioned);
-    if (head == NULL)
-        return NULL;
     PyObject *out = PyTuple_New(2);
     if (out == NULL) {
         Py_DECREF(head);

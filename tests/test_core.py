@@ -455,3 +455,24 @@ def test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream(tc, c
     assert g.data.ptr == t.data_ptr()
     consumer.synchronize()
     assert float(g[-1]) == float((1 << 20) - 1) * 2
+
+
+# -- what the core reads, it reads before Python code runs ----------------------
+
+def test_checked_reads_the_header_before_its_dtype_check_runs():
+    # The dtype check is Python: another consumer of the capsule (here the
+    # check itself) may free the tensor while it runs. The header returned
+    # is the one read before, on both paths (the pure one reads it first).
+    from gpu_dlpack import _capsule
+
+    from . import capsules
+
+    a = np.arange(6.0)
+    cap, rec = capsules.make(a)
+
+    def check(code, bits, lanes):
+        gpu_dlpack.from_dlpack(cap)  # consumed and freed: the struct is poisoned
+        assert rec.calls == 1
+
+    versioned, head = _capsule.checked(cap, True, check)
+    assert (head.ndim, head.device_type, head.code, head.bits) == (1, 1, 2, 64)
