@@ -518,6 +518,7 @@ core_set_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 
 typedef struct {
     const DLPackExchangeAPI *api;
+    PyObject *api_owner;  /* the capsule of the table: it lives as long as the entry */
     PyObject *attrs;    /* attributes that must be false for the plain export */
     PyObject *methods;  /* methods whose result must be false ... */
     uint32_t method_codes; /* ... for these dtype codes (bit per code) */
@@ -528,6 +529,7 @@ entry_destructor(PyObject *capsule)
 {
     ImportEntry *e = PyCapsule_GetPointer(capsule, "gpu_dlpack.import_entry");
     if (e != NULL) {
+        Py_XDECREF(e->api_owner);
         Py_XDECREF(e->attrs);
         Py_XDECREF(e->methods);
         PyMem_Free(e);
@@ -563,9 +565,14 @@ api_of(PyObject *capsule)
     return api;
 }
 
+/* The entry of a producer type (Py_None: not imported this way), and in
+ * *hold a new reference to what keeps it alive (the caller releases it):
+ * the guards it runs are Python, which may clear the table meanwhile
+ * (core.forget()). NULL with an error set on failure. */
 static ImportEntry *
-import_entry(PyTypeObject *type)
+import_entry(PyTypeObject *type, PyObject **hold)
 {
+    *hold = NULL;
     PyObject *got = PyDict_GetItemWithError(import_types, (PyObject *)type);
     if (got == NULL) {
         if (PyErr_Occurred())
@@ -592,11 +599,13 @@ import_entry(PyTypeObject *type)
                     return NULL;
                 }
                 e->api = api;
+                e->api_owner = Py_NewRef(cap);
                 e->attrs = Py_NewRef(attrs);
                 e->methods = Py_NewRef(methods);
                 e->method_codes = codes;
                 got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
                 if (got == NULL) {
+                    Py_DECREF(e->api_owner);
                     Py_DECREF(attrs);
                     Py_DECREF(methods);
                     PyMem_Free(e);
@@ -609,14 +618,20 @@ import_entry(PyTypeObject *type)
         if (got == NULL)
             got = Py_NewRef(Py_None);
         int rc = PyDict_SetItem(import_types, (PyObject *)type, got);
-        Py_DECREF(got);  /* the dict holds it */
-        if (rc < 0)
+        if (rc < 0) {
+            Py_DECREF(got);
             return NULL;
+        }
+        *hold = got;  /* the dict holds it too */
+    } else {
+        *hold = Py_NewRef(got);
     }
-    if (got == Py_None) {
+    if (got == Py_None)
         return (ImportEntry *)Py_None;  /* known: not imported this way */
-    }
-    return PyCapsule_GetPointer(got, "gpu_dlpack.import_entry");
+    ImportEntry *e = PyCapsule_GetPointer(got, "gpu_dlpack.import_entry");
+    if (e == NULL)
+        Py_CLEAR(*hold);
+    return e;
 }
 
 /* 1 when v (a new reference, consumed) is false; 0 when it is true, NULL or
@@ -704,6 +719,8 @@ ndarray_over(DLManagedTensorVersioned *m)
     return arr;
 }
 
+static PyObject *import_host_with(PyObject *x, ImportEntry *e);
+
 /* import_host(x): x as a NumPy array through its type's C exchange API, or
  * None when the exchange is not the plain one Python was told about. */
 static PyObject *
@@ -711,9 +728,18 @@ core_import_host(PyObject *mod, PyObject *x)
 {
     if (!configured() || numpy_api == NULL)
         Py_RETURN_NONE;
-    ImportEntry *e = import_entry(Py_TYPE(x));
+    PyObject *hold;
+    ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
+    PyObject *arr = import_host_with(x, e);
+    Py_DECREF(hold);
+    return arr;
+}
+
+static PyObject *
+import_host_with(PyObject *x, ImportEntry *e)
+{
     if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
     if (e->api->dltensor_from_py_object_no_sync != NULL) {
@@ -798,16 +824,18 @@ exportable_set_plan(Exportable *self, PyObject *args)
         self->plan_type = Py_NewRef((PyObject *)ndarray_type);
         self->plan = plan;
     } else if (plan == PLAN_EXCHANGE && PyType_Check(arg)) {
-        ImportEntry *e = import_entry((PyTypeObject *)arg);
+        PyObject *hold;
+        ImportEntry *e = import_entry((PyTypeObject *)arg, &hold);
         if (e == NULL)
             return NULL;
         if ((PyObject *)e != Py_None) {
             self->api = e->api;
             self->guards = e;
-            self->guards_owner = Py_NewRef(PyDict_GetItem(import_types, arg));
+            self->guards_owner = Py_NewRef(hold);
             self->plan_type = Py_NewRef(arg);
             self->plan = plan;
         }
+        Py_DECREF(hold);
     }
     return PyLong_FromLong(self->plan);
 }
@@ -882,7 +910,12 @@ plan_holds(Exportable *self)
 static inline DLManagedTensorVersioned *
 exchange_export(Exportable *self)
 {
-    return exchange_export_of(self->x, self->guards);
+    /* The guards run Python, which may drop the plan (and its entry) meanwhile. */
+    PyObject *hold = Py_NewRef(self->guards_owner), *x = Py_NewRef(self->x);
+    DLManagedTensorVersioned *m = exchange_export_of(x, self->guards);
+    Py_DECREF(x);
+    Py_DECREF(hold);
+    return m;
 }
 
 /* NumPy's own capsule of x, stamped when versioned; NULL with no error set
@@ -1081,10 +1114,17 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     if (plan == PLAN_NUMPY) {
         self->plan_dtype = Py_NewRef(dtype);
     } else {
-        ImportEntry *e = import_entry(type);  /* known: the caller looked it up */
+        PyObject *hold;
+        ImportEntry *e = import_entry(type, &hold);  /* known: the caller looked it up */
+        if (e == NULL || (PyObject *)e == Py_None) {
+            Py_XDECREF(hold);
+            Py_DECREF(self);
+            PyObject *a[2] = {x, Py_False};
+            return e == NULL ? NULL : delegate("wrap", a, 2);
+        }
         self->api = e->api;
         self->guards = e;
-        self->guards_owner = Py_NewRef(PyDict_GetItem(import_types, (PyObject *)type));
+        self->guards_owner = hold;
     }
     return (PyObject *)self;
 }
@@ -1107,7 +1147,8 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(dtype);
         return r;
     }
-    ImportEntry *e = import_entry(Py_TYPE(x));
+    PyObject *hold;
+    ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
     if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
@@ -1115,9 +1156,11 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
             PyErr_Clear();
         } else if (t.device.device_type == cpu_type && t.device.device_id == 0) {
+            Py_DECREF(hold);
             return new_exportable(x, cpu_device, cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
         }
     }
+    Py_DECREF(hold);
     return delegate("wrap", args, nargs);
 }
 
@@ -1243,7 +1286,8 @@ exportable_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
                      void (*set_error)(void *, const char *, const char *))
 {
     *out = NULL;
-    set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors");
+    if (set_error != NULL)  /* a consumer may pass none */
+        set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors");
     return -1;
 }
 
@@ -1343,7 +1387,8 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (capsule != NULL)
             return capsule;
     } else if (versioned) {
-        ImportEntry *e = import_entry(Py_TYPE(x));
+        PyObject *hold;
+        ImportEntry *e = import_entry(Py_TYPE(x), &hold);
         if (e == NULL)
             return NULL;
         if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
@@ -1353,6 +1398,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
             } else if (t.device.device_type == cpu_type) {
                 DLManagedTensorVersioned *m = exchange_export_of(x, e);
                 if (m != NULL) {
+                    Py_DECREF(hold);
                     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
                     if (capsule == NULL && m->deleter)
                         m->deleter(m);
@@ -1360,6 +1406,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
                 }
             }
         }
+        Py_DECREF(hold);
     }
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
@@ -1429,14 +1476,25 @@ static PyTypeObject ExporterType = {
  * current work stream on x's device (0 for none), for the caller to hand
  * off. None when the type was not told to the core, a guard holds, or the
  * producer refuses (the caller asks __dlpack__, which says why). */
+static PyObject *exchange_with(PyObject *x, ImportEntry *e);
+
 static PyObject *
 core_exchange(PyObject *mod, PyObject *x)
 {
     if (!configured())
         Py_RETURN_NONE;
-    ImportEntry *e = import_entry(Py_TYPE(x));
+    PyObject *hold;
+    ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
+    PyObject *r = exchange_with(x, e);
+    Py_DECREF(hold);
+    return r;
+}
+
+static PyObject *
+exchange_with(PyObject *x, ImportEntry *e)
+{
     if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
     DLManagedTensorVersioned *m = NULL;
@@ -1491,11 +1549,11 @@ core_set_runtime(PyObject *mod, PyObject *args)
 }
 
 static int
-on_device(int device, int *current)
+on_device(set_device_t set_device, int device, int *current)
 {
     if (*current == device)
         return 0;
-    int rc = rt_set_device(device);
+    int rc = set_device(device);
     if (rc == 0)
         *current = device;
     return rc;
@@ -1514,26 +1572,34 @@ core_handoff(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "handoff(event, producer, consumer, device, consumer_device)");
         return NULL;
     }
-    if (rt_event_record == NULL) {
+    /* The runtime as it is now: a stand-in's calls may run Python, which
+     * may set another runtime (or none) meanwhile. */
+    get_device_t get_device = rt_get_device;
+    set_device_t set_device = rt_set_device;
+    event_record_t event_record = rt_event_record;
+    stream_wait_t stream_wait = rt_stream_wait;
+    if (event_record == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime");
         return NULL;
     }
-    void *event = PyLong_AsVoidPtr(args[0]);
-    void *producer = PyLong_AsVoidPtr(args[1]);
-    void *consumer = PyLong_AsVoidPtr(args[2]);
-    int device = PyLong_AsLong(args[3]);
-    int consumer_device = PyLong_AsLong(args[4]);
-    if (PyErr_Occurred())
+    /* Each checked before the next: a conversion may run Python (__index__). */
+    void *event = PyLong_AsVoidPtr(args[0]), *producer = NULL, *consumer = NULL;
+    int device = -1, consumer_device = -1;
+    if ((event == NULL && PyErr_Occurred()) ||
+        ((producer = PyLong_AsVoidPtr(args[1])) == NULL && PyErr_Occurred()) ||
+        ((consumer = PyLong_AsVoidPtr(args[2])) == NULL && PyErr_Occurred()) ||
+        ((device = PyLong_AsLong(args[3])) == -1 && PyErr_Occurred()) ||
+        ((consumer_device = PyLong_AsLong(args[4])) == -1 && PyErr_Occurred()))
         return NULL;
     int before = -1, current, rc, restore;
-    rc = rt_get_device(&before);
+    rc = get_device(&before);
     if (rc != 0)
         return PyLong_FromLong(rc);
     current = before;
-    if ((rc = on_device(device, &current)) == 0 && (rc = rt_event_record(event, producer)) == 0 &&
-        (rc = on_device(consumer_device, &current)) == 0)
-        rc = rt_stream_wait(consumer, event, 0);
-    restore = on_device(before, &current);
+    if ((rc = on_device(set_device, device, &current)) == 0 && (rc = event_record(event, producer)) == 0 &&
+        (rc = on_device(set_device, consumer_device, &current)) == 0)
+        rc = stream_wait(consumer, event, 0);
+    restore = on_device(set_device, before, &current);
     return PyLong_FromLong(rc != 0 ? rc : restore);
 }
 
@@ -1575,30 +1641,41 @@ core_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "copy(dst, src, nbytes, stream, device, event, synchronize)");
         return NULL;
     }
-    if (rt_memcpy_async == NULL || rt_get_device == NULL) {
+    /* The runtime as it is now, read with the GIL held: the calls below run
+     * without it, while another thread may set another runtime (or none). */
+    get_device_t get_device = rt_get_device;
+    set_device_t set_device = rt_set_device;
+    event_record_t event_record = rt_event_record;
+    memcpy_async_t memcpy_async = rt_memcpy_async;
+    stream_sync_t stream_sync = rt_stream_sync;
+    if (memcpy_async == NULL || get_device == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime for copies");
         return NULL;
     }
-    void *dst = PyLong_AsVoidPtr(args[0]);
-    void *src = PyLong_AsVoidPtr(args[1]);
-    size_t nbytes = PyLong_AsSize_t(args[2]);
-    void *stream = PyLong_AsVoidPtr(args[3]);
-    int device = PyLong_AsLong(args[4]);
-    void *event = PyLong_AsVoidPtr(args[5]);
-    if (PyErr_Occurred())
+    /* Each checked before the next: a conversion may run Python (__index__). */
+    void *dst = PyLong_AsVoidPtr(args[0]), *src = NULL, *stream = NULL, *event = NULL;
+    size_t nbytes = 0;
+    int device = -1;
+    if ((dst == NULL && PyErr_Occurred()) ||
+        ((src = PyLong_AsVoidPtr(args[1])) == NULL && PyErr_Occurred()) ||
+        ((nbytes = PyLong_AsSize_t(args[2])) == (size_t)-1 && PyErr_Occurred()) ||
+        ((stream = PyLong_AsVoidPtr(args[3])) == NULL && PyErr_Occurred()) ||
+        ((device = PyLong_AsLong(args[4])) == -1 && PyErr_Occurred()) ||
+        ((event = PyLong_AsVoidPtr(args[5])) == NULL && PyErr_Occurred()))
         return NULL;
     int sync = PyObject_IsTrue(args[6]);
     if (sync < 0)
         return NULL;
     int before = -1, current, rc, restore = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = rt_get_device(&before);
+    rc = get_device(&before);
     if (rc == 0) {
         current = before;
-        if ((rc = on_device(device, &current)) == 0 && (rc = rt_memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
-            (event == NULL || (rc = rt_event_record(event, stream)) == 0) && sync)
-            rc = rt_stream_sync(stream);
-        restore = on_device(before, &current);
+        if ((rc = on_device(set_device, device, &current)) == 0 &&
+            (rc = memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
+            (event == NULL || (rc = event_record(event, stream)) == 0) && sync)
+            rc = stream_sync(stream);
+        restore = on_device(set_device, before, &current);
     }
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc != 0 ? rc : restore);

@@ -476,3 +476,90 @@ def test_checked_reads_the_header_before_its_dtype_check_runs():
 
     versioned, head = _capsule.checked(cap, True, check)
     assert (head.ndim, head.device_type, head.code, head.bits) == (1, 1, 2, 64)
+
+
+@compiled
+def test_a_producer_table_forgotten_while_its_guards_run_stays_alive_for_that_import(torch):
+    # The guards (torch's requires_grad, is_conj) are Python where a torch
+    # function mode is active: one may make the core forget what it learnt
+    # of torch.Tensor meanwhile. The import that is reading the entry keeps
+    # it alive (the sanitizer run sees a read of a freed entry otherwise).
+    import gc
+
+    from torch.overrides import TorchFunctionMode
+
+    forgot = []
+
+    class Forget(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            _fastpath.core.forget()
+            gc.collect()
+            forgot.append(func)
+            return func(*args, **(kwargs or {}))
+
+    t = torch.ones(4, dtype=torch.complex64)
+    for call in (lambda: gpu_dlpack.from_dlpack(t), lambda: _fastpath.core.exchange(t),
+                 lambda: torch.from_dlpack(gpu_dlpack.wrap(t)), lambda: gpu_dlpack.export(t, max_version=(1, 0))):
+        with Forget():
+            out = call()
+        assert out is not None
+    assert forgot  # the guards did run Python
+
+
+@compiled
+def test_handoff_converts_no_argument_after_one_that_failed(recording_runtime):
+    # A conversion may run Python (__index__): never with an error pending.
+    called = []
+
+    class Index:
+        def __index__(self):
+            called.append(True)
+            return 0
+
+    with pytest.raises(TypeError):
+        _fastpath.core.handoff("not a pointer", 0, 0, Index(), 0)
+    assert not called and not recording_runtime.calls
+
+
+_RUNTIME_SWAPPED = r'''
+import ctypes
+from gpu_dlpack import _fastpath
+core = _fastpath.core
+C = ctypes.CFUNCTYPE
+calls = []
+def get(out):
+    out[0] = 0
+    return 0
+def memcpy(dst, src, n, kind, stream):
+    calls.append("memcpy")
+    core.set_runtime(0, 0, 0, 0)  # another thread (here: the call itself) takes the runtime away
+    core.set_copy_runtime(0, 0)
+    return 0
+fns = [C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(get), C(ctypes.c_int, ctypes.c_int)(lambda d: 0),
+       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(lambda e, s: calls.append("record") or 0),
+       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(lambda s, e, f: 0),
+       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(memcpy),
+       C(ctypes.c_int, ctypes.c_void_p)(lambda s: calls.append("sync") or 0)]
+at = [ctypes.cast(f, ctypes.c_void_p).value for f in fns]
+assert core.set_runtime(*at[:4]) and core.set_copy_runtime(*at[4:])
+print(core.copy(0x1000, 0x2000, 8, 0x30, 0, 0x40, True), calls)
+# A consumer may pass no set_error to the allocator of wrap()'s C exchange API.
+import numpy as np, gpu_dlpack
+w = gpu_dlpack.wrap(np.arange(2.0))
+get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+table = (ctypes.c_void_p * 7).from_address(get_ptr(type(w).__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
+alloc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                          ctypes.c_void_p)(table[2])
+made = ctypes.c_void_p(1)
+print(alloc(None, ctypes.byref(made), None, None), made.value)
+'''
+
+
+@compiled
+def test_a_copy_keeps_the_runtime_it_started_with_and_the_allocator_takes_no_set_error():
+    from .interpreter import run_python
+
+    done = run_python(_RUNTIME_SWAPPED)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["0 ['memcpy', 'record', 'sync']", "-1 None"]
