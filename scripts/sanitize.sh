@@ -16,7 +16,8 @@
 # every Python allocation. Leak reports are off (CPython, NumPy and the
 # peers keep memory until exit by design). ASan keeps freed memory in
 # quarantine, which the RSS-based leak tests read as a leak: they run
-# apart, with the quarantine off.
+# apart, with the quarantine off. pytest captures sys.stderr only, so that a
+# sanitizer's report (written to file 2 as the process ends) is seen.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
@@ -52,20 +53,20 @@ sanitized() {
 
 if [ "$#" -gt 0 ]; then
   step "the tests asked for"
-  sanitized python -m pytest -q -p no:cacheprovider "$@"
+  sanitized python -m pytest -q -p no:cacheprovider --capture=sys "$@"
 elif [ "$quick" = 1 ]; then
   step "the tests of what the layer accepts and frees, 1,000 fuzz cases"
-  GPU_DLPACK_FUZZ_CASES=1000 sanitized python -m pytest -q -p no:cacheprovider tests/test_malformed.py \
+  GPU_DLPACK_FUZZ_CASES=1000 sanitized python -m pytest -q -p no:cacheprovider --capture=sys tests/test_malformed.py \
     tests/test_core.py tests/test_reliability.py tests/test_threads.py tests/test_inspect.py \
     tests/test_bad_arguments.py tests/test_import_rules.py tests/test_export_rules.py tests/test_fuzz.py \
     --deselect tests/test_core.py::test_exchanges_through_the_c_api_leak_nothing  # RSS-based
 else
   step "the suite"
-  GPU_DLPACK_FUZZ_CASES=${GPU_DLPACK_FUZZ_CASES:-5000} sanitized python -m pytest -q -p no:cacheprovider tests \
+  GPU_DLPACK_FUZZ_CASES=${GPU_DLPACK_FUZZ_CASES:-5000} sanitized python -m pytest -q -p no:cacheprovider --capture=sys tests \
     --deselect tests/test_leaks.py --deselect tests/test_core.py::test_exchanges_through_the_c_api_leak_nothing
   step "the RSS-based leak tests, without ASan's quarantine"
   ASAN_EXTRA="quarantine_size_mb=0:thread_local_quarantine_size_kb=0" \
-    sanitized python -m pytest -q -p no:cacheprovider tests/test_leaks.py \
+    sanitized python -m pytest -q -p no:cacheprovider --capture=sys tests/test_leaks.py \
     tests/test_core.py::test_exchanges_through_the_c_api_leak_nothing
   step "valgrind on the hot paths"
   if ! command -v valgrind >/dev/null; then
