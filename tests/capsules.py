@@ -134,8 +134,10 @@ def _build():
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
         os.close(fd)
         try:
-            subprocess.run([*cc, *flags.split(), "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lpthread"],
-                           check=True, capture_output=True)
+            done = subprocess.run([*cc, *flags.split(), "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lpthread"],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"tests/cproducer.c did not build with {cc}:\n{done.stderr}")
             os.replace(tmp, path)  # atomic: interpreters started together build it alike
         finally:
             if os.path.exists(tmp):
