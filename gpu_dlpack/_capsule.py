@@ -256,8 +256,9 @@ def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int,
     """BufferError for a tensor whose shape and strides no importer can
     hold: a negative dimension (numpy.from_dlpack refuses it), NULL data
     with elements (a 0-d tensor has one), more bytes than an int64 counts,
-    or strides (NULL: compact row-major) reaching, from either end, outside
-    the 64-bit address space from ``data + offset``. A tensor without
+    strides (NULL: compact row-major) reaching, from either end, outside
+    the 64-bit address space from ``data + offset``, or a step of more bytes
+    than an int64 holds. A tensor without
     elements is checked as if each zero extent were one, though its data may
     be NULL: extents that multiply past an int64 are malformed whatever one
     of them is (as NumPy counts them). ``strides`` is None when not read yet
@@ -299,6 +300,15 @@ def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int,
             f"the shape {shape} at data {data:#x} + byte_offset {offset} reaches past the end of the "
             "64-bit address space"
         )
+    if strides_p:
+        # Even where an extent of 0 or 1 never takes it, a step is a byte
+        # stride to NumPy, CuPy and the array interfaces: an int64.
+        for step in strides:
+            if not -(2**63) <= step * itemsize <= _MAX_BYTES:
+                raise _errors.malformed(
+                    f"the strides {strides} of the shape {shape} are steps of {itemsize}-byte elements "
+                    "that no int64 byte count holds"
+                )
 
 
 def header(ptr: int, versioned: bool) -> Header:

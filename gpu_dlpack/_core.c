@@ -163,9 +163,9 @@ tensor_of(void *ptr, int versioned)
 /* 1 when the shape and strides can be held (what _capsule._check_layout
  * checks: no negative dimension, no NULL data with elements (a 0-d tensor
  * has one), at most 2**63 - 1 bytes, strides (NULL: compact row-major)
- * inside the 64-bit address space from either end of data + byte_offset; a
- * tensor without elements checked as if each zero extent were one, its
- * data allowed NULL), else 0. */
+ * inside the 64-bit address space from either end of data + byte_offset,
+ * each step an int64 byte count; a tensor without elements checked as if
+ * each zero extent were one, its data allowed NULL), else 0. */
 static int
 layout_ok(DLTensor *t)
 {
@@ -210,7 +210,15 @@ layout_ok(DLTensor *t)
     __int128 first = (__int128)(uintptr_t)t->data + (__int128)t->byte_offset;
     low = first + low * itemsize;
     high = first + (high + 1) * itemsize;
-    return !(low < 0 || high > (((__int128)1) << 64) || high - low > MAX_BYTES);
+    if (low < 0 || high > (((__int128)1) << 64) || high - low > MAX_BYTES)
+        return 0;
+    if (t->strides != NULL)  /* each step an int64 byte count, even where no extent takes it */
+        for (int i = 0; i < t->ndim; i++) {
+            __int128 step = (__int128)t->strides[i] * itemsize;
+            if (step > MAX_BYTES || step < -MAX_BYTES - 1)
+                return 0;
+        }
+    return 1;
 }
 
 /* 1 when the tensor is well-formed (what _capsule.header checks), else 0. */

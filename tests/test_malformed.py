@@ -423,6 +423,19 @@ LAYOUT_EDGES = {
                         "more than 2**63 - 1 bytes")),
     "strides up to the top beside a zero extent": (
         dict(array=_U8, shape=(2, 0), strides=(2**63 - 4097, 1), data=4096), _NO_BACKEND),
+    # A step is a byte stride to NumPy and CuPy, even where no extent takes it.
+    "a step of 2**63 - 1 bytes on an extent of one": (
+        dict(array=_U8, shape=(1,), strides=(2**63 - 1,), data=4096), _NO_BACKEND),
+    "a step of -2**63 bytes on an extent of one": (
+        dict(array=_U8, shape=(1,), strides=(-(2**63),), data=4096), _NO_BACKEND),
+    "a step of 2**63 bytes on an extent of one": (
+        dict(shape=(1,), strides=(2**60,), data=4096),
+        _says_malformed(f"the strides {(2**60,)} of the shape (1,) are steps of 8-byte elements that no int64 "
+                        "byte count holds")),
+    "a step of -2**63 - 8 bytes beside a zero extent": (
+        dict(shape=(0, 1), strides=(1, -(2**60) - 1), data=4096),
+        _says_malformed(f"the strides {(1, -(2**60) - 1)} of the shape (0, 1) are steps of 8-byte elements "
+                        "that no int64 byte count holds")),
     "strides past the top beside a zero extent": (
         dict(array=_U8, shape=(2, 0), strides=(2**63 - 1, 1), data=2**63), _reaches_outside((2**63 - 1, 1), (2, 0))),
 }
