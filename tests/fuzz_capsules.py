@@ -212,6 +212,11 @@ def backed(env, case, kw):
         strides = list(kw["strides"][:ndim])
     if 0 in shape:
         return True
+    count = 1
+    for n in shape:
+        count *= n
+    if count > BUFFER:
+        return False  # a broadcast over a few bytes: real, but no copy of it fits anywhere
     low = high = 0
     for n, s in zip(shape, strides):
         (low, high) = (low + (n - 1) * s, high) if s < 0 else (low, high + (n - 1) * s)
