@@ -243,9 +243,12 @@ _MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
 
 def reach(shape, strides) -> tuple:
     """``(low, high)``: the offsets, in elements, of the lowest and the
-    highest element from the first one (negative strides reach below it)."""
+    highest element from the first one (negative strides reach below it).
+    A zero extent reaches nowhere, as an extent of one."""
     low = high = 0
     for n, step in zip(shape, strides):
+        if not n:
+            continue
         if step < 0:
             low += (n - 1) * step
         else:
@@ -256,33 +259,60 @@ def reach(shape, strides) -> tuple:
 def _check_layout(data: int, offset: int, shape: tuple, strides, strides_p: int, itemsize: int) -> None:
     """BufferError for a tensor whose shape and strides no importer can
     hold: a negative dimension (numpy.from_dlpack refuses it), NULL data
-    with elements, more bytes than an int64 counts, or strides reaching,
-    from either end, outside the 64-bit address space. ``strides`` is None
-    when not read yet (then read from ``strides_p`` if needed)."""
-    if min(shape) < 0:
-        raise _errors.malformed(f"the shape {shape} has a negative dimension")
+    with elements (a 0-d tensor has one), more bytes than an int64 counts,
+    strides (NULL: compact row-major) reaching, from either end, outside
+    the 64-bit address space from ``data + offset``, or a step of more bytes
+    than an int64 holds. A tensor without
+    elements is checked as if each zero extent were one, though its data may
+    be NULL: extents that multiply past an int64 are malformed whatever one
+    of them is (as NumPy counts them). ``strides`` is None when not read yet
+    (then read from ``strides_p`` if needed)."""
     count = 1
+    empty = False
     for n in shape:
-        count *= n
-    if not count:
-        return
-    if not data:
-        raise _errors.malformed(f"data is NULL but the shape {shape} has elements")
-    if count * itemsize > _MAX_BYTES:
+        if n < 0:
+            raise _errors.malformed(f"the shape {shape} has a negative dimension")
+        if n:
+            count *= n
+        else:
+            empty = True
+    if not data and not empty:
         raise _errors.malformed(
-            f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes"
+            f"data is NULL but the shape {shape} has elements" if shape else "data is NULL but a 0-d tensor has one element"
         )
-    if not strides_p:
-        return
-    if strides is None:
-        strides = _int64s(strides_p, len(shape))
-    low, high = reach(shape, strides)
+    if count * itemsize > _MAX_BYTES:
+        if empty:
+            raise _errors.malformed(
+                f"the extents other than 0 of the shape {shape} of {itemsize}-byte elements multiply to "
+                "more than 2**63 - 1 bytes"
+            )
+        raise _errors.malformed(f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes")
+    if strides_p:
+        if strides is None:
+            strides = _int64s(strides_p, len(shape))
+        low, high = reach(shape, strides)
+    else:
+        low, high = 0, count - 1
     first = data + offset
     low, high = first + low * itemsize, first + (high + 1) * itemsize
     if low < 0 or high > 2**64 or high - low > _MAX_BYTES:
+        if strides_p:
+            raise _errors.malformed(
+                f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
+            )
         raise _errors.malformed(
-            f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
+            f"the shape {shape} at data {data:#x} + byte_offset {offset} reaches past the end of the "
+            "64-bit address space"
         )
+    if strides_p:
+        # Even where an extent of 0 or 1 never takes it, a step is a byte
+        # stride to NumPy, CuPy and the array interfaces: an int64.
+        for step in strides:
+            if not -(2**63) <= step * itemsize <= _MAX_BYTES:
+                raise _errors.malformed(
+                    f"the strides {strides} of the shape {shape} are steps of {itemsize}-byte elements "
+                    "that no int64 byte count holds"
+                )
 
 
 def header(ptr: int, versioned: bool) -> Header:
@@ -305,13 +335,14 @@ def header(ptr: int, versioned: bool) -> Header:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
     if dt not in _DEVICE_TYPES or di < 0:
         raise _errors.malformed(f"no DLPack device is (device_type={dt}, device_id={di})")
-    if ndim:
-        if strides_p == shape_p + 8 * ndim:  # one allocation (NumPy, PyTorch): one read
-            both = _int64s(shape_p, 2 * ndim)
-            shape, strides = both[:ndim], both[ndim:]
-        else:
-            shape, strides = _int64s(shape_p, ndim), None
-        _check_layout(data, offset, shape, strides, strides_p, max(1, (bits * lanes + 7) >> 3))
+    if not ndim:
+        shape = strides = ()
+    elif strides_p == shape_p + 8 * ndim:  # one allocation (NumPy, PyTorch): one read
+        both = _int64s(shape_p, 2 * ndim)
+        shape, strides = both[:ndim], both[ndim:]
+    else:
+        shape, strides = _int64s(shape_p, ndim), None
+    _check_layout(data, offset, shape, strides, strides_p, max(1, (bits * lanes + 7) >> 3))
     return _new_header(Header, (ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p))
 
 

@@ -182,7 +182,8 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
         return capsule
     arr = numpy_backend.consume(capsule, versioned, header)
     dtype = _dtypes.from_numpy(arr.dtype)
-    if plan.target != CPU:
+    # The CPU under any id (a producer may number it) is NumPy's memory.
+    if plan.target.type != CPU.type:
         return _backends.for_device(plan.target).export_host(arr, plan, dtype, stream)
     return numpy_backend.export(arr, plan, dtype)
 

@@ -180,6 +180,12 @@ class Exportable(_Base):
         self._held = (cuda, interface, owner)
         return interface
 
+    def __reduce__(self):
+        # A copy (copy.copy, copy.deepcopy, pickle) is a new wrapper over the
+        # same array, made as wrap makes one, on both paths alike (the
+        # compiled base holds a plan only __init__ makes).
+        return type(self), (self._x, self._readonly)
+
     @property
     def last_request(self) -> dict[str, Any] | None:
         """The keywords of the latest ``__dlpack__`` call (None before any)."""

@@ -9,17 +9,21 @@
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]);
 #   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
 #   5. the suite on the compiled core (the run fails if it is not active),
-#      doctests of the README and of the modules included;
+#      doctests of the README and of the modules included, and 4,000 cases
+#      of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the other runs);
 #   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
 #   7. the suite again without the optional peers (CuPy, PyTorch, JAX,
-#      ml_dtypes, array-api-strict, Numba hidden from import: GPU_DLPACK_TEST_HIDE).
+#      ml_dtypes, array-api-strict, Numba hidden from import: GPU_DLPACK_TEST_HIDE);
+#   8. the core built with ASan and UBSan, and the tests of what the layer
+#      accepts and frees run on it, 1,000 fuzz cases included
+#      (scripts/sanitize.sh --quick; the long form is scripts/sanitize.sh).
 # In .venv-numpy-floor (numpy 1.26.4, the oldest NumPy numpy>=1.26 admits,
 # with ml_dtypes, pytest and hypothesis; no other peer):
-#   8. the suite.
-# 9. The release artefacts: build, twine check, the wheel tested in a fresh
+#   9. the suite.
+# 10. The release artefacts: build, twine check, the wheel tested in a fresh
 #    venv (scripts/release-check.sh, about a minute).
-# Stops at the first step that fails. About 15 minutes on a fresh machine,
-# 10 once the environments exist.
+# Stops at the first step that fails. About 18 minutes on a fresh machine,
+# 13 once the environments exist.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 step() { echo "== scripts/test.sh: $*" >&2; }
 step "1. peers installed"
@@ -35,12 +39,14 @@ python -m mypy
 step "4b. the layers (lint-imports)"
 lint-imports --no-cache
 step "5. the suite on the compiled core"
-GPU_DLPACK_EXPECT_CORE=1 python -m pytest tests "$@"
+GPU_DLPACK_EXPECT_CORE=1 GPU_DLPACK_FUZZ_CASES=4000 python -m pytest tests "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
 GPU_DLPACK_PURE_PYTHON=1 GPU_DLPACK_EXPECT_CORE=0 python -m pytest tests "$@"
 step "7. the suite without the optional peers"
 GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba,tvm_ffi python -m pytest tests -q
-step "8. the suite on the NumPy floor"
+step "8. the core under ASan and UBSan (scripts/sanitize.sh --quick)"
+bash scripts/sanitize.sh --quick
+step "9. the suite on the NumPy floor"
 (
   export GPU_DLPACK_VENV="$root/.venv-numpy-floor" GPU_DLPACK_EXTRAS=bf16
   export GPU_DLPACK_PIP="numpy==1.26.4 pytest hypothesis"
@@ -48,5 +54,5 @@ step "8. the suite on the NumPy floor"
   python -c 'import numpy; assert numpy.__version__ == "1.26.4", numpy.__version__'
   python -m pytest tests -q
 )
-step "9. the release artefacts (scripts/release-check.sh)"
+step "10. the release artefacts (scripts/release-check.sh)"
 bash scripts/release-check.sh

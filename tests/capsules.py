@@ -3,9 +3,10 @@
 This plays a C producer, the way any DLPack library writes one: a
 ``DLManagedTensor`` or ``DLManagedTensorVersioned`` struct (dlpack.h; SPEC §1)
 in a PyCapsule whose destructor calls the deleter only while the capsule
-still has its unconsumed name. The deleter counts its calls and frees the
-struct's record, so a test can check that it ran exactly once, and a leak
-test can check that nothing is left alive.
+still has its unconsumed name. The deleter and the destructor are C
+(tests/cproducer.c, built on first import): the deleter counts its calls
+and lets the struct's record go, so a test can check that it ran exactly
+once, and a leak test can check that nothing is left alive.
 
 Every field can be set to anything, including what no valid producer would
 write: that is the point.
@@ -14,7 +15,14 @@ write: that is the point.
 from __future__ import annotations
 
 import ctypes
+import gc
+import hashlib
 import itertools
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
 import threading
 
 import numpy as np
@@ -68,12 +76,9 @@ assert ctypes.sizeof(DLManagedTensor) == 64
 assert ctypes.sizeof(DLManagedTensorVersioned) == 80
 assert DLManagedTensorVersioned.dl_tensor.offset == 32
 
-# The C API, called without holding the GIL from the capsule destructor
-# (these only read the capsule's fields), and with it elsewhere.
+# The C API, with the GIL held (capsules are made and named in Python).
 _DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_GetNameRaw = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_GetName", ctypes.pythonapi))
-_GetContextRaw = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("PyCapsule_GetContext", ctypes.pythonapi))
-_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, _DESTRUCTOR)(
+_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
     ("PyCapsule_New", ctypes.pythonapi)
 )
 _SetContext = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
@@ -100,77 +105,160 @@ def _name_ptr(name):
     return ctypes.addressof(buf)
 
 
+# -- the deleter and the destructor, in C (tests/cproducer.c) -----------------
+#
+# A consumer may call them on any thread, without the GIL, or with an
+# exception pending (NumPy drops a capsule it refused with its error still
+# set): Python callbacks would run Python code there, which fails (a lock
+# taken under a pending exception is never released, and the next deleter
+# call waits for ever). So they are C, built here once per source and
+# interpreter with the compiler Python was built with, and they count
+# their calls in a table of their own.
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cproducer.c")
+
+
+def _build():
+    """The path of the built helper library (built when missing)."""
+    with open(_SOURCE, "rb") as f:
+        source = f.read()
+    flags = os.environ.get("GPU_DLPACK_CPRODUCER_CFLAGS", "-O1 -g")
+    tag = hashlib.sha1(source + flags.encode() + sys.version.encode()).hexdigest()[:12]
+    root = os.environ.get("GPU_DLPACK_CPRODUCER_DIR") or os.path.join(
+        os.path.dirname(os.path.dirname(_SOURCE)), "build", "tests"
+    )
+    path = os.path.join(root, f"cproducer-{tag}.so")
+    if not os.path.exists(path):
+        os.makedirs(root, exist_ok=True)
+        cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "gcc").split()
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
+        os.close(fd)
+        try:
+            done = subprocess.run([*cc, *flags.split(), "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lpthread"],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"tests/cproducer.c did not build with {cc}:\n{done.stderr}")
+            os.replace(tmp, path)  # atomic: interpreters started together build it alike
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return path
+
+
+_lib = ctypes.CDLL(_build())
+_lib.cproducer_register.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+_lib.cproducer_live.argtypes = [ctypes.c_void_p]
+_lib.cproducer_forget.argtypes = [ctypes.c_void_p]
+_lib.cproducer_count.restype = ctypes.c_int64
+_total_calls = ctypes.c_int64.in_dll(_lib, "total_calls")
+_stray_calls = ctypes.c_int64.in_dll(_lib, "stray_calls")
+_DELETER_ADDR = ctypes.cast(_lib.cproducer_deleter, ctypes.c_void_p).value
+_DESTRUCTOR_ADDR = ctypes.cast(_lib.cproducer_destructor, ctypes.c_void_p).value
+
+
+def __getattr__(name):
+    # ``total_calls``: every deleter call; ``stray_calls``: those on a tensor
+    # already freed (double frees). Read from the C helper at each access.
+    if name == "total_calls":
+        return _total_calls.value
+    if name == "stray_calls":
+        return _stray_calls.value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class Record:
     """One hand-made tensor: its struct, the arrays it points to, and how
     many times its deleter ran."""
 
-    __slots__ = ("struct", "keep", "name", "calls", "__weakref__")
+    __slots__ = ("struct", "keep", "name", "_calls", "__weakref__")
 
     def __init__(self, struct, keep, name):
         self.struct = struct
         self.keep = keep
         self.name = name
-        self.calls = 0
+        self._calls = ctypes.c_int64(0)  # counted by the C deleter
+
+    @property
+    def calls(self) -> int:
+        return self._calls.value
 
     @property
     def address(self) -> int:
         return ctypes.addressof(self.struct)
 
 
-# struct address -> Record, while its deleter has not run (what a C
-# producer would still hold). Deleter calls for unknown addresses are
-# double frees.
-live: dict = {}
-stray_calls = 0
-total_calls = 0
-_lock = threading.Lock()  # deleters run on any thread
+# struct address -> Record, kept here (with the memory it points to) until
+# its deleter has run: what a C producer would still hold. The C table says
+# which are still live; the others are let go from time to time.
+_records: dict = {}
+_since_prune = 0
+_records_lock = threading.Lock()  # records are made on any thread (never in a deleter)
 
 
-def _deleter(ptr):
-    global stray_calls, total_calls
-    with _lock:
-        total_calls += 1
-        record = live.pop(ptr, None)
-        if record is None:
-            stray_calls += 1
-            return
-        record.calls += 1
-        _poison(record.struct.dl_tensor)
+def _prune():
+    global _since_prune
+    _since_prune = 0
+    for a in [a for a in _records if not _lib.cproducer_live(a)]:
+        del _records[a]
 
 
-def _poison(tensor):
-    # What reuse of freed memory looks like: whoever reads a tensor after
-    # its deleter ran finds it malformed (ndim out of range, no shape, no
-    # device), never a plausible array.
-    tensor.ndim = POISONED_NDIM
-    tensor.shape = None
-    tensor.strides = None
-    tensor.device.device_type = 0
+def _keep(address, record, name_ptr, versioned):
+    """Register a new tensor with the C deleter, then keep its record (the
+    other way round, a prune in between would let its memory go)."""
+    global _since_prune
+    with _records_lock:
+        _since_prune += 1
+        if _since_prune > 1024:
+            _prune()
+        if _lib.cproducer_register(address, name_ptr, ctypes.addressof(record._calls), versioned) != 0:
+            raise MemoryError("tests/cproducer.c could not register a tensor")
+        _records[address] = record
 
 
-POISONED_NDIM = -77
+def _prune_at_collection(phase, info):
+    # A collection is when a test looks for what outlived it: the records
+    # whose deleter ran let their arrays go first. Never waits for the lock
+    # (the collection may run inside _keep, on this thread).
+    if phase == "start" and _records_lock.acquire(blocking=False):
+        try:
+            _prune()
+        finally:
+            _records_lock.release()
 
 
-def _destructor(capsule):
-    # Like every C producer: free the tensor only if nobody consumed it.
-    ptr = _GetContextRaw(capsule)
-    with _lock:
-        record = live.get(ptr)
-    if record is None:
-        return
-    if _GetNameRaw(capsule) != (None if record.name is None else _encoded(record.name)):
-        return
-    deleter = record.struct.deleter
-    if deleter:
-        DELETER(deleter)(ptr)
-    else:
-        with _lock:
-            live.pop(ptr, None)  # nothing to call: the producer frees it itself
+gc.callbacks.append(_prune_at_collection)
 
 
-_DELETER_FN = DELETER(_deleter)
-_DELETER_ADDR = ctypes.cast(_DELETER_FN, ctypes.c_void_p).value
-_DESTRUCTOR_FN = _DESTRUCTOR(_destructor)
+class _Live:
+    """The records whose deleter has not run yet (a mapping by address)."""
+
+    def __len__(self):
+        return _lib.cproducer_count()
+
+    def values(self):
+        with _records_lock:
+            return [r for a, r in _records.items() if _lib.cproducer_live(a)]
+
+    def __iter__(self):
+        return iter([r.address for r in self.values()])
+
+    def get(self, address, default=None):
+        with _records_lock:
+            record = _records.get(address)
+        return record if record is not None and _lib.cproducer_live(address) else default
+
+    def pop(self, address, *default):
+        """Forget a live record without a deleter call (a producer that frees
+        it itself)."""
+        if _lib.cproducer_forget(address):
+            with _records_lock:
+                return _records.pop(address)
+        if default:
+            return default[0]
+        raise KeyError(address)
+
+
+live = _Live()
 
 _ids = itertools.count()
 
@@ -249,9 +337,9 @@ def make(
     struct.deleter = _DELETER_ADDR if deleter else None
     record = Record(struct, (array, shape_arr, strides_arr), name)
     addr = ctypes.addressof(struct)
-    with _lock:
-        live[addr] = record
-    capsule = _New(addr, _name_ptr(name), _DESTRUCTOR_FN)
+    name_ptr = _name_ptr(name)
+    _keep(addr, record, name_ptr, versioned)
+    capsule = _New(addr, name_ptr, _DESTRUCTOR_ADDR)
     _SetContext(capsule, addr)
     return capsule, record
 

@@ -431,3 +431,84 @@ def test_import_to_a_gpu_that_does_not_exist_is_refused(device):
     x = np.arange(4.0)
     with pytest.raises((BufferError, ValueError)):
         gpu_dlpack.from_dlpack(x, device=device)
+
+
+# -- a wrap() object whose state was taken away ------------------------------------
+#
+# Its attributes are plain Python state on both paths: deleted, or never set
+# (an instance made by __new__ alone), each use of them raises the
+# AttributeError of the missing attribute, never a crash. Run in a fresh
+# interpreter, so that a crash is reported as such.
+
+_GONE = {
+    "__new__ alone, __dlpack_device__": "w = E.__new__(E); w.__dlpack_device__()",
+    "__new__ alone, __dlpack__": "w = E.__new__(E); w.__dlpack__(max_version=(1, 0))",
+    "__new__ alone, legacy __dlpack__": "w = E.__new__(E); w.__dlpack__()",
+    "__new__ alone, repr": "w = E.__new__(E); repr(w)",
+    "__new__ alone, numpy": "w = E.__new__(E); np.from_dlpack(w)",
+    "no _device": "w = g.wrap(a); del w._device; w.__dlpack_device__()",
+    "no _x": "w = g.wrap(a); del w._x; w.__dlpack__(max_version=(1, 0))",
+    "no _x, numpy": "w = g.wrap(a); del w._x; np.from_dlpack(w)",
+    "no _readonly": "w = g.wrap(a); del w._readonly; w.__dlpack__(max_version=(1, 0))",
+    "no _reported": "w = g.wrap(a); del w._reported; w.__dlpack__()",
+    "no _request, then __dlpack__": "w = g.wrap(a); del w._request; print(np.from_dlpack(w).tolist())",
+    "no _request, then last_request": "w = g.wrap(a); del w._request; w.last_request",
+    "no _held": "w = g.wrap(a); del w._held; w.__array_interface__",
+    "_x replaced": "w = g.wrap(a); w._x = np.arange(2, dtype=np.int8); print(np.from_dlpack(w).tolist())",
+}
+
+
+def _gone_outcomes(env=None):
+    from .interpreter import run_python
+
+    code = (
+        "import json, numpy as np, gpu_dlpack as g\n"
+        "from gpu_dlpack import Exportable as E\n"
+        "a = np.arange(3.0)\n"
+        f"cases = {_GONE!r}\n"
+        "out = {}\n"
+        "for name, case in cases.items():\n"
+        "    try:\n"
+        "        exec(case)\n"
+        "        out[name] = 'ok'\n"
+        "    except Exception as exc:\n"
+        "        out[name] = [type(exc).__name__, str(exc)]\n"
+        "print(json.dumps(out))\n"
+    )
+    done = run_python(code, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_wrapper_without_its_state_raises_attribute_error():
+    out = _gone_outcomes()
+    missing = {
+        "__new__ alone, __dlpack_device__": "_device", "__new__ alone, __dlpack__": "_reported",
+        "__new__ alone, legacy __dlpack__": "_reported", "__new__ alone, repr": "_readonly",
+        "__new__ alone, numpy": "_reported", "no _device": "_device", "no _x": "_x", "no _x, numpy": "_x",
+        "no _readonly": "_readonly", "no _reported": "_reported", "no _request, then last_request": "_request",
+        "no _held": "_held",
+    }
+    for case, name in missing.items():
+        assert out[case] == ["AttributeError", f"'Exportable' object has no attribute '{name}'"], case
+    # __dlpack__ sets _request before it reads anything else; another array
+    # is exported as it is.
+    assert out["no _request, then __dlpack__"] == "ok" and out["_x replaced"] == "ok"
+
+
+def test_a_copy_of_a_wrapper_wraps_the_same_array():
+    import copy
+    import pickle
+
+    a = np.arange(4.0)
+    for w in (gpu_dlpack.wrap(a), gpu_dlpack.wrap(a, readonly=True)):
+        c = copy.copy(w)
+        assert type(c) is type(w) and c is not w and c.array is a and c.readonly == w.readonly
+        assert c.__dlpack_device__() == w.__dlpack_device__() and c.last_request is None
+        info = gpu_dlpack.inspect(c.__dlpack__(max_version=(1, 0)))
+        assert info.data == a.ctypes.data and info.read_only == w.readonly
+        for d in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
+            assert d.array is not a and d.array.tolist() == a.tolist() and d.readonly == w.readonly
+            assert gpu_dlpack.from_dlpack(d).tolist() == a.tolist()

@@ -59,8 +59,14 @@ def test_the_core_is_active_where_the_test_run_expects_it():
 # One exchange per line, each printed as its result (dtype, shape, values,
 # zero-copy, writeable, capsule fields) or its error (type and message).
 _CASES = r'''
-import json, numpy as np, torch, gpu_dlpack
+import copy, json, numpy as np, torch, gpu_dlpack
 x = np.arange(6.0).reshape(2, 3)
+def gone(w, name):
+    delattr(w, name)
+    return w
+def swapped(w, other):
+    w._x = other
+    return w
 t = torch.arange(6.0).reshape(2, 3)
 ro = np.arange(4); ro.flags.writeable = False
 def show(v):
@@ -120,6 +126,21 @@ cases = {
     "wrap t repr": lambda: repr(gpu_dlpack.wrap(t)),
     "wrap list": lambda: gpu_dlpack.wrap([1]),
     "capsule import": lambda: gpu_dlpack.from_dlpack(x.__dlpack__(max_version=(1, 0))),
+    "wrap x copied": lambda: copy.copy(gpu_dlpack.wrap(x)).__dlpack__(max_version=(1, 0)),
+    "wrap t copied": lambda: copy.copy(gpu_dlpack.wrap(t)).__dlpack__(max_version=(1, 0)),
+    "wrap x deep-copied": lambda: np.from_dlpack(copy.deepcopy(gpu_dlpack.wrap(x))),
+    "wrap new alone device": lambda: gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable).__dlpack_device__(),
+    "wrap new alone dlpack": lambda: gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable).__dlpack__(),
+    "wrap new alone repr": lambda: repr(gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable)),
+    "wrap x no _device": lambda: gone(gpu_dlpack.wrap(x), "_device").__dlpack_device__(),
+    "wrap x no _x": lambda: gone(gpu_dlpack.wrap(x), "_x").__dlpack__(max_version=(1, 0)),
+    "wrap t no _x": lambda: torch.from_dlpack(gone(gpu_dlpack.wrap(t), "_x")),
+    "wrap x no _request": lambda: np.from_dlpack(gone(gpu_dlpack.wrap(x), "_request")),
+    "wrap t no _request": lambda: torch.from_dlpack(gone(gpu_dlpack.wrap(t), "_request")),
+    "wrap x no _readonly": lambda: gone(gpu_dlpack.wrap(x), "_readonly").__dlpack__(),
+    "wrap t no _reported": lambda: torch.from_dlpack(gone(gpu_dlpack.wrap(t), "_reported")),
+    "wrap t, x replaced": lambda: torch.from_dlpack(swapped(gpu_dlpack.wrap(t), x)),
+    "wrap x, t replaced": lambda: np.from_dlpack(swapped(gpu_dlpack.wrap(x), t)),
     "capsule import twice": lambda: (lambda c: (gpu_dlpack.from_dlpack(c), gpu_dlpack.from_dlpack(c)))(x.__dlpack__()),
 }
 out = {}
@@ -434,3 +455,111 @@ def test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream(tc, c
     assert g.data.ptr == t.data_ptr()
     consumer.synchronize()
     assert float(g[-1]) == float((1 << 20) - 1) * 2
+
+
+# -- what the core reads, it reads before Python code runs ----------------------
+
+def test_checked_reads_the_header_before_its_dtype_check_runs():
+    # The dtype check is Python: another consumer of the capsule (here the
+    # check itself) may free the tensor while it runs. The header returned
+    # is the one read before, on both paths (the pure one reads it first).
+    from gpu_dlpack import _capsule
+
+    from . import capsules
+
+    a = np.arange(6.0)
+    cap, rec = capsules.make(a)
+
+    def check(code, bits, lanes):
+        gpu_dlpack.from_dlpack(cap)  # consumed and freed: the struct is poisoned
+        assert rec.calls == 1
+
+    versioned, head = _capsule.checked(cap, True, check)
+    assert (head.ndim, head.device_type, head.code, head.bits) == (1, 1, 2, 64)
+
+
+@compiled
+def test_a_producer_table_forgotten_while_its_guards_run_stays_alive_for_that_import(torch):
+    # The guards (torch's requires_grad, is_conj) are Python where a torch
+    # function mode is active: one may make the core forget what it learnt
+    # of torch.Tensor meanwhile. The import that is reading the entry keeps
+    # it alive (the sanitizer run sees a read of a freed entry otherwise).
+    import gc
+
+    from torch.overrides import TorchFunctionMode
+
+    forgot = []
+
+    class Forget(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            _fastpath.core.forget()
+            gc.collect()
+            forgot.append(func)
+            return func(*args, **(kwargs or {}))
+
+    t = torch.ones(4, dtype=torch.complex64)
+    for call in (lambda: gpu_dlpack.from_dlpack(t), lambda: _fastpath.core.exchange(t),
+                 lambda: torch.from_dlpack(gpu_dlpack.wrap(t)), lambda: gpu_dlpack.export(t, max_version=(1, 0))):
+        with Forget():
+            out = call()
+        assert out is not None
+    assert forgot  # the guards did run Python
+
+
+@compiled
+def test_handoff_converts_no_argument_after_one_that_failed(recording_runtime):
+    # A conversion may run Python (__index__): never with an error pending.
+    called = []
+
+    class Index:
+        def __index__(self):
+            called.append(True)
+            return 0
+
+    with pytest.raises(TypeError):
+        _fastpath.core.handoff("not a pointer", 0, 0, Index(), 0)
+    assert not called and not recording_runtime.calls
+
+
+_RUNTIME_SWAPPED = r'''
+import ctypes
+from gpu_dlpack import _fastpath
+core = _fastpath.core
+C = ctypes.CFUNCTYPE
+calls = []
+def get(out):
+    out[0] = 0
+    return 0
+def memcpy(dst, src, n, kind, stream):
+    calls.append("memcpy")
+    core.set_runtime(0, 0, 0, 0)  # another thread (here: the call itself) takes the runtime away
+    core.set_copy_runtime(0, 0)
+    return 0
+fns = [C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(get), C(ctypes.c_int, ctypes.c_int)(lambda d: 0),
+       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(lambda e, s: calls.append("record") or 0),
+       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(lambda s, e, f: 0),
+       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(memcpy),
+       C(ctypes.c_int, ctypes.c_void_p)(lambda s: calls.append("sync") or 0)]
+at = [ctypes.cast(f, ctypes.c_void_p).value for f in fns]
+assert core.set_runtime(*at[:4]) and core.set_copy_runtime(*at[4:])
+print(core.copy(0x1000, 0x2000, 8, 0x30, 0, 0x40, True), calls)
+# A consumer may pass no set_error to the allocator of wrap()'s C exchange API.
+import numpy as np, gpu_dlpack
+w = gpu_dlpack.wrap(np.arange(2.0))
+get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+table = (ctypes.c_void_p * 7).from_address(get_ptr(type(w).__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
+alloc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                          ctypes.c_void_p)(table[2])
+made = ctypes.c_void_p(1)
+print(alloc(None, ctypes.byref(made), None, None), made.value)
+'''
+
+
+@compiled
+def test_a_copy_keeps_the_runtime_it_started_with_and_the_allocator_takes_no_set_error():
+    from .interpreter import run_python
+
+    done = run_python(_RUNTIME_SWAPPED)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["0 ['memcpy', 'record', 'sync']", "-1 None"]

@@ -69,6 +69,16 @@ MALFORMED = {
     "NULL data, 6 elements": dict(data=0),
     "NULL data, shape (2, 3)": dict(array=np.zeros((2, 3)), data=0),
     "legacy NULL data": dict(versioned=False, data=0),
+    # A 0-d tensor has one element: NULL data is no array (NumPy would
+    # allocate a fresh one, or, with a byte_offset, point at that address).
+    "0-d, NULL data": dict(array=np.array(3.0), data=0),
+    "0-d, NULL data, byte_offset 4096": dict(array=np.array(3.0), data=0, byte_offset=4096),
+    "legacy 0-d, NULL data": dict(array=np.array(3.0), versioned=False, data=0),
+    # Extents that multiply past an int64 are malformed whatever one of
+    # them is (torch counts them and fails after running the deleter).
+    "shape (2**62, 4, 0)": dict(array=np.zeros((1, 1, 0)), shape=(2**62, 4, 0), strides=(4, 1, 1)),
+    "legacy shape (2**62, 4, 0), NULL strides": dict(
+        array=np.zeros((1, 1, 0)), versioned=False, shape=(2**62, 4, 0), null_strides=True),
 }
 
 # Well-formed capsules that an import on this machine cannot take (the
@@ -159,6 +169,15 @@ IMPORT_SAYS = {
     "NULL data, 6 elements": _says_malformed("data is NULL but the shape (6,) has elements"),
     "NULL data, shape (2, 3)": _says_malformed("data is NULL but the shape (2, 3) has elements"),
     "legacy NULL data": _says_malformed("data is NULL but the shape (6,) has elements"),
+    "0-d, NULL data": _says_malformed("data is NULL but a 0-d tensor has one element"),
+    "0-d, NULL data, byte_offset 4096": _says_malformed("data is NULL but a 0-d tensor has one element"),
+    "legacy 0-d, NULL data": _says_malformed("data is NULL but a 0-d tensor has one element"),
+    "shape (2**62, 4, 0)": _says_malformed(
+        f"the extents other than 0 of the shape {(2**62, 4, 0)} of 8-byte elements multiply to more than "
+        "2**63 - 1 bytes"),
+    "legacy shape (2**62, 4, 0), NULL strides": _says_malformed(
+        f"the extents other than 0 of the shape {(2**62, 4, 0)} of 8-byte elements multiply to more than "
+        "2**63 - 1 bytes"),
 }
 assert IMPORT_SAYS.keys() == MALFORMED.keys()
 
@@ -239,6 +258,21 @@ def test_wrap_of_a_producer_of_a_malformed_capsule_refuses_each_consumer(case, f
         np.from_dlpack(wrapped)
     _collect()
     assert rec.calls == 1
+
+
+def test_a_shape_whose_extents_overflow_is_never_handed_to_torch(torch, fed):
+    # torch counts the extents of (2**62, 4, 0), overflows, and raises after
+    # running the deleter of a capsule it did not rename: a capsule the
+    # layer relayed would then free the tensor a second time.
+    fed["wrap(producer)"] += 2
+    for versioned in (True, False):
+        cap, rec = make(np.zeros((1, 1, 0)), versioned=versioned, shape=(2**62, 4, 0), strides=(4, 1, 1))
+        wrapped = gpu_dlpack.wrap(Producer(cap))
+        del cap
+        with pytest.raises(BufferError, match="extents other than 0 of the shape"):
+            torch.from_dlpack(wrapped)
+        _collect()
+        assert rec.calls == 1
 
 
 # What inspect refuses (the text its message must hold): what it cannot read
@@ -369,6 +403,41 @@ LAYOUT_EDGES = {
     "both ends, 2**63 bytes apart": (
         dict(array=_U8, shape=(2, 2), strides=(2**62 - 1, -(2**62)), data=2**62),
         _reaches_outside((2**62 - 1, -(2**62)), (2, 2))),
+    # NULL strides are compact row-major: the same bounds hold.
+    "byte_offset up to the top, NULL strides": (
+        dict(array=_U8, shape=(2,), null_strides=True, data=_TOP - 4096, byte_offset=4094), _NO_BACKEND),
+    "byte_offset past the top, NULL strides": (
+        dict(array=_U8, shape=(2,), null_strides=True, data=_TOP - 4096, byte_offset=4095),
+        _says_malformed(f"the shape (2,) at data {_TOP - 4096:#x} + byte_offset 4095 reaches past the end "
+                        "of the 64-bit address space")),
+    "0-d ending at the top": (
+        dict(array=np.array(1, np.uint8), data=_TOP - 4096, byte_offset=4095), _NO_BACKEND),
+    "0-d past the top": (
+        dict(array=np.array(1, np.uint8), data=_TOP - 4096, byte_offset=4096), _reaches_outside((), ())),
+    # A tensor without elements is checked as if each zero extent were one.
+    "2**63 - 8 bytes of float64 beside a zero extent": (
+        dict(shape=(2**60 - 1, 0), strides=(1, 1), data=4096), _NO_BACKEND),
+    "2**63 bytes of float64 beside a zero extent": (
+        dict(shape=(0, 2**60), strides=(1, 1), data=4096),
+        _says_malformed(f"the extents other than 0 of the shape {(0, 2**60)} of 8-byte elements multiply to "
+                        "more than 2**63 - 1 bytes")),
+    "strides up to the top beside a zero extent": (
+        dict(array=_U8, shape=(2, 0), strides=(2**63 - 4097, 1), data=4096), _NO_BACKEND),
+    # A step is a byte stride to NumPy and CuPy, even where no extent takes it.
+    "a step of 2**63 - 1 bytes on an extent of one": (
+        dict(array=_U8, shape=(1,), strides=(2**63 - 1,), data=4096), _NO_BACKEND),
+    "a step of -2**63 bytes on an extent of one": (
+        dict(array=_U8, shape=(1,), strides=(-(2**63),), data=4096), _NO_BACKEND),
+    "a step of 2**63 bytes on an extent of one": (
+        dict(shape=(1,), strides=(2**60,), data=4096),
+        _says_malformed(f"the strides {(2**60,)} of the shape (1,) are steps of 8-byte elements that no int64 "
+                        "byte count holds")),
+    "a step of -2**63 - 8 bytes beside a zero extent": (
+        dict(shape=(0, 1), strides=(1, -(2**60) - 1), data=4096),
+        _says_malformed(f"the strides {(1, -(2**60) - 1)} of the shape (0, 1) are steps of 8-byte elements "
+                        "that no int64 byte count holds")),
+    "strides past the top beside a zero extent": (
+        dict(array=_U8, shape=(2, 0), strides=(2**63 - 1, 1), data=2**63), _reaches_outside((2**63 - 1, 1), (2, 0))),
 }
 
 
@@ -561,6 +630,42 @@ def test_a_host_producer_may_number_its_cpu_device(device_id, max_version):
     assert rec.calls == 1
 
 
+@pytest.mark.parametrize("copy", [None, True])
+@pytest.mark.parametrize("max_version", [None, (1, 0)])
+@pytest.mark.parametrize("given", ["capsule", "producer"])
+def test_host_memory_numbered_by_its_producer_is_exported_by_numpy(given, max_version, copy):
+    # The producer itself says (1, 5), in __dlpack_device__ or in the raw
+    # capsule: still NumPy's memory for every rebuild (a legacy capsule of a
+    # versioned one, a copy), labelled (1, 0) as the standard has it.
+    x = np.arange(6.0)
+    cap, rec = make(x, device=(1, 5))
+    source = cap if given == "capsule" else Producer(cap, device=(1, 5))
+    del cap
+    out = gpu_dlpack.export(source, max_version=max_version, copy=copy)
+    info = gpu_dlpack.inspect(out)
+    assert info.versioned == (max_version is not None)
+    assert (info.data == x.ctypes.data) == (copy is None)
+    assert gpu_dlpack.from_dlpack(out).tolist() == x.tolist()
+    del out, source
+    _collect()
+    assert rec.calls == 1
+
+
+def test_a_wrapped_capsule_of_numbered_host_memory_reaches_each_consumer():
+    x = np.arange(6.0)
+    for consume in (np.from_dlpack, gpu_dlpack.from_dlpack, lambda w: w.__dlpack__(),
+                    lambda w: w.__dlpack__(max_version=(1, 0))):
+        cap, rec = make(x, device=(1, 5))
+        out = consume(gpu_dlpack.wrap(cap))
+        del cap
+        if not isinstance(out, np.ndarray):
+            out = gpu_dlpack.from_dlpack(out)
+        assert out.tolist() == x.tolist() and out.ctypes.data == x.ctypes.data
+        del out
+        _collect()
+        assert rec.calls == 1
+
+
 def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
     pytest.importorskip("jax")
     # A real JAX with four CPU devices, in its own interpreter.
@@ -576,6 +681,38 @@ def test_jax_arrays_on_a_cpu_device_other_than_0_exchange():
     done = run_python(code, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+# -- the hand-made capsules themselves ------------------------------------------
+
+
+def test_a_capsule_a_consumer_drops_with_its_error_pending_is_freed_once():
+    # NumPy refuses a vector dtype and drops the capsule, its last
+    # reference, with its exception still set: the capsule's destructor and
+    # deleter run then, so they must be C that touches no Python state (a
+    # Python callback swallows NumPy's error, frees nothing, and may leave a
+    # lock taken for the next deleter to wait on for ever).
+    code = (
+        "import numpy as np\n"
+        "from tests import capsules\n"
+        "for i in range(3):\n"
+        "    cap, rec = capsules.make(dtype=(2, 32, 2))\n"
+        "    producer = capsules.Producer(cap)\n"
+        "    del cap\n"
+        "    try:\n"
+        "        np.from_dlpack(producer)\n"
+        "    except Exception as exc:\n"
+        "        print(type(exc).__name__, rec.calls)\n"
+        "cap, rec = capsules.make()\n"
+        "del cap\n"
+        "print('after', rec.calls, capsules.stray_calls)\n"
+    )
+    done = run_python(code, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.split("\n")
+    assert [line.split()[1] for line in lines[:3]] == ["1", "1", "1"], done.stdout
+    assert not any(line.startswith("SystemError") for line in lines), done.stdout
+    assert lines[3] == "after 1 0", done.stdout
 
 
 # -- on a GPU (public API only) ----------------------------------------------------------

@@ -11,42 +11,55 @@ int
 layout_ok(DLTensor *t)
 {
     const __int128 MAX_BYTES = (((__int128)1) << 63) - 1, LIMIT = ((__int128)1) << 100;
-    if (t->ndim == 0)
-        return 1;
+    int empty = 0;
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] < 0)
             return 0;
     __int128 count = 1;
     for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) {
+            empty = 1;
+            continue;
+        }
         count *= t->shape[i];
         if (count > MAX_BYTES)
-            count = MAX_BYTES + 1;  /* saturate: too big either way, unless a later 0 */
-        if (count == 0)
-            return 1;
+            count = MAX_BYTES + 1;  /* saturate: too big either way */
     }
-    if (t->data == NULL)
+    if (t->data == NULL && !empty)
         return 0;
     __int128 itemsize = ((unsigned)t->dtype.bits * t->dtype.lanes + 7) >> 3;
     if (itemsize < 1)
         itemsize = 1;
     if (count * itemsize > MAX_BYTES)
         return 0;
-    if (t->strides == NULL)
-        return 1;
     __int128 low = 0, high = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        __int128 reach = (__int128)(t->shape[i] - 1) * t->strides[i];
-        if (reach < 0)
-            low += reach;
-        else
-            high += reach;
-        if (low < -LIMIT || high > LIMIT)
-            return 0;
+    if (t->strides == NULL) {
+        high = count - 1;
+    } else {
+        for (int i = 0; i < t->ndim; i++) {
+            if (t->shape[i] == 0)
+                continue;  /* reaches nowhere, as an extent of one */
+            __int128 reach = (__int128)(t->shape[i] - 1) * t->strides[i];
+            if (reach < 0)
+                low += reach;
+            else
+                high += reach;
+            if (low < -LIMIT || high > LIMIT)
+                return 0;
+        }
     }
     __int128 first = (__int128)(uintptr_t)t->data + (__int128)t->byte_offset;
     low = first + low * itemsize;
     high = first + (high + 1) * itemsize;
-    return !(low < 0 || high > (((__int128)1) << 64) || high - low > MAX_BYTES);
+    if (low < 0 || high > (((__int128)1) << 64) || high - low > MAX_BYTES)
+        return 0;
+    if (t->strides != NULL)  /* each step an int64 byte count, even where no extent takes it */
+        for (int i = 0; i < t->ndim; i++) {
+            __int128 step = (__int128)t->strides[i] * itemsize;
+            if (step > MAX_BYTES || step < -MAX_BYTES - 1)
+                return 0;
+        }
+    return 1;
 }
 
 PyObject *
@@ -160,12 +173,20 @@ core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     DLTensor *t = tensor_of(ptr, versioned);
     if ((versioned && ((DLManagedTensorVersioned *)ptr)->version.major != 1) || !well_formed(t))
         return delegate("checked", args, nargs);  /* words the error, discards */
+    /* Read before the dtype check runs Python code, as the Python checked()
+     * does: meanwhile another thread may consume the capsule and free the
+     * tensor. */
+    DLDataType dtype = t->dtype;
+    PyObject *head = new_header(ptr, versioned);
+    if (head == NULL)
+        return NULL;
     if (check != Py_None) {
-        if (dtype_known(t->dtype) && PyDict_GetItemString(state.py_impl, "check_known") == check) {
+        if (dtype_known(dtype) && PyDict_GetItemString(state.py_impl, "check_known") == check) {
             /* the told table says check_known passes */
         } else {
-            PyObject *r = PyObject_CallFunction(check, "iii", t->dtype.code, t->dtype.bits, t->dtype.lanes);
+            PyObject *r = PyObject_CallFunction(check, "iii", dtype.code, dtype.bits, dtype.lanes);
             if (r == NULL) {
+                Py_DECREF(head);
                 if (PyErr_ExceptionMatches(PyExc_BufferError)) {
                     PyObject *et, *ev, *tb;
                     PyErr_Fetch(&et, &ev, &tb);
@@ -179,9 +200,6 @@ core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(r);
         }
     }
-    PyObject *head = new_header(ptr, versioned);
-    if (head == NULL)
-        return NULL;
     PyObject *out = PyTuple_New(2);
     if (out == NULL) {
         Py_DECREF(head);

@@ -13,6 +13,7 @@ entry_destructor(PyObject *capsule)
 {
     ImportEntry *e = PyCapsule_GetPointer(capsule, "gpu_dlpack.import_entry");
     if (e != NULL) {
+        Py_XDECREF(e->api_owner);
         Py_XDECREF(e->attrs);
         Py_XDECREF(e->methods);
         PyMem_Free(e);
@@ -49,8 +50,9 @@ api_of(PyObject *capsule)
 }
 
 ImportEntry *
-import_entry(PyTypeObject *type)
+import_entry(PyTypeObject *type, PyObject **hold)
 {
+    *hold = NULL;
     PyObject *got = PyDict_GetItemWithError(state.import_types, (PyObject *)type);
     if (got == NULL) {
         if (PyErr_Occurred())
@@ -77,11 +79,13 @@ import_entry(PyTypeObject *type)
                     return NULL;
                 }
                 e->api = api;
+                e->api_owner = Py_NewRef(cap);
                 e->attrs = Py_NewRef(attrs);
                 e->methods = Py_NewRef(methods);
                 e->method_codes = codes;
                 got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
                 if (got == NULL) {
+                    Py_DECREF(e->api_owner);
                     Py_DECREF(attrs);
                     Py_DECREF(methods);
                     PyMem_Free(e);
@@ -94,14 +98,20 @@ import_entry(PyTypeObject *type)
         if (got == NULL)
             got = Py_NewRef(Py_None);
         int rc = PyDict_SetItem(state.import_types, (PyObject *)type, got);
-        Py_DECREF(got);  /* the dict holds it */
-        if (rc < 0)
+        if (rc < 0) {
+            Py_DECREF(got);
             return NULL;
+        }
+        *hold = got;  /* the dict holds it too */
+    } else {
+        *hold = Py_NewRef(got);
     }
-    if (got == Py_None) {
+    if (got == Py_None)
         return (ImportEntry *)Py_None;  /* known: not imported this way */
-    }
-    return PyCapsule_GetPointer(got, "gpu_dlpack.import_entry");
+    ImportEntry *e = PyCapsule_GetPointer(got, "gpu_dlpack.import_entry");
+    if (e == NULL)
+        Py_CLEAR(*hold);
+    return e;
 }
 
 /* 1 when v (a new reference, consumed) is false; 0 when it is true, NULL or
@@ -189,6 +199,8 @@ ndarray_over(DLManagedTensorVersioned *m)
     return arr;
 }
 
+static PyObject *import_host_with(PyObject *x, ImportEntry *e);
+
 /* import_host(x): x as a NumPy array through its type's C exchange API, or
  * None when the exchange is not the plain one Python was told about. */
 PyObject *
@@ -196,9 +208,18 @@ core_import_host(PyObject *mod, PyObject *x)
 {
     if (!configured() || state.numpy_api == NULL)
         Py_RETURN_NONE;
-    ImportEntry *e = import_entry(Py_TYPE(x));
+    PyObject *hold;
+    ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
+    PyObject *arr = import_host_with(x, e);
+    Py_DECREF(hold);
+    return arr;
+}
+
+static PyObject *
+import_host_with(PyObject *x, ImportEntry *e)
+{
     if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
     if (e->api->dltensor_from_py_object_no_sync != NULL) {
@@ -227,6 +248,8 @@ core_import_host(PyObject *mod, PyObject *x)
     return arr;
 }
 
+static PyObject *exchange_with(PyObject *x, ImportEntry *e);
+
 /* exchange(x) -> (capsule, stream) or None: x's versioned tensor through its
  * type's C exchange API, exported without synchronizing, and the producer's
  * current work stream on x's device (0 for none), for the caller to hand
@@ -237,9 +260,18 @@ core_exchange(PyObject *mod, PyObject *x)
 {
     if (!configured())
         Py_RETURN_NONE;
-    ImportEntry *e = import_entry(Py_TYPE(x));
+    PyObject *hold;
+    ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
+    PyObject *r = exchange_with(x, e);
+    Py_DECREF(hold);
+    return r;
+}
+
+static PyObject *
+exchange_with(PyObject *x, ImportEntry *e)
+{
     if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
     DLManagedTensorVersioned *m = NULL;

@@ -20,7 +20,8 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(dtype);
         return r;
     }
-    ImportEntry *e = import_entry(Py_TYPE(x));
+    PyObject *hold;
+    ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
     if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
@@ -28,9 +29,11 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
             PyErr_Clear();
         } else if (t.device.device_type == state.cpu_type && t.device.device_id == 0) {
+            Py_DECREF(hold);
             return new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
         }
     }
+    Py_DECREF(hold);
     return delegate("wrap", args, nargs);
 }
 
@@ -89,7 +92,8 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (capsule != NULL)
             return capsule;
     } else if (versioned) {
-        ImportEntry *e = import_entry(Py_TYPE(x));
+        PyObject *hold;
+        ImportEntry *e = import_entry(Py_TYPE(x), &hold);
         if (e == NULL)
             return NULL;
         if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
@@ -99,6 +103,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
             } else if (t.device.device_type == state.cpu_type) {
                 DLManagedTensorVersioned *m = exchange_export_of(x, e);
                 if (m != NULL) {
+                    Py_DECREF(hold);
                     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
                     if (capsule == NULL && m->deleter)
                         m->deleter(m);
@@ -106,6 +111,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
                 }
             }
         }
+        Py_DECREF(hold);
     }
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }

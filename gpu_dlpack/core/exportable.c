@@ -14,22 +14,29 @@ exportable_set_plan(Exportable *self, PyObject *args)
         return NULL;
     self->plan = PLAN_GENERAL;
     Py_CLEAR(self->plan_dtype);
+    Py_CLEAR(self->plan_type);
     Py_CLEAR(self->guards_owner);
     self->api = NULL;
     self->guards = NULL;
     if (plan == PLAN_NUMPY) {
+        if (state.ndarray_type == NULL)
+            return PyLong_FromLong(self->plan);
         self->plan_dtype = Py_NewRef(arg);
+        self->plan_type = Py_NewRef((PyObject *)state.ndarray_type);
         self->plan = plan;
-    } else if (plan == PLAN_EXCHANGE) {
-        ImportEntry *e = import_entry((PyTypeObject *)arg);
+    } else if (plan == PLAN_EXCHANGE && PyType_Check(arg)) {
+        PyObject *hold;
+        ImportEntry *e = import_entry((PyTypeObject *)arg, &hold);
         if (e == NULL)
             return NULL;
         if ((PyObject *)e != Py_None) {
             self->api = e->api;
             self->guards = e;
-            self->guards_owner = Py_NewRef(PyDict_GetItem(state.import_types, arg));
+            self->guards_owner = Py_NewRef(hold);
+            self->plan_type = Py_NewRef(arg);
             self->plan = plan;
         }
+        Py_DECREF(hold);
     }
     return PyLong_FromLong(self->plan);
 }
@@ -89,10 +96,25 @@ exchange_export_of(PyObject *x, ImportEntry *e)
     return m;
 }
 
+/* 1 when the members the plain plans read are set and x is of the type
+ * its plan was made for (Python may have deleted or replaced them: the
+ * general path then reads them as Python does, and raises what it raises). */
+static inline int
+plan_holds(Exportable *self)
+{
+    return self->x != NULL && self->readonly != NULL && self->reported != NULL &&
+           (PyObject *)Py_TYPE(self->x) == self->plan_type;
+}
+
 static inline DLManagedTensorVersioned *
 exchange_export(Exportable *self)
 {
-    return exchange_export_of(self->x, self->guards);
+    /* The guards run Python, which may drop the plan (and its entry) meanwhile. */
+    PyObject *hold = Py_NewRef(self->guards_owner), *x = Py_NewRef(self->x);
+    DLManagedTensorVersioned *m = exchange_export_of(x, self->guards);
+    Py_DECREF(x);
+    Py_DECREF(hold);
+    return m;
 }
 
 /* NumPy's own capsule of x, stamped when versioned; NULL with no error set
@@ -137,8 +159,8 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
-    if (nargs != 0 || self->plan == PLAN_GENERAL || self->readonly != Py_False ||
-        (self->reported != NULL && self->reported != Py_None))
+    if (nargs != 0 || self->plan == PLAN_GENERAL || !plan_holds(self) || self->readonly != Py_False ||
+        self->reported != Py_None)
         return exportable_general(self, args, nargsf, kwnames);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -180,7 +202,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
             Py_DECREF(request);
             return exportable_general(self, args, nargsf, kwnames);
         }
-        Py_SETREF(self->request, request);
+        Py_XSETREF(self->request, request);
         return capsule;
     }
     /* PLAN_EXCHANGE */
@@ -200,13 +222,15 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
         Py_DECREF(request);
         return NULL;
     }
-    Py_SETREF(self->request, request);
+    Py_XSETREF(self->request, request);
     return capsule;
 }
 
 static PyObject *
 exportable_dlpack_device(Exportable *self, PyObject *unused)
 {
+    if (self->device == NULL)  /* deleted, or never set: what Python raises */
+        return PyObject_GetAttrString((PyObject *)self, "_device");
     return Py_NewRef(self->device);
 }
 
@@ -221,6 +245,7 @@ exportable_traverse(Exportable *self, visitproc visit, void *arg)
     Py_VISIT(self->held);
     Py_VISIT(self->reported);
     Py_VISIT(self->plan_dtype);
+    Py_VISIT(self->plan_type);
     Py_VISIT(self->guards_owner);
     return 0;
 }
@@ -236,6 +261,7 @@ exportable_clear(Exportable *self)
     Py_CLEAR(self->held);
     Py_CLEAR(self->reported);
     Py_CLEAR(self->plan_dtype);
+    Py_CLEAR(self->plan_type);
     Py_CLEAR(self->guards_owner);
     self->api = NULL;
     self->guards = NULL;
@@ -268,13 +294,21 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     self->held = Py_NewRef(Py_None);
     self->reported = Py_NewRef(Py_None);
     self->plan = plan;
+    self->plan_type = Py_NewRef((PyObject *)Py_TYPE(x));
     if (plan == PLAN_NUMPY) {
         self->plan_dtype = Py_NewRef(dtype);
     } else {
-        ImportEntry *e = import_entry(type);  /* known: the caller looked it up */
+        PyObject *hold;
+        ImportEntry *e = import_entry(type, &hold);  /* known: the caller looked it up */
+        if (e == NULL || (PyObject *)e == Py_None) {
+            Py_XDECREF(hold);
+            Py_DECREF(self);
+            PyObject *a[2] = {x, Py_False};
+            return e == NULL ? NULL : delegate("wrap", a, 2);
+        }
         self->api = e->api;
         self->guards = e;
-        self->guards_owner = Py_NewRef(PyDict_GetItem(state.import_types, (PyObject *)type));
+        self->guards_owner = hold;
     }
     return (PyObject *)self;
 }
@@ -289,13 +323,13 @@ static PyMethodDef exportable_methods[] = {
 };
 
 static PyMemberDef exportable_members[] = {
-    {"_x", T_OBJECT, offsetof(Exportable, x), 0, NULL},
-    {"_readonly", T_OBJECT, offsetof(Exportable, readonly), 0, NULL},
-    {"_source", T_OBJECT, offsetof(Exportable, source), 0, NULL},
-    {"_device", T_OBJECT, offsetof(Exportable, device), 0, NULL},
-    {"_request", T_OBJECT, offsetof(Exportable, request), 0, NULL},
-    {"_held", T_OBJECT, offsetof(Exportable, held), 0, NULL},
-    {"_reported", T_OBJECT, offsetof(Exportable, reported), 0, NULL},
+    {"_x", T_OBJECT_EX, offsetof(Exportable, x), 0, NULL},
+    {"_readonly", T_OBJECT_EX, offsetof(Exportable, readonly), 0, NULL},
+    {"_source", T_OBJECT_EX, offsetof(Exportable, source), 0, NULL},
+    {"_device", T_OBJECT_EX, offsetof(Exportable, device), 0, NULL},
+    {"_request", T_OBJECT_EX, offsetof(Exportable, request), 0, NULL},
+    {"_held", T_OBJECT_EX, offsetof(Exportable, held), 0, NULL},
+    {"_reported", T_OBJECT_EX, offsetof(Exportable, reported), 0, NULL},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(Exportable, weakrefs), READONLY, NULL},
     {NULL}
 };
@@ -330,7 +364,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     /* The request is max_version=DLPACK_VERSION and nothing else: the plain
      * plans run when the version policy has accepted it against the floor in
      * force (else the general path checks it, and caches its verdict). */
-    int plain = self->readonly == Py_False && (self->reported == NULL || self->reported == Py_None) &&
+    int plain = plan_holds(self) && self->readonly == Py_False && self->reported == Py_None &&
                 produced_accepted();
     if (plain && self->plan == PLAN_NUMPY) {
         PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
@@ -346,7 +380,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
                 run_deleter(ptr, 1);
                 return -1;
             }
-            Py_SETREF(self->request, request);
+            Py_XSETREF(self->request, request);
             *out = ptr;
             return 0;
         }
@@ -360,7 +394,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
                     m->deleter(m);
                 return -1;
             }
-            Py_SETREF(self->request, request);
+            Py_XSETREF(self->request, request);
             *out = m;
             return 0;
         }
@@ -401,7 +435,8 @@ exportable_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
                      void (*set_error)(void *, const char *, const char *))
 {
     *out = NULL;
-    set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors");
+    if (set_error != NULL)  /* a consumer may pass none */
+        set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors");
     return -1;
 }
 

@@ -17,6 +17,7 @@ typedef struct {
     PyObject *reported;
     PyObject *held;
     PyObject *plan_dtype;   /* PLAN_NUMPY: the dtype the plan was made for */
+    PyObject *plan_type;    /* the type of x the plan was made for */
     PyObject *weakrefs;
     const DLPackExchangeAPI *api;  /* PLAN_EXCHANGE */
     ImportEntry *guards;           /* PLAN_EXCHANGE: the producer's guards */

@@ -21,11 +21,11 @@ core_set_runtime(PyObject *mod, PyObject *args)
 }
 
 static int
-on_device(int device, int *current)
+on_device(set_device_t set_device, int device, int *current)
 {
     if (*current == device)
         return 0;
-    int rc = state.rt_set_device(device);
+    int rc = set_device(device);
     if (rc == 0)
         *current = device;
     return rc;
@@ -44,26 +44,34 @@ core_handoff(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "handoff(event, producer, consumer, device, consumer_device)");
         return NULL;
     }
-    if (state.rt_event_record == NULL) {
+    /* The runtime as it is now: a stand-in's calls may run Python, which
+     * may set another runtime (or none) meanwhile. */
+    get_device_t get_device = state.rt_get_device;
+    set_device_t set_device = state.rt_set_device;
+    event_record_t event_record = state.rt_event_record;
+    stream_wait_t stream_wait = state.rt_stream_wait;
+    if (event_record == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime");
         return NULL;
     }
-    void *event = PyLong_AsVoidPtr(args[0]);
-    void *producer = PyLong_AsVoidPtr(args[1]);
-    void *consumer = PyLong_AsVoidPtr(args[2]);
-    int device = PyLong_AsLong(args[3]);
-    int consumer_device = PyLong_AsLong(args[4]);
-    if (PyErr_Occurred())
+    /* Each checked before the next: a conversion may run Python (__index__). */
+    void *event = PyLong_AsVoidPtr(args[0]), *producer = NULL, *consumer = NULL;
+    int device = -1, consumer_device = -1;
+    if ((event == NULL && PyErr_Occurred()) ||
+        ((producer = PyLong_AsVoidPtr(args[1])) == NULL && PyErr_Occurred()) ||
+        ((consumer = PyLong_AsVoidPtr(args[2])) == NULL && PyErr_Occurred()) ||
+        ((device = PyLong_AsLong(args[3])) == -1 && PyErr_Occurred()) ||
+        ((consumer_device = PyLong_AsLong(args[4])) == -1 && PyErr_Occurred()))
         return NULL;
     int before = -1, current, rc, restore;
-    rc = state.rt_get_device(&before);
+    rc = get_device(&before);
     if (rc != 0)
         return PyLong_FromLong(rc);
     current = before;
-    if ((rc = on_device(device, &current)) == 0 && (rc = state.rt_event_record(event, producer)) == 0 &&
-        (rc = on_device(consumer_device, &current)) == 0)
-        rc = state.rt_stream_wait(consumer, event, 0);
-    restore = on_device(before, &current);
+    if ((rc = on_device(set_device, device, &current)) == 0 && (rc = event_record(event, producer)) == 0 &&
+        (rc = on_device(set_device, consumer_device, &current)) == 0)
+        rc = stream_wait(consumer, event, 0);
+    restore = on_device(set_device, before, &current);
     return PyLong_FromLong(rc != 0 ? rc : restore);
 }
 
@@ -100,30 +108,41 @@ core_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "copy(dst, src, nbytes, stream, device, event, synchronize)");
         return NULL;
     }
-    if (state.rt_memcpy_async == NULL || state.rt_get_device == NULL) {
+    /* The runtime as it is now, read with the GIL held: the calls below run
+     * without it, while another thread may set another runtime (or none). */
+    get_device_t get_device = state.rt_get_device;
+    set_device_t set_device = state.rt_set_device;
+    event_record_t event_record = state.rt_event_record;
+    memcpy_async_t memcpy_async = state.rt_memcpy_async;
+    stream_sync_t stream_sync = state.rt_stream_sync;
+    if (memcpy_async == NULL || get_device == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core has no CUDA runtime for copies");
         return NULL;
     }
-    void *dst = PyLong_AsVoidPtr(args[0]);
-    void *src = PyLong_AsVoidPtr(args[1]);
-    size_t nbytes = PyLong_AsSize_t(args[2]);
-    void *stream = PyLong_AsVoidPtr(args[3]);
-    int device = PyLong_AsLong(args[4]);
-    void *event = PyLong_AsVoidPtr(args[5]);
-    if (PyErr_Occurred())
+    /* Each checked before the next: a conversion may run Python (__index__). */
+    void *dst = PyLong_AsVoidPtr(args[0]), *src = NULL, *stream = NULL, *event = NULL;
+    size_t nbytes = 0;
+    int device = -1;
+    if ((dst == NULL && PyErr_Occurred()) ||
+        ((src = PyLong_AsVoidPtr(args[1])) == NULL && PyErr_Occurred()) ||
+        ((nbytes = PyLong_AsSize_t(args[2])) == (size_t)-1 && PyErr_Occurred()) ||
+        ((stream = PyLong_AsVoidPtr(args[3])) == NULL && PyErr_Occurred()) ||
+        ((device = PyLong_AsLong(args[4])) == -1 && PyErr_Occurred()) ||
+        ((event = PyLong_AsVoidPtr(args[5])) == NULL && PyErr_Occurred()))
         return NULL;
     int sync = PyObject_IsTrue(args[6]);
     if (sync < 0)
         return NULL;
     int before = -1, current, rc, restore = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = state.rt_get_device(&before);
+    rc = get_device(&before);
     if (rc == 0) {
         current = before;
-        if ((rc = on_device(device, &current)) == 0 && (rc = state.rt_memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
-            (event == NULL || (rc = state.rt_event_record(event, stream)) == 0) && sync)
-            rc = state.rt_stream_sync(stream);
-        restore = on_device(before, &current);
+        if ((rc = on_device(set_device, device, &current)) == 0 &&
+            (rc = memcpy_async(dst, src, nbytes, MEMCPY_DEFAULT, stream)) == 0 &&
+            (event == NULL || (rc = event_record(event, stream)) == 0) && sync)
+            rc = stream_sync(stream);
+        restore = on_device(set_device, before, &current);
     }
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc != 0 ? rc : restore);

@@ -1,0 +1,533 @@
+"""A fuzzer of the capsule checks: crafted ``DLManagedTensor(Versioned)``
+structs (tests/capsules.py, whose deleter and destructor are C) fed to every
+entry point, on the compiled core and on the pure-Python path.
+
+Cases are drawn by hypothesis (a test dependency already, with strategies
+that reach each bound of a field) in this process, written to a file, and
+run in two child interpreters, one per path, so that a crash is reported
+with its case instead of ending the run; a child that dies is started again
+after the case it died on. Each child checks, per case and entry point:
+
+- the refusal is one of the standard's exception types;
+- a call that raised left the capsule either untouched (its name unchanged,
+  its deleter not run: refused before the claim) or taken and freed at once
+  (``used_*``, the deleter run once); ``inspect`` never takes it;
+- once everything is dropped, every deleter ran exactly once (NULL
+  deleters: never), and none ran on a tensor already freed;
+- an accepted tensor has the shape, dtype and address the struct says, and
+  when the struct lies inside the fuzzer's buffer its values are read.
+
+The parent then compares the two children's outcomes, case by case: the
+same result or the same error and message on both paths.
+
+``python -m tests.fuzz_capsules --cases N [--seed S]`` runs it from the
+command line (scripts/fuzz.sh); tests/test_fuzz.py runs it in the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BUFFER = 1 << 16  # bytes of real memory a case's data may point into
+
+ENTRIES = ("import", "import producer", "inspect", "export", "wrap numpy", "wrap gpu_dlpack", "copy", "torch")
+
+# -- the cases (drawn in the parent) --------------------------------------------
+
+
+def strategy():
+    """The hypothesis strategy of one case: a dict of struct fields, JSON-able."""
+    from hypothesis import strategies as st
+
+    extent = st.one_of(
+        st.integers(0, 6), st.integers(0, 6), st.integers(0, 6),
+        st.sampled_from([2**31, 2**32 + 1, 2**60, 2**62, 2**63 - 1, -1, -(2**63)]),
+    )
+    stride = st.one_of(
+        st.integers(-8, 8), st.integers(-8, 8),
+        st.sampled_from([2**31, 2**61, 2**62, 2**63 - 1, -(2**62), -(2**63)]),
+    )
+    shape = st.one_of(st.lists(extent, max_size=4), st.just([1] * 64), st.lists(extent, min_size=5, max_size=8))
+    dtype = st.one_of(
+        st.sampled_from([
+            (2, 64, 1), (2, 32, 1), (2, 16, 1), (0, 8, 1), (0, 16, 1), (0, 32, 1), (0, 64, 1), (1, 8, 1),
+            (1, 16, 1), (1, 64, 1), (6, 8, 1), (5, 64, 1), (5, 128, 1), (4, 16, 1), (7, 8, 1), (17, 4, 1),
+            (1, 4, 1), (0, 1, 1),
+        ]),
+        st.tuples(st.integers(0, 255), st.sampled_from([0, 1, 7, 8, 12, 16, 24, 32, 64, 128, 255]),
+                  st.sampled_from([0, 1, 2, 4, 65535])),
+    )
+    device = st.one_of(
+        st.just((1, 0)), st.just((1, 0)), st.just((1, 0)),
+        st.sampled_from([(1, 1), (1, 5), (3, 0), (13, 0), (14, 0), (2, 0), (4, 0), (7, 0), (8, 0), (0, 0),
+                         (5, 0), (6, 0), (19, 0), (99, 0), (-1, 0), (1, -1), (2**31 - 1, 0)]),
+    )
+    data = st.one_of(
+        st.tuples(st.just("buf"), st.sampled_from([0, 0, 8, 64, 1, 3, 4096, BUFFER // 2])),
+        st.sampled_from([0, 1, 4096, 2**63, 2**64 - 8, 2**64 - 4096]),
+    )
+    return st.fixed_dictionaries({
+        "versioned": st.booleans(),
+        # (Never the other kind's name: a struct read as the other kind has
+        # its pointers where the other one has ints, which no check can tell.)
+        "name": st.sampled_from(["right"] * 12 + ["", "dltensor_v", "used", "NULL"]),
+        "version": st.tuples(st.sampled_from([1, 1, 1, 1, 0, 2, 2**32 - 1]),
+                             st.one_of(st.integers(0, 5), st.just(2**32 - 1))),
+        "flags": st.one_of(st.sampled_from([0, 0, 0, 1, 2, 3, 4, 5, 7]), st.integers(0, 2**64 - 1)),
+        "device": device,
+        "dtype": dtype,
+        "shape": shape,
+        "ndim": st.one_of(st.just(None), st.just(None), st.just(None),
+                          st.sampled_from([0, 1, 3, 64, 65, -1, 2**31 - 1, -(2**31)])),
+        "strides": st.one_of(st.just(None), st.lists(stride, min_size=8, max_size=8)),
+        "null_shape": st.sampled_from([False] * 15 + [True]),
+        "data": data,
+        "byte_offset": st.one_of(st.just(0), st.just(0), st.integers(0, 64),
+                                 st.sampled_from([4095, 4096, 2**63, 2**64 - 1, 2**64 - 4096])),
+        "deleter": st.sampled_from([True] * 7 + [False]),
+        "max_version": st.sampled_from([None, (1, 0), (1, 0), (0, 8), (1, 3), (0, 4)]),
+    })
+
+
+def draw(n: int, seed: int) -> list:
+    """``n`` cases drawn by hypothesis with ``seed``."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as with_seed
+
+    cases = []
+
+    @with_seed(seed)
+    @settings(max_examples=n, database=None, deadline=None, derandomize=False,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    @given(strategy())
+    def collect(case):
+        cases.append(json.loads(json.dumps(case)))  # tuples as lists, as the children read them
+
+    collect()
+    return cases[:n]
+
+
+# -- one case, run in a child ---------------------------------------------------
+
+
+class _Env:
+    """What the child holds for all cases: the library, the buffer."""
+
+    def __init__(self, with_torch):
+        import numpy as np
+
+        import gpu_dlpack
+
+        from . import capsules
+
+        self.np, self.g, self.capsules = np, gpu_dlpack, capsules
+        self.torch = None
+        if with_torch:
+            import torch
+
+            self.torch = torch
+        raw = np.empty(BUFFER + 64, np.uint8)
+        start = (-raw.ctypes.data) % 64
+        self.raw = raw
+        self.buf = raw[start:start + BUFFER]
+        self.buf[:] = np.arange(BUFFER) % 251
+        self.base = self.buf.ctypes.data
+
+    def address(self, data):
+        return self.base + data[1] if isinstance(data, list) else data
+
+    def norm(self, text):
+        """A message with addresses inside the buffer as BUF+offset (the
+        buffer lies elsewhere in each child)."""
+        def sub(m):
+            v = int(m.group(0), 16)
+            return f"BUF+{v - self.base}" if self.base <= v < self.base + 2 * BUFFER else m.group(0)
+
+        return re.sub(r"0x[0-9a-f]+", sub, text)
+
+    def rel(self, address):
+        """An address as the same value in every child: near the buffer
+        (a byte_offset of 2**63 aside, modulo 2**64), its offset from it; an
+        address the case wrote (low or high), itself; any other (a copy's),
+        "elsewhere"."""
+        for half in (0, 2**63):
+            d = (address - self.base - half) % 2**64
+            if d < 2 * BUFFER or d > 2**64 - 2 * BUFFER:
+                return ["BUF", half, d if d < 2**63 else d - 2**64]
+        return address if address < 1 << 20 or address >= 1 << 62 else "elsewhere"
+
+
+def _fields(case):
+    """capsules.make's keywords for a case."""
+    versioned = case["versioned"]
+    name = {"right": None, "NULL": False, "used": "used_dltensor_versioned" if versioned else "used_dltensor",
+            }.get(case["name"], case["name"])
+    shape = list(case["shape"])
+    ndim = case["ndim"] if case["ndim"] is not None else len(shape)
+    if 0 <= ndim <= 64 and ndim > len(shape):
+        shape += [1] * (ndim - len(shape))  # the struct never points past its arrays
+    strides = case["strides"]
+    width = max(len(shape), 1)
+    kw = dict(versioned=versioned, name=name, version=tuple(case["version"]), flags=case["flags"],
+              device=tuple(case["device"]), dtype=tuple(case["dtype"]), ndim=ndim, shape=tuple(shape),
+              byte_offset=case["byte_offset"], null_shape=case["null_shape"], deleter=case["deleter"])
+    if strides is None:
+        kw["null_strides"] = True
+        kw["strides"] = (1,) * width
+    else:
+        kw["strides"] = tuple((strides * 8)[:width])
+    return kw
+
+
+def _negative_strides(kw):
+    return not kw.get("null_strides") and any(s < 0 for s in kw["strides"][: max(kw["ndim"], 0)])
+
+
+def backed(env, case, kw):
+    """Whether every byte of the tensor lies in the buffer (so it may be read)."""
+    data = case["data"]
+    ndim = kw["ndim"]
+    if not isinstance(data, list) or not 0 <= ndim <= 64 or kw["null_shape"]:
+        return False
+    shape = kw["shape"][:ndim]
+    code, bits, lanes = kw["dtype"]
+    if bits % 8 or bits == 0 or lanes != 1 or any(n < 0 for n in shape):
+        return False
+    item = bits // 8
+    if kw.get("null_strides"):
+        strides, count = [], 1
+        for n in reversed(shape):
+            strides.insert(0, count)
+            count *= n
+    else:
+        strides = list(kw["strides"][:ndim])
+    if 0 in shape:
+        return True
+    count = 1
+    for n in shape:
+        count *= n
+    if count > BUFFER:
+        return False  # a broadcast over a few bytes: real, but no copy of it fits anywhere
+    low = high = 0
+    for n, s in zip(shape, strides):
+        (low, high) = (low + (n - 1) * s, high) if s < 0 else (low, high + (n - 1) * s)
+    first = data[1] + kw["byte_offset"]
+    return first + low * item >= 0 and first + (high + 1) * item <= BUFFER
+
+
+STANDARD = (BufferError, TypeError, ValueError)
+
+
+def _summary(env, v):
+    np, g = env.np, env.g
+    if isinstance(v, np.ndarray):
+        at = env.rel(v.ctypes.data) if v.base is not None else "a copy"
+        return ["array", list(v.shape), list(v.strides), v.dtype.str, at, v.flags.writeable]
+    if env.torch is not None and isinstance(v, env.torch.Tensor):
+        return ["tensor", list(v.shape), list(v.stride()), str(v.dtype), env.rel(v.data_ptr())]
+    if type(v).__name__ == "PyCapsule":
+        i = g.inspect(v)
+        head = ["capsule", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dtype), list(i.shape),
+                None if i.strides is None else list(i.strides), i.byte_offset, env.rel(i.data)]
+        try:
+            arr = g.from_dlpack(v)
+        except STANDARD as exc:
+            return head + [["error", type(exc).__name__, env.norm(str(exc))]]
+        return head + [_summary(env, arr)]
+    return ["other", type(v).__name__]
+
+
+def _call(env, entry, cap, case):
+    g, np, capsules = env.g, env.np, env.capsules
+    device = tuple(case["device"])
+    mv = None if case["max_version"] is None else tuple(case["max_version"])
+    if entry == "import":
+        return g.from_dlpack(cap)
+    if entry == "import producer":
+        return g.from_dlpack(capsules.Producer(cap, device=device))
+    if entry == "inspect":
+        i = g.inspect(cap)
+        return ["info", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dtype), list(i.shape),
+                None if i.strides is None else list(i.strides), i.byte_offset, env.rel(i.data)]
+    if entry == "export":
+        return g.export(capsules.Producer(cap, device=device), max_version=mv)
+    if entry == "wrap numpy":
+        return np.from_dlpack(g.wrap(cap))
+    if entry == "wrap gpu_dlpack":
+        return g.from_dlpack(g.wrap(capsules.Producer(cap, device=device)))
+    if entry == "copy":
+        out = g.from_dlpack(cap, copy=True)
+        if env.base <= out.ctypes.data < env.base + BUFFER:
+            raise AssertionError("copy=True shared the data")
+        return out.copy()  # its address: somewhere else, as every copy's
+    if entry == "torch":
+        return env.torch.from_dlpack(g.wrap(capsules.Producer(cap, device=device)))
+    raise AssertionError(entry)
+
+
+def run_case(env, case, entries, keep):
+    """The outcome of each entry point on ``case``: a dict entry -> record.
+    The records of the capsules made are appended to ``keep`` (their final
+    deleter counts are read once the batch is collected)."""
+    capsules = env.capsules
+    out = {}
+    kw = _fields(case)
+    is_backed = backed(env, case, kw)
+    for entry in entries:
+        if entry == "copy" and not is_backed:
+            continue  # a copy reads the data: only where the data is real
+        if entry == "torch" and (env.torch is None or _negative_strides(kw) or kw["device"][0] not in (1, 2)):
+            # torch 2.x aborts the process on negative strides (its own C++
+            # throw), and now and then on device types it has no backend
+            # for (an internal assert): its own crashes.
+            continue
+        cap, rec = capsules.make(env.buf, data=env.address(case["data"]) or 0, **kw)
+        name_before = capsules.capsule_name(cap)
+        result = {}
+        error = None
+        try:
+            value = _call(env, entry, cap, case)
+        except Exception as exc:
+            error = exc
+            value = None
+        if error is not None:
+            # Checked once the exception is no longer handled (its frames,
+            # and what they hold, are gone).
+            kind = type(error).__name__
+            result["error"] = [kind, env.norm(str(error))]
+            # A consumer library's own refusal of what it was handed is its
+            # own (AssertionError from torch for CUDA memory without CUDA).
+            consumer = entry in ("wrap numpy", "torch") and not _raised_by_the_layer(error)
+            standard = isinstance(error, STANDARD)
+            error = None
+            if not (standard or consumer):
+                result["violation"] = f"{kind} is not a type the standard names"
+            name_after = capsules.capsule_name(cap)
+            calls = rec.calls
+            taken = name_after is not None and name_after.startswith("used_") and name_after != name_before
+            if not ((name_after == name_before and calls == 0) or (taken and calls == int(kw["deleter"]))):
+                result["violation"] = (f"refused, and left the capsule named {name_after!r} (was "
+                                       f"{name_before!r}) with {calls} deleter calls")
+        else:
+            result["ok"] = _summary(env, value)
+            if entry == "inspect" and (rec.calls or capsules.capsule_name(cap) != name_before):
+                result["violation"] = "inspect took the capsule"
+            if isinstance(value, env.np.ndarray):
+                _check_array(env, case, kw, value, is_backed, result)
+            del value
+        out[entry] = result
+        keep.append((entry, rec, int(kw["deleter"])))
+        del cap
+    return out
+
+
+_LAYER = os.path.join(ROOT, "gpu_dlpack") + os.sep
+
+
+def _raised_by_the_layer(error):
+    tb = error.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and last.tb_frame.f_code.co_filename.startswith(_LAYER)
+
+
+def _check_array(env, case, kw, arr, is_backed, result):
+    np = env.np
+    ndim = kw["ndim"]
+    if list(arr.shape) != list(kw["shape"][:ndim]):
+        result["violation"] = f"the array's shape {arr.shape} is not the struct's"
+    if arr.size and case["data"] == 0:
+        result["violation"] = "an array with elements over NULL data"
+    counted = 1
+    for n in arr.shape:
+        counted *= n or 1
+    if counted * arr.itemsize > 2**63 - 1:
+        result["violation"] = "an array whose extents (zeros aside) hold more than 2**63 - 1 bytes"
+    if arr.size and is_backed:  # the values, read (the same bytes on both paths)
+        result["ok"].append(np.ascontiguousarray(arr).view(np.uint8).sum(dtype=np.uint64).item())
+
+
+def child(path, start, entries, with_torch, progress):
+    """Run the cases of ``path`` from ``start``, printing one JSON line per
+    case (and one per batch with the final deleter counts)."""
+    import gc
+
+    env = _Env(with_torch)
+    with open(path) as f:
+        cases = json.load(f)
+    fd = os.open(progress, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    capsules = env.capsules
+    batch, keep = [], []
+    stray = capsules.stray_calls
+
+    def flush():
+        nonlocal stray
+        gc.collect()
+        finals = {}
+        for i, entry, rec, want in keep:
+            if rec.calls != want:
+                finals.setdefault(str(i), []).append(f"{entry}: deleter ran {rec.calls} times, not {want}")
+        now = capsules.stray_calls
+        line = {"batch": batch[:], "finals": finals, "stray": now - stray}
+        stray = now
+        print(json.dumps(line), flush=True)
+        batch.clear()
+        keep.clear()
+
+    for i in range(start, len(cases)):
+        os.pwrite(fd, f"{i:>12}".encode(), 0)
+        made = []
+        outcome = run_case(env, cases[i], entries, made)
+        keep.extend((i, e, r, w) for e, r, w in made)
+        batch.append(i)
+        print(json.dumps({"i": i, "outcome": outcome}), flush=True)
+        if len(batch) >= 100:
+            flush()
+    if batch:
+        flush()
+    os.close(fd)
+
+
+# -- the parent: run both paths, compare ----------------------------------------
+
+
+def _run_path(cases_file, n, pure, entries, with_torch, env_extra, timeout):
+    """Outcomes, crashes and per-batch findings of one path."""
+    outcomes, crashes, findings = {}, [], []
+    start = 0
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env.pop("GPU_DLPACK_PURE_PYTHON", None)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    if pure:
+        env["GPU_DLPACK_PURE_PYTHON"] = "1"
+    env.update(env_extra or {})
+    while start < n:
+        with tempfile.NamedTemporaryFile(prefix="fuzz-progress-", delete=False) as p:
+            progress = p.name
+        cmd = [sys.executable, "-c",
+               "import sys; from tests.fuzz_capsules import child; "
+               f"child({cases_file!r}, {start}, {list(entries)!r}, {with_torch!r}, {progress!r})"]
+        try:
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+            rc, stdout, stderr = done.returncode, done.stdout, done.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc = "timeout"
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        for line in stdout.splitlines():
+            if not line.startswith("{"):
+                continue
+            rec = json.loads(line)
+            if "i" in rec:
+                outcomes[rec["i"]] = rec["outcome"]
+            else:
+                for i, what in rec["finals"].items():
+                    findings.append((int(i), "; ".join(what)))
+                if rec["stray"]:
+                    findings.append((rec["batch"][0], f"{rec['stray']} deleter calls on tensors already freed "
+                                                      f"in cases {rec['batch'][0]}..{rec['batch'][-1]}"))
+        try:
+            with open(progress) as f:
+                text = f.read().strip()
+            os.unlink(progress)
+        except OSError:
+            text = ""
+        if rc == 0:
+            break
+        at = int(text) if text else start
+        crashes.append((at, rc, stderr[-3000:]))
+        start = at + 1
+    return outcomes, crashes, findings
+
+
+def fuzz(n=2000, seed=None, entries=ENTRIES, with_torch=None, env=None, timeout=900, paths=(False, True)):
+    """Draw ``n`` cases and run them on the core and on the pure path.
+    Returns a report dict: cases, seed, runs per entry, crashes, violations,
+    disagreements (each with the case)."""
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+    if with_torch is None:
+        try:
+            import torch  # noqa: F401
+            with_torch = True
+        except ImportError:
+            with_torch = False
+    started = time.perf_counter()
+    cases = draw(n, seed)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="fuzz-cases-", delete=False) as f:
+        json.dump(cases, f)
+        cases_file = f.name
+    try:
+        results = {pure: _run_path(cases_file, len(cases), pure, entries, with_torch, env, timeout) for pure in paths}
+    finally:
+        os.unlink(cases_file)
+    report = {"cases": len(cases), "seed": seed, "seconds": 0.0, "runs": {}, "crashes": [], "violations": [],
+              "disagreements": []}
+    names = {False: "core", True: "pure"}
+    for pure, (outcomes, crashes, findings) in results.items():
+        for at, rc, err in crashes:
+            report["crashes"].append({"path": names[pure], "case": cases[at] if at < len(cases) else None,
+                                      "index": at, "rc": rc, "stderr": err})
+        for i, what in findings:
+            report["violations"].append({"path": names[pure], "index": i, "case": cases[i], "what": what})
+        for i, outcome in outcomes.items():
+            for entry, result in outcome.items():
+                if not pure or len(paths) == 1:
+                    report["runs"][entry] = report["runs"].get(entry, 0) + 1
+                if "violation" in result:
+                    report["violations"].append({"path": names[pure], "index": i, "entry": entry,
+                                                 "case": cases[i], "what": result["violation"],
+                                                 "result": result.get("error") or result.get("ok")})
+    if len(paths) == 2:
+        core, pure = results[False][0], results[True][0]
+        for i in sorted(set(core) & set(pure)):
+            for entry in set(core[i]) | set(pure[i]):
+                a, b = core[i].get(entry), pure[i].get(entry)
+                if a != b:
+                    report["disagreements"].append({"index": i, "entry": entry, "case": cases[i],
+                                                    "core": a, "pure": b})
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def describe(report, limit=5) -> str:
+    """A few lines: the counts, then the first findings of each kind."""
+    runs = ", ".join(f"{k}: {v}" for k, v in sorted(report["runs"].items()))
+    lines = [f"{report['cases']} cases (seed {report['seed']}) in {report['seconds']} s; runs per path: {runs}",
+             f"crashes: {len(report['crashes'])}, violations: {len(report['violations'])}, "
+             f"core/pure disagreements: {len(report['disagreements'])}"]
+    for kind in ("crashes", "violations", "disagreements"):
+        seen = {}
+        for item in report[kind]:
+            what = item.get("what") or item.get("entry") or str(item.get("rc"))
+            seen.setdefault(what, item)
+        for what, item in list(seen.items())[:limit]:
+            lines.append(f"{kind[:-1]} ({what}): " + json.dumps(item, default=str)[:1500])
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--path", choices=["both", "core", "pure"], default="both")
+    args = parser.parse_args(argv)
+    paths = {"both": (False, True), "core": (False,), "pure": (True,)}[args.path]
+    report = fuzz(args.cases, args.seed, with_torch=False if args.no_torch else None, paths=paths)
+    print(describe(report))
+    return 1 if report["crashes"] or report["violations"] or report["disagreements"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The capsule fuzzer (tests/fuzz_capsules.py) in the suite: crafted
+DLPack structs fed to every entry point on the compiled core and on the
+pure-Python path, each path in its own interpreter, so that a crash is
+reported with its case. GPU_DLPACK_FUZZ_CASES sets the number of cases
+(scripts/test.sh runs 4,000 once; 300 elsewhere), GPU_DLPACK_FUZZ_SEED the
+seed (a new one each run, printed with the figures)."""
+
+import os
+
+from .figures import counter_fixture
+from .fuzz_capsules import describe, fuzz
+
+figures = counter_fixture("capsule fuzzer")
+
+CASES = int(os.environ.get("GPU_DLPACK_FUZZ_CASES", "300"))
+SEED = os.environ.get("GPU_DLPACK_FUZZ_SEED")
+
+
+def test_crafted_capsules_are_refused_or_taken_cleanly_and_alike_on_both_paths(figures):
+    report = fuzz(CASES, None if SEED is None else int(SEED))
+    for entry, n in report["runs"].items():
+        figures[entry] += n
+    figures.notes.append(describe(report, limit=0).splitlines()[0])
+    assert not report["crashes"], describe(report)
+    assert not report["violations"], describe(report)
+    assert not report["disagreements"], describe(report)
+    # The cases reached every entry point (copy and torch: where they apply).
+    drawn = report["cases"]
+    assert drawn >= CASES * 9 // 10 and all(report["runs"].get(e) == drawn for e in ("import", "inspect", "export"))
