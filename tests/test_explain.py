@@ -12,6 +12,7 @@ import datetime
 import inspect
 import io
 import json
+import re
 import struct
 import warnings
 
@@ -479,6 +480,66 @@ def test_gpu_dlpack_wrapper_explains_the_peer_message_too():
         RuntimeError("NumPy only supports stream=None.")))))
     ids = [m.entry.id for m in _explain.match(text)]
     assert ids == ["gpu_dlpack-producer-refused", "numpy-stream"]
+
+
+@pytest.mark.parametrize("entry_id", sorted(REAL_MESSAGES))
+def test_no_entry_shows_an_unfilled_field(entry_id, floor):
+    # Every {field} an entry quotes, in its meaning, remedies and example,
+    # is filled from what its pattern captured in the real message.
+    if entry_id in NEEDS_NO_GPU and NEEDS_NO_GPU[entry_id]():
+        pytest.skip("this message is raised only where no GPU is usable")
+    found = gpu_dlpack.explain(REAL_MESSAGES[entry_id]())
+    shown = str(found) + json.dumps(found.as_dict())
+    assert not _FIELD.findall(shown), (entry_id, _FIELD.findall(shown))
+
+
+def test_every_quoted_field_is_a_group_of_its_pattern():
+    for e in _explain.entries():
+        for text in (e.meaning, *e.remedies, *e.avoid.values()):
+            assert set(_FIELD_NAME.findall(text)) <= set(e.pattern.groupindex), (e.id, text)
+
+
+_FIELD = re.compile(r"\{\w+\}")
+_FIELD_NAME = re.compile(r"\{(\w+)\}")
+
+
+# -- gpu_dlpack.explain, in Python ---------------------------------------------
+
+
+def test_explain_in_python_takes_the_exception_itself():
+    try:
+        _jax().numpy.arange(3.0).__dlpack__(max_version=(0, 4))
+    except BufferError as exc:
+        found = gpu_dlpack.explain(exc)
+    assert found and [m.id for m in found] == ["jax-version-floor"]
+    (m,) = found
+    assert m.entry.library == "JAX" and m.groups == {"floor": "0, 5", "major": "0", "minor": "4"}
+    assert any("GPU_DLPACK_MIN_VERSION=0.4" in r for r in m.remedies) and found.remedies == m.remedies
+    assert set(m.avoid) == {"call", "before", "after"}
+    # str() is what the command prints
+    assert str(found) == _explain.run(found.text)[0]
+
+
+def test_explain_in_python_reads_the_chain_of_causes():
+    def refuse(kw):
+        raise RuntimeError("NumPy only supports stream=None.")
+
+    try:
+        gpu_dlpack.from_dlpack(Producer(1, refuse))
+    except BufferError as exc:
+        found = gpu_dlpack.explain(exc)
+    assert [m.id for m in found] == ["numpy-stream", "gpu_dlpack-producer-refused"]
+
+
+def test_explain_in_python_of_an_unknown_message_is_false_and_says_so():
+    found = gpu_dlpack.explain("the quick brown fox")
+    assert not found and len(found) == 0 and found.remedies == []
+    assert "No known DLPack error matched" in str(found)
+
+
+def test_explain_in_python_refuses_what_is_neither_message_nor_exception():
+    with pytest.raises(TypeError, match="an exception or an error message"):
+        gpu_dlpack.explain(42)
 
 
 def test_hazards_have_problem_and_remedy():
