@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 from . import _capsule, _versions, _wiring
 from ._capsule import CapsuleInfo
 from ._devices import Device, DLDeviceType
-from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
+from ._convert import Conversion, convert
+from ._errors import (
+    ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, NotDLPackError, ReadOnlyError, StreamWarning,
+)
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack, shards
 from ._shards import Shard
@@ -79,6 +82,9 @@ __all__ = [
     "MIN_DLPACK_VERSION",
     "CapsuleInfo",
     "ConsumedCapsuleError",
+    "Conversion",
+    "CopyRequiredError",
+    "DeviceUnreachableError",
     "DLDeviceType",
     "Device",
     "Exportable",
@@ -86,8 +92,10 @@ __all__ = [
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
     "NotDLPackError",
+    "ReadOnlyError",
     "Shard",
     "StreamWarning",
+    "convert",
     "explain",
     "export",
     "from_dlpack",

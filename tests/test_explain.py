@@ -9,6 +9,7 @@ where; for PyTorch the quote is checked against the installed source.
 
 import ctypes
 import datetime
+import functools
 import inspect
 import io
 import json
@@ -142,6 +143,20 @@ def _gpu_dlpack_consumed():
     cap = np.arange(3.0).__dlpack__()
     gpu_dlpack.from_dlpack(cap)
     gpu_dlpack.from_dlpack(cap)
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_abort_message():
+    _torch()
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import numpy as np, torch; torch.from_dlpack(np.arange(6.0)[::-1])"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode in (-6, 134), done  # SIGABRT
+    return done.stderr
 
 
 def _unaligned_view():
@@ -321,6 +336,27 @@ REAL_MESSAGES = {
             _PointerInterface()
         ).__dlpack__(copy=True)
     ),
+    # -- gpu_dlpack.convert and the doctor
+    "gpu_dlpack-convert-read-only": lambda: raised(
+        lambda: gpu_dlpack.convert(readonly(np.arange(3.0)), _torch().__name__, copy=False)
+    ),
+    "gpu_dlpack-convert-layout": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(6.0)[::-1], _torch().__name__, copy=False)
+    ),
+    "gpu_dlpack-convert-unaligned": lambda: raised(
+        lambda: gpu_dlpack.convert(_unaligned_view(), _jax().__name__, copy=False)
+    ),
+    "gpu_dlpack-convert-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), _cupy().__name__)),
+    "gpu_dlpack-convert-bad-to": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), 3)),
+    "gpu_dlpack-convert-not-importable": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(3.0), "gpu_dlpack_test_no_such_library")
+    ),
+    "gpu_dlpack-convert-no-from-dlpack": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), "math")),
+    "gpu_dlpack-bad-on-readonly": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(3.0), "numpy", on_readonly=True)
+    ),
+    # Printed by the abort (torch 2.12, 2.13): run in a child, which dies.
+    "torch-negative-strides": lambda: _torch_abort_message(),
     # -- CuPy (installed, without a GPU)
     "cupy-cpu-import": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0))),
     "cupy-unsupported-array-type": lambda: raised(lambda: _cupy().from_dlpack(Producer(3))),
@@ -420,6 +456,7 @@ def _cupy_has_gpu():
 NEEDS_NO_GPU = {
     "cuda-runtime-unusable": _cupy_has_gpu,
     "gpu_dlpack-no-backend": _cupy_has_gpu,
+    "gpu_dlpack-convert-no-gpu": _cupy_has_gpu,
     "torch-no-cuda": _torch_has_cuda,
     "jax-unknown-backend": _jax_has_gpu,
 }
@@ -767,6 +804,15 @@ BUILDER_ARGS = {
     "interface_cannot_copy": ("cuda:0", (1, 0), None),
     "spread_needs_copy": ("NamedSharding(P('x',)) over 4 devices", "cpu"),
     "spread_not_addressable": ("NamedSharding(P('x',)) over 4 devices", 2, ["cpu:0", "cpu:1"]),
+    "bad_on_readonly": (True, ("copy", "share", "refuse")),
+    "bad_consumer": (3,),
+    "consumer_not_importable": ("pytorch", ModuleNotFoundError("No module named 'pytorch'")),
+    "consumer_without_from_dlpack": ("math", ["math.from_dlpack"]),
+    "readonly_refused": ("torch", "ignores READ_ONLY"),
+    "readonly_needs_copy": ("torch", "ignores READ_ONLY"),
+    "layout_needs_copy": ("torch", (6,), (-1,), "a negative stride"),
+    "unaligned_needs_copy": ("jax", 0x1004, 64),
+    "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
 }
 
 
