@@ -423,3 +423,11 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
         "`gpu-dlpack doctor`, or convert to a host library ('numpy', 'torch', 'jax')."
     )
 
+
+def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
+    return ModuleNotFoundError(
+        f"gpu-dlpack doctor --library {name}: no module named {name!r} can be imported here "
+        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        "this Python.",
+        name=name,
+    )

@@ -355,6 +355,9 @@ REAL_MESSAGES = {
     "gpu_dlpack-bad-on-readonly": lambda: raised(
         lambda: gpu_dlpack.convert(np.arange(3.0), "numpy", on_readonly=True)
     ),
+    "gpu_dlpack-doctor-library": lambda: raised(
+        lambda: __import__("gpu_dlpack.doctor").doctor.run(extra=["gpu_dlpack_test_no_such_library"])
+    ),
     # Printed by the abort (torch 2.12, 2.13): run in a child, which dies.
     "torch-negative-strides": lambda: _torch_abort_message(),
     # -- CuPy (installed, without a GPU)
@@ -813,6 +816,7 @@ BUILDER_ARGS = {
     "layout_needs_copy": ("torch", (6,), (-1,), "a negative stride"),
     "unaligned_needs_copy": ("jax", 0x1004, 64),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
+    "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
 }
 
 
