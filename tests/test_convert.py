@@ -425,7 +425,7 @@ def test_cupy_to_torch_on_a_gpu_is_zero_copy_on_the_stream(cp, torch):
 # -- the table ---------------------------------------------------------------------
 
 
-def test_the_table_by_version(torch):
+def test_the_table_by_version():
     row = _peers.by_name("torch")
     assert _peers.active_faults(row, "2.8.1") == {"legacy-only", "negative-strides"}
     assert _peers.active_faults(row, "2.13.0+cpu") == {"read-only-ignored", "negative-strides"}
@@ -461,3 +461,17 @@ def test_the_plain_case_goes_straight_through_and_gives_what_the_general_path_gi
     c = _convert.consumer_of("torch")
     assert c.plain(a) and not c.plain(readonly(a)) and not c.plain(a[::-1]) and c.plain(a[::2])
     assert not _convert.consumer_of("jax").plain(a[::2])
+
+
+def test_the_readme_lists_every_fault_of_the_table():
+    import os
+    import re
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## One call to any library"):text.index("## The rules")]
+    rows = set()
+    for libs, fault in re.findall(r"^\| ([\w, ]+) \| `([\w-]+)`", section, re.M):
+        rows |= {(lib.strip(), fault) for lib in libs.split(",")}
+    table = {(p.name, f.id) for p in _peers.PEERS for f in p.faults}
+    assert rows == table
