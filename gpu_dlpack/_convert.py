@@ -347,7 +347,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         c = consumer_of(to)
     if (
         device is None and copy is None and stream is None and report is False and type(x) is _ndarray
-        and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
+        and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
     ):
         if c.lands is None:
             return c.call(wrap(x))

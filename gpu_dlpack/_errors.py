@@ -347,8 +347,9 @@ def interface_cannot_copy(device, dl_device, copy) -> BufferError:
 
 # -- one call to any library (convert) ------------------------------------------
 
-def bad_on_readonly(value, choices) -> ValueError:
-    return ValueError(
+def bad_on_readonly(value, choices) -> ValueError | TypeError:
+    error = ValueError if isinstance(value, str) else TypeError
+    return error(
         f"on_readonly must be one of {', '.join(repr(c) for c in choices)}; got {value!r}. "
         "'copy' gives a consumer that cannot hold read-only data a writeable copy, 'share' "
         "hands it the memory anyway (its writes then change the source), 'refuse' raises "

@@ -64,7 +64,7 @@ def cannot_hold_read_only(faults: frozenset) -> str | None:
 
 
 def check_policy(on_readonly) -> str:
-    if on_readonly not in _POLICY_SET:
+    if type(on_readonly) is not str or on_readonly not in _POLICY_SET:
         raise _errors.bad_on_readonly(on_readonly, POLICIES)
     return on_readonly
 

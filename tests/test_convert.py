@@ -325,6 +325,8 @@ def test_bad_arguments_are_the_standards_types(torch):
         gpu_dlpack.convert(a, "torch", copy=1)
     with pytest.raises(ValueError, match="on_readonly must be one of 'copy', 'share', 'refuse'; got 'yes'"):
         gpu_dlpack.convert(a, "torch", on_readonly="yes")
+    with pytest.raises(TypeError, match="on_readonly must be one of"):
+        gpu_dlpack.convert(a, "torch", on_readonly=["copy"])  # not a str (unhashable too): the clear error
     with pytest.raises(TypeError):
         gpu_dlpack.convert(x=a, to="torch")  # x and to are positional-only
     with pytest.raises(gpu_dlpack.NotDLPackError):
