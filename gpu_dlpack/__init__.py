@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import TYPE_CHECKING
 
 from . import _capsule, _versions, _wiring
 from ._capsule import CapsuleInfo
 from ._devices import Device, DLDeviceType
-from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
+from ._convert import Conversion, convert
+from ._errors import (
+    ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, NotDLPackError, ReadOnlyError, StreamWarning,
+)
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack, shards
 from ._shards import Shard
 from ._streams import use_stream
 from ._typing import Capsule, Version
+
+if TYPE_CHECKING:
+    from ._explain import Explanation
 from ._versions import DLPACK_VERSION
 
 __version__ = "0.1.0"
@@ -46,6 +53,24 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
     return _capsule.read(capsule)
 
 
+def explain(exc_or_message: BaseException | str, /) -> Explanation:
+    """What a DLPack error means and how to fix it: the known errors found
+    in an exception (its chain included) or a message, with their remedies.
+
+    >>> import gpu_dlpack
+    >>> found = gpu_dlpack.explain("BufferError: JAX does not support any version "
+    ...     "below (0, 5) but version ((0, 4)) was requested.")
+    >>> [m.id for m in found]
+    ['jax-version-floor']
+
+    The result is true when something matched; ``str()`` of it is what
+    ``gpu-dlpack explain`` prints.
+    """
+    from . import _explain  # the knowledge file is read on first use
+
+    return _explain.explain(exc_or_message)
+
+
 def set_min_dlpack_version(version: Version | str) -> Version:
     """Set the version floor (``(0, 8)`` or ``"0.8"``); returns the old one.
     Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``."""
@@ -57,6 +82,9 @@ __all__ = [
     "MIN_DLPACK_VERSION",
     "CapsuleInfo",
     "ConsumedCapsuleError",
+    "Conversion",
+    "CopyRequiredError",
+    "DeviceUnreachableError",
     "DLDeviceType",
     "Device",
     "Exportable",
@@ -64,8 +92,11 @@ __all__ = [
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
     "NotDLPackError",
+    "ReadOnlyError",
     "Shard",
     "StreamWarning",
+    "convert",
+    "explain",
     "export",
     "from_dlpack",
     "inspect",

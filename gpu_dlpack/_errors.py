@@ -32,6 +32,18 @@ class NotDLPackError(TypeError, AttributeError):
     """
 
 
+class CopyRequiredError(BufferError):
+    """``copy=False`` was asked where the exchange needs a copy."""
+
+
+class ReadOnlyError(BufferError):
+    """Read-only data where the consumer cannot hold it read-only."""
+
+
+class DeviceUnreachableError(BufferError):
+    """A device that cannot be reached or served here."""
+
+
 def _fmt_version(v) -> str:
     return "None" if v is None else f"({v[0]}, {v[1]})"
 
@@ -330,4 +342,93 @@ def interface_cannot_copy(device, dl_device, copy) -> BufferError:
         f"a CUDA Array Interface object on {device} lends its memory only; it was "
         f"asked for dl_device={dl_device!r}, copy={copy!r}. Import it with "
         "gpu_dlpack.from_dlpack(x, device=..., copy=True), which copies with CuPy."
+    )
+
+
+# -- one call to any library (convert) ------------------------------------------
+
+def bad_on_readonly(value, choices) -> ValueError | TypeError:
+    error = ValueError if isinstance(value, str) else TypeError
+    return error(
+        f"on_readonly must be one of {', '.join(repr(c) for c in choices)}; got {value!r}. "
+        "'copy' gives a consumer that cannot hold read-only data a writeable copy, 'share' "
+        "hands it the memory anyway (its writes then change the source), 'refuse' raises "
+        "gpu_dlpack.ReadOnlyError."
+    )
+
+
+def bad_consumer(to) -> TypeError:
+    return TypeError(
+        f"convert's 'to' must be an array library's module or its name (such as 'numpy', "
+        f"'torch', 'jax', 'cupy', 'array_api_strict', 'numba', or any module with a "
+        f"from_dlpack); got {type(to).__name__} {to!r}."
+    )
+
+
+def consumer_not_importable(name, exc) -> ModuleNotFoundError:
+    return ModuleNotFoundError(
+        f"convert(x, {name!r}): no module named {name!r} can be imported here "
+        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        "this Python.",
+        name=name,
+    )
+
+
+def consumer_without_from_dlpack(name, looked) -> TypeError:
+    return TypeError(
+        f"convert(x, {name!r}): {name} has no from_dlpack (looked for {', '.join(looked)}), "
+        "so it cannot import DLPack arrays. Pass a library that has one, or the module "
+        "that holds it (for example 'jax.numpy')."
+    )
+
+
+def readonly_refused(consumer, why) -> ReadOnlyError:
+    return ReadOnlyError(
+        f"the data is read-only and {consumer} cannot hold it read-only ({why}); "
+        "on_readonly='refuse' was asked. Remedies: on_readonly='copy' (the default) gives "
+        f"{consumer} a writeable copy; on_readonly='share' hands {consumer} the memory "
+        "anyway, where its writes change the source."
+    )
+
+
+def readonly_needs_copy(consumer, why) -> ReadOnlyError:
+    return ReadOnlyError(
+        f"copy=False, but the data is read-only and {consumer} cannot hold it read-only "
+        f"({why}): only a copy keeps the source unchanged. Remedies: pass copy=None to "
+        f"give {consumer} a writeable copy, or on_readonly='share' to hand it the memory "
+        "anyway, where its writes change the source."
+    )
+
+
+def layout_needs_copy(consumer, shape, strides, why) -> CopyRequiredError:
+    return CopyRequiredError(
+        f"copy=False, but {consumer} cannot import an array of shape {shape} with strides "
+        f"{strides} (in elements) without a copy: {why}. Pass copy=None to let gpu_dlpack "
+        "give it a compact copy, or make the array contiguous first."
+    )
+
+
+def unaligned_needs_copy(consumer, address, alignment) -> CopyRequiredError:
+    return CopyRequiredError(
+        f"copy=False, but {consumer} copies host data not aligned to {alignment} bytes, and "
+        f"this array starts at 0x{address:x} ({address % alignment} bytes past a boundary). "
+        "Pass copy=None to allow the copy, or allocate the array aligned."
+    )
+
+
+def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
+    return DeviceUnreachableError(
+        f"convert(x, {consumer!r}): {consumer} arrays live on a GPU, and gpu_dlpack cannot "
+        f"reach one here ({type(exc).__name__}: {exc}). Install the CuPy that fits your "
+        "GPU (pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0) and check "
+        "`gpu-dlpack doctor`, or convert to a host library ('numpy', 'torch', 'jax')."
+    )
+
+
+def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
+    return ModuleNotFoundError(
+        f"gpu-dlpack doctor --library {name}: no module named {name!r} can be imported here "
+        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        "this Python.",
+        name=name,
     )
