@@ -469,7 +469,10 @@ def test_the_readme_lists_every_fault_of_the_table():
     import os
     import re
 
-    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8") as f:
+    readme = os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")
+    if not os.path.exists(readme):
+        pytest.skip("the suite runs from a copy of the tests without the README (an installed wheel)")
+    with open(readme, encoding="utf-8") as f:
         text = f.read()
     section = text[text.index("## One call to any library"):text.index("## The rules")]
     rows = set()
