@@ -15,7 +15,18 @@ import types
 from . import _capsule, _versions, _wiring
 from ._capsule import CapsuleInfo
 from ._devices import Device, DLDeviceType
-from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
+from ._errors import (
+    ConsumedCapsuleError,
+    CopyRequiredError,
+    DeviceUnreachableError,
+    DLPackVersionError,
+    InvalidStreamError,
+    NotDLPackError,
+    ReadOnlyError,
+    StreamError,
+    StreamTypeError,
+    StreamWarning,
+)
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack, shards
 from ._shards import Shard
@@ -57,14 +68,21 @@ __all__ = [
     "MIN_DLPACK_VERSION",
     "CapsuleInfo",
     "ConsumedCapsuleError",
+    "CopyRequiredError",
     "DLDeviceType",
+    "DLPackVersionError",
     "Device",
+    "DeviceUnreachableError",
     "Exportable",
     "FLAG_IS_COPIED",
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
+    "InvalidStreamError",
     "NotDLPackError",
+    "ReadOnlyError",
     "Shard",
+    "StreamError",
+    "StreamTypeError",
     "StreamWarning",
     "export",
     "from_dlpack",

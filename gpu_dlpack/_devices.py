@@ -233,14 +233,11 @@ def _parse(spec):
         return _from_string(spec)
     if isinstance(spec, (tuple, list)):
         return _from_tuple(tuple(spec))
+    if hasattr(type(spec), "__dlpack_device__"):
+        raise _errors.array_not_device(spec)
     form = _peers.device_form(spec)
     if form is not None:
         return _from_peer(spec, form)
-    if hasattr(type(spec), "__dlpack_device__"):
-        raise TypeError(
-            f"{type(spec).__name__} is an array, not a device; use Device.of(x) "
-            "to read the device of an array."
-        )
     raise _errors.bad_device_type(spec)
 
 

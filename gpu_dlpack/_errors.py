@@ -6,6 +6,14 @@ instead. The exception types are the ones the array API standard names:
 of the wrong type, ``ValueError`` for arguments of the right type but a wrong
 value.
 
+Each refusal a caller may want to act on has a class of its own, named for
+its cause and still a subclass of the standard's type, so that
+``except BufferError`` keeps working: ``DLPackVersionError``,
+``CopyRequiredError``, ``ReadOnlyError``, ``DeviceUnreachableError``
+(``BufferError`` each), and for streams ``InvalidStreamError``
+(``ValueError``: a value the memory's device does not take) and
+``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
+
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
 
@@ -30,6 +38,41 @@ class NotDLPackError(TypeError, AttributeError):
     The standard names ``AttributeError``; ``TypeError`` is what Python users
     expect for an argument of the wrong kind: both catch it.
     """
+
+
+class DLPackVersionError(BufferError):
+    """The DLPack version asked for is below the floor, or too old to
+    describe the data (its dtype or device type came later)."""
+
+
+class CopyRequiredError(BufferError):
+    """``copy=False``, but the exchange needs a copy (another device, a
+    gather of shards, read-only data for an always-writeable result)."""
+
+
+class ReadOnlyError(BufferError):
+    """Read-only data for a consumer that cannot hold it read-only (a legacy
+    capsule cannot say READ_ONLY)."""
+
+
+class DeviceUnreachableError(BufferError):
+    """The device asked for cannot be reached from the data's device, or no
+    installed backend can serve it."""
+
+
+class StreamError(Exception):
+    """A stream refused for the memory it goes with: never raised itself,
+    but as ``InvalidStreamError`` (a ``ValueError``) or ``StreamTypeError``
+    (a ``TypeError``), so ``except StreamError`` catches both."""
+
+
+class InvalidStreamError(StreamError, ValueError):
+    """A stream value the memory's device does not take (``stream=1`` for
+    host memory, a negative handle...)."""
+
+
+class StreamTypeError(StreamError, TypeError):
+    """An object that is no stream (nor a stream object's handle)."""
 
 
 def _fmt_version(v) -> str:
@@ -64,8 +107,8 @@ def bad_floor(value, source) -> ValueError:
     )
 
 
-def needs_version(what, need, asked) -> BufferError:
-    return BufferError(
+def needs_version(what, need, asked) -> DLPackVersionError:
+    return DLPackVersionError(
         f"{what} needs DLPack {need[0]}.{need[1]} or newer, but the consumer asked "
         f"for max_version={_fmt_version(asked)}. Remedies: upgrade the consumer so "
         "that it asks for max_version=(1, 0), or convert the array to a type that "
@@ -79,15 +122,15 @@ def bad_copy(value) -> TypeError:
     return TypeError(f"copy must be True, False or None; got {value!r}.")
 
 
-def bad_stream_type(value, device, valid) -> TypeError:
-    return TypeError(
+def bad_stream_type(value, device, valid) -> StreamTypeError:
+    return StreamTypeError(
         f"stream must be an int or None; got {type(value).__name__} {value!r}. "
         f"For {device} the valid values are: {valid}."
     )
 
 
-def bad_stream_value(value, device, valid) -> ValueError:
-    return ValueError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
+def bad_stream_value(value, device, valid) -> InvalidStreamError:
+    return InvalidStreamError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
 
 
 def bad_device(value, forms) -> ValueError:
@@ -102,6 +145,28 @@ def bad_device_type(value) -> TypeError:
     )
 
 
+def bad_flag(name, value) -> TypeError:
+    return TypeError(f"{name} must be True or False; got {value!r}.")
+
+
+def bad_dl_device_type(value) -> TypeError:
+    return TypeError(
+        f"dl_device must be None or a (device_type, device_id) tuple such as "
+        f"(1, 0) for the CPU; got {type(value).__name__} {value!r}."
+    )
+
+
+def bad_dl_device(value, why) -> DeviceUnreachableError:
+    return DeviceUnreachableError(f"dl_device={value!r} names no DLPack device: {why}")
+
+
+def array_not_device(value) -> TypeError:
+    return TypeError(
+        f"{type(value).__name__} is an array, not a device; use Device.of(x) "
+        "to read the device of an array."
+    )
+
+
 def not_dlpack(obj) -> NotDLPackError:
     return NotDLPackError(
         f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack: "
@@ -113,8 +178,8 @@ def not_dlpack(obj) -> NotDLPackError:
 
 # -- exchange rules ---------------------------------------------------------
 
-def readonly_legacy() -> BufferError:
-    return BufferError(
+def readonly_legacy() -> ReadOnlyError:
+    return ReadOnlyError(
         "cannot export a read-only array as a legacy 'dltensor' capsule: that "
         "format cannot say the data must not be written. Remedies: ask for a "
         "versioned capsule with max_version=(1, 0), or pass copy=True to export "
@@ -122,24 +187,24 @@ def readonly_legacy() -> BufferError:
     )
 
 
-def copy_forbidden(source, target, why) -> BufferError:
-    return BufferError(
+def copy_forbidden(source, target, why) -> CopyRequiredError:
+    return CopyRequiredError(
         f"copy=False, but exporting from {source} to {target} needs a copy ({why}). "
         "Pass copy=None to allow the copy, or keep the data on its device."
     )
 
 
-def unreachable(source, target, why="") -> BufferError:
+def unreachable(source, target, why="") -> DeviceUnreachableError:
     extra = f" ({why})" if why else ""
-    return BufferError(
+    return DeviceUnreachableError(
         f"cannot move an array from {source} to {target}{extra}. "
         "Ask for dl_device=None (the array's own device) or (1, 0) for the CPU "
         "where the data is host memory."
     )
 
 
-def no_backend(device) -> BufferError:
-    return BufferError(
+def no_backend(device) -> DeviceUnreachableError:
+    return DeviceUnreachableError(
         f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
         "working GPU for that. Install the CuPy that fits your GPU "
         "(pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0; from a gpu_dlpack "
@@ -237,8 +302,8 @@ def unsupported_numpy_dtype(dtype, why) -> BufferError:
 
 # -- GPU exchanges (CuPy backend, streams) ------------------------------------
 
-def bad_stream_object(value) -> TypeError:
-    return TypeError(
+def bad_stream_object(value) -> StreamTypeError:
+    return StreamTypeError(
         f"cannot read a stream from {type(value).__name__} {value!r}. Pass an int "
         "handle (-1, 1, 2 or a cudaStream_t/hipStream_t address) or a stream object: "
         "cupy.cuda.Stream, torch.cuda.Stream, a Numba stream, or anything with "
@@ -246,8 +311,15 @@ def bad_stream_object(value) -> TypeError:
     )
 
 
-def readonly_to_writeable(target) -> BufferError:
-    return BufferError(
+def bad_cuda_stream_protocol(stream) -> StreamTypeError:
+    return StreamTypeError(
+        f"{type(stream).__name__}.__cuda_stream__() must return a (version, "
+        "handle) pair of ints."
+    )
+
+
+def readonly_to_writeable(target) -> CopyRequiredError:
+    return CopyRequiredError(
         f"copy=False, but the capsule is READ_ONLY and arrays on {target} are CuPy "
         "arrays, which are always writeable: a zero-copy import would let read-only "
         "data be written. Pass copy=None to import a writeable copy, or import to "
@@ -276,9 +348,9 @@ def device_mismatch(producer, said, got) -> BufferError:
     )
 
 
-def host_device_id(asked, target) -> BufferError:
+def host_device_id(asked, target) -> DeviceUnreachableError:
     name = target.type.name.lower()
-    return BufferError(
+    return DeviceUnreachableError(
         f"{asked!r} asks for {name} memory with device id {target.index}, but host "
         f"memory is one address space with device id 0 only. Ask for "
         f"({int(target.type)}, 0) or '{name}'."
@@ -287,8 +359,8 @@ def host_device_id(asked, target) -> BufferError:
 
 # -- arrays spread over several devices ----------------------------------------
 
-def spread_needs_copy(sharding, target) -> BufferError:
-    return BufferError(
+def spread_needs_copy(sharding, target) -> CopyRequiredError:
+    return CopyRequiredError(
         f"the array is sharded ({sharding}): it can reach {target} only by a gather, "
         "a copy, but copy=False was asked. Remedies: pass copy=None or copy=True to "
         "gather it, or take its shards zero-copy, each on its own device, with "

@@ -170,8 +170,14 @@ class _SaysCpuGivesPinned:
         return (1, 0)
 
 
+class _BadCudaStream:
+    def __cuda_stream__(self):
+        return "stream"
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
+    "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
     "gpu_dlpack-below-floor": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4))),
     "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
     "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
@@ -706,6 +712,11 @@ BUILDER_ARGS = {
     "interface_cannot_copy": ("cuda:0", (1, 0), None),
     "spread_needs_copy": ("NamedSharding(P('x',)) over 4 devices", "cpu"),
     "spread_not_addressable": ("NamedSharding(P('x',)) over 4 devices", 2, ["cpu:0", "cpu:1"]),
+    "bad_flag": ("readonly", 1),
+    "bad_dl_device_type": ("cpu",),
+    "bad_dl_device": ("x", "99 is not a valid DLDeviceType"),
+    "array_not_device": (__import__("numpy").zeros(1),),
+    "bad_cuda_stream_protocol": (object(),),
 }
 
 
