@@ -58,8 +58,13 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
 
 
 def set_min_dlpack_version(version: Version | str) -> Version:
-    """Set the version floor (``(0, 8)`` or ``"0.8"``); returns the old one.
-    Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``."""
+    """Set the version floor for the whole process (``(0, 8)`` or ``"0.8"``);
+    returns the old one. Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``.
+
+    For one consumer only, ``wrap(x, min_version=...)`` or
+    ``export(x, min_version=...)``. ``GPU_DLPACK_MIN_VERSION=0.8`` in the
+    environment sets it too, read at first use.
+    """
     return _versions.set_min_version(version)
 
 

@@ -81,15 +81,17 @@ def _fmt_version(v) -> str:
 
 # -- versions ---------------------------------------------------------------
 
-def below_floor(asked, floor) -> BufferError:
-    return BufferError(
+def below_floor(asked, floor) -> DLPackVersionError:
+    v = f"({asked[0]}, {asked[1]})"
+    return DLPackVersionError(
         f"gpu_dlpack does not export DLPack versions below {_fmt_version(floor)}, "
         f"but max_version={_fmt_version(asked)} was requested. Remedies: upgrade "
         "the consuming library so that it asks for max_version=(1, 0) or newer; "
         "or call __dlpack__ without max_version to get a legacy capsule; or lower "
-        "the floor with the environment variable GPU_DLPACK_MIN_VERSION (for "
-        f"example GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}) or by setting "
-        "gpu_dlpack.MIN_DLPACK_VERSION at run time."
+        f"the floor for this consumer: consumer.from_dlpack(gpu_dlpack.wrap(x, min_version={v})), "
+        f"or gpu_dlpack.export(x, max_version={v}, min_version={v}); or lower it for "
+        f"the whole process: gpu_dlpack.set_min_dlpack_version({v}), or the environment "
+        f"variable GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}."
     )
 
 

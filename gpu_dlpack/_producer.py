@@ -35,7 +35,10 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     """``x.__dlpack__`` with what the producer accepts.
 
     Returns ``(capsule, full)``: ``full`` is False when the producer took none
-    of ``max_version``/``dl_device``/``copy``. Exceptions other than
+    of ``max_version``/``dl_device``/``copy``. Only the keywords that ask for
+    something are passed: a request of nothing is ``x.__dlpack__()``, which
+    every producer serves (array-api-strict under API version 2022.12
+    refuses even ``max_version=None``). Exceptions other than
     ``BufferError`` and ``TypeError`` become ``BufferError`` naming the
     producer (the standard's type for a refused export); an answer that is no
     capsule is a ``TypeError`` naming the producer.
@@ -51,18 +54,25 @@ def _ask(x, stream, max_version, dl_device, copy):
     level = _old_producers.get(type(x), 0)
     try:
         if level == 0 and stream is None and dl_device is None and copy is None:
+            if max_version is None:
+                return method(x), True  # asked for nothing: no keyword at all
             try:  # the common request, without building keywords
                 return method(x, max_version=max_version), True
             except TypeError as first:
                 return _retry(x, method, stream, first), False
         if level == 0:
-            kwargs = {"max_version": max_version}
+            kwargs = {}
+            if max_version is not None:
+                kwargs["max_version"] = max_version
             if stream is not None:
                 kwargs["stream"] = stream
             if dl_device is not None:
                 kwargs["dl_device"] = dl_device
             if copy is not None:
                 kwargs["copy"] = copy
+            if max_version is None and dl_device is None and copy is None:
+                # Only stream=, which every producer takes.
+                return method(x, **kwargs), True
             try:
                 return method(x, **kwargs), True
             except TypeError as first:

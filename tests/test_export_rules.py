@@ -566,3 +566,21 @@ def test_a_non_native_byte_order_is_a_buffer_error_with_the_remedy():
 def test_a_dtype_dlpack_cannot_describe_is_a_buffer_error(dtype):
     with pytest.raises(BufferError, match="cannot export NumPy dtype"):
         export(np.zeros(2, dtype=dtype), max_version=(1, 0))
+
+
+# -- a producer's own rules: asked for nothing, it is asked for nothing ------------
+
+def test_a_request_of_nothing_asks_the_producer_for_nothing(xp_strict):
+    # array-api-strict under API version 2022.12 refuses any max_version
+    # keyword, None included, as that version of the standard had none.
+    with xp_strict.ArrayAPIStrictFlags(api_version="2022.12"):
+        a = xp_strict.asarray([1.0, 2.0])
+        for capsule in (
+            export(a), wrap(a).__dlpack__(), wrap(a).__dlpack__(stream=None, max_version=None, copy=None),
+            export(a, stream=None, dl_device=None), gpu_dlpack.export(a, readonly=False),
+        ):
+            info = inspect(capsule)
+            assert info.name == "dltensor" and info.shape == (2,)
+        assert gpu_dlpack.from_dlpack(export(a)).tolist() == [1.0, 2.0]
+        with pytest.raises(BufferError, match="requires at least version 2023.12"):
+            export(a, max_version=(1, 0))  # asked for a version: the producer's own refusal, named

@@ -69,11 +69,16 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[1 + i];
         if (k == state.str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
             max_version = v;
-        else if (v != Py_None)  /* stream, dl_device, copy, or a wrong name */
+        else if (PyUnicode_CompareWithASCIIString(k, "readonly") == 0) {
+            if (v != Py_False)
+                return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
+        else if (v != Py_None)  /* stream, dl_device, copy, min_version, or a wrong name */
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
         else if (PyUnicode_CompareWithASCIIString(k, "stream") != 0 &&
                  PyUnicode_CompareWithASCIIString(k, "dl_device") != 0 &&
-                 PyUnicode_CompareWithASCIIString(k, "copy") != 0)
+                 PyUnicode_CompareWithASCIIString(k, "copy") != 0 &&
+                 PyUnicode_CompareWithASCIIString(k, "min_version") != 0)
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     }
     int versioned = max_version != Py_None;

@@ -61,7 +61,10 @@ produced_accepted(void)
     int ok = r == Py_True;
     Py_XDECREF(r);
     PyErr_Clear();  /* refused: the general path raises it */
-    if (ok)
+    /* The floor the check read: it may have been read from the environment
+     * just now (None before its first use). */
+    floor = PyDict_GetItem(state.versions_dict, state.str_floor);
+    if (ok && floor != NULL && floor != Py_None)
         Py_XSETREF(state.produced_floor, Py_NewRef(floor));
     return ok;
 }
@@ -215,6 +218,7 @@ exportable_traverse(Exportable *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->x);
     Py_VISIT(self->readonly);
+    Py_VISIT(self->floor);
     Py_VISIT(self->source);
     Py_VISIT(self->device);
     Py_VISIT(self->request);
@@ -230,6 +234,7 @@ exportable_clear(Exportable *self)
 {
     Py_CLEAR(self->x);
     Py_CLEAR(self->readonly);
+    Py_CLEAR(self->floor);
     Py_CLEAR(self->source);
     Py_CLEAR(self->device);
     Py_CLEAR(self->request);
@@ -291,6 +296,7 @@ static PyMethodDef exportable_methods[] = {
 static PyMemberDef exportable_members[] = {
     {"_x", T_OBJECT, offsetof(Exportable, x), 0, NULL},
     {"_readonly", T_OBJECT, offsetof(Exportable, readonly), 0, NULL},
+    {"_floor", T_OBJECT, offsetof(Exportable, floor), 0, NULL},
     {"_source", T_OBJECT, offsetof(Exportable, source), 0, NULL},
     {"_device", T_OBJECT, offsetof(Exportable, device), 0, NULL},
     {"_request", T_OBJECT, offsetof(Exportable, request), 0, NULL},
