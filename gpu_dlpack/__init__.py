@@ -29,10 +29,12 @@ from ._errors import (
 )
 from ._export import Exportable, export, wrap
 from ._import import from_dlpack, shards
+from ._kit import Producer, from_pointer
 from ._shards import Shard
 from ._streams import use_stream
 from ._typing import Capsule, Version
 from ._versions import DLPACK_VERSION
+from ._view import ArrayView, view
 
 __version__ = "0.1.0"
 
@@ -49,8 +51,8 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
 
     >>> import numpy as np, gpu_dlpack
     >>> info = gpu_dlpack.inspect(np.zeros((2, 3), np.float32).__dlpack__())
-    >>> info.name, info.shape, info.dtype
-    ('dltensor', (2, 3), (2, 32, 1))
+    >>> info.name, info.shape, info.dtype, info.dl_dtype
+    ('dltensor', (2, 3), dtype('float32'), (2, 32, 1))
 
     A consumed capsule raises ``ValueError`` (``ConsumedCapsuleError``).
     """
@@ -71,6 +73,7 @@ def set_min_dlpack_version(version: Version | str) -> Version:
 __all__ = [
     "DLPACK_VERSION",
     "MIN_DLPACK_VERSION",
+    "ArrayView",
     "CapsuleInfo",
     "ConsumedCapsuleError",
     "CopyRequiredError",
@@ -84,6 +87,7 @@ __all__ = [
     "FLAG_READ_ONLY",
     "InvalidStreamError",
     "NotDLPackError",
+    "Producer",
     "ReadOnlyError",
     "Shard",
     "StreamError",
@@ -91,10 +95,12 @@ __all__ = [
     "StreamWarning",
     "export",
     "from_dlpack",
+    "from_pointer",
     "inspect",
     "set_min_dlpack_version",
     "shards",
     "use_stream",
+    "view",
     "wrap",
 ]
 

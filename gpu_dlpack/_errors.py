@@ -222,6 +222,18 @@ def producer_refused(producer, exc) -> BufferError:
     )
 
 
+def exports_itself(obj) -> BufferError:
+    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return BufferError(
+        f"{t}.__dlpack__ asks gpu_dlpack to export the {type(obj).__name__} itself "
+        "(gpu_dlpack.export(self) or gpu_dlpack.wrap(self) inside __dlpack__), which "
+        f"would ask {t}.__dlpack__ again without end, and the object speaks no other "
+        "array protocol (__cuda_array_interface__, __array_interface__, the buffer "
+        "protocol) to answer with. Name the memory instead: subclass gpu_dlpack.Producer "
+        "and return the array (or gpu_dlpack.from_pointer(...)) from dlpack_memory()."
+    )
+
+
 def producer_not_a_capsule(producer, obj) -> TypeError:
     return TypeError(
         f"{producer}.__dlpack__() returned {type(obj).__name__}, not a DLPack capsule "
@@ -238,6 +250,33 @@ def producer_bad_device(producer, answer, error=ValueError):
         "(1, 0) for the CPU or (2, 0) for cuda:0. The producer breaks the DLPack "
         "protocol: fix its __dlpack_device__, or convert the array with its own "
         "library first (for example to NumPy) and pass that."
+    )
+
+
+# -- the producer kit ---------------------------------------------------------
+
+def no_dlpack_memory(obj) -> NotImplementedError:
+    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return NotImplementedError(
+        f"{t} subclasses gpu_dlpack.Producer but does not name its memory: define "
+        f"{type(obj).__name__}.dlpack_memory(self) to return the array to export "
+        "(any DLPack array, an object with __array_interface__ or the buffer protocol, "
+        "or gpu_dlpack.from_pointer(ptr, shape, dtype, owner=...))."
+    )
+
+
+def bad_pointer_type(name, value, expected) -> TypeError:
+    return TypeError(
+        f"from_pointer: {name} must be {expected}; got {type(value).__name__} {value!r}. "
+        "Call gpu_dlpack.from_pointer(ptr, shape, dtype, strides=None, device='cpu', owner=...)."
+    )
+
+
+def bad_pointer_argument(name, value, why) -> ValueError:
+    return ValueError(
+        f"from_pointer: {name}={value!r} cannot describe memory: {why}. "
+        "Pass the address of the first element, a shape of non-negative ints, and "
+        "strides in elements (one per dimension), or strides=None for C order."
     )
 
 

@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _backends, _errors, _exchange, _fastpath, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _errors, _exchange, _fastpath, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._devices import CPU, Device
 from ._typing import Capsule, StreamLike, Version
 
 _ndarray = np.ndarray
+_asked = _producer.asked
+_asks_back = _producer.ASKS_BACK
 
 
 def export(
@@ -115,8 +117,19 @@ class Exportable(_Base):
             self._source, self._device = CPU, _CPU_DLPACK
         else:
             # Read once: the device __dlpack_device__ reports is the one exported.
+            asks = _asks_back.get(type(x))
+            if asks is None:
+                asks = _producer.asks_back(type(x))
+            if asks and id(x) in _asked.ids:
+                # wrap(self) inside x's own __dlpack__ or __dlpack_device__:
+                # what else x speaks is wrapped.
+                x = self._x = _protocols.besides_dlpack(x)
+                asks = False
             try:
-                self._source = _backends.device_of(x)
+                if asks:
+                    self._source = _producer.marked(x, _backends.device_of, x)
+                else:
+                    self._source = _backends.device_of(x)
             except BufferError:
                 if not _shards.spread(x):
                     raise

@@ -108,6 +108,14 @@ def of_array_type(t) -> Peer | None:
     return None
 
 
+def owns_type(t) -> bool:
+    """Whether type ``t`` is one of a peer library's own (its module is
+    under a peer's, ``jaxlib`` under ``jax``'s): its methods never call
+    back into gpu_dlpack."""
+    module = getattr(t, "__module__", None) or ""
+    return any(module.startswith(peer.module) for peer in PEERS)
+
+
 def device_form(spec) -> Devices | None:
     """How to read ``spec`` as the device object of a library, or None."""
     module = type(spec).__module__ or ""

@@ -185,8 +185,8 @@ def test_bool_needs_dlpack_0_8(floor):
     b = np.array([True, False])
     with pytest.raises(BufferError, match="bool needs DLPack 0.8"):
         export(b, max_version=(0, 7))
-    assert inspect(export(b, max_version=(0, 8))).dtype == (6, 8, 1)
-    assert inspect(export(b)).dtype == (6, 8, 1)  # an unversioned consumer gets what it asks
+    assert inspect(export(b, max_version=(0, 8))).dl_dtype == (6, 8, 1)
+    assert inspect(export(b)).dl_dtype == (6, 8, 1)  # an unversioned consumer gets what it asks
 
 
 def test_float8_needs_a_versioned_capsule(ml_dtypes):
@@ -197,4 +197,4 @@ def test_float8_needs_a_versioned_capsule(ml_dtypes):
     # checks dtype codes itself.
     for max_version in ((1, 0), (1, 1)):
         info = inspect(export(f8, max_version=max_version))
-        assert info.dtype == (10, 8, 1) and info.version == DLPACK_VERSION
+        assert info.dl_dtype == (10, 8, 1) and info.version == DLPACK_VERSION
