@@ -9,8 +9,9 @@ True
 
 from __future__ import annotations
 
-import sys
-import types
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING
 
 from . import _capsule, _versions, _wiring
 from ._capsule import CapsuleInfo
@@ -44,6 +45,12 @@ _wiring.install(_capsule.PYTHON)
 FLAG_READ_ONLY = _capsule.READ_ONLY
 FLAG_IS_COPIED = _capsule.IS_COPIED
 FLAG_IS_SUBBYTE_TYPE_PADDED = _capsule.IS_SUBBYTE_TYPE_PADDED
+
+if TYPE_CHECKING:
+    #: The version floor in force: the lowest ``max_version`` a consumer may
+    #: ask for. Read and assigned at run time (validated, as
+    #: ``set_min_dlpack_version``).
+    MIN_DLPACK_VERSION: Version
 
 
 def inspect(capsule: Capsule) -> CapsuleInfo:
@@ -104,19 +111,23 @@ __all__ = [
     "wrap",
 ]
 
+# dir() and help() show the public API: the names above and the version.
+_PUBLIC = frozenset(__all__) | {"__version__"}
 
-class _Module(types.ModuleType):
+
+class _Module(_types.ModuleType):
     # MIN_DLPACK_VERSION reads and writes the floor in force, validated.
     @property
-    def MIN_DLPACK_VERSION(self):
+    def MIN_DLPACK_VERSION(self) -> Version:
         return _versions.min_version()
 
     @MIN_DLPACK_VERSION.setter
-    def MIN_DLPACK_VERSION(self, value):
+    def MIN_DLPACK_VERSION(self, value: Version | str) -> None:
         _versions.set_min_version(value)
 
-    def __dir__(self):
-        return sorted(set(super().__dir__()) | {"MIN_DLPACK_VERSION"})
+    def __dir__(self) -> list[str]:
+        return sorted(_PUBLIC)
 
 
-sys.modules[__name__].__class__ = _Module
+_sys.modules[__name__].__class__ = _Module
+del _Module, _sys, _types, TYPE_CHECKING, annotations

@@ -142,8 +142,8 @@ def bad_device(value, forms) -> ValueError:
 def bad_device_type(value) -> TypeError:
     return TypeError(
         f"a device must be a string, a (device_type, device_id) tuple, a "
-        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device or a JAX "
-        f"device; got {type(value).__name__} {value!r}."
+        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device, a JAX device or "
+        f"an array-api-strict Device; got {type(value).__name__} {value!r}."
     )
 
 

@@ -24,7 +24,7 @@ from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import AskedAgain, gave_legacy, request
 from ._shards import Shard
-from ._typing import DeviceLike, StreamLike
+from ._typing import Array, DeviceLike, StreamLike
 
 _ndarray = np.ndarray
 _core_import = None if _fastpath.core is None else _fastpath.core.import_host
@@ -33,9 +33,9 @@ _CapsuleType = _capsule.CapsuleType
 
 
 def from_dlpack(
-    x: Any, *, device: DeviceLike | None = None, copy: bool | None = None,
+    x: Any, /, *, device: DeviceLike | None = None, copy: bool | None = None,
     stream: StreamLike | None = None,
-) -> Any:
+) -> Array:
     """Import ``x`` (any DLPack producer, or a raw capsule) as an array.
 
     Host data becomes a NumPy array, zero-copy unless ``copy=True`` or the
@@ -257,7 +257,7 @@ def _land_on_host(capsule, versioned, header, copy):
 _HOST_TYPES = frozenset(int(t) for t in HOST_ACCESSIBLE)
 
 
-def shards(x, *, replicas: bool = False) -> list:
+def shards(x: Any, /, *, replicas: bool = False) -> list[Shard]:
     """Every addressable shard of ``x``, each imported zero-copy on its own
     device (a NumPy array on the host, a CuPy array on a GPU).
 

@@ -15,7 +15,7 @@ the package (a leaf: the device parser reads it too).
   core, with the guards its own ``__dlpack__`` checks and the exchange
   skips (``_wiring``); other producers keep their ``__dlpack__``;
 - ``devices``: how its device objects name a DLPack device
-  (``_devices.Device``).
+  (``_devices.Device``): those of torch, CuPy, JAX and array-api-strict.
 
 What a library gets wrong, by version (as a consumer: torch ignoring
 READ_ONLY, say), belongs in its row the same way: one more field, of
@@ -41,11 +41,12 @@ class Devices(NamedTuple):
 
     module: str | None  # the module their type comes from (a prefix); None: any with the marks
     marks: tuple        # attributes every such object has
-    kind: str | None    # the attribute naming its kind of device; None: always a GPU
+    kind: str | None    # the attribute naming its kind of device; None: every one is of kinds[None]
     kinds: dict         # kind (lower case) -> "cpu", "gpu" or "rocm"; other kinds have no DLPack type
     index: tuple        # attributes holding a GPU's index, the first that is not None (else 0)
     rocm: Callable | None  # (device) -> whether its "gpu" is an AMD one; None: CuPy's build says
     says: str           # how a message names a kind it does not know
+    name: str | None = None  # the name of their type; None: any type with the marks
 
 
 class Peer(NamedTuple):
@@ -87,7 +88,7 @@ PEERS = (
             "torch device type",
         ),
     ),
-    Peer("cupy", "cupy", devices=Devices("cupy", ("id",), None, {}, ("id",), None, "CuPy device")),
+    Peer("cupy", "cupy", devices=Devices("cupy", ("id",), None, {None: "gpu"}, ("id",), None, "CuPy device")),
     # JAX devices are read by their shape (jaxlib's types move between modules).
     Peer(
         "jax", "jax",
@@ -95,6 +96,12 @@ PEERS = (
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",
         ),
+    ),
+    # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
+    # hold host memory: its arrays say (1, 0) in __dlpack_device__.
+    Peer(
+        "array_api_strict", "array_api_strict",
+        devices=Devices("array_api_strict", (), None, {None: "cpu"}, (), None, "array-api-strict device", "Device"),
     ),
 )
 
@@ -121,8 +128,8 @@ def device_form(spec) -> Devices | None:
     module = type(spec).__module__ or ""
     for peer in PEERS:
         form = peer.devices
-        if form is not None and (form.module is None or module.startswith(form.module)) and all(
-            hasattr(spec, mark) for mark in form.marks
-        ):
+        if form is not None and (form.module is None or module.startswith(form.module)) and (
+            form.name is None or type(spec).__name__ == form.name
+        ) and all(hasattr(spec, mark) for mark in form.marks):
             return form
     return None

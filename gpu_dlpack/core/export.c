@@ -154,6 +154,16 @@ exporter_dealloc(Exporter *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* An Exporter is a function to Python: as a class attribute it stays
+ * itself, as a builtin function does, and pydoc and inspect list it among
+ * functions, with the signature of the Python function it wraps
+ * (__wrapped__, set by functools.update_wrapper). */
+static PyObject *
+exporter_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    return Py_NewRef(self);
+}
+
 static PyGetSetDef exporter_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL}
@@ -173,4 +183,5 @@ PyTypeObject ExporterType = {
     .tp_traverse = (traverseproc)exporter_traverse,
     .tp_clear = (inquiry)exporter_clear,
     .tp_getset = exporter_getset,
+    .tp_descr_get = exporter_get,
 };

@@ -286,10 +286,12 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
 
 static PyMethodDef exportable_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))exportable_dlpack, METH_FASTCALL | METH_KEYWORDS,
-     "A DLPack capsule of the array, under gpu_dlpack's rules."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule of the wrapped array, under the rules (the standard's __dlpack__)."},
     {"__dlpack_device__", (PyCFunction)exportable_dlpack_device, METH_NOARGS,
-     "The array's (device_type, device_id)."},
-    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS, NULL},
+     "__dlpack_device__($self, /)\n--\n\nThe (device_type, device_id) of the wrapped array."},
+    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS,
+     "_set_plan($self, plan, arg=None, /)\n--\n\nThe plan __dlpack__ runs in C (set by Python at wrap time)."},
     {NULL}
 };
 
