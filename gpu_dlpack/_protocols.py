@@ -302,6 +302,13 @@ def host_array(info, owner) -> np.ndarray:
     dtype = info["dtype"]
     carrier = _dtypes.from_numpy(dtype).carrier  # NumPy describes its own types only
     base = dtype if carrier is None else carrier
+    if not info["ptr"]:
+        # No elements (a NULL pointer is allowed only then), which NumPy
+        # before 2 cannot describe at NULL: an empty array stands for them.
+        view = np.empty(info["shape"], base)
+        view = view if carrier is None else view.view(dtype)
+        view.flags.writeable = not info["readonly"]
+        return view
     holder = _HostHolder(
         {
             "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,

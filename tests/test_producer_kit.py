@@ -153,7 +153,8 @@ def test_the_producer_serves_a_ctypes_structure():
     p = Pair(1.5, 2.5)
     a = np.from_dlpack(p)
     assert a.tolist() == [1.5, 2.5] and a.ctypes.data == ctypes.addressof(p)
-    a[0] = 9.0
+    w = gpu_dlpack.from_dlpack(p)  # writeable on any NumPy (before 2.1 NumPy imports legacy capsules read-only)
+    w[0] = 9.0
     assert p.a == 9.0
 
 
