@@ -19,7 +19,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from . import _errors
+import numpy as np
+
+from . import _dtypes, _errors
 from ._destructor import OWNING_DESTRUCTOR as _OWN_DESTRUCTOR
 from ._devices import Device, DLDeviceType
 from ._fastpath import core as _core
@@ -144,18 +146,32 @@ _POINTER_AT = _pointer_offset()
 
 @dataclass(frozen=True)
 class CapsuleInfo:
-    """What an unconsumed DLPack capsule holds (``gpu_dlpack.inspect``)."""
+    """What an unconsumed DLPack capsule holds (``gpu_dlpack.inspect``).
+
+    ``dl_dtype`` is the DLPack ``(code, bits, lanes)``; ``dtype`` the NumPy
+    dtype it is (None where NumPy has none: bfloat16 without ml_dtypes, a
+    vector type). ``strides`` are in elements, None when the capsule has
+    none (C order).
+    """
 
     name: str
     versioned: bool
-    version: tuple | None
+    version: tuple[int, int] | None
     flags: int
     device: Device
-    dtype: tuple
-    shape: tuple
-    strides: tuple | None
+    dl_dtype: tuple[int, int, int]
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
     byte_offset: int
     data: int
+
+    @property
+    def dtype(self) -> np.dtype[Any] | None:
+        """The NumPy dtype of ``dl_dtype``, or None where NumPy has none."""
+        try:
+            return _dtypes.to_numpy(*self.dl_dtype).numpy
+        except BufferError:
+            return None
 
     @property
     def read_only(self) -> bool:
@@ -402,7 +418,7 @@ def read(capsule) -> CapsuleInfo:
         version=version,
         flags=flags,
         device=device,
-        dtype=(code, bits, lanes),
+        dl_dtype=(code, bits, lanes),
         shape=shape,
         strides=strides,
         byte_offset=offset,

@@ -76,8 +76,8 @@ class Conversion:
     copied: bool | None      # the result holds memory of its own (None: unknown)
     copied_by: str | None    # "gpu_dlpack" or the consumer's name, when copied
     shared_read_only: bool   # read-only data handed over writeable (on_readonly='share')
-    faults: tuple            # the consumer's faults the layer acted on
-    reasons: tuple           # what was done and why, a sentence each
+    faults: tuple[str, ...]  # the consumer's faults the layer acted on
+    reasons: tuple[str, ...]  # what was done and why, a sentence each
 
     def __str__(self) -> str:
         how = "zero-copy" if self.copied is False else (

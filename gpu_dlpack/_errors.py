@@ -6,6 +6,14 @@ instead. The exception types are the ones the array API standard names:
 of the wrong type, ``ValueError`` for arguments of the right type but a wrong
 value.
 
+Each refusal a caller may want to act on has a class of its own, named for
+its cause and still a subclass of the standard's type, so that
+``except BufferError`` keeps working: ``DLPackVersionError``,
+``CopyRequiredError``, ``ReadOnlyError``, ``DeviceUnreachableError``
+(``BufferError`` each), and for streams ``InvalidStreamError``
+(``ValueError``: a value the memory's device does not take) and
+``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
+
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
 
@@ -32,16 +40,39 @@ class NotDLPackError(TypeError, AttributeError):
     """
 
 
+class DLPackVersionError(BufferError):
+    """The DLPack version asked for is below the floor, or too old to
+    describe the data (its dtype or device type came later)."""
+
+
 class CopyRequiredError(BufferError):
-    """``copy=False`` was asked where the exchange needs a copy."""
+    """``copy=False``, but the exchange needs a copy (another device, a
+    gather of shards, read-only data for an always-writeable result)."""
 
 
 class ReadOnlyError(BufferError):
-    """Read-only data where the consumer cannot hold it read-only."""
+    """Read-only data for a consumer that cannot hold it read-only (a legacy
+    capsule cannot say READ_ONLY)."""
 
 
 class DeviceUnreachableError(BufferError):
-    """A device that cannot be reached or served here."""
+    """The device asked for cannot be reached from the data's device, or no
+    installed backend can serve it."""
+
+
+class StreamError(Exception):
+    """A stream refused for the memory it goes with: never raised itself,
+    but as ``InvalidStreamError`` (a ``ValueError``) or ``StreamTypeError``
+    (a ``TypeError``), so ``except StreamError`` catches both."""
+
+
+class InvalidStreamError(StreamError, ValueError):
+    """A stream value the memory's device does not take (``stream=1`` for
+    host memory, a negative handle...)."""
+
+
+class StreamTypeError(StreamError, TypeError):
+    """An object that is no stream (nor a stream object's handle)."""
 
 
 def _fmt_version(v) -> str:
@@ -50,15 +81,17 @@ def _fmt_version(v) -> str:
 
 # -- versions ---------------------------------------------------------------
 
-def below_floor(asked, floor) -> BufferError:
-    return BufferError(
+def below_floor(asked, floor) -> DLPackVersionError:
+    v = f"({asked[0]}, {asked[1]})"
+    return DLPackVersionError(
         f"gpu_dlpack does not export DLPack versions below {_fmt_version(floor)}, "
         f"but max_version={_fmt_version(asked)} was requested. Remedies: upgrade "
         "the consuming library so that it asks for max_version=(1, 0) or newer; "
         "or call __dlpack__ without max_version to get a legacy capsule; or lower "
-        "the floor with the environment variable GPU_DLPACK_MIN_VERSION (for "
-        f"example GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}) or by setting "
-        "gpu_dlpack.MIN_DLPACK_VERSION at run time."
+        f"the floor for this consumer: consumer.from_dlpack(gpu_dlpack.wrap(x, min_version={v})), "
+        f"or gpu_dlpack.export(x, max_version={v}, min_version={v}); or lower it for "
+        f"the whole process: gpu_dlpack.set_min_dlpack_version({v}), or the environment "
+        f"variable GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}."
     )
 
 
@@ -76,8 +109,8 @@ def bad_floor(value, source) -> ValueError:
     )
 
 
-def needs_version(what, need, asked) -> BufferError:
-    return BufferError(
+def needs_version(what, need, asked) -> DLPackVersionError:
+    return DLPackVersionError(
         f"{what} needs DLPack {need[0]}.{need[1]} or newer, but the consumer asked "
         f"for max_version={_fmt_version(asked)}. Remedies: upgrade the consumer so "
         "that it asks for max_version=(1, 0), or convert the array to a type that "
@@ -91,15 +124,15 @@ def bad_copy(value) -> TypeError:
     return TypeError(f"copy must be True, False or None; got {value!r}.")
 
 
-def bad_stream_type(value, device, valid) -> TypeError:
-    return TypeError(
+def bad_stream_type(value, device, valid) -> StreamTypeError:
+    return StreamTypeError(
         f"stream must be an int or None; got {type(value).__name__} {value!r}. "
         f"For {device} the valid values are: {valid}."
     )
 
 
-def bad_stream_value(value, device, valid) -> ValueError:
-    return ValueError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
+def bad_stream_value(value, device, valid) -> InvalidStreamError:
+    return InvalidStreamError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
 
 
 def bad_device(value, forms) -> ValueError:
@@ -109,8 +142,30 @@ def bad_device(value, forms) -> ValueError:
 def bad_device_type(value) -> TypeError:
     return TypeError(
         f"a device must be a string, a (device_type, device_id) tuple, a "
-        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device or a JAX "
-        f"device; got {type(value).__name__} {value!r}."
+        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device, a JAX device or "
+        f"an array-api-strict Device; got {type(value).__name__} {value!r}."
+    )
+
+
+def bad_flag(name, value) -> TypeError:
+    return TypeError(f"{name} must be True or False; got {value!r}.")
+
+
+def bad_dl_device_type(value) -> TypeError:
+    return TypeError(
+        f"dl_device must be None or a (device_type, device_id) tuple such as "
+        f"(1, 0) for the CPU; got {type(value).__name__} {value!r}."
+    )
+
+
+def bad_dl_device(value, why) -> DeviceUnreachableError:
+    return DeviceUnreachableError(f"dl_device={value!r} names no DLPack device: {why}")
+
+
+def array_not_device(value) -> TypeError:
+    return TypeError(
+        f"{type(value).__name__} is an array, not a device; use Device.of(x) "
+        "to read the device of an array."
     )
 
 
@@ -125,8 +180,8 @@ def not_dlpack(obj) -> NotDLPackError:
 
 # -- exchange rules ---------------------------------------------------------
 
-def readonly_legacy() -> BufferError:
-    return BufferError(
+def readonly_legacy() -> ReadOnlyError:
+    return ReadOnlyError(
         "cannot export a read-only array as a legacy 'dltensor' capsule: that "
         "format cannot say the data must not be written. Remedies: ask for a "
         "versioned capsule with max_version=(1, 0), or pass copy=True to export "
@@ -134,24 +189,24 @@ def readonly_legacy() -> BufferError:
     )
 
 
-def copy_forbidden(source, target, why) -> BufferError:
-    return BufferError(
+def copy_forbidden(source, target, why) -> CopyRequiredError:
+    return CopyRequiredError(
         f"copy=False, but exporting from {source} to {target} needs a copy ({why}). "
         "Pass copy=None to allow the copy, or keep the data on its device."
     )
 
 
-def unreachable(source, target, why="") -> BufferError:
+def unreachable(source, target, why="") -> DeviceUnreachableError:
     extra = f" ({why})" if why else ""
-    return BufferError(
+    return DeviceUnreachableError(
         f"cannot move an array from {source} to {target}{extra}. "
         "Ask for dl_device=None (the array's own device) or (1, 0) for the CPU "
         "where the data is host memory."
     )
 
 
-def no_backend(device) -> BufferError:
-    return BufferError(
+def no_backend(device) -> DeviceUnreachableError:
+    return DeviceUnreachableError(
         f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
         "working GPU for that. Install the CuPy that fits your GPU "
         "(pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0; from a gpu_dlpack "
@@ -164,6 +219,18 @@ def producer_refused(producer, exc) -> BufferError:
         f"{producer}.__dlpack__ refused the export: {type(exc).__name__}: {exc}. "
         "That is the producer's own error: fix what it names, or ask the producer "
         "for an export it can make (its own device, no copy, max_version=None)."
+    )
+
+
+def exports_itself(obj) -> BufferError:
+    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return BufferError(
+        f"{t}.__dlpack__ asks gpu_dlpack to export the {type(obj).__name__} itself "
+        "(gpu_dlpack.export(self) or gpu_dlpack.wrap(self) inside __dlpack__), which "
+        f"would ask {t}.__dlpack__ again without end, and the object speaks no other "
+        "array protocol (__cuda_array_interface__, __array_interface__, the buffer "
+        "protocol) to answer with. Name the memory instead: subclass gpu_dlpack.Producer "
+        "and return the array (or gpu_dlpack.from_pointer(...)) from dlpack_memory()."
     )
 
 
@@ -183,6 +250,33 @@ def producer_bad_device(producer, answer, error=ValueError):
         "(1, 0) for the CPU or (2, 0) for cuda:0. The producer breaks the DLPack "
         "protocol: fix its __dlpack_device__, or convert the array with its own "
         "library first (for example to NumPy) and pass that."
+    )
+
+
+# -- the producer kit ---------------------------------------------------------
+
+def no_dlpack_memory(obj) -> NotImplementedError:
+    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return NotImplementedError(
+        f"{t} subclasses gpu_dlpack.Producer but does not name its memory: define "
+        f"{type(obj).__name__}.dlpack_memory(self) to return the array to export "
+        "(any DLPack array, an object with __array_interface__ or the buffer protocol, "
+        "or gpu_dlpack.from_pointer(ptr, shape, dtype, owner=...))."
+    )
+
+
+def bad_pointer_type(name, value, expected) -> TypeError:
+    return TypeError(
+        f"from_pointer: {name} must be {expected}; got {type(value).__name__} {value!r}. "
+        "Call gpu_dlpack.from_pointer(ptr, shape, dtype, strides=None, device='cpu', owner=...)."
+    )
+
+
+def bad_pointer_argument(name, value, why) -> ValueError:
+    return ValueError(
+        f"from_pointer: {name}={value!r} cannot describe memory: {why}. "
+        "Pass the address of the first element, a shape of non-negative ints, and "
+        "strides in elements (one per dimension), or strides=None for C order."
     )
 
 
@@ -249,8 +343,8 @@ def unsupported_numpy_dtype(dtype, why) -> BufferError:
 
 # -- GPU exchanges (CuPy backend, streams) ------------------------------------
 
-def bad_stream_object(value) -> TypeError:
-    return TypeError(
+def bad_stream_object(value) -> StreamTypeError:
+    return StreamTypeError(
         f"cannot read a stream from {type(value).__name__} {value!r}. Pass an int "
         "handle (-1, 1, 2 or a cudaStream_t/hipStream_t address) or a stream object: "
         "cupy.cuda.Stream, torch.cuda.Stream, a Numba stream, or anything with "
@@ -258,8 +352,15 @@ def bad_stream_object(value) -> TypeError:
     )
 
 
-def readonly_to_writeable(target) -> BufferError:
-    return BufferError(
+def bad_cuda_stream_protocol(stream) -> StreamTypeError:
+    return StreamTypeError(
+        f"{type(stream).__name__}.__cuda_stream__() must return a (version, "
+        "handle) pair of ints."
+    )
+
+
+def readonly_to_writeable(target) -> CopyRequiredError:
+    return CopyRequiredError(
         f"copy=False, but the capsule is READ_ONLY and arrays on {target} are CuPy "
         "arrays, which are always writeable: a zero-copy import would let read-only "
         "data be written. Pass copy=None to import a writeable copy, or import to "
@@ -288,9 +389,9 @@ def device_mismatch(producer, said, got) -> BufferError:
     )
 
 
-def host_device_id(asked, target) -> BufferError:
+def host_device_id(asked, target) -> DeviceUnreachableError:
     name = target.type.name.lower()
-    return BufferError(
+    return DeviceUnreachableError(
         f"{asked!r} asks for {name} memory with device id {target.index}, but host "
         f"memory is one address space with device id 0 only. Ask for "
         f"({int(target.type)}, 0) or '{name}'."
@@ -299,8 +400,8 @@ def host_device_id(asked, target) -> BufferError:
 
 # -- arrays spread over several devices ----------------------------------------
 
-def spread_needs_copy(sharding, target) -> BufferError:
-    return BufferError(
+def spread_needs_copy(sharding, target) -> CopyRequiredError:
+    return CopyRequiredError(
         f"the array is sharded ({sharding}): it can reach {target} only by a gather, "
         "a copy, but copy=False was asked. Remedies: pass copy=None or copy=True to "
         "gather it, or take its shards zero-copy, each on its own device, with "

@@ -15,7 +15,7 @@ the package (a leaf: the device parser reads it too).
   core, with the guards its own ``__dlpack__`` checks and the exchange
   skips (``_wiring``); other producers keep their ``__dlpack__``;
 - ``devices``: how its device objects name a DLPack device
-  (``_devices.Device``).
+  (``_devices.Device``): those of torch, CuPy, JAX and array-api-strict.
 
 - ``consumer``: where its ``from_dlpack`` lives, relative to ``module``
   (the first found wins), and ``submodules`` to import for it;
@@ -48,11 +48,12 @@ class Devices(NamedTuple):
 
     module: str | None  # the module their type comes from (a prefix); None: any with the marks
     marks: tuple        # attributes every such object has
-    kind: str | None    # the attribute naming its kind of device; None: always a GPU
+    kind: str | None    # the attribute naming its kind of device; None: every one is of kinds[None]
     kinds: dict         # kind (lower case) -> "cpu", "gpu" or "rocm"; other kinds have no DLPack type
     index: tuple        # attributes holding a GPU's index, the first that is not None (else 0)
     rocm: Callable | None  # (device) -> whether its "gpu" is an AMD one; None: CuPy's build says
     says: str           # how a message names a kind it does not know
+    name: str | None = None  # the name of their type; None: any type with the marks
 
 
 class Fault(NamedTuple):
@@ -156,7 +157,7 @@ PEERS = (
     ),
     Peer(
         "cupy", "cupy", lands="gpu", faults=(Fault("always-writeable"),),
-        devices=Devices("cupy", ("id",), None, {}, ("id",), None, "CuPy device"),
+        devices=Devices("cupy", ("id",), None, {None: "gpu"}, ("id",), None, "CuPy device"),
     ),
     # JAX devices are read by their shape (jaxlib's types move between modules).
     Peer(
@@ -175,12 +176,17 @@ PEERS = (
             Fault("unaligned-copies", seen=("0.10.2",)),
         ),
     ),
-    Peer("array_api_strict", "array_api_strict"),
     # Numba's device arrays take the CUDA Array Interface, and cannot be
     # read-only (numba.cuda.as_cuda_array ignores its readonly flag).
     Peer(
         "numba", "numba", consumer=("cuda.as_cuda_array",), submodules=("numba.cuda",), lands="gpu",
         faults=(Fault("always-writeable", seen=("numba-cuda 0.30.4",)),),
+    ),
+    # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
+    # hold host memory: its arrays say (1, 0) in __dlpack_device__.
+    Peer(
+        "array_api_strict", "array_api_strict",
+        devices=Devices("array_api_strict", (), None, {None: "cpu"}, (), None, "array-api-strict device", "Device"),
     ),
 )
 
@@ -194,14 +200,22 @@ def of_array_type(t) -> Peer | None:
     return None
 
 
+def owns_type(t) -> bool:
+    """Whether type ``t`` is one of a peer library's own (its module is
+    under a peer's, ``jaxlib`` under ``jax``'s): its methods never call
+    back into gpu_dlpack."""
+    module = getattr(t, "__module__", None) or ""
+    return any(module.startswith(peer.module) for peer in PEERS)
+
+
 def device_form(spec) -> Devices | None:
     """How to read ``spec`` as the device object of a library, or None."""
     module = type(spec).__module__ or ""
     for peer in PEERS:
         form = peer.devices
-        if form is not None and (form.module is None or module.startswith(form.module)) and all(
-            hasattr(spec, mark) for mark in form.marks
-        ):
+        if form is not None and (form.module is None or module.startswith(form.module)) and (
+            form.name is None or type(spec).__name__ == form.name
+        ) and all(hasattr(spec, mark) for mark in form.marks):
             return form
     return None
 

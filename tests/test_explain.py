@@ -186,8 +186,34 @@ class _SaysCpuGivesPinned:
         return (1, 0)
 
 
+class _ExportsItself:
+    """The recipe that asks for its own export, with no other protocol."""
+
+    def __dlpack__(self, **kwargs):
+        return gpu_dlpack.export(self, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+class _NamesNoMemory(gpu_dlpack.Producer):
+    pass
+
+
+class _BadCudaStream:
+    def __cuda_stream__(self):
+        return "stream"
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
+    "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
+    "gpu_dlpack-exports-itself": lambda: raised(lambda: np.from_dlpack(_ExportsItself())),
+    "gpu_dlpack-no-dlpack-memory": lambda: raised(lambda: np.from_dlpack(_NamesNoMemory())),
+    "gpu_dlpack-bad-pointer-type": lambda: raised(lambda: gpu_dlpack.from_pointer("0x10", (3,), np.float32)),
+    "gpu_dlpack-bad-pointer-argument": lambda: raised(
+        lambda: gpu_dlpack.from_pointer(16, (2, 3), np.float32, strides=(12, 4, 1))
+    ),
     "gpu_dlpack-below-floor": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4))),
     "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
     "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
@@ -714,7 +740,7 @@ def _unaligned_shared_through_gpu_dlpack():
 
 def _needs_version_fixed():
     cap = gpu_dlpack.export(np.ones(3, bool).view(np.uint8), max_version=(0, 6))
-    assert gpu_dlpack.inspect(cap).dtype == (1, 8, 1)
+    assert gpu_dlpack.inspect(cap).dl_dtype == (1, 8, 1)
 
 
 def _sharded_through_gpu_dlpack():
@@ -817,6 +843,15 @@ BUILDER_ARGS = {
     "unaligned_needs_copy": ("jax", 0x1004, 64),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
     "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
+    "bad_flag": ("readonly", 1),
+    "bad_dl_device_type": ("cpu",),
+    "bad_dl_device": ("x", "99 is not a valid DLDeviceType"),
+    "array_not_device": (__import__("numpy").zeros(1),),
+    "bad_cuda_stream_protocol": (object(),),
+    "exports_itself": (object(),),
+    "no_dlpack_memory": (object(),),
+    "bad_pointer_type": ("ptr", "0x10", "an int"),
+    "bad_pointer_argument": ("strides", (12, 4, 1), "there is one per dimension of (2, 3)"),
 }
 
 

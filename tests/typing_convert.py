@@ -23,7 +23,7 @@ def use(x: np.ndarray, r: np.ndarray) -> None:
     done = gpu_dlpack.convert(r, "torch", report=True)
     assert_type(done, Conversion)
     copied: bool | None = done.copied
-    faults: tuple = done.faults
+    faults: tuple[str, ...] = done.faults
     assert_type(gpu_dlpack.convert(x, torch), Any)  # a module: the type system cannot say
     assert_type(gpu_dlpack.convert(x, "some_library"), Any)
     found = gpu_dlpack.explain("BufferError: ...")

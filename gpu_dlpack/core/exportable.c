@@ -68,7 +68,10 @@ produced_accepted(void)
     int ok = r == Py_True;
     Py_XDECREF(r);
     PyErr_Clear();  /* refused: the general path raises it */
-    if (ok)
+    /* The floor the check read: it may have been read from the environment
+     * just now (None before its first use). */
+    floor = PyDict_GetItem(state.versions_dict, state.str_floor);
+    if (ok && floor != NULL && floor != Py_None)
         Py_XSETREF(state.produced_floor, Py_NewRef(floor));
     return ok;
 }
@@ -239,6 +242,7 @@ exportable_traverse(Exportable *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->x);
     Py_VISIT(self->readonly);
+    Py_VISIT(self->floor);
     Py_VISIT(self->source);
     Py_VISIT(self->device);
     Py_VISIT(self->request);
@@ -255,6 +259,7 @@ exportable_clear(Exportable *self)
 {
     Py_CLEAR(self->x);
     Py_CLEAR(self->readonly);
+    Py_CLEAR(self->floor);
     Py_CLEAR(self->source);
     Py_CLEAR(self->device);
     Py_CLEAR(self->request);
@@ -288,6 +293,7 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
         return NULL;
     self->x = Py_NewRef(x);
     self->readonly = Py_NewRef(Py_False);
+    self->floor = Py_NewRef(Py_None);
     self->source = Py_NewRef(source);
     self->device = Py_NewRef(device);
     self->request = Py_NewRef(Py_None);
@@ -315,16 +321,19 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
 
 static PyMethodDef exportable_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))exportable_dlpack, METH_FASTCALL | METH_KEYWORDS,
-     "A DLPack capsule of the array, under gpu_dlpack's rules."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule of the wrapped array, under the rules (the standard's __dlpack__)."},
     {"__dlpack_device__", (PyCFunction)exportable_dlpack_device, METH_NOARGS,
-     "The array's (device_type, device_id)."},
-    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS, NULL},
+     "__dlpack_device__($self, /)\n--\n\nThe (device_type, device_id) of the wrapped array."},
+    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS,
+     "_set_plan($self, plan, arg=None, /)\n--\n\nThe plan __dlpack__ runs in C (set by Python at wrap time)."},
     {NULL}
 };
 
 static PyMemberDef exportable_members[] = {
     {"_x", T_OBJECT_EX, offsetof(Exportable, x), 0, NULL},
     {"_readonly", T_OBJECT_EX, offsetof(Exportable, readonly), 0, NULL},
+    {"_floor", T_OBJECT_EX, offsetof(Exportable, floor), 0, NULL},
     {"_source", T_OBJECT_EX, offsetof(Exportable, source), 0, NULL},
     {"_device", T_OBJECT_EX, offsetof(Exportable, device), 0, NULL},
     {"_request", T_OBJECT_EX, offsetof(Exportable, request), 0, NULL},
