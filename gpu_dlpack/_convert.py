@@ -241,7 +241,7 @@ class Served:
             ptr = _capsule.pointer(capsule, True)
             _capsule.set_flags(ptr, info.flags & ~_capsule.READ_ONLY)
         self.record = {
-            "address": info.data + info.byte_offset, "dtype": info.dtype, "copied": info.is_copied,
+            "address": info.data + info.byte_offset, "dtype": info.dl_dtype, "copied": info.is_copied,
             "share": fix.share,
             "applied": tuple(applied), "reasons": tuple(reasons), "consumer_copies": fix.consumer_copies,
         }
@@ -270,7 +270,7 @@ def _copy_of(capsule, info, align: bool, stream):
         fresh = from_dlpack(capsule, device=info.device, copy=True, stream=stream)
         copied = export(fresh, max_version=_VERSION, stream=stream)
     ptr = _capsule.pointer(copied, True)
-    code, bits, _lanes = info.dtype
+    code, bits, _lanes = info.dl_dtype
     _capsule.set_dtype(ptr, True, code, bits)  # a dtype NumPy carries as unsigned keeps its code
     flags = _capsule.peek(copied, True).flags
     _capsule.set_flags(ptr, (flags | _capsule.IS_COPIED) & ~_capsule.READ_ONLY)
@@ -442,7 +442,7 @@ def _landed(result):
         info = _capsule.read(export(result, max_version=_VERSION))
     except Exception:
         return None
-    return info.data + info.byte_offset, info.dtype
+    return info.data + info.byte_offset, info.dl_dtype
 
 
 def _dtype_name(dtype) -> str:
