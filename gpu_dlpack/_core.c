@@ -96,25 +96,42 @@ typedef PyObject *(*NewFromDescr_t)(PyTypeObject *, PyObject *, int, const Py_ss
                                     const Py_ssize_t *, void *, int, PyObject *);
 typedef int (*SetBaseObject_t)(PyObject *, PyObject *);
 
+/* 1 once Python has told the core what it decided (configure), else 0 with
+ * a RuntimeError set: every entry point refuses before then, since what it
+ * would read (the Python implementation, the tables) is not there yet. */
 static int
 configured(void)
 {
     if (py_impl == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "gpu_dlpack._core is not configured");
+        PyErr_SetString(PyExc_RuntimeError,
+                        "gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
+                        "instead of calling the core directly");
         return 0;
     }
     return 1;
 }
 
+/* The Python implementation `name` called with the arguments. An error
+ * looking it up (no memory for the key) is raised as it is. */
 static PyObject *
 delegate(const char *name, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *fn = PyDict_GetItemString(py_impl, name);
+    if (!configured())
+        return NULL;
+    PyObject *key = PyUnicode_FromString(name);
+    if (key == NULL)
+        return NULL;
+    PyObject *fn = PyDict_GetItemWithError(py_impl, key);
+    Py_DECREF(key);
     if (fn == NULL) {
-        PyErr_Format(PyExc_RuntimeError, "gpu_dlpack._core has no Python %s", name);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_RuntimeError, "gpu_dlpack._core has no Python %s", name);
         return NULL;
     }
-    return PyObject_Vectorcall(fn, args, nargs, NULL);
+    Py_INCREF(fn);  /* the call may replace the dict's entry */
+    PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
+    Py_DECREF(fn);
+    return r;
 }
 
 static inline int
@@ -223,10 +240,7 @@ static PyObject *
 new_header(void *ptr, int versioned)
 {
     DLTensor *t = tensor_of(ptr, versioned);
-    PyObject *h = header_type->tp_alloc(header_type, 11);
-    if (h == NULL)
-        return NULL;
-    PyObject *v[11];
+    PyObject *v[11] = {NULL};
     v[0] = PyLong_FromVoidPtr(ptr);
     if (versioned) {
         DLManagedTensorVersioned *m = ptr;
@@ -245,15 +259,20 @@ new_header(void *ptr, int versioned)
     v[8] = PyLong_FromLong(t->dtype.lanes);
     v[9] = PyLong_FromLong(t->ndim);
     v[10] = PyLong_FromVoidPtr(t->strides);
-    for (int i = 0; i < 11; i++) {
-        if (v[i] == NULL) {
-            for (int j = 0; j < 11; j++)
-                Py_XDECREF(v[j]);
-            Py_DECREF(h);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(h, i, v[i]);
+    PyObject *h = NULL;
+    int complete = 1;
+    for (int i = 0; i < 11; i++)
+        complete &= v[i] != NULL;
+    if (complete)
+        h = header_type->tp_alloc(header_type, 11);
+    if (h == NULL) {
+        /* Each value is released once, here: none is in a tuple yet. */
+        for (int i = 0; i < 11; i++)
+            Py_XDECREF(v[i]);
+        return NULL;
     }
+    for (int i = 0; i < 11; i++)
+        PyTuple_SET_ITEM(h, i, v[i]);  /* steals */
     return h;
 }
 
@@ -297,6 +316,18 @@ run_deleter(void *ptr, int versioned)
         if (m->deleter)
             m->deleter(m);
     }
+}
+
+/* run_deleter on an error path, or wherever an exception may be pending (a
+ * capsule destructor): the pending exception is set aside while the
+ * deleter runs (it may run Python code) and restored after it. */
+static void
+release_tensor(void *ptr, int versioned)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    run_deleter(ptr, versioned);
+    PyErr_Restore(et, ev, tb);
 }
 
 static PyObject *
@@ -393,9 +424,10 @@ core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     void *ptr = claim(args[0], versioned);
     if (ptr == NULL)
         return delegate("discard", args, nargs);
-    run_deleter(ptr, versioned);
+    release_tensor(ptr, versioned);
     Py_RETURN_NONE;
 }
+
 
 /* snapshot(capsule) -> (versioned, struct bytes, shape bytes or None,
  * strides bytes or None), what _capsule.snapshot returns, copied while the
@@ -526,13 +558,14 @@ entry_destructor(PyObject *capsule)
 static void
 exchanged_destructor(PyObject *capsule)
 {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* an array may die while an exception is pending */
     DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, EXCHANGED);
-    if (m == NULL) {
+    if (m == NULL)
         PyErr_Clear();
-        return;
-    }
-    if (m->deleter)
+    else if (m->deleter)
         m->deleter(m);
+    PyErr_Restore(et, ev, tb);
 }
 
 /* The table of an exchange API capsule, if its major version is ours. */
@@ -682,12 +715,17 @@ ndarray_over(DLManagedTensorVersioned *m)
         PyErr_Clear();
         return NULL;
     }
-    if (((SetBaseObject_t)numpy_api[282])(arr, base) < 0) {  /* steals base */
-        PyCapsule_SetName(base, USED_VERSIONED);  /* the caller frees m */
+    /* PyArray_SetBaseObject steals base, also when it fails (it then drops
+     * it): a reference of our own keeps it until it owns nothing. */
+    Py_INCREF(base);
+    if (((SetBaseObject_t)numpy_api[282])(arr, base) < 0) {
+        PyCapsule_SetName(base, USED_VERSIONED);  /* its destructor frees nothing: the caller frees m */
+        Py_DECREF(base);
         Py_DECREF(arr);
         PyErr_Clear();
         return NULL;
     }
+    Py_DECREF(base);  /* the array's reference remains */
     return arr;
 }
 
@@ -696,7 +734,9 @@ ndarray_over(DLManagedTensorVersioned *m)
 static PyObject *
 core_import_host(PyObject *mod, PyObject *x)
 {
-    if (!configured() || numpy_api == NULL)
+    if (!configured())
+        return NULL;
+    if (numpy_api == NULL)
         Py_RETURN_NONE;
     ImportEntry *e = import_entry(Py_TYPE(x));
     if (e == NULL)
@@ -755,12 +795,11 @@ static PyTypeObject ExportableType;
 static void
 capsule_destructor(PyObject *capsule)
 {
-    /* What every producer's capsule does: free an unconsumed tensor. */
-    if (PyCapsule_IsValid(capsule, VERSIONED)) {
-        DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, VERSIONED);
-        if (m->deleter)
-            m->deleter(m);
-    }
+    /* What every producer's capsule does: free an unconsumed tensor. A
+     * capsule may die while an exception is pending: it is set aside while
+     * the deleter runs. */
+    if (PyCapsule_IsValid(capsule, VERSIONED))
+        release_tensor(PyCapsule_GetPointer(capsule, VERSIONED), 1);
 }
 
 /* Python sets the plan (at wrap time): _set_plan(kind, dtype_or_api, guards) */
@@ -769,7 +808,7 @@ exportable_set_plan(Exportable *self, PyObject *args)
 {
     int plan;
     PyObject *arg = Py_None;
-    if (!PyArg_ParseTuple(args, "i|O", &plan, &arg))
+    if (!configured() || !PyArg_ParseTuple(args, "i|O", &plan, &arg))
         return NULL;
     self->plan = PLAN_GENERAL;
     Py_CLEAR(self->plan_dtype);
@@ -883,6 +922,8 @@ exportable_general(Exportable *self, PyObject *const *args, size_t nargsf, PyObj
     PyObject *stack[8];
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (!configured())
+        return NULL;
     if (nargs + nkw > 7) {
         PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
         return NULL;
@@ -898,6 +939,8 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!configured())
+        return NULL;
     if (nargs != 0 || self->plan == PLAN_GENERAL || self->readonly != Py_False ||
         (self->reported != NULL && self->reported != Py_None))
         return exportable_general(self, args, nargsf, kwnames);
@@ -956,8 +999,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     }
     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
     if (capsule == NULL) {
-        if (m->deleter)
-            m->deleter(m);
+        release_tensor(m, 1);
         Py_DECREF(request);
         return NULL;
     }
@@ -1130,6 +1172,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
 {
     PyObject *x = obj;
     *out = NULL;
+    if (!configured())
+        return -1;
     if (!PyObject_TypeCheck(x, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable");
         return -1;
@@ -1151,7 +1195,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         if (ptr != NULL) {
             PyObject *request = PyTuple_Pack(4, Py_None, produced_version, Py_None, Py_None);
             if (request == NULL) {
-                run_deleter(ptr, 1);
+                release_tensor(ptr, 1);
                 return -1;
             }
             Py_SETREF(self->request, request);
@@ -1164,8 +1208,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         if (m != NULL) {
             PyObject *request = PyTuple_Pack(4, Py_None, produced_version, Py_None, Py_None);
             if (request == NULL) {
-                if (m->deleter)
-                    m->deleter(m);
+                release_tensor(m, 1);
                 return -1;
             }
             Py_SETREF(self->request, request);
@@ -1320,8 +1363,8 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
                 DLManagedTensorVersioned *m = exchange_export_of(x, e);
                 if (m != NULL) {
                     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
-                    if (capsule == NULL && m->deleter)
-                        m->deleter(m);
+                    if (capsule == NULL)
+                        release_tensor(m, 1);
                     return capsule;
                 }
             }
@@ -1399,7 +1442,7 @@ static PyObject *
 core_exchange(PyObject *mod, PyObject *x)
 {
     if (!configured())
-        Py_RETURN_NONE;
+        return NULL;
     ImportEntry *e = import_entry(Py_TYPE(x));
     if (e == NULL)
         return NULL;
@@ -1421,10 +1464,10 @@ core_exchange(PyObject *mod, PyObject *x)
     }
     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
     if (capsule == NULL) {
-        if (m->deleter)
-            m->deleter(m);
+        release_tensor(m, 1);
         return NULL;
     }
+    /* On failure Py_BuildValue drops the capsule, whose destructor frees m. */
     return Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(stream));
 }
 
@@ -1653,7 +1696,10 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         Py_XSETREF(ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)numpy_api[2]));
     }
-    Py_XSETREF(py_impl, Py_NewRef(impl));
+    PyObject *types = PyDict_New();
+    if (types == NULL)
+        return NULL;
+    Py_XSETREF(import_types, types);
     Py_XSETREF(header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(versions_dict, Py_NewRef(versions));
     Py_XSETREF(produced_version, Py_NewRef(produced));
@@ -1662,9 +1708,8 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     device_types = devs;
     host_types = hosts;
     version_word = word;
-    Py_XSETREF(import_types, PyDict_New());
-    if (import_types == NULL)
-        return NULL;
+    /* Last: the core counts as configured once everything above is set. */
+    Py_XSETREF(py_impl, Py_NewRef(impl));
     Py_RETURN_NONE;
 }
 
