@@ -428,6 +428,64 @@ core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* move(capsule, versioned, destructor) -> a new unconsumed capsule of the
+ * same kind holding the tensor, with `destructor` (a C function that frees
+ * an unconsumed capsule's tensor); the capsule given is renamed used_*.
+ * Checking the name, making the new capsule and renaming both is one step
+ * in which no Python code runs, so no interrupt or error can land between
+ * the claim and the hand-over: at every point exactly one of the two
+ * capsules owns the tensor. Out of memory, the capsule given is left as it
+ * was. The Python move() on anything but an unconsumed capsule of that kind
+ * (it raises what is wrong). */
+static PyObject *
+core_move(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !configured())
+        return delegate("move", args, nargs);
+    int versioned = PyObject_IsTrue(args[1]);
+    if (versioned < 0)
+        return NULL;
+    PyCapsule_Destructor destructor = (PyCapsule_Destructor)PyLong_AsVoidPtr(args[2]);
+    if (destructor == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "move() needs the address of an owning capsule destructor");
+        return NULL;
+    }
+    PyObject *capsule = args[0], *out = NULL;
+    if (!PyCapsule_CheckExact(capsule))
+        return delegate("move", args, nargs);
+    int moved = 0;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(capsule);
+#endif
+    const char *name = PyCapsule_GetName(capsule);
+    void *ptr = NULL;
+    if (name != NULL && strcmp(name, versioned ? VERSIONED : LEGACY) == 0)
+        ptr = PyCapsule_GetPointer(capsule, name);
+    if (ptr != NULL) {
+        /* Made owning nothing (a used_* name), then both renamed. */
+        out = PyCapsule_New(ptr, versioned ? USED_VERSIONED : USED_LEGACY, destructor);
+        if (out != NULL && PyCapsule_SetName(out, versioned ? VERSIONED : LEGACY) == 0) {
+            if (PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY) == 0)
+                moved = 1;
+            else
+                PyCapsule_SetName(out, versioned ? USED_VERSIONED : USED_LEGACY);  /* owns nothing again */
+        }
+    }
+#ifdef Py_GIL_DISABLED
+    Py_END_CRITICAL_SECTION();
+#endif
+    if (moved)
+        return out;
+    if (out != NULL || ptr == NULL) {
+        /* Not renamed (never so for a capsule whose pointer was just read),
+         * or not such a capsule: the new one owns nothing and goes. */
+        Py_XDECREF(out);
+        PyErr_Clear();
+        return delegate("move", args, nargs);
+    }
+    return NULL;  /* no memory for the new capsule: the given one is untouched */
+}
 
 /* snapshot(capsule) -> (versioned, struct bytes, shape bytes or None,
  * strides bytes or None), what _capsule.snapshot returns, copied while the
@@ -795,11 +853,19 @@ static PyTypeObject ExportableType;
 static void
 capsule_destructor(PyObject *capsule)
 {
-    /* What every producer's capsule does: free an unconsumed tensor. A
-     * capsule may die while an exception is pending: it is set aside while
-     * the deleter runs. */
+    /* What every producer's capsule does: free an unconsumed tensor (any
+     * producer's: it also owns the tensors Python hands over with move()).
+     * A capsule may die while an exception is pending (one dropped as an
+     * interrupt unwinds the stack): it is set aside while the deleter runs. */
     if (PyCapsule_IsValid(capsule, VERSIONED))
         release_tensor(PyCapsule_GetPointer(capsule, VERSIONED), 1);
+}
+
+static void
+legacy_capsule_destructor(PyObject *capsule)
+{
+    if (PyCapsule_IsValid(capsule, LEGACY))
+        release_tensor(PyCapsule_GetPointer(capsule, LEGACY), 0);
 }
 
 /* Python sets the plan (at wrap time): _set_plan(kind, dtype_or_api, guards) */
@@ -1730,6 +1796,7 @@ static PyMethodDef core_methods[] = {
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, NULL},
     {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, NULL},
     {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, NULL},
+    {"move", (PyCFunction)(void (*)(void))core_move, METH_FASTCALL, NULL},
     {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, NULL},
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},
@@ -1779,6 +1846,14 @@ PyInit__core(void)
     ask_versioned = Py_BuildValue("(ii)", 1, 0);
     if (!str_accepted || !str_floor || !str_dlpack || !str_dtype || !kw_max_version || !ask_versioned)
         goto fail;
+    /* The addresses of the core's owning capsule destructors, by kind. */
+    PyObject *destructors = Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
+                                          PyLong_FromVoidPtr((void *)capsule_destructor));
+    if (destructors == NULL || PyModule_AddObjectRef(m, "OWNING_DESTRUCTORS", destructors) < 0) {
+        Py_XDECREF(destructors);
+        goto fail;
+    }
+    Py_DECREF(destructors);
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0)

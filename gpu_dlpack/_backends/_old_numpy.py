@@ -10,7 +10,8 @@ kept alive by the array's base.
 
 The deleter and the capsule destructor are ctypes callbacks, kept alive for
 the life of the process (a capsule may outlive this module at shutdown);
-the destructor also serves ``_capsule.handover`` here.
+the destructor also serves ``_capsule.move`` here when the compiled core,
+which has a C one, is not there.
 NumPy 2.1 and later never come here.
 """
 
@@ -47,9 +48,10 @@ _no_elements = ctypes.create_string_buffer(64)  # the address of arrays without 
 _NO_ELEMENTS = ctypes.addressof(_no_elements)
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _deleter(ptr):
-    _live.pop(ptr, None)
+# The deleter is the dict's own pop, called by ctypes with the struct's
+# address: no Python code runs, so no interrupt can land inside it and skip
+# the release.
+_deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_live.pop)
 
 
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -103,6 +105,9 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
     _live[ptr] = (mem, arr)
     try:
         return _New(ptr, _name, _DESTRUCTOR)
+    except ctypes.ArgumentError as exc:
+        _live.pop(ptr, None)
+        raise _capsule.from_ctypes(exc) from None
     except BaseException:
         _live.pop(ptr, None)
         raise
