@@ -34,7 +34,7 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
 
     Returns ``(capsule, full)``: ``full`` is False when the producer took none
     of ``max_version``/``dl_device``/``copy``. Exceptions other than
-    ``BufferError`` and ``TypeError`` become ``BufferError`` naming the
+    ``BufferError``, ``TypeError`` and ``MemoryError`` become ``BufferError`` naming the
     producer (the standard's type for a refused export); an answer that is no
     capsule is a ``TypeError`` naming the producer.
     """
@@ -68,8 +68,8 @@ def _ask(x, stream, max_version, dl_device, copy):
         if level == 1:
             return (method(x) if stream is None else method(x, stream=stream)), False
         return method(x), False
-    except (BufferError, TypeError):
-        raise
+    except (BufferError, TypeError, MemoryError):
+        raise  # out of memory is no refusal: a caller catching MemoryError sees it
     except Exception as exc:
         raise _errors.producer_refused(producer_name(x), exc) from exc
 

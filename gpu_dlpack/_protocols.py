@@ -333,7 +333,10 @@ def _interface_of(info, readonly, stream) -> dict:
         "version": 3,
         "shape": tuple(info.shape),
         "typestr": numpy_dtype.str,
-        "descr": numpy_dtype.descr,
+        # What NumPy's dtype.descr gives for a dtype without fields, written
+        # here: out of memory, that getter returns a list with an exception
+        # still set (an unchecked item), which surfaces later as a SystemError.
+        "descr": numpy_dtype.descr if numpy_dtype.fields is not None else [("", numpy_dtype.str)],
         "data": (info.data + info.byte_offset, bool(readonly or info.read_only)),
         "strides": strides,
         "stream": stream,
