@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import os
 import struct
 import sys
 import threading
@@ -468,8 +469,19 @@ class Owner:
 
 # Checking a capsule's name and renaming it used_* is one step under this
 # lock, for every thread (free-threaded builds too): of several threads
-# handed one capsule, exactly one takes it, and its deleter runs once.
+# handed one capsule, exactly one takes it, and its deleter runs once. A
+# forked child gets a new lock (``_after_fork``): the thread that held it
+# in the parent does not exist there.
 _claim_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _claim_lock
+    _claim_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def claim(capsule, versioned: bool) -> int:

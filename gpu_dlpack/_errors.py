@@ -253,6 +253,16 @@ def readonly_to_writeable(target) -> BufferError:
     )
 
 
+def forked_after_gpu(pid) -> BufferError:
+    return BufferError(
+        f"process {pid} was forked from a process that had already used the GPU, and the CUDA "
+        "(or HIP) runtime does not survive fork: no GPU exchange or copy can be made here. Start "
+        "worker processes with the 'spawn' method (multiprocessing.get_context('spawn'), "
+        "torch DataLoader(multiprocessing_context='spawn')), or fork before the GPU is used; "
+        "host-memory exchanges work in a forked child."
+    )
+
+
 def gpu_failed(what, exc) -> BufferError:
     return BufferError(f"CuPy could not {what}: {type(exc).__name__}: {exc}")
 
