@@ -12,16 +12,20 @@ from __future__ import annotations
 import sys
 import types
 
-from . import _capsule, _versions
-from ._capsule import CapsuleInfo
-from ._devices import Device, DLDeviceType
-from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
-from ._export import Exportable, export, wrap
-from ._import import from_dlpack
-from ._shards import Shard, shards
-from ._streams import use_stream
-from ._typing import Capsule, Version
-from ._versions import DLPACK_VERSION
+from . import _interpreter
+
+_interpreter.check_main()  # before NumPy or the compiled core is loaded
+
+from . import _capsule, _versions  # noqa: E402
+from ._capsule import CapsuleInfo  # noqa: E402
+from ._devices import Device, DLDeviceType  # noqa: E402
+from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning  # noqa: E402
+from ._export import Exportable, export, wrap  # noqa: E402
+from ._import import from_dlpack  # noqa: E402
+from ._shards import Shard, shards  # noqa: E402
+from ._streams import use_stream  # noqa: E402
+from ._typing import Capsule, Version  # noqa: E402
+from ._versions import DLPACK_VERSION  # noqa: E402
 
 __version__ = "0.1.0"
 

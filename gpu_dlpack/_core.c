@@ -1817,6 +1817,15 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC
 PyInit__core(void)
 {
+    /* The core keeps its state in C globals, which one interpreter owns:
+     * a subinterpreter is refused before anything is made (the package
+     * refuses them too, with the same words, before it loads the core). */
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError,
+                        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
+                        "import it in the main interpreter");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;

@@ -210,6 +210,13 @@ def unreadable_major(version) -> BufferError:
     )
 
 
+def subinterpreter() -> ImportError:
+    return ImportError(
+        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
+        "import it in the main interpreter"
+    )
+
+
 def unsupported_platform(what) -> ImportError:
     return ImportError(
         f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "

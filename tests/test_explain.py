@@ -236,6 +236,7 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
     "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
+    "gpu_dlpack-subinterpreter": lambda: raised(lambda: gpu_dlpack._interpreter.check(2, 1)),
     "gpu_dlpack-forked-after-gpu": lambda: raised(_forked_after_gpu),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
@@ -706,6 +707,7 @@ BUILDER_ARGS = {
     "unreadable_major": ((2, 0),),
     "malformed": ("ndim=-1",),
     "unsupported_platform": ("big-endian, 32-bit",),
+    "subinterpreter": (),
     "forked_after_gpu": (4242,),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
