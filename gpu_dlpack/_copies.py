@@ -75,34 +75,38 @@ class Runtime:
         self.gpu = gpu
 
     def _rt(self):
-        return _handoff._runtime()  # refused in a child forked after the GPU was used
+        # Asked first in each call: refused in a child forked after the GPU
+        # was used, before CuPy is called at all.
+        return _handoff._runtime()
 
     def alloc_pinned(self, nbytes: int):
         """``(address, owner)``: page-locked memory, freed when ``owner`` goes."""
+        self._rt()
         import cupy
 
         memory = cupy.cuda.alloc_pinned_memory(nbytes)
         return memory.ptr, memory
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        rt = self._rt()
         from cupy.cuda import Device
 
-        rt = self._rt()
         with Device(self.gpu):
             rt.memcpyAsync(dst, src, nbytes, rt.memcpyHostToDevice, stream)
 
     def event_create(self) -> int:
+        rt = self._rt()
         from cupy.cuda import Device
 
-        rt = self._rt()
         with Device(self.gpu):
             return rt.eventCreateWithFlags(rt.eventDisableTiming)
 
     def event_record(self, event: int, stream: int) -> None:
+        rt = self._rt()
         from cupy.cuda import Device
 
         with Device(self.gpu):
-            self._rt().eventRecord(event, stream)
+            rt.eventRecord(event, stream)
 
     def event_synchronize(self, event: int) -> None:
         self._rt().eventSynchronize(event)

@@ -277,6 +277,7 @@ def child():
         lambda: _handoff.handoff(5, 6, 0),
         lambda: _copies.copy(1, 2, 3, 4, 0),
         lambda: _copies.Runtime(0).event_create(),
+        lambda: _copies.Runtime(0).alloc_pinned(64),
         lambda: _copies.HostRuntime().host_alloc(64),
         lambda: _backends.for_device(Device("cuda:0")),
     ]
