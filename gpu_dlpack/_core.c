@@ -1537,6 +1537,52 @@ core_exchange(PyObject *mod, PyObject *x)
     return Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(stream));
 }
 
+/* --- versioned capsules for NumPy before 2.1 ------------------------------- */
+
+/* The deleter of the versioned tensors Python builds for NumPy before 2.1
+ * (_old_numpy): manager_ctx holds the Python object that keeps the struct's
+ * memory and the array alive. Safe on any thread; after finalization it
+ * leaks rather than touch Python. */
+static void
+kept_deleter(DLManagedTensorVersioned *m)
+{
+    if (!Py_IsInitialized())
+        return;
+    PyGILState_STATE state = PyGILState_Ensure();
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *keep = m->manager_ctx;  /* read first: m lives in memory keep holds */
+    m->manager_ctx = NULL;
+    Py_XDECREF(keep);
+    PyErr_Restore(et, ev, tb);
+    PyGILState_Release(state);
+}
+
+/* kept_capsule(ptr, keep) -> a versioned capsule over the struct at ptr,
+ * filled but for manager_ctx and deleter, holding keep until the deleter
+ * runs. Making the capsule and taking the reference is one step: no
+ * interrupt or error can land between them and leak keep. */
+static PyObject *
+core_kept_capsule(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "kept_capsule(ptr, keep)");
+        return NULL;
+    }
+    DLManagedTensorVersioned *m = PyLong_AsVoidPtr(args[0]);
+    if (m == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "kept_capsule() needs the address of a struct");
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+    if (capsule == NULL)
+        return NULL;
+    m->manager_ctx = Py_NewRef(args[1]);
+    m->deleter = kept_deleter;
+    return capsule;
+}
+
 /* --- the stream hand-off, through the CUDA runtime already loaded --------- */
 
 /* Python finds these in the runtime library CuPy loaded (no CUDA header or
@@ -1797,6 +1843,7 @@ static PyMethodDef core_methods[] = {
     {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, NULL},
     {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, NULL},
     {"move", (PyCFunction)(void (*)(void))core_move, METH_FASTCALL, NULL},
+    {"kept_capsule", (PyCFunction)(void (*)(void))core_kept_capsule, METH_FASTCALL, NULL},
     {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, NULL},
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},

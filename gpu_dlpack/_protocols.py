@@ -328,7 +328,9 @@ def _interface_of(info, readonly, stream) -> dict:
         raise _errors.unsupported_dtype(*info.dtype, "the array interfaces have no padded sub-byte types")
     numpy_dtype = dtype.numpy
     itemsize = numpy_dtype.itemsize
-    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
+    # be made, out of memory, leaks its arguments.)
+    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
     return {
         "version": 3,
         "shape": tuple(info.shape),

@@ -34,6 +34,7 @@ import argparse
 import dis
 import gc
 import json
+import linecache
 import os
 import random
 import signal
@@ -113,14 +114,17 @@ _VERSIONED_NUMPY = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
 def _source(versioned=True):
     """``([capsule], watch)``: a capsule over ``arange(6.0)`` made by NumPy
     (a C producer: C deleter and destructor), or before NumPy 2.1, which
-    makes no versioned capsules, a hand-made one (``tests/capsules.py``)."""
-    if versioned and not _VERSIONED_NUMPY:
-        from . import capsules
-
-        cap, record = capsules.make(np.arange(6.0), versioned=versioned)
-        return [cap], Watch([record])
+    makes no versioned capsules, the one gpu_dlpack makes for it."""
     a = np.arange(6.0)
-    return [a.__dlpack__(max_version=(1, 0)) if versioned else a.__dlpack__()], Watch(arrays=[a])
+    if not versioned:
+        cap = a.__dlpack__()
+    elif _VERSIONED_NUMPY:
+        cap = a.__dlpack__(max_version=(1, 0))
+    else:
+        import gpu_dlpack
+
+        cap = gpu_dlpack.export(a, max_version=(1, 0))
+    return [cap], Watch(arrays=[a])
 
 
 def _array(wrap=None):
@@ -270,8 +274,10 @@ def _emit(**fields):
     sys.stdout.flush()
 
 
-def _settle(kind, watch, outcome, **more):
+def _settle(kind, watch, outcome, detail=None, **more):
     leaked, twice = watch.state()
+    if detail and (leaked or twice or outcome not in ("ok", "MemoryError", "interrupted")):
+        more["detail"] = detail  # where it was raised, for a finding
     _emit(kind=kind, outcome=outcome, leaked=leaked, twice=twice, **more)
 
 
@@ -283,11 +289,23 @@ def _origin(exc) -> str:
     if exc.__cause__ is not None:  # a producer's error the layer rewords (``producer_refused``)
         return _origin(exc.__cause__)
     tb = exc.__traceback__
-    last = None
+    last = line = None
     while tb is not None:
-        last = tb.tb_frame.f_code.co_filename
+        last, line = tb.tb_frame.f_code.co_filename, tb.tb_lineno
         tb = tb.tb_next
-    return "layer" if last is not None and last.startswith(PACKAGE) else "peer"
+    if last is None or not last.startswith(PACKAGE):
+        return "peer"
+    if any(call in linecache.getline(last, line) for call in _PEER_CALLS):
+        return "peer"  # raised by the peer's function the layer called there
+    return "layer"
+
+
+# Lines of the layer that hand a peer's C function an object that owns a
+# tensor: NumPy's array-interface import (np.asarray) leaks the object it was
+# given when one of its own allocations fails (seen on NumPy 2.4 from the
+# outside, through wrap's __array_interface__, and on NumPy 1.26 inside the
+# layer's import of versioned capsules).
+_PEER_CALLS = ("np.asarray(",)
 
 
 # CPython 3.11 loses the exception in flight when it cannot allocate a frame
@@ -337,8 +355,7 @@ def nomemory_child(kind, start, stop, streak):
         outcome, origin, detail = "ok", "layer", None
         if error is not None:
             outcome, origin = _classify(error)
-            if outcome != "MemoryError":
-                detail = "".join(traceback.format_exception(error))[-1500:]
+            detail = "".join(traceback.format_exception(error))[-1500:]
             error = None
         if outcome == "ok":
             try:
@@ -346,7 +363,7 @@ def nomemory_child(kind, start, stop, streak):
             except AssertionError as exc:
                 outcome = f"wrong result: {exc}"
         del result, run
-        _settle(kind, watch, outcome, n=n, origin=origin, **({"detail": detail} if detail else {}))
+        _settle(kind, watch, outcome, detail, n=n, origin=origin)
         clean = clean + 1 if outcome == "ok" else 0
         if clean >= streak:
             return
