@@ -501,6 +501,22 @@ def set_device(ptr: int, versioned: bool, device_type: int, device_id: int) -> N
     _DEVICE_FMT.pack_into(_BYTES[8].from_address(base + 8), 0, int(device_type), int(device_id))
 
 
+def point_strides_after_shape(capsule) -> bool:
+    """Point a versioned capsule's strides, left out (NULL with ndim > 0), at
+    the ``ndim`` int64s right after its shape; True when they were left out.
+    Only for a capsule NumPy's own ``__dlpack__`` has just returned: on a
+    NumPy that writes a C-contiguous array's strides there before leaving
+    them out (2.1 to 2.3, ``numpy_backend``) they are then its strides.
+    Writes the struct's strides field only, and reads nothing past the shape."""
+    base = _GetPointer(capsule, b"dltensor_versioned") + _TENSOR_AT_VERSIONED
+    ndim = _NDIM_FMT.unpack_from(_BYTES[4].from_address(base + 16))[0]
+    shape_p, strides_p = _SHAPES_FMT.unpack_from(_BYTES[16].from_address(base + 24))
+    if not 0 < ndim <= _MAX_NDIM or not shape_p or strides_p:
+        return False
+    _u64_at(base + 32).value = shape_p + 8 * ndim
+    return True
+
+
 class Owner:
     """Holds the tensor of a consumed capsule (the owner of memory wrapped by
     another library, such as ``cupy.cuda.UnownedMemory``): the tensor lives

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _capsule, _devices, _dtypes, _export, _import, _peers, _streams, _versions
+from ._backends import numpy as numpy_backend
 from ._devices import Device
 from ._fastpath import core
 
@@ -93,4 +94,5 @@ def install(capsule_impl: dict) -> None:
         cpu_dlpack=_devices.CPU.dlpack,
         # The dtypes whose NumPy capsule _exchange._export passes on as it is.
         plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
+        numpy_strides_after_shape=numpy_backend.STRIDES_AFTER_SHAPE,
     )

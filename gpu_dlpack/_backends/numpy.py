@@ -1,7 +1,9 @@
 """The NumPy backend: host memory. Exports through NumPy's own ``__dlpack__``
 (whose C deleter is safe on any thread and at shutdown) and imports through
 ``numpy.from_dlpack``, patching in what NumPy cannot say itself: the layer's
-version and the dtypes NumPy does not know (bfloat16, float8, sub-byte).
+version, the strides NumPy 2.1 to 2.3 leave out of a C-contiguous array's
+versioned capsule (DLPack requires them since 1.2), and the dtypes NumPy
+does not know (bfloat16, float8, sub-byte).
 
 NumPy before 2.1 makes and reads only legacy capsules: versioned ones are
 then built and read by ``_old_numpy``.
@@ -26,16 +28,50 @@ _STAMP = _capsule.version_word(DLPACK_VERSION)
 _ndarray_dlpack = np.ndarray.__dlpack__
 
 
-def _makes_versioned() -> bool:
+class _Handoff:
+    """Hands one checked capsule to ``numpy.from_dlpack``."""
+
+    __slots__ = ("capsule", "device")
+
+    def __init__(self, capsule, device):
+        self.capsule = capsule
+        self.device = device
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self.capsule  # keywords named, not **kwargs: no dict per call
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def _versioned_numpy() -> tuple[bool, bool]:
+    """``(VERSIONED_NUMPY, STRIDES_AFTER_SHAPE)``, read from a probe capsule."""
     try:
-        np.empty(0).__dlpack__(max_version=_ASK)
+        capsule = np.zeros((2, 3), np.int16).__dlpack__(max_version=_ASK)
     except TypeError:
-        return False
-    return True
+        return False, False  # before 2.1: legacy capsules only
+    if not _capsule.point_strides_after_shape(capsule):
+        return True, False  # 2.4 and later: strides whenever ndim > 0
+    # NumPy 2.1 to 2.3 (numpy/_core/src/multiarray/dlpack.c, the same in
+    # every release of them) allocate the strides right after the shape and
+    # fill them, then leave a C-contiguous array's out (NULL): DLPack allowed
+    # that before 1.2, which requires strides for ndim > 0. Pointed at again
+    # they are the array's strides, and the capsule meets 1.2 with nothing
+    # built or copied: NumPy reads the probe's back as the array's.
+    if tuple(int(part) for part in np.__version__.split(".")[:2]) < (2, 4):
+        if np.from_dlpack(_Handoff(capsule, (1, 0))).strides == (6, 2):
+            return True, True
+    # Left out by a NumPy whose layout is not known here (the int64s after
+    # the shape may not be its to read): versioned capsules are built and
+    # read here, as for NumPy before 2.1.
+    return False, False
 
 
-#: Whether this NumPy makes and reads versioned capsules (NumPy 2.1+).
-VERSIONED_NUMPY = _makes_versioned()
+#: Whether NumPy's own versioned capsules are made and read (NumPy 2.1+);
+#: False: ``_old_numpy`` builds and reads them.
+#: STRIDES_AFTER_SHAPE: whether NumPy leaves a C-contiguous array's strides
+#: out of them, to be pointed at where it wrote them (NumPy 2.1 to 2.3).
+VERSIONED_NUMPY, STRIDES_AFTER_SHAPE = _versioned_numpy()
 
 
 def owns(x) -> bool:
@@ -64,6 +100,8 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     )
     if plan.versioned:
         _capsule.stamp_version(capsule, _STAMP)
+        if STRIDES_AFTER_SHAPE:
+            _capsule.point_strides_after_shape(capsule)
         if dtype.carrier is not None:
             ptr = _capsule.pointer(capsule, True)
             _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
@@ -110,7 +148,8 @@ def own_capsule(view: np.ndarray, versioned: bool):
 def export_in_place(arr: np.ndarray, versioned: bool):
     """NumPy's own capsule for ``arr`` where it is already what the rules ask
     for (on the CPU, no copy, a dtype NumPy describes, READ_ONLY set by NumPy
-    for read-only data), relabelled DLPACK_VERSION when versioned. None when
+    for read-only data), relabelled DLPACK_VERSION (with its strides) when
+    versioned. None when
     NumPy refuses (a read-only array as legacy, a dtype it cannot export):
     the general path then says why, in gpu_dlpack's words."""
     if versioned and not VERSIONED_NUMPY:
@@ -121,23 +160,9 @@ def export_in_place(arr: np.ndarray, versioned: bool):
         return None
     if versioned:
         _capsule.stamp_version(capsule, _STAMP)
+        if STRIDES_AFTER_SHAPE:
+            _capsule.point_strides_after_shape(capsule)
     return capsule
-
-
-class _Handoff:
-    """Hands one checked capsule to ``numpy.from_dlpack``."""
-
-    __slots__ = ("capsule", "device")
-
-    def __init__(self, capsule, device):
-        self.capsule = capsule
-        self.device = device
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        return self.capsule  # keywords named, not **kwargs: no dict per call
-
-    def __dlpack_device__(self):
-        return self.device
 
 
 def consume(capsule, versioned, header) -> np.ndarray:

@@ -120,8 +120,31 @@ exchange_export(Exportable *self)
     return m;
 }
 
-/* NumPy's own capsule of x, stamped when versioned; NULL with no error set
- * when NumPy refuses. */
+/* Since DLPack 1.2 a versioned tensor with dimensions carries strides.
+ * NumPy 2.1 to 2.3 write a C-contiguous array's right after the shape, in
+ * the same allocation, then leave them out (NULL): pointed at there where
+ * Python confirmed that (numpy_strides_after_shape). -1 (no error set) when
+ * they are left out and not known to be there: the general path builds the
+ * capsule, as _backends/numpy.py says. */
+static int
+numpy_strides(PyObject *capsule)
+{
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, VERSIONED);
+    if (m == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    DLTensor *t = &m->dl_tensor;
+    if (t->ndim <= 0 || t->strides != NULL)
+        return 0;
+    if (!state.numpy_strides_after_shape || t->shape == NULL)
+        return -1;
+    t->strides = t->shape + t->ndim;
+    return 0;
+}
+
+/* NumPy's own capsule of x, stamped (and given its strides) when versioned;
+ * NULL with no error set when NumPy refuses, or its capsule would not do. */
 PyObject *
 numpy_capsule(PyObject *x, int versioned)
 {
@@ -133,7 +156,7 @@ numpy_capsule(PyObject *x, int versioned)
         PyObject *a[1] = {x};
         capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, NULL);
     }
-    if (capsule == NULL || (versioned && stamp(capsule, state.version_word) != 0)) {
+    if (capsule == NULL || (versioned && (stamp(capsule, state.version_word) != 0 || numpy_strides(capsule) != 0))) {
         Py_XDECREF(capsule);
         PyErr_Clear();
         return NULL;

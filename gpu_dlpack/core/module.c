@@ -12,14 +12,15 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     static char *kw[] = {"impl", "header_type", "device_types", "host_types", "known",
                          "numpy_dtypes", "numpy_api", "versions", "produced", "version_word",
                          "learn_import", "exportable_fallback", "exportable_class", "cpu_device",
-                         "cpu_dlpack", "plain_dtypes", NULL};
+                         "cpu_dlpack", "plain_dtypes", "numpy_strides_after_shape", NULL};
     PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback, *ecls,
         *cpu, *cpudl, *plain;
     unsigned long long devs, hosts, word;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!", kw, &PyDict_Type, &impl,
+    int strides_after_shape = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|p", kw, &PyDict_Type, &impl,
                                      &PyType_Type, &htype, &devs, &hosts, &known, &npd, &npapi,
                                      &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
-                                     &cpu, &cpudl, &PyDict_Type, &plain))
+                                     &cpu, &cpudl, &PyDict_Type, &plain, &strides_after_shape))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)ecls, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
@@ -99,6 +100,7 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     state.device_types = devs;
     state.host_types = hosts;
     state.version_word = word;
+    state.numpy_strides_after_shape = strides_after_shape;
     /* Last: the core counts as configured once everything above is set. */
     Py_XSETREF(state.py_impl, Py_NewRef(impl));
     Py_RETURN_NONE;
@@ -115,7 +117,7 @@ core_forget(PyObject *mod, PyObject *unused)
 
 static PyMethodDef core_methods[] = {
     {"forget", (PyCFunction)core_forget, METH_NOARGS, "forget($module, /)\n--\n\nForget what Python said of each producer type."},
-    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes)\n--\n\nWhat Python tells the core, once every module is loaded."},
+    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, numpy_strides_after_shape=False)\n--\n\nWhat Python tells the core, once every module is loaded."},
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, "header($module, ptr, versioned, /)\n--\n\nThe Header of a capsule's tensor."},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, "checked($module, capsule, likely=True, check_dtype=None, /)\n--\n\n(versioned, Header) of a capsule, checked."},
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},

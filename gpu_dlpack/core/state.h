@@ -32,6 +32,7 @@ typedef struct {
     PyObject *versions_dict;      /* _versions.__dict__ (its verdict cache) */
     PyObject *produced_version;   /* DLPACK_VERSION, as Python has it */
     uint64_t version_word;        /* DLPACK_VERSION as written in a capsule */
+    int numpy_strides_after_shape;/* NumPy leaves C-order strides out, after the shape */
     int32_t cpu_type;
     PyObject *learn_import;       /* Python: type -> (api capsule, attrs, methods) or None */
     PyObject *exportable_fallback;/* Python: the general Exportable.__dlpack__ */
