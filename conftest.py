@@ -112,8 +112,6 @@ _NEEDS_NEW_NUMPY = {
     "tests/test_explain.py::test_entry_recognises_its_real_message": "the entries quote NumPy 2.x messages",
     "tests/test_properties.py::test_numpy_through_wrap_reaches_each_consumer_intact": "its NumPy "
     "consumer passes from_dlpack's copy and device keywords",
-    "tests/test_properties.py::test_numpy_export_then_import_keeps_values_pointers_and_flags": "NumPy's "
-    "legacy capsules of contiguous data have NULL strides (allowed before DLPack 1.2)",
     "tests/test_shutdown.py::test_the_interpreter_exits_cleanly_with[a wrap() object": "numpy.from_dlpack "
     "asks for a legacy capsule, which read-only data cannot travel in",
     "tests/test_malformed.py::test_the_most_dimensions_a_capsule_may_have_are_64": "its arrays have "
