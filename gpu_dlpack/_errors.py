@@ -344,6 +344,12 @@ def unsupported_dtype(code, bits, lanes, why) -> BufferError:
     )
 
 
+def numpy_refused(exc) -> BufferError:
+    """NumPy refused a capsule the layer checked and handed it (RuntimeError
+    before NumPy 2.5, BufferError from it, for one it cannot read)."""
+    return BufferError(f"NumPy could not import the capsule: {exc}")
+
+
 def unsupported_numpy_dtype(dtype, why) -> BufferError:
     return BufferError(f"cannot export NumPy dtype {dtype}: {why}.")
 

@@ -838,6 +838,7 @@ BUILDER_ARGS = {
     "forked_after_gpu": (4242,),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
+    "numpy_refused": (BufferError("Unsupported device in DLTensor."),),
     "bad_stream_object": ("default",),
     "readonly_to_writeable": ("cuda:0",),
     "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
+from gpu_dlpack import _capsule
 from gpu_dlpack._backends import numpy as numpy_backend
 
 from . import capsules
@@ -104,10 +105,24 @@ def test_a_numpys_own_versioned_capsule_is_relabelled_only_with_its_strides():
     _carries_its_strides(gpu_dlpack.export(a, max_version=(1, 0)), a)
 
 
+@pytest.mark.parametrize("versioned", [False, True])
+def test_a_capsule_numpy_refuses_is_refused_in_the_layers_words_on_every_numpy(versioned):
+    # NumPy reads no ROCm memory: before 2.5 it raises RuntimeError, from 2.5 BufferError.
+    if versioned and not numpy_backend.VERSIONED_NUMPY:
+        pytest.skip("NumPy before 2.1 reads no versioned capsule: the layer reads them itself")
+    a = np.arange(6.0)
+    cap = gpu_dlpack.export(a, max_version=(1, 0) if versioned else None)
+    _capsule.set_device(_capsule.pointer(cap, versioned), versioned, 10, 0)
+    with pytest.raises(BufferError, match=r"^NumPy could not import the capsule: ") as refused:
+        numpy_backend.consume(cap, versioned, _capsule.peek(cap, versioned))
+    assert isinstance(refused.value.__cause__, (BufferError, RuntimeError, TypeError, ValueError))
+
+
 _UNKNOWN_LAYOUT = """
 import json, numpy as np
 np.__version__ = "2.4.0"  # a NumPy that leaves strides out, as 2.1 to 2.3 do, but is not known here
 import gpu_dlpack
+from gpu_dlpack import _capsule
 from gpu_dlpack._backends import numpy as numpy_backend
 a = np.arange(6.0).reshape(2, 3)
 cap = gpu_dlpack.export(a, max_version=(1, 0))

@@ -280,9 +280,21 @@ INSTALLED_CONSUMERS = [c for c in CONSUMERS if c in ("numpy", "gpu_dlpack") or i
 # What each consumer asks for (SPEC §5): the capsule kind decides the rules.
 ASKS = {"numpy": (1, 0), "torch": (1, 0), "jax": None, "array_api_strict": (1, 0),
         "gpu_dlpack": gpu_dlpack.DLPACK_VERSION}
+
+
+def _numpy_holds(dtype) -> bool:
+    """Whether NumPy itself exchanges ``dtype`` through DLPack: its own types,
+    and from NumPy 2.5 the ones ml_dtypes registers with it (bfloat16, float8)."""
+    try:
+        np.from_dlpack(np.zeros(1, dtype))
+    except (BufferError, RuntimeError, TypeError):
+        return False
+    return True
+
+
 # Dtypes a consumer itself cannot hold, and the exceptions it then raises.
 PEER_DTYPES = {
-    "numpy": (set(NUMPY_DTYPES), (BufferError, RuntimeError, TypeError)),
+    "numpy": ({d for d in ALL_DTYPES if _numpy_holds(d)}, (BufferError, RuntimeError, TypeError)),
     # torch asks for 1.0 yet reads these codes of 1.1 (minor versions are compatible).
     "torch": (set(NUMPY_DTYPES) | {np.dtype(getattr(ml_dtypes, n)) for n in (
         "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",

@@ -179,13 +179,17 @@ def consume(capsule, versioned, header) -> np.ndarray:
         )
     if dtype.carrier is not None:
         _capsule.set_dtype(header.ptr, versioned, _dtypes.UINT, dtype.carrier.itemsize * 8)
-    try:
-        if versioned and not VERSIONED_NUMPY:
+    if versioned and not VERSIONED_NUMPY:
+        try:
             arr = _old_numpy.consume_versioned(capsule, dtype.carrier or dtype.numpy)
-        else:
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise _errors.numpy_refused(exc) from exc
+    else:
+        try:
             arr = np.from_dlpack(_Handoff(capsule, (header.device_type, header.device_id)))
-    except (RuntimeError, TypeError, ValueError) as exc:
-        raise BufferError(f"NumPy could not import the capsule: {exc}") from exc
+        except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+            # NumPy 2.5 raises BufferError where earlier ones raise RuntimeError.
+            raise _errors.numpy_refused(exc) from exc
     if dtype.carrier is not None:
         arr = arr.view(dtype.numpy)
     return arr
