@@ -9,17 +9,32 @@ support subinterpreters either (imported first in one, it may hang).
 
 from __future__ import annotations
 
-import ctypes
+import importlib
 import sys
 
 from . import _errors
 
 
 def interpreters() -> tuple:
-    """``(current, main)``: the C API's current and main interpreter states
-    on CPython (the same in the main interpreter); ``(0, 0)`` elsewhere."""
+    """``(current, main)``: the ids of the current and the main interpreter
+    on CPython (the same in the main interpreter); ``(0, 0)`` elsewhere.
+
+    Read from CPython's own interpreters module, which loads in any
+    interpreter: ctypes (the C API's states) does not load in a
+    subinterpreter of CPython 3.12+, whose ImportError would not say why."""
     if sys.implementation.name != "cpython":
         return 0, 0
+    for name in ("_interpreters", "_xxsubinterpreters"):  # CPython 3.13+, before
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        current, main = module.get_current(), module.get_main()
+        if isinstance(current, tuple):  # 3.13+: (id, how it was made)
+            current, main = current[0], main[0]
+        return int(current), int(main)
+    import ctypes  # an interpreter built without the module: the C API's states
+
     api = ctypes.pythonapi
     current = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyInterpreterState_Get", api))
     main = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyInterpreterState_Main", api))
