@@ -485,6 +485,10 @@ def step_child(kind, start, stop):
     import gpu_dlpack  # noqa: F401
 
     skip = _python_callbacks()
+    # CPython 3.12 emits opcode events to a frame that asks for them in its
+    # call event (``_Stepper``) only where a frame asked before sys.settrace
+    # was called; 3.11 and 3.13 emit them in any case.
+    sys._getframe().f_trace_opcodes = True
     for k in range(start, stop):
         run, check, watch = KINDS[kind]()
         result = error = None
