@@ -676,6 +676,19 @@ def _sweep(kind, pure, first, stop, make_code, timeout):
     return lines
 
 
+_BARE: dict = {}
+
+
+def interpreter_survives_nomemory() -> bool:
+    """Whether this interpreter survives failing allocations by itself
+    (``tests/nomemory_bare.py`` in a child: CPython 3.12.1 does not)."""
+    if "ok" not in _BARE:
+        bare = os.path.join(ROOT, "tests", "nomemory_bare.py")
+        done = subprocess.run([sys.executable, bare], capture_output=True, timeout=120)
+        _BARE["ok"] = done.returncode == 0
+    return _BARE["ok"]
+
+
 def nomemory(kind, pure, stop=2000, streak=60, timeout=300):
     code = lambda kind, n: f"from tests import faults; faults.nomemory_child({kind!r}, {n}, {stop}, {streak})"  # noqa: E731
     return _sweep(kind, pure, 0, stop, code, timeout)

@@ -64,7 +64,17 @@ def test_any_allocation_of_an_exchange_may_fail(figures, kind):
     # exception set, and the pure path raised ctypes.ArgumentError.
     lines = faults.nomemory(kind, PURE)
     runs = _record(figures, "allocation failure", lines)
-    assert not faults.findings(lines), faults.findings(lines)[:3]
+    found = faults.findings(lines)
+    if not faults.interpreter_survives_nomemory():
+        # This Python crashes by itself when allocations of a generator
+        # expression fail (tests/nomemory_bare.py, no gpu_dlpack loaded): a
+        # crash says nothing of the layer there; every other finding counts.
+        crashes = [line for line in found if line["outcome"].startswith("crashed")]
+        if crashes:
+            figures.notes.append(f"allocation failure: {len(crashes)} crashes of Python "
+                                 f"{sys.version.split()[0]} itself left out")
+        found = [line for line in found if line not in crashes]
+    assert not found, found[:3]
     assert any(line["outcome"] == "MemoryError" for line in runs)  # the failures reached the exchange
     assert runs[-1]["outcome"] == "ok"  # and the sweep went past its last allocation
 
