@@ -508,7 +508,7 @@ def point_strides_after_shape(capsule) -> bool:
     NumPy that writes a C-contiguous array's strides there before leaving
     them out (2.1 to 2.3, ``numpy_backend``) they are then its strides.
     Writes the struct's strides field only, and reads nothing past the shape."""
-    base = _GetPointer(capsule, b"dltensor_versioned") + _TENSOR_AT_VERSIONED
+    base = pointer(capsule, True) + _TENSOR_AT_VERSIONED
     ndim = _NDIM_FMT.unpack_from(_BYTES[4].from_address(base + 16))[0]
     shape_p, strides_p = _SHAPES_FMT.unpack_from(_BYTES[16].from_address(base + 24))
     if not 0 < ndim <= _MAX_NDIM or not shape_p or strides_p:
