@@ -474,9 +474,9 @@ def _python_callbacks():
         _capsule.owning_destructor(True) != _capsule.python_owning_destructor()
     ):
         return ()
-    from gpu_dlpack._backends import _old_numpy
+    from gpu_dlpack import _destructor
 
-    return ((_old_numpy.__file__, "_destructor"),)
+    return ((_destructor.__file__, "_destructor"),)
 
 
 def step_child(kind, start, stop):
