@@ -114,6 +114,11 @@ def from_dlpack(
             # An array of a backend (CuPy) is exported under the rules, not by
             # its library's own __dlpack__.
             capsule, full = backend.export_array(x, False, None, **ask), True
+        elif backend is numpy_backend and not numpy_backend.VERSIONED_NUMPY:
+            # NumPy before 2.1 makes only legacy capsules, which land
+            # read-only: the layer's own export is the versioned one NumPy
+            # 2.1 makes (READ_ONLY only for read-only data).
+            capsule, full = _exchange._export(x, False, None, _versions.DLPACK_VERSION, None, None), True
         else:
             capsule, full = request(x, **ask)
         versioned, header = _capsule.checked(capsule)
@@ -177,6 +182,8 @@ def _import_host(x):
     producer's zero-copy capsule becomes a NumPy array."""
     if _numpy_reads_directly(x):
         return _np_from_dlpack(x)
+    if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
+        return _import_numpy(x)  # NumPy before 2.1: the layer's versioned capsule, as in from_dlpack
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:

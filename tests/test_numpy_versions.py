@@ -118,6 +118,18 @@ def test_a_capsule_numpy_refuses_is_refused_in_the_layers_words_on_every_numpy(v
     assert isinstance(refused.value.__cause__, (BufferError, RuntimeError, TypeError, ValueError))
 
 
+@pytest.mark.parametrize("readonly", [False, True], ids=["writeable", "read-only"])
+@pytest.mark.parametrize("kw", [dict(copy=False), dict(device="cpu"), dict(device="cpu", copy=False)], ids=str)
+def test_a_numpy_array_imports_zero_copy_and_as_writeable_as_it_is_on_every_numpy(kw, readonly):
+    # NumPy before 2.1 makes only legacy capsules: one taken from it lands
+    # read-only, and a read-only array makes none.
+    a = np.arange(6.0).reshape(2, 3)
+    a.flags.writeable = not readonly
+    b = gpu_dlpack.from_dlpack(a, **kw)
+    assert b.ctypes.data == a.ctypes.data and b.flags.writeable is not readonly
+    np.testing.assert_array_equal(b, a)
+
+
 _UNKNOWN_LAYOUT = """
 import json, numpy as np
 np.__version__ = "2.4.0"  # a NumPy that leaves strides out, as 2.1 to 2.3 do, but is not known here
