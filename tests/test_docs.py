@@ -113,6 +113,31 @@ def test_every_public_function_has_an_example():
     }
 
 
+def test_every_public_function_and_class_has_the_sections_of_its_reference():
+    # The API reference is built from these docstrings (numpydoc): each
+    # public function says its parameters, what it returns and shows an
+    # example; each class (but the errors, shown in use on their page)
+    # shows an example. Sphinx's numpydoc validation checks the parameters
+    # against the signatures.
+    import inspect
+
+    missing = []
+    for name in gpu_dlpack.__all__:
+        obj = getattr(gpu_dlpack, name)
+        if isinstance(obj, (int, tuple)):
+            continue  # data, documented by the comment beside it
+        doc = inspect.getdoc(obj) or ""
+        if isinstance(obj, type) and issubclass(obj, Exception | Warning):
+            continue
+        sections = ["Examples\n--------\n"]
+        if not isinstance(obj, type):
+            sections += ["Parameters\n----------\n", "Returns\n-------\n" if name != "use_stream" else "Yields\n------\n"]
+        missing += [f"{name}: {s.splitlines()[0]}" for s in sections if s not in doc]
+        if ">>> " not in doc:
+            missing.append(f"{name}: no example")
+    assert not missing, missing
+
+
 def test_the_readmes_explain_sample_is_the_commands_whole_output():
     import shlex
 
