@@ -13,11 +13,15 @@ import sys as _sys
 import types as _types
 from typing import TYPE_CHECKING
 
-from . import _capsule, _versions, _wiring
-from ._capsule import CapsuleInfo
-from ._devices import Device, DLDeviceType
-from ._convert import Conversion, convert
-from ._errors import (
+from . import _interpreter
+
+_interpreter.check_main()  # before NumPy or the compiled core is loaded
+
+from . import _capsule, _versions, _wiring  # noqa: E402
+from ._capsule import CapsuleInfo  # noqa: E402
+from ._devices import Device, DLDeviceType  # noqa: E402
+from ._convert import Conversion, convert  # noqa: E402
+from ._errors import (  # noqa: E402
     ConsumedCapsuleError,
     CopyRequiredError,
     DeviceUnreachableError,
@@ -29,16 +33,16 @@ from ._errors import (
     StreamTypeError,
     StreamWarning,
 )
-from ._export import Exportable, export, wrap
-from ._import import from_dlpack, shards
-from ._kit import Producer, from_pointer
-from ._shards import Shard
-from ._streams import use_stream
-from ._typing import Capsule, Version
+from ._export import Exportable, export, wrap  # noqa: E402
+from ._import import from_dlpack, shards  # noqa: E402
+from ._kit import Producer, from_pointer  # noqa: E402
+from ._shards import Shard  # noqa: E402
+from ._streams import use_stream  # noqa: E402
+from ._typing import Capsule, Version  # noqa: E402
 
 if TYPE_CHECKING:
     from ._explain import Explanation
-from ._view import ArrayView, view
+from ._view import ArrayView, view  # noqa: E402
 
 __version__ = "0.1.0"
 

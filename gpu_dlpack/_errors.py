@@ -373,6 +373,13 @@ def unreadable_major(version) -> BufferError:
     )
 
 
+def subinterpreter() -> ImportError:
+    return ImportError(
+        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
+        "import it in the main interpreter"
+    )
+
+
 def unsupported_platform(what) -> ImportError:
     return ImportError(
         f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "
@@ -420,6 +427,16 @@ def readonly_to_writeable(target) -> CopyRequiredError:
         "arrays, which are always writeable: a zero-copy import would let read-only "
         "data be written. Pass copy=None to import a writeable copy, or import to "
         "device='cpu' for a read-only NumPy view."
+    )
+
+
+def forked_after_gpu(pid) -> BufferError:
+    return BufferError(
+        f"process {pid} was forked from a process that had already used the GPU, and the CUDA "
+        "(or HIP) runtime does not survive fork: no GPU exchange or copy can be made here. Start "
+        "worker processes with the 'spawn' method (multiprocessing.get_context('spawn'), "
+        "torch DataLoader(multiprocessing_context='spawn')), or fork before the GPU is used; "
+        "host-memory exchanges work in a forked child."
     )
 
 

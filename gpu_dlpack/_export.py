@@ -126,8 +126,7 @@ def export(
         return _exchange._export(x, readonly, stream, max_version, dl_device, copy)
     floor = _versions.parse_floor(min_version, "min_version")
     _versions.check_max_version(max_version, floor)
-    with _versions.call_floor(floor):
-        return _exchange._export(x, readonly, stream, max_version, dl_device, copy)
+    return _versions.under_floor(floor, _exchange._export, x, readonly, stream, max_version, dl_device, copy)
 
 
 if _fastpath.core is not None:
@@ -272,8 +271,9 @@ class Exportable(_Base):
         if floor is None:
             return _exchange._export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
         _versions.check_max_version(max_version, floor)
-        with _versions.call_floor(floor):
-            return _exchange._export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
+        return _versions.under_floor(
+            floor, _exchange._export, self._x, self._readonly, stream, max_version, dl_device, copy, self._source
+        )
 
     def __dlpack_device__(self, /) -> tuple[int, int]:
         """The ``(device_type, device_id)`` of the wrapped array.

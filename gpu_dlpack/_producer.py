@@ -40,7 +40,7 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     something are passed: a request of nothing is ``x.__dlpack__()``, which
     every producer serves (array-api-strict under API version 2022.12
     refuses even ``max_version=None``). Exceptions other than
-    ``BufferError`` and ``TypeError`` become ``BufferError`` naming the
+    ``BufferError``, ``TypeError`` and ``MemoryError`` become ``BufferError`` naming the
     producer (the standard's type for a refused export); an answer that is no
     capsule is a ``TypeError`` naming the producer.
     """
@@ -53,11 +53,20 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
         key = id(x)
         if key in ids:
             raise AskedAgain(x)
-        ids.append(key)
+        # The mark is made inside the try and cut back to where it stood, on
+        # each way out, inside the try or its handler: an interrupt landing
+        # anywhere leaves no mark behind (a stale one would refuse the next
+        # request of the object). (Not a finally: CPython runs the finally
+        # of a normal exit as code outside the try, where an interrupt
+        # landing after the call skips it.)
+        depth = len(ids)
         try:
+            ids.append(key)
             answer = _ask(x, stream, max_version, dl_device, copy)
-        finally:
-            ids.pop()
+            del ids[depth:]
+        except BaseException:
+            del ids[depth:]
+            raise
     else:
         answer = _ask(x, stream, max_version, dl_device, copy)
     if type(answer[0]) is not _CapsuleType:
@@ -106,11 +115,15 @@ def marked(x, call, *args):
     ``__dlpack_device__`` that wraps the object itself recurses no more than
     a ``__dlpack__`` that does)."""
     ids = asked.ids
-    ids.append(id(x))
-    try:
-        return call(*args)
-    finally:
-        ids.pop()
+    depth = len(ids)
+    try:  # as request does: no mark outlives an interrupt
+        ids.append(id(x))
+        answer = call(*args)
+        del ids[depth:]
+    except BaseException:
+        del ids[depth:]
+        raise
+    return answer
 
 
 def ask_instance(x, kwargs):
@@ -156,8 +169,8 @@ def _ask(x, stream, max_version, dl_device, copy):
         if level == 1:
             return (method(x) if stream is None else method(x, stream=stream)), False
         return method(x), False
-    except (BufferError, TypeError):
-        raise
+    except (BufferError, TypeError, MemoryError):
+        raise  # out of memory is no refusal: a caller catching MemoryError sees it
     except Exception as exc:
         raise _errors.producer_refused(producer_name(x), exc) from exc
 

@@ -384,12 +384,17 @@ def _interface_of(info, readonly, stream) -> dict:
         raise _errors.unsupported_dtype(*info.dl_dtype, "the array interfaces have no padded sub-byte types")
     numpy_dtype = dtype.numpy
     itemsize = numpy_dtype.itemsize
-    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
+    # be made, out of memory, leaks its arguments.)
+    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
     return {
         "version": 3,
         "shape": tuple(info.shape),
         "typestr": numpy_dtype.str,
-        "descr": numpy_dtype.descr,
+        # What NumPy's dtype.descr gives for a dtype without fields, written
+        # here: out of memory, that getter returns a list with an exception
+        # still set (an unchecked item), which surfaces later as a SystemError.
+        "descr": numpy_dtype.descr if numpy_dtype.fields is not None else [("", numpy_dtype.str)],
         "data": (info.data + info.byte_offset, bool(readonly or info.read_only)),
         "strides": strides,
         "stream": stream,

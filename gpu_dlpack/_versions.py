@@ -124,27 +124,29 @@ def set_min_version(value):
     return previous
 
 
-class call_floor:
-    """``with call_floor(floor):`` a block whose exchanges on this thread
-    check ``max_version`` against ``floor`` instead of the floor in force."""
-
-    __slots__ = ("floor", "outer")
-
-    def __init__(self, floor):
-        self.floor = floor
-
-    def __enter__(self):
-        self.outer = getattr(_local, "floor", None)
-        _local.floor = self.floor
-
-    def __exit__(self, *exc):
-        _local.floor = self.outer
+def under_floor(floor, call, *args):
+    """``call(*args)`` with the exchanges it makes on this thread checking
+    ``max_version`` against ``floor`` instead of the floor in force (a floor
+    of one call or one wrapper). The thread's floor is put back on each way
+    out, inside the try or its handler, so that an interrupt landing anywhere
+    leaves no floor behind (not a ``with`` block or a finally: CPython runs
+    their normal exit as code outside the try, which an interrupt landing
+    after the call skips)."""
+    outer = getattr(_local, "floor", None)
+    try:
+        _local.floor = floor
+        answer = call(*args)
+        _local.floor = outer
+    except BaseException:
+        _local.floor = outer
+        raise
+    return answer
 
 
 def check_max_version(max_version, floor=None):
     """Validate a consumer's ``max_version``; True when it asks for a versioned
     capsule. ``None`` (an old consumer) asks for a legacy one. ``floor``: a
-    floor of the call's own, else the thread's ``call_floor``, else the
+    floor of the call's own, else the thread's ``under_floor``, else the
     floor in force."""
     global _accepted
     if max_version is None:

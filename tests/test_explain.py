@@ -205,6 +205,18 @@ class _BadCudaStream:
         return "stream"
 
 
+def _forked_after_gpu():
+    # What a child forked after its parent used the GPU through the layer gets.
+    from gpu_dlpack import _handoff
+
+    before = list(_handoff._forked)
+    _handoff._forked[:] = [True]
+    try:
+        _handoff.check_not_forked()
+    finally:
+        _handoff._forked[:] = before
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
     "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
@@ -266,6 +278,8 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
     "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
+    "gpu_dlpack-subinterpreter": lambda: raised(lambda: gpu_dlpack._interpreter.check(2, 1)),
+    "gpu_dlpack-forked-after-gpu": lambda: raised(_forked_after_gpu),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
         lambda: gpu_dlpack._backends.numpy_backend.consume(
@@ -820,6 +834,8 @@ BUILDER_ARGS = {
     "unreadable_major": ((2, 0),),
     "malformed": ("ndim=-1",),
     "unsupported_platform": ("big-endian, 32-bit",),
+    "subinterpreter": (),
+    "forked_after_gpu": (4242,),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
     "bad_stream_object": ("default",),

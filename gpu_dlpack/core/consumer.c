@@ -25,13 +25,14 @@ entry_destructor(PyObject *capsule)
 static void
 exchanged_destructor(PyObject *capsule)
 {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* an array may die while an exception is pending */
     DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, EXCHANGED);
-    if (m == NULL) {
+    if (m == NULL)
         PyErr_Clear();
-        return;
-    }
-    if (m->deleter)
+    else if (m->deleter)
         m->deleter(m);
+    PyErr_Restore(et, ev, tb);
 }
 
 /* The table of an exchange API capsule, if its major version is ours. */
@@ -190,12 +191,17 @@ ndarray_over(DLManagedTensorVersioned *m)
         PyErr_Clear();
         return NULL;
     }
-    if (((SetBaseObject_t)state.numpy_api[282])(arr, base) < 0) {  /* steals base */
-        PyCapsule_SetName(base, USED_VERSIONED);  /* the caller frees m */
+    /* PyArray_SetBaseObject steals base, also when it fails (it then drops
+     * it): a reference of our own keeps it until it owns nothing. */
+    Py_INCREF(base);
+    if (((SetBaseObject_t)state.numpy_api[282])(arr, base) < 0) {
+        PyCapsule_SetName(base, USED_VERSIONED);  /* its destructor frees nothing: the caller frees m */
+        Py_DECREF(base);
         Py_DECREF(arr);
         PyErr_Clear();
         return NULL;
     }
+    Py_DECREF(base);  /* the array's reference remains */
     return arr;
 }
 
@@ -206,7 +212,9 @@ static PyObject *import_host_with(PyObject *x, ImportEntry *e);
 PyObject *
 core_import_host(PyObject *mod, PyObject *x)
 {
-    if (!configured() || state.numpy_api == NULL)
+    if (!configured())
+        return NULL;
+    if (state.numpy_api == NULL)
         Py_RETURN_NONE;
     PyObject *hold;
     ImportEntry *e = import_entry(Py_TYPE(x), &hold);
@@ -259,7 +267,7 @@ PyObject *
 core_exchange(PyObject *mod, PyObject *x)
 {
     if (!configured())
-        Py_RETURN_NONE;
+        return NULL;
     PyObject *hold;
     ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
@@ -290,9 +298,9 @@ exchange_with(PyObject *x, ImportEntry *e)
     }
     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
     if (capsule == NULL) {
-        if (m->deleter)
-            m->deleter(m);
+        release_tensor(m, 1);
         return NULL;
     }
+    /* On failure Py_BuildValue drops the capsule, whose destructor frees m. */
     return Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(stream));
 }

@@ -110,8 +110,8 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
                 if (m != NULL) {
                     Py_DECREF(hold);
                     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
-                    if (capsule == NULL && m->deleter)
-                        m->deleter(m);
+                    if (capsule == NULL)
+                        release_tensor(m, 1);
                     return capsule;
                 }
             }

@@ -10,7 +10,7 @@ exportable_set_plan(Exportable *self, PyObject *args)
 {
     int plan;
     PyObject *arg = Py_None;
-    if (!PyArg_ParseTuple(args, "i|O", &plan, &arg))
+    if (!configured() || !PyArg_ParseTuple(args, "i|O", &plan, &arg))
         return NULL;
     self->plan = PLAN_GENERAL;
     Py_CLEAR(self->plan_dtype);
@@ -147,6 +147,8 @@ exportable_general(Exportable *self, PyObject *const *args, size_t nargsf, PyObj
     PyObject *stack[8];
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (!configured())
+        return NULL;
     if (nargs + nkw > 7) {
         PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
         return NULL;
@@ -162,6 +164,8 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!configured())
+        return NULL;
     if (nargs != 0 || self->plan == PLAN_GENERAL || !plan_holds(self) || self->readonly != Py_False ||
         self->reported != Py_None)
         return exportable_general(self, args, nargsf, kwnames);
@@ -220,8 +224,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     }
     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
     if (capsule == NULL) {
-        if (m->deleter)
-            m->deleter(m);
+        release_tensor(m, 1);
         Py_DECREF(request);
         return NULL;
     }
@@ -398,6 +401,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
 {
     PyObject *x = obj;
     *out = NULL;
+    if (!configured())
+        return -1;
     if (!PyObject_TypeCheck(x, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable");
         return -1;
@@ -419,7 +424,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         if (ptr != NULL) {
             PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
             if (request == NULL) {
-                run_deleter(ptr, 1);
+                release_tensor(ptr, 1);
                 return -1;
             }
             Py_XSETREF(self->request, request);
@@ -432,8 +437,7 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         if (m != NULL) {
             PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
             if (request == NULL) {
-                if (m->deleter)
-                    m->deleter(m);
+                release_tensor(m, 1);
                 return -1;
             }
             Py_XSETREF(self->request, request);

@@ -87,7 +87,10 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         Py_XSETREF(state.ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)state.numpy_api[2]));
     }
-    Py_XSETREF(state.py_impl, Py_NewRef(impl));
+    PyObject *types = PyDict_New();
+    if (types == NULL)
+        return NULL;
+    Py_XSETREF(state.import_types, types);
     Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(state.versions_dict, Py_NewRef(versions));
     Py_XSETREF(state.produced_version, Py_NewRef(produced));
@@ -96,9 +99,8 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     state.device_types = devs;
     state.host_types = hosts;
     state.version_word = word;
-    Py_XSETREF(state.import_types, PyDict_New());
-    if (state.import_types == NULL)
-        return NULL;
+    /* Last: the core counts as configured once everything above is set. */
+    Py_XSETREF(state.py_impl, Py_NewRef(impl));
     Py_RETURN_NONE;
 }
 
@@ -119,6 +121,8 @@ static PyMethodDef core_methods[] = {
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},
     {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, "snapshot($module, capsule, /)\n--\n\nThe bytes of a capsule's struct, shape and strides, read in one step."},
     {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, "discard($module, capsule, versioned, /)\n--\n\nClaim a capsule and run its deleter."},
+    {"move", (PyCFunction)(void (*)(void))core_move, METH_FASTCALL, "move($module, capsule, versioned, destructor, /)\n--\n\nA new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."},
+    {"kept_capsule", (PyCFunction)(void (*)(void))core_kept_capsule, METH_FASTCALL, "kept_capsule($module, ptr, keep, /)\n--\n\nA versioned capsule over a struct, holding keep until its deleter runs."},
     {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, "stamp_version($module, capsule, word, /)\n--\n\nWrite the version word into a versioned capsule."},
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, "set_flags($module, ptr, flags, /)\n--\n\nWrite a versioned tensor's flags."},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, "set_version($module, ptr, version, /)\n--\n\nWrite a versioned tensor's version."},
@@ -139,6 +143,15 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC
 PyInit__core(void)
 {
+    /* The core keeps its state in C globals, which one interpreter owns:
+     * a subinterpreter is refused before anything is made (the package
+     * refuses them too, with the same words, before it loads the core). */
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError,
+                        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
+                        "import it in the main interpreter");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
@@ -168,6 +181,14 @@ PyInit__core(void)
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
     if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.kw_max_version || !state.ask_versioned)
         goto fail;
+    /* The addresses of the core's owning capsule destructors, by kind. */
+    PyObject *destructors = Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
+                                          PyLong_FromVoidPtr((void *)capsule_destructor));
+    if (destructors == NULL || PyModule_AddObjectRef(m, "OWNING_DESTRUCTORS", destructors) < 0) {
+        Py_XDECREF(destructors);
+        goto fail;
+    }
+    Py_DECREF(destructors);
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0)
