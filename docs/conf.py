@@ -1,8 +1,9 @@
 """Sphinx configuration of gpu_dlpack's documentation.
 
 Built by the test command (``scripts/docs.sh``): the HTML pages with
-warnings as errors, in nitpicky mode, then every example as a doctest.
-The pages are MyST Markdown (the README and the mutation reports are
+warnings as errors, in nitpicky mode, then every example as a doctest, on
+the compiled core and on the pure-Python path.
+The pages are MyST Markdown (the changelog and the mutation reports are
 Markdown too, and are included as they are); the API reference is read from
 the numpydoc docstrings of the package, which numpydoc also validates.
 """
@@ -17,9 +18,25 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "_ext"))
 sys.path.insert(0, ROOT)
 
+# The examples run as the tests do (the root conftest.py): JAX on the CPU,
+# with 64-bit types so that dtypes match NumPy's, and four host devices for
+# the arrays spread over several devices.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_ENABLE_X64", "1")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+
 import numpydoc.xref  # noqa: E402
 
 import gpu_dlpack  # noqa: E402  (the package documented: from the tree, its core built in place)
+from gpu_dlpack import _fastpath  # noqa: E402
+
+# scripts/docs.sh runs the examples on each path and says which it expects
+# (as the test command does for the suite): a core that silently failed to
+# build or load fails the build.
+_expected = os.environ.get("GPU_DLPACK_EXPECT_CORE")
+if _expected is not None and _fastpath.active() != ("compiled" if _expected == "1" else "pure Python"):
+    raise RuntimeError(f"GPU_DLPACK_EXPECT_CORE={_expected}, but {_fastpath.describe()}")
 
 project = "gpu_dlpack"
 author = "the gpu_dlpack authors"
@@ -36,7 +53,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "**/README.md"]
+exclude_patterns = ["_build", "_ext"]
 templates_path: list[str] = []
 
 # Every cross-reference must resolve (-n). Nothing is fetched from the
