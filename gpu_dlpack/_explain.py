@@ -23,7 +23,7 @@ JAX, CuPy and gpu_dlpack itself:
     gpu_dlpack declining, by design, what the standard forbids or cannot
     say.
 ``rule`` (optional, with ``refusal``)
-    the number of the README rule that demands the refusal;
+    the number of the rule (docs/internals/rules.md) that demands the refusal;
     ``gpu-dlpack doctor`` counts it as working as designed only for the
     rules that exist to refuse (versions, copy=False, read-only).
 
