@@ -210,7 +210,7 @@ def test_import_torch_exchange_peer(measure, tvm_ffi, t):
 
 @_bench("import a torch tensor, through its C exchange API")
 def test_import_torch_exchange(measure, tvm_ffi, t):
-    # Also an absolute target: at most 0.6 us (README, results).
+    # Also an absolute target: at most 0.6 us (docs/internals/benchmarks.md).
     out = measure(
         lambda: gpu_dlpack.from_dlpack(t), "gpu_dlpack.from_dlpack(t)",
         role="gpu_dlpack", peer="np.from_dlpack(tvm_ffi.from_dlpack(t))", target=1.0,

@@ -42,50 +42,105 @@ from ._typing import Capsule, Version  # noqa: E402
 
 if TYPE_CHECKING:
     from ._explain import Explanation
-from ._versions import DLPACK_VERSION  # noqa: E402
 from ._view import ArrayView, view  # noqa: E402
 
 __version__ = "0.1.0"
 
 _wiring.install(_capsule.PYTHON)
 
-#: Flag bits of versioned capsules (``DLManagedTensorVersioned.flags``).
+#: The newest DLPack version gpu_dlpack produces, ``(1, 2)``: every
+#: versioned capsule it hands out carries it, and any 1.x consumer takes it.
+DLPACK_VERSION = _versions.DLPACK_VERSION
+
+# The flag bits of versioned capsules (``DLManagedTensorVersioned.flags``).
+#: Flag bit 1: the consumer must not write the memory.
 FLAG_READ_ONLY = _capsule.READ_ONLY
+#: Flag bit 2: the memory is a copy, the consumer's own.
 FLAG_IS_COPIED = _capsule.IS_COPIED
+#: Flag bit 4: a sub-byte dtype is padded to one element per byte (DLPack 1.1).
 FLAG_IS_SUBBYTE_TYPE_PADDED = _capsule.IS_SUBBYTE_TYPE_PADDED
 
 if TYPE_CHECKING:
     #: The version floor in force: the lowest ``max_version`` a consumer may
-    #: ask for. Read and assigned at run time (validated, as
-    #: ``set_min_dlpack_version``).
+    #: ask for, ``(0, 5)`` by default (before 0.5 CUDA devices had another
+    #: name). Read and assigned at run time (validated, as
+    #: `set_min_dlpack_version`); ``GPU_DLPACK_MIN_VERSION=0.8`` in the
+    #: environment sets it, read at the first exchange that needs it.
     MIN_DLPACK_VERSION: Version
 
 
 def inspect(capsule: Capsule) -> CapsuleInfo:
     """Read an unconsumed DLPack capsule without consuming it.
 
+    The capsule's header is read in one step: a thread that consumes it
+    through the layer meanwhile gives `ConsumedCapsuleError`, never fields of
+    a freed tensor. The capsule stays as it was, for its consumer.
+
+    Parameters
+    ----------
+    capsule : PyCapsule
+        A ``dltensor`` or ``dltensor_versioned`` capsule.
+
+    Returns
+    -------
+    CapsuleInfo
+        A frozen record of what the capsule holds.
+
+    Raises
+    ------
+    ConsumedCapsuleError
+        The capsule was consumed (a ``ValueError`` and a ``BufferError``).
+    TypeError
+        ``capsule`` is not a capsule.
+    BufferError
+        A capsule of another name, or a malformed one.
+
+    See Also
+    --------
+    view : The memory of any producer, read the same way.
+
+    Examples
+    --------
     >>> import numpy as np, gpu_dlpack
     >>> info = gpu_dlpack.inspect(np.zeros((2, 3), np.float32).__dlpack__())
     >>> info.name, info.shape, info.dtype, info.dl_dtype
     ('dltensor', (2, 3), dtype('float32'), (2, 32, 1))
-
-    A consumed capsule raises ``ValueError`` (``ConsumedCapsuleError``).
     """
     return _capsule.read(capsule)
 
 
 def explain(exc_or_message: BaseException | str, /) -> Explanation:
-    """What a DLPack error means and how to fix it: the known errors found
-    in an exception (its chain included) or a message, with their remedies.
+    """What a DLPack error means and how to fix it.
 
+    The known errors found in an exception (with the exceptions it was raised
+    from or during) or in a message, each with its meaning and remedies, from
+    the catalogue the troubleshooting page lists.
+
+    Parameters
+    ----------
+    exc_or_message : BaseException or str
+        An exception, or an error message (a whole traceback works).
+
+    Returns
+    -------
+    Explanation
+        The matches, best first: true when something matched; ``str()`` of it
+        is what ``gpu-dlpack explain`` prints.
+
+    Raises
+    ------
+    TypeError
+        Neither an exception nor a str.
+
+    Examples
+    --------
     >>> import gpu_dlpack
     >>> found = gpu_dlpack.explain("BufferError: JAX does not support any version "
     ...     "below (0, 5) but version ((0, 4)) was requested.")
     >>> [m.id for m in found]
     ['jax-version-floor']
-
-    The result is true when something matched; ``str()`` of it is what
-    ``gpu-dlpack explain`` prints.
+    >>> found[0].avoid["call"]
+    'consumer.from_dlpack(gpu_dlpack.wrap(j, min_version=(0, 4)))'
     """
     from . import _explain  # the knowledge file is read on first use
 
@@ -93,12 +148,36 @@ def explain(exc_or_message: BaseException | str, /) -> Explanation:
 
 
 def set_min_dlpack_version(version: Version | str) -> Version:
-    """Set the version floor for the whole process (``(0, 8)`` or ``"0.8"``);
-    returns the old one. Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``.
+    """Set the version floor for the whole process; return the old one.
 
-    For one consumer only, ``wrap(x, min_version=...)`` or
-    ``export(x, min_version=...)``. ``GPU_DLPACK_MIN_VERSION=0.8`` in the
-    environment sets it too, read at first use.
+    The same as assigning `MIN_DLPACK_VERSION`. For one consumer only,
+    ``wrap(x, min_version=...)`` or ``export(x, min_version=...)``;
+    ``GPU_DLPACK_MIN_VERSION=0.8`` in the environment sets it too, read at the
+    first exchange that needs the floor.
+
+    Parameters
+    ----------
+    version : tuple of int or str
+        The new floor, ``(0, 8)`` or ``"0.8"``.
+
+    Returns
+    -------
+    tuple of int
+        The floor in force before.
+
+    Raises
+    ------
+    ValueError
+        ``version`` is no DLPack version.
+
+    Examples
+    --------
+    >>> import gpu_dlpack
+    >>> old = gpu_dlpack.set_min_dlpack_version("0.4")
+    >>> gpu_dlpack.MIN_DLPACK_VERSION
+    (0, 4)
+    >>> gpu_dlpack.set_min_dlpack_version(old)
+    (0, 4)
     """
     return _versions.set_min_version(version)
 

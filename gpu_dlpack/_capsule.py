@@ -158,12 +158,50 @@ _POINTER_AT = _pointer_offset()
 
 @dataclass(frozen=True)
 class CapsuleInfo:
-    """What an unconsumed DLPack capsule holds (``gpu_dlpack.inspect``).
+    """What an unconsumed DLPack capsule holds, as `inspect` reads it.
 
-    ``dl_dtype`` is the DLPack ``(code, bits, lanes)``; ``dtype`` the NumPy
-    dtype it is (None where NumPy has none: bfloat16 without ml_dtypes, a
-    vector type). ``strides`` are in elements, None when the capsule has
-    none (C order).
+    A frozen record: reading it touches the capsule no more.
+
+    Attributes
+    ----------
+    name : str
+        ``"dltensor"`` or ``"dltensor_versioned"``.
+    versioned : bool
+        Whether the capsule is a versioned one.
+    version : tuple of int or None
+        The ``(major, minor)`` a versioned capsule carries; None for a legacy one.
+    flags : int
+        The flag bits (`FLAG_READ_ONLY`, `FLAG_IS_COPIED`,
+        `FLAG_IS_SUBBYTE_TYPE_PADDED`); 0 for a legacy capsule.
+    device : Device
+        Where the memory is.
+    dl_dtype : tuple of int
+        The DLPack ``(code, bits, lanes)``.
+    dtype : numpy.dtype or None
+        The NumPy dtype of ``dl_dtype``; None where NumPy has none (bfloat16
+        without ml_dtypes, a vector type).
+    shape : tuple of int
+        The shape.
+    strides : tuple of int or None
+        The strides in elements; None when the capsule has none (C order).
+    byte_offset : int
+        The offset of the first element from ``data``, in bytes.
+    data : int
+        The data pointer, as the capsule gives it.
+    ndim : int
+        The number of dimensions.
+    read_only : bool
+        Whether READ_ONLY is set.
+    is_copied : bool
+        Whether IS_COPIED is set.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> a = np.arange(6.0).reshape(2, 3)[:, ::2]
+    >>> info = gpu_dlpack.inspect(gpu_dlpack.export(a, max_version=(1, 0)))
+    >>> info.version == gpu_dlpack.DLPACK_VERSION, info.shape, info.strides, str(info.device)
+    (True, (2, 2), (3, 2), 'cpu')
     """
 
     name: str

@@ -68,7 +68,37 @@ class Consumer(NamedTuple):
 
 @dataclass(frozen=True)
 class Conversion:
-    """What ``convert(..., report=True)`` did: the result and how it got there."""
+    """What ``convert(..., report=True)`` did: the result and how it got there.
+
+    ``str()`` of it is a line per step.
+
+    Attributes
+    ----------
+    array : object
+        The result, an array of the library asked for.
+    library : str
+        The consumer's name (``"torch"``).
+    version : str or None
+        The consumer's version, where it has one.
+    copied : bool or None
+        Whether the result holds memory of its own (None: not known).
+    copied_by : str or None
+        Who copied: ``"gpu_dlpack"`` or the consumer's name (JAX copies
+        unaligned host data itself); None when nothing was copied.
+    shared_read_only : bool
+        Read-only data handed over writeable (``on_readonly="share"``).
+    faults : tuple of str
+        The consumer's faults the layer acted on (``"read-only-ignored"``...).
+    reasons : tuple of str
+        What was done and why, a sentence each.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> done = gpu_dlpack.convert(np.arange(3.0), "numpy", report=True)
+    >>> done.library, done.copied, done.faults
+    ('numpy', False, ())
+    """
 
     array: Any
     library: str
@@ -314,33 +344,79 @@ def convert(x: Any, to: str | ModuleType, /, *, device: DeviceLike | None = ...,
 
 
 def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False):
-    """``x`` (any DLPack producer, another array protocol, or a raw capsule)
-    as an array of library ``to``, exchanged as that library needs.
+    """``x`` as an array of library ``to``, exchanged as that library needs.
 
-    ``to`` is a module or its name: ``"numpy"``, ``"torch"``, ``"jax"``,
-    ``"cupy"``, ``"array_api_strict"``, ``"numba"``, or any module with a
-    ``from_dlpack``. ``device`` is where the result lives (any form
-    ``Device`` reads; default: where ``x`` is, the current GPU for CuPy and
-    Numba); ``copy`` as in the standard (``True``: always, ``False``:
-    never, ``None``: when needed); ``stream`` the GPU stream the result will
-    be used on (else the enclosing ``use_stream`` block's, else the
-    consumer's own).
+    It is ``to.from_dlpack(gpu_dlpack.wrap(x))`` with what that consumer cannot
+    honour handled by the layer, never dropped and never a crash: the faults
+    of its row in ``gpu_dlpack/_peers.py``, by version (READ_ONLY ignored by
+    torch, ``copy=True`` that shares in JAX, negative strides that abort torch
+    2.12 and 2.13, layouts JAX cannot import...). Type checkers see the
+    result's type for the named libraries (``torch.Tensor`` for ``"torch"``).
 
+    Parameters
+    ----------
+    x : object
+        Any DLPack producer, an object of another array protocol, or a raw
+        DLPack capsule.
+    to : str or module
+        The consumer: ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``,
+        ``"array_api_strict"``, ``"numba"``, or any module with a
+        ``from_dlpack`` (the module itself, or its name).
+    device : str, tuple, Device or device object, optional
+        Where the result lives, in any form `Device` reads. Default: where
+        ``x`` is; the current GPU for CuPy and Numba.
+    copy : bool, optional
+        As in the standard: ``True`` always (the layer copies, flagged
+        IS_COPIED), ``False`` never, ``None`` when needed.
+    stream : int or stream object, optional
+        The GPU stream the result will be used on. Default: the enclosing
+        `use_stream` block's, else the consumer's own.
+    on_readonly : {"copy", "share", "refuse"}, default "copy"
+        Read-only data for a consumer that cannot hold it read-only: a
+        writeable copy (so that no write through the result changes the
+        source), the memory itself, writeable (the caller answers for the
+        writes), or `ReadOnlyError`.
+    report : bool, default False
+        Return a `Conversion` (the result, whether it was copied and by whom,
+        every fault acted on) instead of the bare result.
+
+    Returns
+    -------
+    array or Conversion
+        The array of ``to`` (``numpy.ndarray``, ``torch.Tensor``,
+        ``jax.Array``...), or its `Conversion` with ``report=True``.
+
+    Raises
+    ------
+    ReadOnlyError
+        Read-only data with ``on_readonly="refuse"``, or with ``copy=False``
+        for a consumer that would share it writeable.
+    CopyRequiredError
+        ``copy=False`` where the consumer needs a copy (a layout it cannot
+        import, another device).
+    DeviceUnreachableError
+        No GPU for a GPU library, or a device the data cannot reach.
+    ImportError
+        ``to`` names a module that cannot be imported here.
+    TypeError
+        ``to`` is no module or name, or one without a ``from_dlpack``.
+    ValueError
+        ``on_readonly`` is not one of the three.
+
+    See Also
+    --------
+    wrap : The producer ``convert`` hands the consumer.
+
+    Examples
+    --------
     >>> import numpy as np, torch, gpu_dlpack
     >>> r = np.arange(3.0); r.flags.writeable = False
     >>> t = gpu_dlpack.convert(r, "torch")     # torch ignores READ_ONLY: a copy
     >>> t[0] = 42; float(r[0])
     0.0
-
-    What the consumer cannot honour (``gpu_dlpack._peers``: READ_ONLY for
-    torch, ``copy=True`` for JAX, negative strides for torch, which 2.12
-    and 2.13 abort on) is handled, never dropped. Read-only data for a
-    consumer that cannot hold it read-only: ``on_readonly="copy"`` (the
-    default: a writeable copy, so that no write through the result can
-    change the source), ``"share"`` (the memory itself, writeable: the
-    caller answers for the writes), ``"refuse"`` (``ReadOnlyError``).
-    ``report=True`` returns a ``Conversion``: the result, whether it was
-    copied and by whom, and every fault acted on.
+    >>> done = gpu_dlpack.convert(r, "torch", report=True)
+    >>> done.copied_by, done.faults
+    ('gpu_dlpack', ('read-only-ignored',))
     """
     c = _consumers.get(to) if type(to) is str else None
     if c is None:

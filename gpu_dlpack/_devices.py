@@ -18,7 +18,16 @@ from ._typing import DeviceLike
 
 
 class DLDeviceType(enum.IntEnum):
-    """DLPack ``DLDeviceType`` codes (dlpack.h)."""
+    """DLPack ``DLDeviceType`` codes, as ``dlpack.h`` numbers them.
+
+    An ``enum.IntEnum``: each member is the int DLPack uses.
+
+    Examples
+    --------
+    >>> from gpu_dlpack import DLDeviceType
+    >>> DLDeviceType.CUDA == 2, DLDeviceType(13).name
+    (True, 'CUDA_MANAGED')
+    """
 
     CPU = 1
     CUDA = 2
@@ -89,11 +98,34 @@ def cupy_is_rocm() -> bool:
 class Device:
     """A DLPack device: a device type and an index. Immutable and hashable.
 
+    Parameters
+    ----------
+    spec : str, tuple, DLDeviceType, Device or device object
+        A name (``"cpu"``, ``"cuda:1"``, ``"rocm:0"``, ``"cuda_host"`` or
+        ``"pinned"``, ``"cuda_managed"``, any `DLDeviceType` name in lower
+        case, with ``":N"``), a ``(device_type, device_id)`` pair, a
+        `DLDeviceType`, or the device object of torch, CuPy, JAX or
+        array-api-strict. On a ROCm build of CuPy, ``"cuda"`` reads as ROCm.
+    index : int, optional
+        The device's index, for a ``spec`` without one.
+
+    Raises
+    ------
+    ValueError
+        A name or pair that is no device.
+    TypeError
+        An object that names no device.
+
+    Examples
+    --------
+    >>> from gpu_dlpack import Device, DLDeviceType
     >>> Device("cuda:1").dlpack
     (2, 1)
     >>> str(Device((1, 0)))
     'cpu'
     >>> Device("cpu") == Device(DLDeviceType.CPU)
+    True
+    >>> Device("cuda", 1) == Device("cuda:1")
     True
     """
 
@@ -133,7 +165,27 @@ class Device:
     def of(cls, x: Any) -> Device:
         """The device of any object with ``__dlpack_device__``.
 
+        Parameters
+        ----------
+        x : object
+            A DLPack producer.
+
+        Returns
+        -------
+        Device
+            The device its ``__dlpack_device__`` reports.
+
+        Raises
+        ------
+        NotDLPackError
+            ``x`` has no ``__dlpack_device__``.
+        BufferError
+            The producer reports something that is no device.
+
+        Examples
+        --------
         >>> import numpy as np
+        >>> from gpu_dlpack import Device
         >>> Device.of(np.zeros(3))
         Device('cpu')
         """
@@ -152,10 +204,12 @@ class Device:
 
     @property
     def type(self) -> DLDeviceType:
+        """The device type (`DLDeviceType`)."""
         return self._type
 
     @property
     def index(self) -> int:
+        """The device's index among those of its type (0 for host memory)."""
         return self._index
 
     @property
@@ -165,6 +219,9 @@ class Device:
 
     @property
     def is_host_accessible(self) -> bool:
+        """Whether the host reads and writes this memory directly (CPU,
+        pinned and managed memory): an array here can become a NumPy array
+        without a copy."""
         return self._type in HOST_ACCESSIBLE
 
     def __setattr__(self, name, value):

@@ -21,58 +21,113 @@ from __future__ import annotations
 
 
 class StreamWarning(UserWarning):
-    """A stream value is accepted but ambiguous (CUDA stream ``0``)."""
+    """A stream value accepted but ambiguous: CUDA stream ``0``.
+
+    ``0`` is taken as the legacy default stream; the warning names the
+    caller's line. Pass ``1`` (legacy) or ``2`` (per-thread) to say which.
+    """
 
 
 class ConsumedCapsuleError(ValueError, BufferError):
     """The capsule was already consumed (renamed ``used_dltensor*``).
 
-    A ``ValueError`` for ``inspect`` and a ``BufferError`` for an import, so
-    either ``except`` clause catches it.
+    A ``ValueError`` for `inspect` and a ``BufferError`` for an import, so
+    either ``except`` clause catches it. Of threads racing for one capsule,
+    one takes it and the others get this error.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> cap = np.arange(3).__dlpack__()
+    >>> _ = gpu_dlpack.from_dlpack(cap)
+    >>> try:
+    ...     gpu_dlpack.inspect(cap)
+    ... except gpu_dlpack.ConsumedCapsuleError as e:
+    ...     print(type(e).__name__, isinstance(e, ValueError), isinstance(e, BufferError))
+    ConsumedCapsuleError True True
     """
 
 
 class NotDLPackError(TypeError, AttributeError):
-    """The object speaks no DLPack (no ``__dlpack__``/``__dlpack_device__``).
+    """The object speaks no DLPack, nor another array protocol.
 
+    No ``__dlpack__`` and ``__dlpack_device__``, no array interface, no buffer.
     The standard names ``AttributeError``; ``TypeError`` is what Python users
     expect for an argument of the wrong kind: both catch it.
     """
 
 
 class DLPackVersionError(BufferError):
-    """The DLPack version asked for is below the floor, or too old to
-    describe the data (its dtype or device type came later)."""
+    """The DLPack version asked for is below the floor, or too old for the data.
+
+    Raised for a ``max_version`` below the floor in force (`MIN_DLPACK_VERSION`,
+    or the ``min_version`` of the call or wrapper), and for a dtype or device
+    type that came after the version asked for (bool needs 0.8, float8 needs
+    1.1). A ``BufferError``.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> try:
+    ...     gpu_dlpack.export(np.arange(3), max_version=(0, 4))
+    ... except gpu_dlpack.DLPackVersionError as e:
+    ...     print(str(e)[:73])
+    gpu_dlpack does not export DLPack versions below (0, 5), but max_version=
+    """
 
 
 class CopyRequiredError(BufferError):
-    """``copy=False``, but the exchange needs a copy (another device, a
-    gather of shards, read-only data for an always-writeable result)."""
+    """``copy=False``, but the exchange needs a copy.
+
+    Another device, a gather of shards, a layout the consumer cannot import,
+    read-only data for an always-writeable result. A ``BufferError``.
+    """
 
 
 class ReadOnlyError(BufferError):
-    """Read-only data for a consumer that cannot hold it read-only (a legacy
-    capsule cannot say READ_ONLY)."""
+    """Read-only data for a consumer that cannot hold it read-only.
+
+    A legacy capsule cannot say READ_ONLY, and some libraries' arrays cannot be
+    read-only (CuPy, Numba). A ``BufferError``.
+    """
 
 
 class DeviceUnreachableError(BufferError):
-    """The device asked for cannot be reached from the data's device, or no
-    installed backend can serve it."""
+    """The device asked for cannot be reached from the data's, or served.
+
+    No installed backend can make the move (no CuPy, no GPU), or the memory
+    cannot be addressed from there. A ``BufferError``.
+    """
 
 
 class StreamError(Exception):
-    """A stream refused for the memory it goes with: never raised itself,
-    but as ``InvalidStreamError`` (a ``ValueError``) or ``StreamTypeError``
-    (a ``TypeError``), so ``except StreamError`` catches both."""
+    """A stream refused for the memory it goes with.
+
+    Never raised itself, but as `InvalidStreamError` (a ``ValueError``) or
+    `StreamTypeError` (a ``TypeError``), so ``except StreamError`` catches
+    both.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> try:
+    ...     gpu_dlpack.export(np.arange(3), stream=1)   # host memory takes None or -1
+    ... except gpu_dlpack.StreamError as e:
+    ...     print(type(e).__name__, isinstance(e, ValueError))
+    InvalidStreamError True
+    """
 
 
 class InvalidStreamError(StreamError, ValueError):
-    """A stream value the memory's device does not take (``stream=1`` for
-    host memory, a negative handle...)."""
+    """A stream value the memory's device does not take.
+
+    ``stream=1`` for host memory, a negative handle... A ``ValueError``.
+    """
 
 
 class StreamTypeError(StreamError, TypeError):
-    """An object that is no stream (nor a stream object's handle)."""
+    """An object that is no stream, nor a stream object's handle. A ``TypeError``.
+    """
 
 
 def _fmt_version(v) -> str:

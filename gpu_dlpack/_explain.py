@@ -23,7 +23,7 @@ JAX, CuPy and gpu_dlpack itself:
     gpu_dlpack declining, by design, what the standard forbids or cannot
     say.
 ``rule`` (optional, with ``refusal``)
-    the number of the README rule that demands the refusal;
+    the number of the rule (docs/internals/rules.md) that demands the refusal;
     ``gpu-dlpack doctor`` counts it as working as designed only for the
     rules that exist to refuse (versions, copy=False, read-only).
 
@@ -72,7 +72,37 @@ class Entry:
 
 @dataclass(frozen=True)
 class Match:
-    """An entry found in a text, with what its named groups captured."""
+    """An entry of the catalogue found in a text, with what its pattern captured.
+
+    The troubleshooting page lists every entry, under its ``id``.
+
+    Attributes
+    ----------
+    entry : object
+        The catalogue's entry (its ``id``, ``library``, ``exception``,
+        ``pattern``, ``meaning``, ``remedies`` and ``avoid``, as written).
+    groups : dict
+        What the pattern's named groups captured in the text.
+    excerpt : str
+        The part of the text the pattern matched.
+    id : str
+        The entry's stable name, such as ``"jax-version-floor"``.
+    meaning : str
+        What happened, with the captured values filled in.
+    remedies : list of str
+        What to do about it, best first, filled in.
+    avoid : dict
+        The gpu_dlpack call that avoids the error (``call``) with a short
+        example of the failing code (``before``) and the fixed code
+        (``after``), filled in.
+
+    Examples
+    --------
+    >>> import gpu_dlpack
+    >>> (m,) = gpu_dlpack.explain("RuntimeError: NumPy only supports stream=None.")
+    >>> m.id, m.entry.library
+    ('numpy-stream', 'NumPy (also array_api_strict)')
+    """
 
     entry: Entry
     groups: dict
@@ -96,6 +126,14 @@ class Match:
         return self.entry.id
 
     def as_dict(self) -> dict:
+        """The match as data, as ``gpu-dlpack explain --json`` prints it.
+
+        Returns
+        -------
+        dict
+            ``id``, ``library``, ``exception``, ``excerpt``, ``meaning``,
+            ``remedies``, ``avoid`` and ``refusal``.
+        """
         e = self.entry
         return {
             "id": e.id,
@@ -114,8 +152,30 @@ class Match:
 
 @dataclass(frozen=True)
 class Explanation:
-    """What ``gpu_dlpack.explain`` found in a text: the matches, best
-    first. True when something matched; ``str()`` is the terminal text."""
+    """What `gpu_dlpack.explain` found in a text: the matches, best first.
+
+    A sequence of `Match` (``len``, iteration, indexing); true when something
+    matched; ``str()`` of it is the terminal text of ``gpu-dlpack explain``.
+    Not importable from ``gpu_dlpack``: only `explain` makes one.
+
+    Attributes
+    ----------
+    text : str
+        The text read (an exception's, with its chain).
+    matches : tuple of Match
+        The entries found, in the order they occur in the text.
+    remedies : list of str
+        Every remedy of every match, in order.
+
+    Examples
+    --------
+    >>> import gpu_dlpack
+    >>> found = gpu_dlpack.explain(BufferError("Cannot export readonly array since signalling readonly is unsupported by DLPack."))
+    >>> bool(found), len(found), found[0].id
+    (True, 1, 'numpy-readonly-legacy')
+    >>> bool(gpu_dlpack.explain("all is well"))
+    False
+    """
 
     text: str
     matches: tuple
@@ -138,6 +198,13 @@ class Explanation:
         return [r for m in self.matches for r in m.remedies]
 
     def as_dict(self) -> dict:
+        """The explanation as data, as ``gpu-dlpack explain --json`` prints it.
+
+        Returns
+        -------
+        dict
+            ``matched`` (a bool) and ``matches``, each as `Match.as_dict` gives it.
+        """
         return {"matched": bool(self.matches), "matches": [m.as_dict() for m in self.matches]}
 
     def __str__(self) -> str:

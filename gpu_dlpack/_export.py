@@ -32,21 +32,87 @@ def export(
 ) -> Capsule:
     """A DLPack capsule for ``x``, following the array API standard exactly.
 
-    ``x`` is a NumPy array, a CuPy array, or any object with ``__dlpack__``
-    (a torch tensor, a JAX array); what such a producer gets wrong is
-    corrected. Arguments are those of ``__dlpack__``.
+    What the producer of ``x`` gets wrong is corrected: a capsule of the kind
+    the consumer asked for, with READ_ONLY and IS_COPIED set where they hold,
+    on the device and stream asked for. The keywords are those of the
+    standard's ``__dlpack__``, and two more: ``readonly`` and ``min_version``.
 
+    Parameters
+    ----------
+    x : object
+        The array: any DLPack producer (NumPy, CuPy, PyTorch, JAX...), an
+        object of another array protocol (the CUDA Array Interface, NumPy's
+        array interface, the buffer protocol) or a raw DLPack capsule.
+    stream : int or stream object, optional
+        The stream the consumer uses the data on, as in ``__dlpack__``:
+        ``None`` or ``-1`` for host memory; on a GPU an int handle or a stream
+        object (``cupy.cuda.Stream``, ``torch.cuda.Stream``...). Inside a
+        `use_stream` block, an export to GPU memory without ``stream`` takes
+        the block's.
+    max_version : tuple of int, optional
+        The newest ``(major, minor)`` the consumer reads. ``None`` or
+        ``(0, m)`` gives a legacy ``dltensor`` capsule; ``(1, m)`` or more a
+        ``dltensor_versioned`` one, which carries `DLPACK_VERSION`.
+    dl_device : tuple of int, optional
+        The ``(device_type, device_id)`` the consumer wants the data on.
+        ``None`` or the array's own device exports in place; ``(1, 0)`` (the
+        CPU) is reachable from any memory the host can address.
+    copy : bool, optional
+        ``True`` always copies (and sets IS_COPIED), ``False`` never copies,
+        ``None`` copies only when it must.
+    readonly : bool, default False
+        Export the data read-only: a versioned capsule carries READ_ONLY; a
+        legacy one, which cannot say so, is refused unless copied.
+    min_version : tuple of int or str, optional
+        The version floor of this call alone, ``(0, 4)`` or ``"0.4"``, for a
+        consumer older than the floor in force (`MIN_DLPACK_VERSION`).
+
+    Returns
+    -------
+    PyCapsule
+        An unconsumed ``dltensor`` or ``dltensor_versioned`` capsule, for one
+        consumer to take.
+
+    Raises
+    ------
+    DLPackVersionError
+        ``max_version`` below the floor, or too old for the dtype or device.
+    CopyRequiredError
+        ``copy=False`` where the exchange needs a copy.
+    ReadOnlyError
+        Read-only data asked for as a legacy capsule, without ``copy=True``.
+    DeviceUnreachableError
+        A ``dl_device`` the data cannot reach, or no installed backend for it.
+    StreamError
+        A ``stream`` the memory's device does not take: `InvalidStreamError`
+        (a ``ValueError``) or `StreamTypeError` (a ``TypeError``).
+    NotDLPackError
+        ``x`` speaks no array protocol (a ``TypeError``).
+    TypeError
+        ``max_version``, ``copy`` or ``readonly`` of the wrong type.
+
+    See Also
+    --------
+    wrap : A producer over ``x``, for any consumer's ``from_dlpack``.
+    inspect : Read the capsule without consuming it.
+
+    Examples
+    --------
     >>> import numpy as np, gpu_dlpack
     >>> cap = gpu_dlpack.export(np.arange(3), max_version=(1, 0))
     >>> gpu_dlpack.inspect(cap).name
     'dltensor_versioned'
 
-    ``stream`` may also be a stream object (``cupy.cuda.Stream``,
-    ``torch.cuda.Stream``...); inside ``gpu_dlpack.use_stream(s)`` an export
-    to GPU memory without ``stream`` uses ``s``. ``readonly=True`` exports
-    the data read-only (versioned: READ_ONLY; legacy: refused unless
-    copied). ``min_version`` is the version floor of this call alone
-    (``(0, 4)`` or ``"0.4"``), for a consumer older than the floor in force.
+    Read-only data, for an old consumer that asks for DLPack 0.4:
+
+    >>> r = np.arange(3.0)
+    >>> r.flags.writeable = False
+    >>> info = gpu_dlpack.inspect(gpu_dlpack.export(r, max_version=(1, 0)))
+    >>> info.read_only, info.version == gpu_dlpack.DLPACK_VERSION
+    (True, True)
+    >>> old = gpu_dlpack.export(r, max_version=(0, 4), min_version=(0, 4), copy=True)
+    >>> gpu_dlpack.inspect(old).name
+    'dltensor'
     """
     if stream is None:
         # A NumPy array that stays on the host has no stream to take.
@@ -84,15 +150,33 @@ _Base: Any = object if _fastpath.core is None else _fastpath.core.ExportableBase
 
 
 class Exportable(_Base):
-    """What ``wrap`` returns: a DLPack producer over ``x`` that obeys the rules.
+    """What `wrap` returns: a DLPack producer over an array that obeys the rules.
 
-    ``last_request`` holds the keywords of the latest ``__dlpack__`` call, so
-    a caller can see what a consumer really asks for.
+    Made by `wrap` (or `from_pointer`, or the `Producer` mixin); the
+    constructor takes the same arguments. Any consumer's ``from_dlpack`` takes
+    it: ``__dlpack__`` and ``__dlpack_device__`` as the standard says, and,
+    with the compiled core, the DLPack C exchange API
+    (``__dlpack_c_exchange_api__``), whose plain cases run in C.
 
-    With the compiled core, ``__dlpack__`` runs in C the plan decided here
-    at wrap time, and the type offers the DLPack C exchange API
-    (``__dlpack_c_exchange_api__``); every other request takes the Python
-    ``__dlpack__`` below.
+    Parameters
+    ----------
+    x : object
+        The array, as `wrap` takes it.
+    readonly : bool, default False
+        Export read-only.
+    min_version : tuple of int or str, optional
+        The version floor of this wrapper alone.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> w = gpu_dlpack.wrap(np.arange(3.0), readonly=True)
+    >>> w
+    gpu_dlpack.wrap(numpy.ndarray, readonly=True)
+    >>> w.__dlpack_device__(), w.readonly
+    ((1, 0), True)
+    >>> gpu_dlpack.inspect(w.__dlpack__(max_version=(1, 0))).read_only
+    True
     """
 
     __slots__ = (
@@ -154,8 +238,32 @@ class Exportable(_Base):
         self, /, *, stream: StreamLike | None = None, max_version: Version | None = None,
         dl_device: tuple[int, int] | None = None, copy: bool | None = None,
     ) -> Capsule:
-        """A DLPack capsule of the wrapped array, under the rules (the
-        standard's ``__dlpack__``)."""
+        """A DLPack capsule of the wrapped array, under the rules (the standard's
+        ``__dlpack__``).
+
+        Parameters
+        ----------
+        stream : int or stream object, optional
+            The stream the consumer uses the data on (``None`` or ``-1`` for host
+            memory).
+        max_version : tuple of int, optional
+            The newest DLPack version the consumer reads; ``None`` asks for a
+            legacy capsule.
+        dl_device : tuple of int, optional
+            The ``(device_type, device_id)`` to export to (``None``: in place).
+        copy : bool, optional
+            ``True`` always copies, ``False`` never, ``None`` when it must.
+
+        Returns
+        -------
+        PyCapsule
+            A ``dltensor`` or ``dltensor_versioned`` capsule.
+
+        Raises
+        ------
+        BufferError, TypeError, ValueError
+            What the rules refuse, as `export` raises it.
+        """
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
         if self._reported is not None:
             dl_device = _rules.served_device(self._reported, dl_device, stream)
@@ -168,7 +276,13 @@ class Exportable(_Base):
         )
 
     def __dlpack_device__(self, /) -> tuple[int, int]:
-        """The ``(device_type, device_id)`` of the wrapped array."""
+        """The ``(device_type, device_id)`` of the wrapped array.
+
+        Returns
+        -------
+        tuple of int
+            The DLPack device pair, as read when the wrapper was made.
+        """
         return self._device
 
     @property
@@ -275,17 +389,59 @@ else:
 def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None = None) -> Exportable:
     """A DLPack producer over ``x`` that any consumer can import correctly.
 
+    The consumer's ``from_dlpack`` calls the wrapper's ``__dlpack__``, which
+    exports ``x`` under the rules whatever the consumer asks for (a legacy or a
+    versioned capsule, a stream, a device, a copy). With the compiled core the
+    wrapper also offers the DLPack C exchange API; over GPU memory it offers
+    the CUDA Array Interface, over host memory NumPy's array interface.
+
+    Parameters
+    ----------
+    x : object
+        The array: any DLPack producer, an object of another array protocol
+        (the CUDA Array Interface, NumPy's array interface, the buffer
+        protocol) or a raw DLPack capsule (a producer of one use).
+    readonly : bool, default False
+        Export read-only: versioned capsules carry READ_ONLY, and legacy ones
+        are refused unless the consumer copies.
+    min_version : tuple of int or str, optional
+        The version floor of this wrapper alone, ``(0, 4)`` or ``"0.4"``:
+        ``old_lib.from_dlpack(wrap(x, min_version=(0, 4)))`` serves a consumer
+        older than the floor in force.
+
+    Returns
+    -------
+    Exportable
+        The producer; it keeps ``x`` alive.
+
+    Raises
+    ------
+    NotDLPackError
+        ``x`` speaks no array protocol (a ``TypeError``).
+    TypeError
+        ``readonly`` is not a bool.
+    ValueError
+        ``min_version`` is no DLPack version.
+
+    See Also
+    --------
+    export : The capsule itself.
+    convert : ``x`` as an array of a named library, its faults handled.
+
+    Examples
+    --------
     >>> import numpy as np, torch, gpu_dlpack
     >>> a = np.arange(3.0)
     >>> t = torch.from_dlpack(gpu_dlpack.wrap(a))
     >>> t.data_ptr() == a.ctypes.data
     True
 
-    ``readonly=True`` exports a read-only view: versioned capsules carry
-    READ_ONLY, and legacy ones are refused unless the consumer copies.
-    ``min_version`` is the version floor of this wrapper alone (``(0, 4)``
-    or ``"0.4"``): ``old_lib.from_dlpack(wrap(x, min_version=(0, 4)))``
-    serves a consumer older than the floor in force.
+    What the consumer asked for:
+
+    >>> w = gpu_dlpack.wrap(a)
+    >>> t = torch.from_dlpack(w)
+    >>> w.last_request
+    {'stream': None, 'max_version': (1, 0), 'dl_device': None, 'copy': None}
     """
     return python_wrap(x, readonly, min_version)
 

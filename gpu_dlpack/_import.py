@@ -38,23 +38,67 @@ def from_dlpack(
 ) -> Array:
     """Import ``x`` (any DLPack producer, or a raw capsule) as an array.
 
-    Host data becomes a NumPy array, zero-copy unless ``copy=True`` or the
-    data must move; device data becomes a CuPy array. ``device`` picks the
-    target (``"cpu"``, ``"cuda:0"``, a ``Device``...). ``copy=True`` always
-    gives a fresh writeable array; ``copy=False`` never copies.
+    Host data becomes a NumPy array, zero-copy unless ``copy=True`` or the data
+    must move; GPU data becomes a CuPy array. Old and new producers alike are
+    negotiated with (asked again without the keywords an old one refuses), and
+    the capsule is checked before anything of it is used.
 
+    Parameters
+    ----------
+    x : object
+        Any DLPack producer (NumPy, CuPy, PyTorch, JAX, array-api-strict...),
+        an object of another array protocol, or a raw DLPack capsule.
+    device : str, tuple, Device or device object, optional
+        Where the result lives: ``"cpu"``, ``"cuda:0"``, ``"cuda_host"``, a
+        ``(device_type, device_id)`` pair, a `Device`, or a torch, CuPy or JAX
+        device. Default: where the data is.
+    copy : bool, optional
+        ``True`` always gives a fresh writeable array (flagged IS_COPIED where
+        it is exported again), ``False`` never copies, ``None`` copies only when
+        it must.
+    stream : int or stream object, optional
+        On a GPU, the stream the result will be used on: an int handle or a
+        stream object (``cupy.cuda.Stream``, ``torch.cuda.Stream``, a Numba
+        stream...). The producer makes it wait for its pending work, and any
+        copy is queued on it. Default: the stream of an enclosing `use_stream`
+        block, else CuPy's current stream on the target device.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        The array, read-only where the data is (READ_ONLY, or a legacy capsule
+        that was not copied).
+
+    Raises
+    ------
+    CopyRequiredError
+        ``copy=False`` where the data must be copied.
+    DeviceUnreachableError
+        A ``device`` the data cannot reach, or no installed backend for it.
+    ConsumedCapsuleError
+        A capsule that was already consumed.
+    BufferError
+        A malformed capsule, or data DLPack cannot describe.
+    NotDLPackError
+        ``x`` speaks no array protocol (a ``TypeError``).
+    StreamError
+        A ``stream`` the memory's device does not take.
+
+    See Also
+    --------
+    convert : ``x`` as an array of any library.
+    view : What ``x``'s memory is, without importing it.
+
+    Examples
+    --------
     >>> import torch, gpu_dlpack
     >>> t = torch.arange(4)
     >>> a = gpu_dlpack.from_dlpack(t)
     >>> a.ctypes.data == t.data_ptr()
     True
-
-    On a GPU, ``stream`` is the stream the result will be used on (an int
-    handle or a stream object: ``cupy.cuda.Stream``, ``torch.cuda.Stream``, a
-    Numba stream...). The producer makes it wait for its pending work and
-    any copy is queued on it. Without it, the stream of an enclosing
-    ``gpu_dlpack.use_stream`` block is used, else CuPy's current stream on
-    the target device.
+    >>> b = gpu_dlpack.from_dlpack(t, copy=True)
+    >>> b.ctypes.data == t.data_ptr(), b.flags.writeable
+    (False, True)
     """
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
@@ -266,14 +310,35 @@ _HOST_TYPES = frozenset(int(t) for t in HOST_ACCESSIBLE)
 
 def shards(x: Any, /, *, replicas: bool = False) -> list[Shard]:
     """Every addressable shard of ``x``, each imported zero-copy on its own
-    device (a NumPy array on the host, a CuPy array on a GPU).
+    device.
 
-    ``x`` is an array spread over several devices (a JAX array with a
-    ``NamedSharding``, ``PositionalSharding``, from ``shard_map`` or
-    ``pmap``...); a single-device array gives one shard covering it all.
-    Each piece of data is given once (``replica_id == 0``) unless
-    ``replicas=True``.
+    Parameters
+    ----------
+    x : object
+        An array spread over several devices (a JAX array with a
+        ``NamedSharding``, from ``shard_map`` or ``pmap``...); a single-device
+        array gives one shard covering it all.
+    replicas : bool, default False
+        Give every copy of each piece; by default each piece comes once
+        (``replica_id == 0``).
 
+    Returns
+    -------
+    list of Shard
+        The shards, each with the slices of the whole it covers and its data:
+        a NumPy array on the host, a CuPy array on a GPU.
+
+    Raises
+    ------
+    BufferError
+        Shards that cannot be imported (a device no backend serves).
+
+    See Also
+    --------
+    from_dlpack : The whole array, gathered onto one device.
+
+    Examples
+    --------
     >>> import numpy as np, gpu_dlpack
     >>> [s.index for s in gpu_dlpack.shards(np.arange(4.0))]
     [(slice(None, None, None),)]

@@ -30,19 +30,22 @@ _Exportable = Exportable
 
 
 class Producer:
-    """A mixin that gives a class ``__dlpack__`` and ``__dlpack_device__``
-    from one hook, ``dlpack_memory()``, which names the memory to export:
+    """A mixin that gives a class ``__dlpack__`` and ``__dlpack_device__`` from
+    one hook.
 
-    - an array of any DLPack library (NumPy, CuPy, PyTorch, JAX...), or any
-      object ``gpu_dlpack.wrap`` takes (the CUDA Array Interface, NumPy's
-      array interface, the buffer protocol);
-    - ``gpu_dlpack.from_pointer(...)`` for memory C code owns;
-    - ``gpu_dlpack.wrap(x, readonly=True)`` (or a read-only NumPy array) for
-      data consumers must not write.
+    A subclass defines ``dlpack_memory()``, which names the memory to export,
+    and writes none of the protocol. Every request is served as
+    ``gpu_dlpack.wrap(memory)`` serves it: any consumer, old or new, gets what
+    the standard says. The mixin has no state (``__slots__ = ()``); the memory
+    is asked for at each request, so a class whose memory changes needs
+    nothing more.
 
-    Every request is served as ``gpu_dlpack.wrap(memory)`` serves it: any
-    consumer, old or new, gets what the standard says.
+    See Also
+    --------
+    from_pointer : Memory that C code owns, for ``dlpack_memory()`` to return.
 
+    Examples
+    --------
     >>> import numpy as np, gpu_dlpack
     >>> class Samples(gpu_dlpack.Producer):
     ...     def __init__(self, n):
@@ -52,28 +55,64 @@ class Producer:
     >>> s = Samples(3)
     >>> np.from_dlpack(s).tolist()
     [0.0, 1.0, 2.0]
-
-    The mixin has no state (``__slots__ = ()``); the memory is asked for at
-    each request, so a class whose memory changes needs nothing more.
+    >>> s.__dlpack_device__()
+    (1, 0)
     """
 
     __slots__ = ()
 
     def dlpack_memory(self) -> Any:
-        """The memory to export (see the class): what ``gpu_dlpack.wrap``
-        takes, or ``gpu_dlpack.from_pointer(...)``."""
+        """The memory to export: the hook a subclass defines.
+
+        Returns
+        -------
+        object
+            An array of any DLPack library (NumPy, CuPy, PyTorch, JAX...) or any
+            object `wrap` takes (the CUDA Array Interface, NumPy's array
+            interface, the buffer protocol); ``gpu_dlpack.from_pointer(...)`` for
+            memory C code owns; ``gpu_dlpack.wrap(x, readonly=True)`` (or a
+            read-only NumPy array) for data consumers must not write.
+
+        Raises
+        ------
+        NotImplementedError
+            The subclass defines no ``dlpack_memory``.
+        """
         raise _errors.no_dlpack_memory(self)
 
     def __dlpack__(
         self, /, *, stream: StreamLike | None = None, max_version: Version | None = None,
         dl_device: tuple[int, int] | None = None, copy: bool | None = None,
     ) -> Capsule:
-        """A DLPack capsule of ``dlpack_memory()``, under the rules (the
-        standard's ``__dlpack__``)."""
+        """A DLPack capsule of ``dlpack_memory()``, under the rules (the standard's
+        ``__dlpack__``).
+
+        Parameters
+        ----------
+        stream : int or stream object, optional
+            The stream the consumer uses the data on.
+        max_version : tuple of int, optional
+            The newest DLPack version the consumer reads.
+        dl_device : tuple of int, optional
+            The ``(device_type, device_id)`` to export to.
+        copy : bool, optional
+            ``True`` always copies, ``False`` never, ``None`` when it must.
+
+        Returns
+        -------
+        PyCapsule
+            A ``dltensor`` or ``dltensor_versioned`` capsule.
+        """
         return _exportable(self).__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self, /) -> tuple[int, int]:
-        """The ``(device_type, device_id)`` of ``dlpack_memory()``."""
+        """The ``(device_type, device_id)`` of ``dlpack_memory()``.
+
+        Returns
+        -------
+        tuple of int
+            The DLPack device pair.
+        """
         return _exportable(self).__dlpack_device__()
 
 
@@ -86,27 +125,65 @@ def from_pointer(
     ptr: int, shape: Sequence[int], dtype: Any, /, *, strides: Sequence[int] | None = None,
     device: DeviceLike = "cpu", owner: Any = None, readonly: bool = False, stream: StreamLike | None = None,
 ) -> Exportable:
-    """A DLPack producer over memory named by a pointer, for buffers that C
-    code owns: ``ptr`` the address of the first element, ``shape``, ``dtype``
-    (anything ``numpy.dtype`` takes, ``ml_dtypes`` types included),
-    ``strides`` in elements as DLPack counts them (None: C-contiguous),
-    ``device`` (``"cpu"``, ``"cuda:0"``, ``"cuda_host"``, a torch or JAX
-    device...), ``readonly``, and for GPU memory the ``stream`` the data is
-    ready on (consumers' streams wait for it; None: nothing pending).
+    """A DLPack producer over memory named by a pointer, for buffers that C code
+    owns.
 
-    ``owner`` is kept alive until the last consumer's deleter has run and
-    the returned producer is gone: the object whose finalizer frees the
-    memory (a ctypes buffer, a capsule, an object with ``__del__``).
+    The result is what `wrap` returns: any consumer takes it, and the rules
+    apply (a copy or a move of host memory is the layer's; GPU memory is lent
+    as it is, and a copy or a move of it is the consumer's to ask from
+    `from_dlpack`). READ_ONLY reaches every consumer that asks for a versioned
+    capsule.
 
+    Parameters
+    ----------
+    ptr : int
+        The address of the first element.
+    shape : sequence of int
+        The shape.
+    dtype : numpy.dtype or what it takes
+        Anything ``numpy.dtype`` takes, ``ml_dtypes`` types included.
+    strides : sequence of int, optional
+        The strides in elements, as DLPack counts them; None: C order.
+    device : str, tuple, Device or device object, default "cpu"
+        Any device `Device` reads: ``"cpu"``, ``"cuda:0"``, ``"cuda_host"``,
+        ``"cuda_managed"``, a torch or JAX device...
+    owner : object, optional
+        The object whose finalizer frees the memory (a ctypes buffer, a
+        capsule, an object with ``__del__``): kept alive until the last
+        consumer's deleter has run, once, and the returned producer is gone.
+    readonly : bool, default False
+        Export the memory read-only.
+    stream : int or stream object, optional
+        For GPU memory, the stream the data is ready on: a consumer's stream
+        waits for it with an event. None: nothing is pending.
+
+    Returns
+    -------
+    Exportable
+        The producer over the memory.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong type (``ptr`` not an int, ``shape`` not a
+        sequence of ints...).
+    ValueError
+        A negative address or dimension, a NULL pointer with elements, strides
+        that do not match the shape, a dtype NumPy does not read.
+
+    See Also
+    --------
+    Producer : A class of one's own as a producer.
+
+    Examples
+    --------
     >>> import ctypes, numpy as np, gpu_dlpack
     >>> buf = (ctypes.c_int32 * 6)(*range(6))
     >>> p = gpu_dlpack.from_pointer(ctypes.addressof(buf), (2, 3), np.int32, owner=buf)
     >>> np.from_dlpack(p).tolist()
     [[0, 1, 2], [3, 4, 5]]
-
-    The result is what ``wrap`` returns: any consumer takes it, and the
-    rules apply (a copy or a move of host memory is the layer's; GPU memory
-    is lent as it is).
+    >>> np.from_dlpack(gpu_dlpack.from_pointer(ctypes.addressof(buf), (3,), np.int32, strides=(2,))).tolist()
+    [0, 2, 4]
     """
     if readonly is not False and readonly is not True:
         raise _errors.bad_flag("readonly", readonly)

@@ -28,12 +28,28 @@ from ._typing import Array
 
 
 class Shard(NamedTuple):
-    """One piece of an array spread over several devices (``gpu_dlpack.shards``).
+    """One piece of an array spread over several devices, as `shards` gives it.
 
-    ``index`` is the tuple of slices of the whole array it holds (as in
-    ``whole[index]``), ``device`` where its memory is, ``replica_id`` which
-    copy of that piece it is (0 for the first), and ``data`` the piece,
-    imported zero-copy: a NumPy array for host memory, a CuPy array on a GPU.
+    A named tuple.
+
+    Attributes
+    ----------
+    index : tuple of slice
+        The slices of the whole array the piece holds (as in ``whole[index]``).
+    device : Device
+        Where its memory is.
+    replica_id : int
+        Which copy of that piece it is (0 for the first).
+    data : numpy.ndarray or cupy.ndarray
+        The piece, imported zero-copy: a NumPy array for host memory, a CuPy
+        array on a GPU.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> (s,) = gpu_dlpack.shards(np.arange(4.0))
+    >>> str(s.device), s.replica_id, s.data.tolist()
+    ('cpu', 0, [0.0, 1.0, 2.0, 3.0])
     """
 
     index: tuple[slice, ...]

@@ -229,22 +229,44 @@ def _stack():
 def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> Iterator[StreamLike]:
     """Run a block of exchanges on one stream.
 
-    Inside the block, ``gpu_dlpack.from_dlpack`` (and ``gpu_dlpack.export`` of
-    GPU memory) treat ``stream`` as the consumer's stream whenever no
-    ``stream=`` is given: an imported array is ready to use on it, any copy is
-    queued on it, and the producer's pending work is made to wait for it,
-    without blocking the host. ``stream`` is an int handle or a stream object
-    (``cupy.cuda.Stream``, ``torch.cuda.Stream``, a Numba stream, anything
-    with ``__cuda_stream__``, ``.ptr``, ``.cuda_stream`` or ``.handle``).
-    ``device`` (any form ``Device`` reads, or an index) limits the block to
-    one GPU when the stream object does not say which it belongs to.
+    Inside the block, `from_dlpack`, `convert`, `view` (and `export` of GPU
+    memory) take ``stream`` as the consumer's stream whenever no ``stream=`` is
+    given: an imported array is ready to use on it, any copy is queued on it,
+    and the producer's pending work is made to wait for it, without blocking
+    the host. Blocks nest and are per thread. CuPy's current stream is left
+    alone: the producer's stream is always the one its work was queued on.
 
+    Parameters
+    ----------
+    stream : int or stream object
+        An int handle or a stream object (``cupy.cuda.Stream``,
+        ``torch.cuda.Stream``, a Numba stream, anything with
+        ``__cuda_stream__``, ``.ptr``, ``.cuda_stream`` or ``.handle``);
+        ``-1`` asks for no synchronization.
+    device : str, tuple, Device or int, optional
+        The GPU the block is for (any form `Device` reads, or an index), when
+        the stream object does not say which it belongs to.
+
+    Yields
+    ------
+    int or stream object
+        ``stream``, as given.
+
+    Raises
+    ------
+    StreamTypeError
+        ``stream`` is no stream (nor a stream object's handle).
+
+    Examples
+    --------
     >>> import gpu_dlpack
     >>> with gpu_dlpack.use_stream(-1):  # exchange without synchronization
     ...     pass
 
-    Blocks nest and are per thread. CuPy's current stream is left alone: the
-    producer's stream is always the one its work was queued on.
+    On a GPU, every exchange of the block on PyTorch's stream ``s``::
+
+        with gpu_dlpack.use_stream(s):
+            d = gpu_dlpack.from_dlpack(t)   # a CuPy array, ready on s
     """
     handle = handle_of(stream)
     if type(handle) is not int:

@@ -26,16 +26,46 @@ from ._typing import StreamLike
 
 @dataclass(frozen=True)
 class ArrayView:
-    """What ``gpu_dlpack.view(x)`` reads of a producer's memory.
+    """What `view` reads of a producer's memory.
 
-    ``ptr`` is the address of the first element (the capsule's data plus
-    its byte offset); ``strides`` are in elements, as DLPack counts them
-    (filled in for C order when the producer gives none); ``dtype`` is the
-    NumPy dtype (None when NumPy has none, as for bfloat16 without
-    ml_dtypes) and ``dl_dtype`` the DLPack ``(code, bits, lanes)``;
-    ``stream`` is the stream the data is ready on (a handle: the producer
-    ordered its pending work before it), None for memory without streams;
-    ``obj`` is the producer, kept alive by the record.
+    A frozen record; it keeps the producer alive (``obj``), not the capsule it
+    read, which `view` freed before it returned.
+
+    Attributes
+    ----------
+    ptr : int
+        The address of the first element (the capsule's data plus its byte
+        offset).
+    shape : tuple of int
+        The shape.
+    strides : tuple of int
+        The strides in elements, as DLPack counts them (filled in for C order
+        when the producer gives none).
+    dtype : numpy.dtype or None
+        The NumPy dtype; None where NumPy has none (bfloat16 without
+        ml_dtypes).
+    dl_dtype : tuple of int
+        The DLPack ``(code, bits, lanes)``.
+    device : Device
+        Where the memory is.
+    readonly : bool
+        Whether the memory is read-only (READ_ONLY, or a read-only source).
+    stream : int or None
+        On a GPU, the stream handle the data is ready on (the producer ordered
+        its pending work before it); None for memory without streams.
+    obj : object
+        The producer.
+    ndim : int
+        The number of dimensions.
+    itemsize : int
+        Bytes per element (a sub-byte type takes one byte each, padded).
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> v = gpu_dlpack.view(np.zeros((4, 3), np.int16)[::2])
+    >>> v.shape, v.strides, v.itemsize, v.ndim
+    ((2, 3), (6, 1), 2, 2)
     """
 
     ptr: int
@@ -59,19 +89,47 @@ class ArrayView:
 
 
 def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
-    """The memory of any producer (or of a raw capsule, which is not
-    consumed), read without keeping or consuming anything of it.
+    """The memory of any producer, read without keeping or consuming it.
 
+    The way cuda.core's ``StridedMemoryView`` reads it: the producer is asked
+    for a capsule, the capsule is read and freed before this returns. A raw
+    capsule is read without being consumed.
+
+    Parameters
+    ----------
+    x : object
+        Any DLPack producer, an object of another array protocol, or a raw
+        DLPack capsule.
+    stream : int or stream object, optional
+        On a GPU, the stream the memory will be used on: the producer orders
+        its pending work before it, as for `from_dlpack`. Default: the stream
+        of an enclosing `use_stream` block, else the device's default stream
+        (the legacy default stream on CUDA).
+
+    Returns
+    -------
+    ArrayView
+        Pointer, shape, strides (in elements), NumPy dtype, device,
+        read-only, and the stream the data is ready on.
+
+    Raises
+    ------
+    NotDLPackError
+        ``x`` speaks no array protocol (a ``TypeError``).
+    BufferError
+        A capsule that is malformed or was consumed.
+
+    See Also
+    --------
+    inspect : The same record of a capsule, unconsumed.
+
+    Examples
+    --------
     >>> import numpy as np, gpu_dlpack
     >>> a = np.zeros((2, 3), np.float32)
     >>> v = gpu_dlpack.view(a)
     >>> v.ptr == a.ctypes.data, v.shape, v.strides, v.dtype, v.readonly
     (True, (2, 3), (3, 1), dtype('float32'), False)
-
-    On a GPU, ``stream`` is the stream the memory will be used on: the
-    producer orders its pending work before it, as for ``from_dlpack``;
-    without it, the stream of an enclosing ``use_stream`` block, else the
-    default stream of the device (the legacy default stream on CUDA).
     """
     if type(x) is _capsule.CapsuleType:
         info = _capsule.read(x)

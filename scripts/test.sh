@@ -9,8 +9,11 @@
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]), and
 #      mypy --strict on a user's script of the whole API (tests/typing_usage.py);
 #   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
+#   4c. the documentation (scripts/docs.sh): docs/ built by Sphinx with every
+#       warning an error, the API reference checked against gpu_dlpack.__all__,
+#       and every example of the pages run as a doctest (about 20 s);
 #   5. the suite on the compiled core (the run fails if it is not active),
-#      doctests of the README and of the modules included, and 4,000 cases
+#      the README's blocks and the modules' doctests included, and 4,000 cases
 #      of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the other runs);
 #   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
 #   7. the suite again without the optional peers (CuPy, PyTorch, JAX,
@@ -45,6 +48,8 @@ python -m mypy
 python -m mypy --strict tests/typing_usage.py tests/typing_convert.py  # a user's scripts of the whole API
 step "4b. the layers (lint-imports)"
 lint-imports --no-cache
+step "4c. the documentation (scripts/docs.sh)"
+GPU_DLPACK_EXPECT_CORE=1 bash scripts/docs.sh
 step "5. the suite on the compiled core"
 GPU_DLPACK_EXPECT_CORE=1 GPU_DLPACK_FUZZ_CASES=4000 python -m pytest tests "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"

@@ -467,7 +467,7 @@ def _python_callbacks():
     """The layer's ctypes callbacks that run Python code, where an interrupt
     is lost by ctypes (reported as ignored) and the tensor stays unfreed:
     NumPy before 2.1 on the pure path only (the compiled core lends a C
-    destructor there). Stepping does not interrupt them; the README says so."""
+    destructor there). Stepping does not interrupt them; docs/internals/faults.md says so."""
     from gpu_dlpack import _capsule
 
     if getattr(_capsule, "owning_destructor", None) is None or (

@@ -84,6 +84,30 @@ def test_every_method_of_the_compiled_core_has_a_text_signature():
         inspect.signature(m)
 
 
+def test_help_reads_the_same_on_either_path():
+    # On the compiled path Exportable's __dlpack__ and __dlpack_device__ are
+    # the C base's, and export and wrap are C objects over the Python
+    # functions: each shows the Python docstring, word for word, so that
+    # help() and the API reference (built on the core) say what the pure
+    # path says.
+    import json
+
+    from .interpreter import run_python
+
+    code = (
+        "import inspect, json, gpu_dlpack as g\n"
+        "E = g.Exportable\n"
+        "print(json.dumps([inspect.getdoc(o) for o in (E.__dlpack__, E.__dlpack_device__, g.export, g.wrap)]))\n"
+    )
+    done = run_python(code, env={"GPU_DLPACK_PURE_PYTHON": "1"})
+    assert done.returncode == 0, done.stderr
+    pure = json.loads(done.stdout)
+    here = [inspect.getdoc(o) for o in (gpu_dlpack.Exportable.__dlpack__, gpu_dlpack.Exportable.__dlpack_device__,
+                                         gpu_dlpack.export, gpu_dlpack.wrap)]
+    assert here == pure
+    assert all("Returns\n-------\n" in doc for doc in pure)
+
+
 def test_an_exporter_stays_itself_as_a_class_attribute():
     class Holder:
         export = gpu_dlpack.export

@@ -884,3 +884,20 @@ def test_every_gpu_dlpack_message_is_known_to_explain():
         exc = getattr(_errors, name)(*args)
         found = _explain.first(f"{type(exc).__name__}: {exc}")
         assert found is not None and found.entry.library == "gpu_dlpack", name
+
+
+@pytest.mark.parametrize("entry_id", ["jax-version-floor", "gpu_dlpack-below-floor"])
+def test_the_floor_remedy_serves_the_one_consumer_and_leaves_the_process_floor(entry_id, floor):
+    # The first gpu_dlpack remedy for an old consumer is its own floor,
+    # wrap(x, min_version=...): lowering the floor of the whole process
+    # would lower it for every consumer.
+    (m,) = [m for m in gpu_dlpack.explain(REAL_MESSAGES[entry_id]()) if m.id == entry_id]
+    assert "min_version=(0, 4)" in m.avoid["call"]
+    assert any("wrap(j, min_version=(0, 4))" in r or "wrap(x, min_version=(0, 4))" in r for r in m.remedies)
+    names = {"gpu_dlpack": gpu_dlpack, "old_lib": OldConsumer, "j": _jax().numpy.arange(3.0), "a": np.arange(3.0)}
+    before = gpu_dlpack.MIN_DLPACK_VERSION
+    exec(m.avoid["after"], names)
+    assert names["t"].tolist() == [0.0, 1.0, 2.0]
+    assert gpu_dlpack.MIN_DLPACK_VERSION == before == (0, 5)
+    with pytest.raises(BufferError, match="below"):
+        OldConsumer.from_dlpack(gpu_dlpack.wrap(names["j"]))

@@ -7,7 +7,7 @@ NumPy's wheel) run against the layer, in two roles:
 
 The file is read from the installed NumPy and rewritten in memory; its test
 classes are collected here under the role's name. Where the layer decides
-otherwise than NumPy (README, "Differences from NumPy"), the case is an
+otherwise than NumPy (docs/internals/rules.md, "Differences from NumPy"), the case is an
 expected failure with the reason; every other case must pass.
 """
 

@@ -163,6 +163,11 @@ def test_every_install_advice_works_from_where_the_user_stands():
                 texts[name] = f.read()
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         texts["README.md"] = f.read()
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "docs")):
+        for name in files:
+            if name.endswith(".md"):
+                with open(os.path.join(dirpath, name), encoding="utf-8") as f:
+                    texts[os.path.relpath(os.path.join(dirpath, name), ROOT)] = f.read()
     bad = re.compile(r"pip install (?:-\S+ )*['\"]?gpu_dlpack\b")
     found = {name: m.group(0) for name, text in texts.items() for m in [bad.search(text)] if m}
     assert not found, found

@@ -345,12 +345,45 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     return (PyObject *)self;
 }
 
+/* The docstrings are those of the Python methods these replace
+   (gpu_dlpack/_export.py), word for word: help() and the API reference read
+   the same on both paths (tests/test_conventions.py compares them). */
 static PyMethodDef exportable_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))exportable_dlpack, METH_FASTCALL | METH_KEYWORDS,
      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
-     "A DLPack capsule of the wrapped array, under the rules (the standard's __dlpack__)."},
+     "A DLPack capsule of the wrapped array, under the rules (the standard's\n"
+     "``__dlpack__``).\n"
+     "\n"
+     "Parameters\n"
+     "----------\n"
+     "stream : int or stream object, optional\n"
+     "    The stream the consumer uses the data on (``None`` or ``-1`` for host\n"
+     "    memory).\n"
+     "max_version : tuple of int, optional\n"
+     "    The newest DLPack version the consumer reads; ``None`` asks for a\n"
+     "    legacy capsule.\n"
+     "dl_device : tuple of int, optional\n"
+     "    The ``(device_type, device_id)`` to export to (``None``: in place).\n"
+     "copy : bool, optional\n"
+     "    ``True`` always copies, ``False`` never, ``None`` when it must.\n"
+     "\n"
+     "Returns\n"
+     "-------\n"
+     "PyCapsule\n"
+     "    A ``dltensor`` or ``dltensor_versioned`` capsule.\n"
+     "\n"
+     "Raises\n"
+     "------\n"
+     "BufferError, TypeError, ValueError\n"
+     "    What the rules refuse, as `export` raises it."},
     {"__dlpack_device__", (PyCFunction)exportable_dlpack_device, METH_NOARGS,
-     "__dlpack_device__($self, /)\n--\n\nThe (device_type, device_id) of the wrapped array."},
+     "__dlpack_device__($self, /)\n--\n\n"
+     "The ``(device_type, device_id)`` of the wrapped array.\n"
+     "\n"
+     "Returns\n"
+     "-------\n"
+     "tuple of int\n"
+     "    The DLPack device pair, as read when the wrapper was made."},
     {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS,
      "_set_plan($self, plan, arg=None, /)\n--\n\nThe plan __dlpack__ runs in C (set by Python at wrap time)."},
     {NULL}

@@ -104,7 +104,7 @@ for the consumer gpu_dlpack lands in on that device (NumPy on the host, CuPy
 on a GPU), ``consumer(gpu_dlpack.wrap(x))`` for every other consumer.
 On a GPU, NumPy is a consumer too (``numpy.from_dlpack(x, device="cpu")``),
 and CuPy arrays in managed memory are a producer of their own.
-``refused`` is gpu_dlpack declining what a rule of the README exists to
+``refused`` is gpu_dlpack declining what a rule (docs/internals/rules.md) exists to
 refuse (a version below the floor, ``copy=False`` where a copy is needed,
 read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
 and its finding names the rule. Any other refusal of an exchange that works

@@ -1,8 +1,8 @@
 """When an exchange through gpu_dlpack that did not happen is a refusal by
 design, and when it is a failure.
 
-A refusal is by design only where a rule of the README exists to refuse:
-a version below the floor or one that cannot describe the data (rule 1),
+A refusal is by design only where a rule (docs/internals/rules.md) exists
+to refuse: a version below the floor or one that cannot describe the data (rule 1),
 ``copy=False`` where a copy is needed (rule 2), read-only data to a legacy
 consumer (rule 5). Any other refusal of an exchange that works directly
 (a device the layer could not reach, say) is a failure of the layer.
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from .. import _explain
 
-#: The README rules that exist to refuse, by number.
+#: The rules that exist to refuse, by number (docs/internals/rules.md).
 RULES_THAT_REFUSE = {1: "Versions", 2: "Copy", 5: "Read-only"}
-#: Every README rule a refusal may name.
+#: Every rule a refusal may name, as the rules page titles it.
 RULE_NAMES = {**RULES_THAT_REFUSE, 3: "Device", 4: "Streams", 6: "Capsule kinds", 7: "bfloat16 and float8"}
 
 
 def rule_of(result) -> int | None:
-    """The README rule that refused ``result``, if its error is a refusal."""
+    """The rule that refused ``result``, if its error is a refusal."""
     entry = _explain.by_id(result["explain"]) if result.get("explain") else None
     return entry.rule if entry is not None and entry.refusal else None
 
