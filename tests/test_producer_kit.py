@@ -47,7 +47,9 @@ class CBuffer(gpu_dlpack.Producer):
 
     def __init__(self, values, readonly=False):
         self.n, self.readonly = len(values), readonly
-        self.ptr = libc.aligned_alloc(64, 8 * self.n)
+        # C11: the size a multiple of the alignment (ASan returns NULL otherwise).
+        self.ptr = libc.aligned_alloc(64, -(-8 * self.n // 64) * 64)
+        assert self.ptr, "aligned_alloc failed"
         ctypes.memmove(self.ptr, np.asarray(values, np.float64).ctypes.data, 8 * self.n)
 
     def dlpack_memory(self):
