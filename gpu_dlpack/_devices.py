@@ -270,7 +270,18 @@ def _host_test(t):
     peer = _peers.of_array_type(t)
     if peer is not None and peer.on_host is not None:
         return operator.attrgetter(peer.on_host)
+    if peer is not None and peer.host_test is not None:
+        return functools.partial(_passes, peer.host_test)
     return None
+
+
+def _passes(test, x) -> bool:
+    """Whether ``x`` passes its library's host test (``_peers.HostTest``);
+    False when the test cannot say (``__dlpack_device__`` is then asked)."""
+    try:
+        return getattr(x, test.method)() == test.answer and len(getattr(x, test.pieces)) == 1
+    except Exception:
+        return False
 
 
 def known_on_host(x) -> bool:

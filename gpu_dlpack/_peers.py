@@ -3,11 +3,18 @@ per library, read by the modules that act on it. A row names types,
 attributes and dtypes by name; nothing here imports a peer, and nothing of
 the package (a leaf: the device parser reads it too).
 
-- ``array``: the library's array type, in ``module``: that exact type (a
-  subclass may override what the row says of it);
+- ``array``: the library's array type, in ``module`` (or in
+  ``array_module`` or a module under it): that exact type (a subclass may
+  override what the row says of it);
 - ``on_host``: an attribute of its arrays that is True when their memory is
   host memory (CPU or pinned), read where ``__dlpack_device__`` costs more
   (``_devices.known_on_host``);
+- ``host_test``: how an array is cheaply known to hold host memory where
+  no attribute says it: a method called without arguments, its answer for
+  host memory, and an attribute whose ``len()`` is 1 for an array on one
+  device (``_devices.known_on_host``). The compiled core reads it too, and
+  asks such an array's ``__dlpack__`` itself for the plain cases
+  (``_wiring``);
 - ``numpy_reads``: its dtypes whose host capsules ``numpy.from_dlpack``
   reads exactly as the rules say (well-formed, versioned, honest flags):
   the common import of such an array goes straight to NumPy (``_import``);
@@ -36,6 +43,15 @@ class Exchange(NamedTuple):
     method_kinds: tuple  # ...for arrays of these DLPack dtype kinds only (``_dtypes.CODE_NAMES``)
 
 
+class HostTest(NamedTuple):
+    """An array holds host memory, on one device, when ``method()`` answers
+    ``answer`` and ``len()`` of its ``pieces`` attribute is 1."""
+
+    method: str
+    answer: str
+    pieces: str
+
+
 class Devices(NamedTuple):
     """How a library's device objects name a DLPack device."""
 
@@ -52,7 +68,9 @@ class Peer(NamedTuple):
     name: str
     module: str
     array: str | None = None
+    array_module: str | None = None
     on_host: str | None = None
+    host_test: HostTest | None = None
     numpy_reads: tuple = ()
     exchange: Exchange | None = None
     devices: Devices | None = None
@@ -90,7 +108,11 @@ PEERS = (
     Peer("cupy", "cupy", devices=Devices("cupy", ("id",), None, {}, ("id",), None, "CuPy device")),
     # JAX devices are read by their shape (jaxlib's types move between modules).
     Peer(
-        "jax", "jax",
+        "jax", "jax", array="ArrayImpl", array_module="jaxlib",
+        # Its __dlpack_device__ is Python code (900 ns, half of __dlpack__):
+        # platform() is C (30 ns), and an array over several devices (its
+        # per-device _arrays) is what __dlpack_device__ itself refuses.
+        host_test=HostTest("platform", "cpu", "_arrays"),
         devices=Devices(
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",
@@ -103,7 +125,12 @@ def of_array_type(t) -> Peer | None:
     """The row of the library whose array type ``t`` is, or None."""
     module, name = getattr(t, "__module__", None), getattr(t, "__qualname__", None)
     for peer in PEERS:
-        if peer.array is not None and peer.module == module and peer.array == name:
+        if peer.array is None or peer.array != name:
+            continue
+        home = peer.array_module
+        if module == peer.module or (home is not None and module is not None and (
+            module == home or module.startswith(home + ".")
+        )):
             return peer
     return None
 
