@@ -22,7 +22,7 @@ from . import (
 )
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import gave_legacy, request
+from ._producer import gave_legacy, producer_name, request
 from ._shards import Shard
 from ._typing import DeviceLike, StreamLike
 
@@ -172,6 +172,16 @@ def _import_host(x):
     if _numpy_reads_directly(x):
         return _np_from_dlpack(x)
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
+    return host_capsule(x, capsule)
+
+
+def host_capsule(x, capsule):
+    """The common import, from what host producer ``x`` answered to
+    ``__dlpack__(max_version=DLPACK_VERSION)``. The compiled core asks the
+    producers it was told about (JAX) itself, imports the plain capsules,
+    and hands every other answer here."""
+    if type(capsule) is not _CapsuleType:
+        raise _errors.producer_not_a_capsule(producer_name(x), capsule)
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))

@@ -10,6 +10,7 @@ static const char VERSIONED[] = "dltensor_versioned";
 static const char USED_LEGACY[] = "used_dltensor";
 static const char USED_VERSIONED[] = "used_dltensor_versioned";
 static const char EXCHANGED[] = "gpu_dlpack.exchanged";  /* the base of an imported array */
+static const char EXCHANGED_LEGACY[] = "gpu_dlpack.exchanged_legacy";  /* ... of a legacy tensor */
 static const char EXCHANGE_API[] = "dlpack_exchange_api";
 
 #define MAX_NDIM 64

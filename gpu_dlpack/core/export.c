@@ -15,7 +15,7 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyObject *dtype = PyObject_GetAttr(x, state.str_dtype);
         if (dtype == NULL)
             return NULL;
-        PyObject *r = is_plain(dtype) ? new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_NUMPY, dtype, NULL)
+        PyObject *r = is_plain(dtype) ? new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_NUMPY, dtype, NULL, NULL)
                                     : delegate("wrap", args, nargs);
         Py_DECREF(dtype);
         return r;
@@ -24,16 +24,27 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
-    if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+    if ((PyObject *)e != Py_None && e->api != NULL && e->api->dltensor_from_py_object_no_sync != NULL) {
         DLTensor t;
         if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
             PyErr_Clear();
         } else if (t.device.device_type == state.cpu_type && t.device.device_id == 0) {
+            PyObject *w = new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, e, hold);
             Py_DECREF(hold);
-            return new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
+            return w;
+        }
+    } else if ((PyObject *)e != Py_None && e->api == NULL) {
+        /* Host memory on one device by its type's host test: the device the
+         * Python wrap reads (the CPU, as its __dlpack_device__ says). */
+        int host = host_test(e, x, 1);
+        if (host != 0) {
+            PyObject *w = host < 0 ? NULL
+                                   : new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_CAPSULE, NULL, e, hold);
+            Py_DECREF(hold);
+            return w;
         }
     }
-    Py_DECREF(hold);
+    Py_XDECREF(hold);
     return delegate("wrap", args, nargs);
 }
 
@@ -91,12 +102,21 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *capsule = plain ? numpy_capsule(x, versioned) : NULL;
         if (capsule != NULL)
             return capsule;
-    } else if (versioned) {
+    } else {
         PyObject *hold;
         ImportEntry *e = import_entry(Py_TYPE(x), &hold);
         if (e == NULL)
             return NULL;
-        if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+        if ((PyObject *)e != Py_None && e->api == NULL) {
+            /* A producer with a host test (JAX), on the host by it. */
+            int host = host_test(e, x, 1);
+            PyObject *capsule = host > 0 ? capsule_export(x, max_version, versioned) : NULL;
+            Py_DECREF(hold);
+            if (capsule != NULL || host < 0 || PyErr_Occurred())
+                return capsule;
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
+        if (versioned && (PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
             DLTensor t;
             if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
                 PyErr_Clear();

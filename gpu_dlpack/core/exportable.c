@@ -24,12 +24,13 @@ exportable_set_plan(Exportable *self, PyObject *args)
         self->plan_dtype = Py_NewRef(arg);
         self->plan_type = Py_NewRef((PyObject *)state.ndarray_type);
         self->plan = plan;
-    } else if (plan == PLAN_EXCHANGE && PyType_Check(arg)) {
+    } else if ((plan == PLAN_EXCHANGE || plan == PLAN_CAPSULE) && PyType_Check(arg)) {
         PyObject *hold;
         ImportEntry *e = import_entry((PyTypeObject *)arg, &hold);
         if (e == NULL)
             return NULL;
-        if ((PyObject *)e != Py_None) {
+        /* A plan the type's entry allows: its exchange API, or its host test */
+        if ((PyObject *)e != Py_None && (plan == PLAN_EXCHANGE ? e->api != NULL : e->host_method != NULL)) {
             self->api = e->api;
             self->guards = e;
             self->guards_owner = Py_NewRef(hold);
@@ -94,6 +95,53 @@ exchange_export_of(PyObject *x, ImportEntry *e)
     }
     *(uint64_t *)m = state.version_word;
     return m;
+}
+
+/* The capsule of export(x, max_version=...) (no other argument) for a host
+ * producer with a host test (JAX), on the host by that test: its answer to
+ * the request the Python path makes, passed on as it came where it already
+ * obeys the rules, adapted where it is of the other kind, and handed with
+ * every other answer to _exchange.host_answer. NULL with no error set when
+ * the producer raised (the error cleared: the general path asks again and
+ * reports it), or with one set. */
+PyObject *
+capsule_export(PyObject *x, PyObject *max_version, int versioned)
+{
+    PyObject *answer = ask_capsule(x, versioned);
+    if (answer == NULL) {
+        cleared();
+        return NULL;
+    }
+    int kind = kind_of(answer);
+    void *ptr = kind < 0 ? NULL : PyCapsule_GetPointer(answer, kind ? VERSIONED : LEGACY);
+    if (ptr == NULL)
+        PyErr_Clear();
+    DLTensor *t = ptr == NULL ? NULL : tensor_of(ptr, kind);
+    /* The checks of every capsule passed on: well-formed, a dtype exchanged
+     * whole bytes wide, on the device the host test said (the CPU, any id). */
+    int plain = t != NULL && (!kind || ((DLManagedTensorVersioned *)ptr)->version.major == 1) && well_formed(t) &&
+                t->device.device_type == state.cpu_type && dtype_known(t->dtype) && t->dtype.bits >= 8;
+    if (plain && !kind && !versioned)
+        return answer;  /* legacy for legacy: as it came */
+    if (plain && kind && versioned && (t->strides != NULL || t->ndim == 0) &&
+        !(((DLManagedTensorVersioned *)ptr)->flags & ~FLAG_READ_ONLY)) {
+        *(uint64_t *)ptr = state.version_word;  /* versioned for versioned: stamped */
+        return answer;
+    }
+    if (plain && !kind && versioned && adaptable(ptr, 0)) {
+        /* The data of a legacy capsule counts as read-only (rule 6), on the
+         * CPU as NumPy labels it. */
+        DLDevice cpu = {state.cpu_type, 0};
+        PyObject *out = adapted_capsule(answer, 0, cpu);
+        if (out != NULL || PyErr_Occurred()) {
+            Py_DECREF(answer);
+            return out;
+        }
+    }
+    PyObject *a[8] = {x, state.cpu_device, answer, Py_False, Py_None, max_version, Py_None, Py_None};
+    PyObject *out = delegate("host_answer", a, 8);
+    Py_DECREF(answer);
+    return out;
 }
 
 /* 1 when the members the plain plans read are set and x is of the type
@@ -205,6 +253,15 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
         Py_XSETREF(self->request, request);
         return capsule;
     }
+    if (self->plan == PLAN_CAPSULE) {
+        Py_XSETREF(self->request, request);  /* also when the export raises, as in Python */
+        PyObject *x = Py_NewRef(self->x);
+        PyObject *capsule = capsule_export(x, max_version, versioned);
+        Py_DECREF(x);
+        if (capsule != NULL || PyErr_Occurred())
+            return capsule;
+        return exportable_general(self, args, nargsf, kwnames);
+    }
     /* PLAN_EXCHANGE */
     if (!versioned) {
         Py_DECREF(request);
@@ -281,7 +338,8 @@ exportable_dealloc(Exportable *self)
 }
 
 PyObject *
-new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, PyTypeObject *type)
+new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, ImportEntry *e,
+               PyObject *hold)
 {
     Exportable *self = (Exportable *)state.exportable_class->tp_alloc(state.exportable_class, 0);
     if (self == NULL)
@@ -298,17 +356,10 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     if (plan == PLAN_NUMPY) {
         self->plan_dtype = Py_NewRef(dtype);
     } else {
-        PyObject *hold;
-        ImportEntry *e = import_entry(type, &hold);  /* known: the caller looked it up */
-        if (e == NULL || (PyObject *)e == Py_None) {
-            Py_XDECREF(hold);
-            Py_DECREF(self);
-            PyObject *a[2] = {x, Py_False};
-            return e == NULL ? NULL : delegate("wrap", a, 2);
-        }
+        /* the entry the caller looked up, and what keeps it alive */
         self->api = e->api;
         self->guards = e;
-        self->guards_owner = hold;
+        self->guards_owner = Py_NewRef(hold);
     }
     return (PyObject *)self;
 }

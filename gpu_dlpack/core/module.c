@@ -21,6 +21,7 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
                                      &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
                                      &cpu, &cpudl, &PyDict_Type, &plain))
         return NULL;
+
     if (!PyType_IsSubtype((PyTypeObject *)ecls, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
         return NULL;
@@ -123,6 +124,7 @@ static PyMethodDef core_methods[] = {
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},
     {"import_host", (PyCFunction)core_import_host, METH_O, NULL},
+    {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, NULL},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, NULL},
     {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, NULL},
     {"exchange", (PyCFunction)core_exchange, METH_O, NULL},
@@ -170,7 +172,8 @@ PyInit__core(void)
         goto fail;
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
-        PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0)
+        PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0 ||
+        PyModule_AddIntConstant(m, "PLAN_CAPSULE", PLAN_CAPSULE) < 0)
         goto fail;
     return m;
 fail:
