@@ -599,7 +599,7 @@ def discard(capsule, versioned: bool) -> None:
 
 PYTHON = {
     "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
-    "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot,
+    "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot, "read": read,
 }
 
 if _core is not None:
@@ -613,3 +613,4 @@ if _core is not None:
     set_flags = _core.set_flags
     set_version = _core.set_version
     snapshot = _core.snapshot
+    read = _core.read

@@ -110,4 +110,6 @@ def install(capsule_impl: dict) -> None:
         cpu_dlpack=_devices.CPU.dlpack,
         # The dtypes whose NumPy capsule _exchange._export passes on as it is.
         plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
+        capsule_info=_capsule.CapsuleInfo,
+        device_class=_devices.Device,
     )

@@ -2,6 +2,7 @@
  * the module, its methods and its types. */
 
 #include "export.h"
+#include "info.h"
 #include "runtime.h"
 
 /* --- configure ------------------------------------------------------------ */
@@ -12,16 +13,22 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     static char *kw[] = {"impl", "header_type", "device_types", "host_types", "known",
                          "numpy_dtypes", "numpy_api", "versions", "produced", "version_word",
                          "learn_import", "exportable_fallback", "exportable_class", "cpu_device",
-                         "cpu_dlpack", "plain_dtypes", NULL};
+                         "cpu_dlpack", "plain_dtypes", "capsule_info", "device_class", NULL};
     PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback, *ecls,
-        *cpu, *cpudl, *plain;
+        *cpu, *cpudl, *plain, *info = NULL, *devcls = NULL;
     unsigned long long devs, hosts, word;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!", kw, &PyDict_Type, &impl,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|O!O", kw, &PyDict_Type, &impl,
                                      &PyType_Type, &htype, &devs, &hosts, &known, &npd, &npapi,
                                      &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
-                                     &cpu, &cpudl, &PyDict_Type, &plain))
+                                     &cpu, &cpudl, &PyDict_Type, &plain, &PyType_Type, &info, &devcls))
         return NULL;
-
+    /* inspect in C: without them, the Python read (configure's callers may
+     * predate them) */
+    Py_XSETREF(state.info_type, (PyTypeObject *)Py_XNewRef(info));
+    Py_XSETREF(state.device_class, Py_XNewRef(devcls));
+    for (int t = 0; t < 64; t++)
+        for (int i = 0; i < 16; i++)
+            Py_CLEAR(state.devices[t][i]);
     if (!PyType_IsSubtype((PyTypeObject *)ecls, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
         return NULL;
@@ -125,6 +132,7 @@ static PyMethodDef core_methods[] = {
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},
     {"import_host", (PyCFunction)core_import_host, METH_O, NULL},
     {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, NULL},
+    {"read", (PyCFunction)core_read, METH_O, NULL},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, NULL},
     {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, NULL},
     {"exchange", (PyCFunction)core_exchange, METH_O, NULL},
@@ -169,6 +177,20 @@ PyInit__core(void)
     state.kw_max_version = state.str_max_version ? PyTuple_Pack(1, state.str_max_version) : NULL;
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
     if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.kw_max_version || !state.ask_versioned)
+        goto fail;
+    static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dtype", "shape",
+                                        "strides", "byte_offset", "data"};
+    for (int i = 0; i < 10; i++)
+        if ((state.info_keys[i] = PyUnicode_InternFromString(info_keys[i])) == NULL)
+            goto fail;
+    if ((state.info_template = PyDict_New()) == NULL)
+        goto fail;
+    for (int i = 0; i < 10; i++)
+        if (PyDict_SetItem(state.info_template, state.info_keys[i], Py_None) < 0)
+            goto fail;
+    state.str_legacy = PyUnicode_InternFromString(LEGACY);
+    state.str_versioned = PyUnicode_InternFromString(VERSIONED);
+    if (!state.str_legacy || !state.str_versioned)
         goto fail;
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||

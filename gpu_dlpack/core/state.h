@@ -41,7 +41,13 @@ typedef struct {
     PyObject *plain_list[32];        /* the same, compared by identity */
     int n_plain;
 
+    PyTypeObject *info_type;      /* _capsule.CapsuleInfo (inspect) */
+    PyObject *device_class;       /* _devices.Device */
+
     /* what the core keeps of it */
+    PyObject *devices[64][16];    /* [type][id]: the Device, made once by device_class */
+    PyObject *versions_seen[16];  /* [minor]: (1, minor), made once */
+    PyObject *dtypes_seen[32][17];/* [code][bytes]: (code, bits, 1), made once */
     PyObject *import_types;       /* dict: type -> ImportEntry capsule or None */
     PyObject *produced_floor;     /* the floor DLPACK_VERSION was accepted under */
 
@@ -49,6 +55,9 @@ typedef struct {
     PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version;
     PyObject *kw_max_version;     /* ("max_version",) */
     PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
+    PyObject *info_keys[10];      /* CapsuleInfo's fields, in order */
+    PyObject *info_template;      /* a dict of those keys (values None) */
+    PyObject *str_legacy, *str_versioned;  /* "dltensor", "dltensor_versioned" */
 
     /* the CUDA runtime calls (set_runtime: all or none; set_copy_runtime: both or neither) */
     get_device_t rt_get_device;
