@@ -10,9 +10,9 @@ the package (a leaf: the device parser reads it too).
   host memory (CPU or pinned), read where ``__dlpack_device__`` costs more
   (``_devices.known_on_host``);
 - ``host_test``: how an array is cheaply known to hold host memory where
-  no attribute says it: a method called without arguments, its answer for
-  host memory, and an attribute whose ``len()`` is 1 for an array on one
-  device (``_devices.known_on_host``). The compiled core reads it too, and
+  no attribute says it: an attribute whose ``len()`` is 1 for an array on
+  one device (read first), a method called without arguments, and its
+  answer for host memory (``_devices.known_on_host``). The compiled core reads it too, and
   asks such an array's ``__dlpack__`` itself for the plain cases
   (``_wiring``);
 - ``numpy_reads``: its dtypes whose host capsules ``numpy.from_dlpack``
@@ -44,8 +44,8 @@ class Exchange(NamedTuple):
 
 
 class HostTest(NamedTuple):
-    """An array holds host memory, on one device, when ``method()`` answers
-    ``answer`` and ``len()`` of its ``pieces`` attribute is 1."""
+    """An array holds host memory, on one device, when ``len()`` of its
+    ``pieces`` attribute is 1 and then ``method()`` answers ``answer``."""
 
     method: str
     answer: str
@@ -110,8 +110,8 @@ PEERS = (
     Peer(
         "jax", "jax", array="ArrayImpl", array_module="jaxlib",
         # Its __dlpack_device__ is Python code (900 ns, half of __dlpack__):
-        # platform() is C (30 ns), and an array over several devices (its
-        # per-device _arrays) is what __dlpack_device__ itself refuses.
+        # it reads the per-device _arrays (one, or it refuses; None once the
+        # array is deleted) and platform() (C, 30 ns), as this test does.
         host_test=HostTest("platform", "cpu", "_arrays"),
         devices=Devices(
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},

@@ -176,14 +176,25 @@ guards_pass(ImportEntry *e, PyObject *x, int code)
     return 1;
 }
 
-/* 1 when x passes its type's host test (told by Python: _peers.HostTest;
- * one_device: and it lives on one device), 0 when it does not or the test
- * cannot say (the error cleared: the general path asks __dlpack_device__,
- * which reports it), -1 with an interrupt pending. */
+/* 1 when x passes its type's host test (told by Python: _peers.HostTest),
+ * 0 when it does not or the test cannot say (the error cleared: the general
+ * path asks __dlpack_device__, which reports it), -1 with an interrupt
+ * pending. The pieces are read first, as JAX's __dlpack_device__ reads
+ * them: platform() of a deleted JAX array (whose pieces are None) crashes
+ * the process. */
 int
-host_test(ImportEntry *e, PyObject *x, int one_device)
+host_test(ImportEntry *e, PyObject *x)
 {
     if (e->host_method == NULL)
+        return 0;
+    PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
+    if (pieces == NULL)
+        return cleared();
+    Py_ssize_t n = PyObject_Length(pieces);
+    Py_DECREF(pieces);
+    if (n < 0)
+        return cleared();
+    if (n != 1)
         return 0;
     PyObject *r = PyObject_CallMethodNoArgs(x, e->host_method);
     if (r == NULL)
@@ -192,16 +203,7 @@ host_test(ImportEntry *e, PyObject *x, int one_device)
      * case is the general path's. */
     int host = PyUnicode_CheckExact(r) && PyUnicode_Compare(r, e->host_answer) == 0;
     Py_DECREF(r);
-    if (!host || !one_device)
-        return host;
-    PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
-    if (pieces == NULL)
-        return cleared();
-    Py_ssize_t n = PyObject_Length(pieces);
-    Py_DECREF(pieces);
-    if (n < 0)
-        return cleared();
-    return n == 1;
+    return host;
 }
 
 /* x.__dlpack__(max_version=DLPACK_VERSION), or max_version=None for a
@@ -310,9 +312,7 @@ ndarray_over(DLManagedTensorVersioned *m)
 static PyObject *
 capsule_import(PyObject *x, ImportEntry *e)
 {
-    /* An array over several devices answers here with the error its
-     * __dlpack_device__ would give: the general path gathers it. */
-    int host = host_test(e, x, 0);
+    int host = host_test(e, x);
     if (host <= 0)
         return host < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *capsule = ask_capsule(x, 1);
