@@ -42,15 +42,41 @@ exportable_set_plan(Exportable *self, PyObject *args)
     return PyLong_FromLong(self->plan);
 }
 
+/* 1 when o is a tuple of two ints, all of their exact types (no subclass:
+ * a bool equals an int), else 0. */
+static inline int
+int_pair(PyObject *o)
+{
+    return PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 2 && PyLong_CheckExact(PyTuple_GET_ITEM(o, 0)) &&
+           PyLong_CheckExact(PyTuple_GET_ITEM(o, 1));
+}
+
 /* 1 when max_version is the one the version policy last accepted against the
- * floor in force (what _versions.check_max_version caches), else 0. */
+ * floor in force (what _versions.check_max_version caches), or a pair of
+ * exact ints equal to it (the verdict depends on the values only: callers
+ * each pass their own (1, 0)), else 0. */
 int
 accepted_versioned(PyObject *max_version)
 {
     PyObject *acc = PyDict_GetItem(state.versions_dict, state.str_accepted);
     PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
-    return acc != NULL && PyTuple_CheckExact(acc) && PyTuple_GET_SIZE(acc) == 2 &&
-           PyTuple_GET_ITEM(acc, 0) == max_version && PyTuple_GET_ITEM(acc, 1) == floor;
+    if (acc == NULL || !PyTuple_CheckExact(acc) || PyTuple_GET_SIZE(acc) != 2 || PyTuple_GET_ITEM(acc, 1) != floor)
+        return 0;
+    PyObject *known = PyTuple_GET_ITEM(acc, 0);
+    if (known == max_version)
+        return 1;
+    if (!int_pair(max_version) || !int_pair(known))
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        int overflow = 0;
+        long a = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(max_version, i), &overflow);
+        if (overflow)
+            return 0;
+        long b = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(known, i), &overflow);
+        if (overflow || a != b)
+            return 0;
+    }
+    return 1;
 }
 
 /* 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
