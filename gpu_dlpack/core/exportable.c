@@ -452,12 +452,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         void *ptr = capsule != NULL ? claim(capsule, 1) : NULL;
         Py_XDECREF(capsule);
         if (ptr != NULL) {
-            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
-            if (request == NULL) {
-                run_deleter(ptr, 1);
-                return -1;
-            }
-            Py_XSETREF(self->request, request);
+            /* the request of the exchange: one tuple, made at configure */
+            Py_XSETREF(self->request, Py_NewRef(state.produced_request));
             *out = ptr;
             return 0;
         }
@@ -465,13 +461,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     if (plain && self->plan == PLAN_EXCHANGE) {
         DLManagedTensorVersioned *m = exchange_export(self);
         if (m != NULL) {
-            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
-            if (request == NULL) {
-                if (m->deleter)
-                    m->deleter(m);
-                return -1;
-            }
-            Py_XSETREF(self->request, request);
+            /* the request of the exchange: one tuple, made at configure */
+            Py_XSETREF(self->request, Py_NewRef(state.produced_request));
             *out = m;
             return 0;
         }

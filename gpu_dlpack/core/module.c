@@ -99,6 +99,9 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(state.versions_dict, Py_NewRef(versions));
     Py_XSETREF(state.produced_version, Py_NewRef(produced));
+    Py_XSETREF(state.produced_request, PyTuple_Pack(4, Py_None, produced, Py_None, Py_None));
+    if (state.produced_request == NULL)
+        return NULL;
     Py_XSETREF(state.learn_import, Py_NewRef(learn));
     Py_XSETREF(state.exportable_fallback, Py_NewRef(fallback));
     state.device_types = devs;

@@ -31,6 +31,7 @@ typedef struct {
     void **numpy_api;
     PyObject *versions_dict;      /* _versions.__dict__ (its verdict cache) */
     PyObject *produced_version;   /* DLPACK_VERSION, as Python has it */
+    PyObject *produced_request;   /* (None, DLPACK_VERSION, None, None): last_request of the C exchange */
     uint64_t version_word;        /* DLPACK_VERSION as written in a capsule */
     int32_t cpu_type;
     PyObject *learn_import;       /* Python: type -> (api capsule, attrs, methods) or None */
