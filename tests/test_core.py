@@ -800,3 +800,21 @@ def test_an_equal_max_version_of_another_caller_takes_the_plain_path():
     # policy's to judge: it refuses it.
     with pytest.raises(TypeError, match="two ints"):
         gpu_dlpack.export(x, max_version=(True, 0))
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_the_adaptation_adds_a_byte_offset_to_the_data_as_an_address(versioned):
+    # An offset of 2**63 reaches past any object C knows of: the sum is an
+    # address, not pointer arithmetic (UBSan aborted the core's rebuild on
+    # it). The data is never read: the first page, which no process maps.
+    from .capsules import Producer, make
+
+    cap, rec = make(np.arange(6.0), versioned=versioned, device=(2, 0), data=0x1000, byte_offset=2**63)
+    out = gpu_dlpack.export(Producer(cap, device=(2, 0)), max_version=None if versioned else (1, 0))
+    info = gpu_dlpack.inspect(out)
+    assert info.versioned is not versioned and info.data == 0x1000 + 2**63 and info.byte_offset == 0
+    del out
+    import gc
+
+    gc.collect()
+    assert rec.calls == 1

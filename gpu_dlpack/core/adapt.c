@@ -70,7 +70,8 @@ static void
 copy_tensor(DLTensor *to, const DLTensor *from, int64_t *strides, DLDevice device)
 {
     *to = *from;
-    to->data = (char *)from->data + from->byte_offset;
+    /* as an address: an offset may reach past any object C knows of */
+    to->data = (void *)((uintptr_t)from->data + from->byte_offset);
     to->byte_offset = 0;
     to->device = device;
     if (from->strides == NULL) {

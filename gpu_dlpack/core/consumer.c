@@ -270,7 +270,7 @@ ndarray_of(void *ptr, int versioned)
     Py_INCREF(descr);  /* stolen */
     PyObject *arr = ((NewFromDescr_t)state.numpy_api[94])(
         state.ndarray_type, descr, t->ndim, shape, t->strides ? strides : NULL,
-        (char *)t->data + t->byte_offset, writeable ? 0x0400 /* WRITEABLE */ : 0, NULL);
+        (void *)((uintptr_t)t->data + t->byte_offset), writeable ? 0x0400 /* WRITEABLE */ : 0, NULL);
     if (arr == NULL)
         return NULL;
     PyObject *base = versioned ? PyCapsule_New(ptr, EXCHANGED, exchanged_destructor)
