@@ -264,7 +264,7 @@ def python_wrap(x, readonly):
 if _fastpath.core is not None:
     # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
     # C exchange API) are built in C; the rest calls python_wrap.
-    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, True), wrap)
+    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, 1), wrap)
 
 
 _CPU_DLPACK = CPU.dlpack

@@ -12,6 +12,7 @@ Floor: the two directions, beside ``_export``: neither imports the other.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -27,7 +28,6 @@ from ._shards import Shard
 from ._typing import DeviceLike, StreamLike
 
 _ndarray = np.ndarray
-_core_import = None if _fastpath.core is None else _fastpath.core.import_host
 _buffer_views = _protocols.BUFFER_VIEWS
 _CapsuleType = _capsule.CapsuleType
 
@@ -61,11 +61,9 @@ def from_dlpack(
             if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
                 return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
             return _import_numpy(x)
-        if _core_import is not None:
-            # A producer's C exchange API, when the core was told it may.
-            arr = _core_import(x)
-            if arr is not None:
-                return arr
+        # (With the compiled core, from_dlpack is its front, which first runs
+        # the core's import of a producer it was told about: a C exchange API,
+        # JAX's capsules. This function is what it hands back.)
         if known_on_host(x):
             return _import_host(x)
         view = _buffer_views.get(type(x))
@@ -128,6 +126,13 @@ _id = id
 # NumPy's own native numeric dtypes, by identity (each is one object for the
 # life of the process): the fast test for the view shortcut.
 _PLAIN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDG")
+
+
+if _fastpath.core is not None:
+    # Asked for nothing but x, the core imports the producers it was told
+    # about (a C exchange API, JAX's capsules) before any Python runs; every
+    # other case calls the function above. help() and inspect see it.
+    from_dlpack = functools.update_wrapper(_fastpath.core.Exporter(from_dlpack, 2), from_dlpack)
 
 
 def _plain(x) -> bool:

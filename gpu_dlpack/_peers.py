@@ -45,11 +45,16 @@ class Exchange(NamedTuple):
 
 class HostTest(NamedTuple):
     """An array holds host memory, on one device, when ``len()`` of its
-    ``pieces`` attribute is 1 and then ``method()`` answers ``answer``."""
+    ``pieces`` attribute is 1 and then ``method()`` answers ``answer``.
+    ``deleted()`` answers True once its memory is gone: the compiled core's
+    import asks it before ``method()`` in place of the pieces (an array
+    over several devices refuses the export that follows, and the general
+    path then gathers it)."""
 
     method: str
     answer: str
     pieces: str
+    deleted: str
 
 
 class Devices(NamedTuple):
@@ -111,8 +116,9 @@ PEERS = (
         "jax", "jax", array="ArrayImpl", array_module="jaxlib",
         # Its __dlpack_device__ is Python code (900 ns, half of __dlpack__):
         # it reads the per-device _arrays (one, or it refuses; None once the
-        # array is deleted) and platform() (C, 30 ns), as this test does.
-        host_test=HostTest("platform", "cpu", "_arrays"),
+        # array is deleted) and platform() (C, 30 ns), as this test does;
+        # _arrays makes a list of new arrays (50 ns), is_deleted() is C.
+        host_test=HostTest("platform", "cpu", "_arrays", "is_deleted"),
         devices=Devices(
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",

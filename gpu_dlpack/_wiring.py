@@ -34,7 +34,7 @@ def _import_plan(t):
     and methods (of arrays of the dtype codes ``codes``) that must be false
     for the exchange to be the plain one (else the general path runs, and
     says what the producer refuses); None when it is not read. ``host`` is
-    ``(method, answer, pieces)``, the type's host test (``_peers.HostTest``),
+    ``(method, answer, pieces, deleted)``, the type's host test (``_peers.HostTest``),
     when the core may ask the producer's ``__dlpack__`` itself for host
     memory: it takes the plain capsules, and hands every other one to the
     Python functions that would have received them."""

@@ -137,7 +137,7 @@ def _host_tested():
     from gpu_dlpack import _peers
 
     return _peers.Peer("fuzzed producer", "tests.capsules", array="HostProducer",
-                       host_test=_peers.HostTest("platform", "cpu", "pieces"))
+                       host_test=_peers.HostTest("platform", "cpu", "pieces", "is_deleted"))
 
 
 class _Env:

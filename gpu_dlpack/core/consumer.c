@@ -19,6 +19,7 @@ entry_destructor(PyObject *capsule)
         Py_XDECREF(e->host_method);
         Py_XDECREF(e->host_answer);
         Py_XDECREF(e->host_pieces);
+        Py_XDECREF(e->host_deleted);
         PyMem_Free(e);
     } else {
         PyErr_Clear();
@@ -86,8 +87,8 @@ import_entry(PyTypeObject *type, PyObject **hold)
                 return NULL;
             }
             const DLPackExchangeAPI *api = cap == Py_None ? NULL : api_of(cap);
-            PyObject *hm = NULL, *ha = NULL, *hp = NULL;
-            if (host != Py_None && !PyArg_ParseTuple(host, "UUU", &hm, &ha, &hp)) {
+            PyObject *hm = NULL, *ha = NULL, *hp = NULL, *hd = NULL;
+            if (host != Py_None && !PyArg_ParseTuple(host, "UUUU", &hm, &ha, &hp, &hd)) {
                 Py_DECREF(plan);
                 return NULL;
             }
@@ -106,6 +107,7 @@ import_entry(PyTypeObject *type, PyObject **hold)
                 e->host_method = Py_XNewRef(hm);
                 e->host_answer = Py_XNewRef(ha);
                 e->host_pieces = Py_XNewRef(hp);
+                e->host_deleted = Py_XNewRef(hd);
                 got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
                 if (got == NULL) {
                     Py_XDECREF(e->api_owner);
@@ -114,6 +116,7 @@ import_entry(PyTypeObject *type, PyObject **hold)
                     Py_XDECREF(hm);
                     Py_XDECREF(ha);
                     Py_XDECREF(hp);
+                    Py_XDECREF(hd);
                     PyMem_Free(e);
                     Py_DECREF(plan);
                     return NULL;
@@ -179,23 +182,32 @@ guards_pass(ImportEntry *e, PyObject *x, int code)
 /* 1 when x passes its type's host test (told by Python: _peers.HostTest),
  * 0 when it does not or the test cannot say (the error cleared: the general
  * path asks __dlpack_device__, which reports it), -1 with an interrupt
- * pending. The pieces are read first, as JAX's __dlpack_device__ reads
- * them: platform() of a deleted JAX array (whose pieces are None) crashes
- * the process. */
+ * pending. Before platform() (which crashes the process on a deleted JAX
+ * array), the pieces are read, as JAX's __dlpack_device__ reads them
+ * (None once deleted; one_device: one of them), or else deleted() asked. */
 int
-host_test(ImportEntry *e, PyObject *x)
+host_test(ImportEntry *e, PyObject *x, int one_device)
 {
     if (e->host_method == NULL)
         return 0;
-    PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
-    if (pieces == NULL)
-        return cleared();
-    Py_ssize_t n = PyObject_Length(pieces);
-    Py_DECREF(pieces);
-    if (n < 0)
-        return cleared();
-    if (n != 1)
-        return 0;
+    if (one_device) {
+        PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
+        if (pieces == NULL)
+            return cleared();
+        Py_ssize_t n = PyObject_Length(pieces);
+        Py_DECREF(pieces);
+        if (n < 0)
+            return cleared();
+        if (n != 1)
+            return 0;
+    } else {
+        PyObject *gone = PyObject_CallMethodNoArgs(x, e->host_deleted);
+        if (gone == NULL)
+            return cleared();
+        Py_DECREF(gone);
+        if (gone != Py_False)
+            return 0;
+    }
     PyObject *r = PyObject_CallMethodNoArgs(x, e->host_method);
     if (r == NULL)
         return cleared();
@@ -312,7 +324,9 @@ ndarray_over(DLManagedTensorVersioned *m)
 static PyObject *
 capsule_import(PyObject *x, ImportEntry *e)
 {
-    int host = host_test(e, x);
+    /* An array over several devices refuses the export: the general path
+     * then gathers it (the test of one device costs more than the export). */
+    int host = host_test(e, x, 0);
     if (host <= 0)
         return host < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *capsule = ask_capsule(x, 1);

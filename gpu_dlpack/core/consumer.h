@@ -16,7 +16,8 @@ typedef struct {
     uint32_t method_codes; /* ... for these dtype codes (bit per code) */
     PyObject *host_method;  /* the host test (_peers.HostTest), or NULL: len() of ... */
     PyObject *host_pieces;  /* ... this attribute is 1 (one device), and ... */
-    PyObject *host_answer;  /* ... method() answers this for host memory */
+    PyObject *host_answer;  /* ... method() answers this for host memory; */
+    PyObject *host_deleted; /* a method answering True once the memory is gone */
 } ImportEntry;
 
 /* After a failed call into Python: 0 with the error cleared when it is an
@@ -38,7 +39,7 @@ cleared(void)
  * (core.forget()). NULL with an error set on failure. */
 ImportEntry *import_entry(PyTypeObject *type, PyObject **hold);
 int guards_pass(ImportEntry *e, PyObject *x, int code);
-int host_test(ImportEntry *e, PyObject *x);
+int host_test(ImportEntry *e, PyObject *x, int one_device);
 PyObject *ask_capsule(PyObject *x, int versioned);
 PyObject *core_import_host(PyObject *mod, PyObject *x);
 PyObject *core_exchange(PyObject *mod, PyObject *x);

@@ -1,4 +1,4 @@
-/* export(): the plain cases in C, the rest in Python */
+/* export(), wrap() and from_dlpack(): the plain cases in C, the rest in Python */
 
 #include "export.h"
 
@@ -36,7 +36,7 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     } else if ((PyObject *)e != Py_None && e->api == NULL) {
         /* Host memory on one device by its type's host test: the device the
          * Python wrap reads (the CPU, as its __dlpack_device__ says). */
-        int host = host_test(e, x);
+        int host = host_test(e, x, 1);
         if (host != 0) {
             PyObject *w = host < 0 ? NULL
                                    : new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_CAPSULE, NULL, e, hold);
@@ -109,7 +109,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
             return NULL;
         if ((PyObject *)e != Py_None && e->api == NULL) {
             /* A producer with a host test (JAX), on the host by it. */
-            int host = host_test(e, x);
+            int host = host_test(e, x, 1);
             PyObject *capsule = host > 0 ? capsule_export(x, max_version, versioned) : NULL;
             Py_DECREF(hold);
             if (capsule != NULL || host < 0 || PyErr_Occurred())
@@ -136,17 +136,50 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
+/* from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing
+ * but x, and x no NumPy array (the Python function's view shortcut), the
+ * core's import of a producer it was told about (core_import_host); every
+ * other case, and every one it hands back (None), the Python function. */
+static PyObject *
+importer_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || state.py_impl == NULL || state.numpy_api == NULL || Py_TYPE(args[0]) == state.ndarray_type)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (args[1 + i] != Py_None || (PyUnicode_CompareWithASCIIString(k, "device") != 0 &&
+                                       PyUnicode_CompareWithASCIIString(k, "copy") != 0 &&
+                                       PyUnicode_CompareWithASCIIString(k, "stream") != 0))
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    PyObject *arr = core_import_host(NULL, args[0]);
+    if (arr != Py_None)
+        return arr;
+    Py_DECREF(arr);
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+enum { EXPORTER_EXPORT = 0, EXPORTER_WRAP = 1, EXPORTER_IMPORT = 2 };
+
 static PyObject *
 exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *fallback;
-    int is_wrap = 0;
-    if (!PyArg_ParseTuple(args, "O|p:Exporter", &fallback, &is_wrap))
+    int kind = EXPORTER_EXPORT;
+    if (!PyArg_ParseTuple(args, "O|i:Exporter", &fallback, &kind))
         return NULL;
+    if (kind < EXPORTER_EXPORT || kind > EXPORTER_IMPORT) {
+        PyErr_Format(PyExc_ValueError, "Exporter: no kind %d (0 export, 1 wrap, 2 from_dlpack)", kind);
+        return NULL;
+    }
     Exporter *self = (Exporter *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->vectorcall = (vectorcallfunc)(is_wrap ? wrapper_call : exporter_call);
+    self->vectorcall = (vectorcallfunc)(kind == EXPORTER_WRAP     ? wrapper_call
+                                        : kind == EXPORTER_IMPORT ? importer_call
+                                                                  : exporter_call);
     self->fallback = Py_NewRef(fallback);
     return (PyObject *)self;
 }
@@ -185,7 +218,7 @@ PyTypeObject ExporterType = {
     .tp_name = "gpu_dlpack._core.Exporter",
     .tp_basicsize = sizeof(Exporter),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "export() with its plain cases in C.",
+    .tp_doc = "export(), wrap() or from_dlpack() with their plain cases in C.",
     .tp_new = exporter_new,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Exporter, vectorcall),
