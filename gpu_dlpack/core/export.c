@@ -1,6 +1,8 @@
-/* export(), wrap() and from_dlpack(): the plain cases in C, the rest in Python */
+/* export(), wrap(), from_dlpack() and inspect(): the plain cases in C, the
+ * rest in Python */
 
 #include "export.h"
+#include "info.h"
 
 /* wrap(x, readonly): the Exportable of the plain cases made here (a NumPy
  * array of a NumPy dtype; a host producer whose C exchange API says where
@@ -161,7 +163,17 @@ importer_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
-enum { EXPORTER_EXPORT = 0, EXPORTER_WRAP = 1, EXPORTER_IMPORT = 2 };
+/* inspect(capsule): the core's read (which hands to the Python read every
+ * case it does not read); any other call, the Python function. */
+static PyObject *
+reader_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || state.py_impl == NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return core_read(NULL, args[0]);
+}
+
+enum { EXPORTER_EXPORT = 0, EXPORTER_WRAP = 1, EXPORTER_IMPORT = 2, EXPORTER_INSPECT = 3 };
 
 static PyObject *
 exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -170,16 +182,17 @@ exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     int kind = EXPORTER_EXPORT;
     if (!PyArg_ParseTuple(args, "O|i:Exporter", &fallback, &kind))
         return NULL;
-    if (kind < EXPORTER_EXPORT || kind > EXPORTER_IMPORT) {
-        PyErr_Format(PyExc_ValueError, "Exporter: no kind %d (0 export, 1 wrap, 2 from_dlpack)", kind);
+    if (kind < EXPORTER_EXPORT || kind > EXPORTER_INSPECT) {
+        PyErr_Format(PyExc_ValueError, "Exporter: no kind %d (0 export, 1 wrap, 2 from_dlpack, 3 inspect)", kind);
         return NULL;
     }
     Exporter *self = (Exporter *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->vectorcall = (vectorcallfunc)(kind == EXPORTER_WRAP     ? wrapper_call
-                                        : kind == EXPORTER_IMPORT ? importer_call
-                                                                  : exporter_call);
+    self->vectorcall = (vectorcallfunc)(kind == EXPORTER_WRAP      ? wrapper_call
+                                        : kind == EXPORTER_IMPORT  ? importer_call
+                                        : kind == EXPORTER_INSPECT ? reader_call
+                                                                   : exporter_call);
     self->fallback = Py_NewRef(fallback);
     return (PyObject *)self;
 }
@@ -218,7 +231,7 @@ PyTypeObject ExporterType = {
     .tp_name = "gpu_dlpack._core.Exporter",
     .tp_basicsize = sizeof(Exporter),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "export(), wrap() or from_dlpack() with their plain cases in C.",
+    .tp_doc = "export(), wrap(), from_dlpack() or inspect() with their plain cases in C.",
     .tp_new = exporter_new,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Exporter, vectorcall),
