@@ -9,20 +9,42 @@ True
 
 from __future__ import annotations
 
-import functools
-import sys
-import types
+import functools as _functools
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING
 
-from . import _capsule, _fastpath, _versions, _wiring
-from ._capsule import CapsuleInfo
-from ._devices import Device, DLDeviceType
-from ._errors import ConsumedCapsuleError, NotDLPackError, StreamWarning
-from ._export import Exportable, export, wrap
-from ._import import from_dlpack, shards
-from ._shards import Shard
-from ._streams import use_stream
-from ._typing import Capsule, Version
-from ._versions import DLPACK_VERSION
+from . import _interpreter
+
+_interpreter.check_main()  # before NumPy or the compiled core is loaded
+
+from . import _capsule, _fastpath, _versions, _wiring  # noqa: E402
+from ._capsule import CapsuleInfo  # noqa: E402
+from ._devices import Device, DLDeviceType  # noqa: E402
+from ._convert import Conversion, convert  # noqa: E402
+from ._errors import (  # noqa: E402
+    ConsumedCapsuleError,
+    CopyRequiredError,
+    DeviceUnreachableError,
+    DLPackVersionError,
+    InvalidStreamError,
+    NotDLPackError,
+    ReadOnlyError,
+    StreamError,
+    StreamTypeError,
+    StreamWarning,
+)
+from ._export import Exportable, export, wrap  # noqa: E402
+from ._import import from_dlpack, shards  # noqa: E402
+from ._kit import Producer, from_pointer  # noqa: E402
+from ._shards import Shard  # noqa: E402
+from ._streams import use_stream  # noqa: E402
+from ._typing import Capsule, Version  # noqa: E402
+
+if TYPE_CHECKING:
+    from ._explain import Explanation
+from ._versions import DLPACK_VERSION  # noqa: E402
+from ._view import ArrayView, view  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -33,14 +55,20 @@ FLAG_READ_ONLY = _capsule.READ_ONLY
 FLAG_IS_COPIED = _capsule.IS_COPIED
 FLAG_IS_SUBBYTE_TYPE_PADDED = _capsule.IS_SUBBYTE_TYPE_PADDED
 
+if TYPE_CHECKING:
+    #: The version floor in force: the lowest ``max_version`` a consumer may
+    #: ask for. Read and assigned at run time (validated, as
+    #: ``set_min_dlpack_version``).
+    MIN_DLPACK_VERSION: Version
+
 
 def inspect(capsule: Capsule) -> CapsuleInfo:
     """Read an unconsumed DLPack capsule without consuming it.
 
     >>> import numpy as np, gpu_dlpack
     >>> info = gpu_dlpack.inspect(np.zeros((2, 3), np.float32).__dlpack__())
-    >>> info.name, info.shape, info.dtype
-    ('dltensor', (2, 3), (2, 32, 1))
+    >>> info.name, info.shape, info.dtype, info.dl_dtype
+    ('dltensor', (2, 3), dtype('float32'), (2, 32, 1))
 
     A consumed capsule raises ``ValueError`` (``ConsumedCapsuleError``).
     """
@@ -50,51 +78,92 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
 if _fastpath.core is not None:
     # The core's read from the first call (no Python frame between); help()
     # and inspect see the function above.
-    inspect = functools.update_wrapper(_fastpath.core.Exporter(inspect, 3), inspect)
+    inspect = _functools.update_wrapper(_fastpath.core.Exporter(inspect, 3), inspect)
+
+
+def explain(exc_or_message: BaseException | str, /) -> Explanation:
+    """What a DLPack error means and how to fix it: the known errors found
+    in an exception (its chain included) or a message, with their remedies.
+
+    >>> import gpu_dlpack
+    >>> found = gpu_dlpack.explain("BufferError: JAX does not support any version "
+    ...     "below (0, 5) but version ((0, 4)) was requested.")
+    >>> [m.id for m in found]
+    ['jax-version-floor']
+
+    The result is true when something matched; ``str()`` of it is what
+    ``gpu-dlpack explain`` prints.
+    """
+    from . import _explain  # the knowledge file is read on first use
+
+    return _explain.explain(exc_or_message)
 
 
 def set_min_dlpack_version(version: Version | str) -> Version:
-    """Set the version floor (``(0, 8)`` or ``"0.8"``); returns the old one.
-    Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``."""
+    """Set the version floor for the whole process (``(0, 8)`` or ``"0.8"``);
+    returns the old one. Same as assigning ``gpu_dlpack.MIN_DLPACK_VERSION``.
+
+    For one consumer only, ``wrap(x, min_version=...)`` or
+    ``export(x, min_version=...)``. ``GPU_DLPACK_MIN_VERSION=0.8`` in the
+    environment sets it too, read at first use.
+    """
     return _versions.set_min_version(version)
 
 
 __all__ = [
     "DLPACK_VERSION",
     "MIN_DLPACK_VERSION",
+    "ArrayView",
     "CapsuleInfo",
     "ConsumedCapsuleError",
+    "Conversion",
+    "CopyRequiredError",
     "DLDeviceType",
+    "DLPackVersionError",
     "Device",
+    "DeviceUnreachableError",
     "Exportable",
     "FLAG_IS_COPIED",
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
+    "InvalidStreamError",
     "NotDLPackError",
+    "Producer",
+    "ReadOnlyError",
     "Shard",
+    "StreamError",
+    "StreamTypeError",
     "StreamWarning",
+    "convert",
+    "explain",
     "export",
     "from_dlpack",
+    "from_pointer",
     "inspect",
     "set_min_dlpack_version",
     "shards",
     "use_stream",
+    "view",
     "wrap",
 ]
 
+# dir() and help() show the public API: the names above and the version.
+_PUBLIC = frozenset(__all__) | {"__version__"}
 
-class _Module(types.ModuleType):
+
+class _Module(_types.ModuleType):
     # MIN_DLPACK_VERSION reads and writes the floor in force, validated.
     @property
-    def MIN_DLPACK_VERSION(self):
+    def MIN_DLPACK_VERSION(self) -> Version:
         return _versions.min_version()
 
     @MIN_DLPACK_VERSION.setter
-    def MIN_DLPACK_VERSION(self, value):
+    def MIN_DLPACK_VERSION(self, value: Version | str) -> None:
         _versions.set_min_version(value)
 
-    def __dir__(self):
-        return sorted(set(super().__dir__()) | {"MIN_DLPACK_VERSION"})
+    def __dir__(self) -> list[str]:
+        return sorted(_PUBLIC)
 
 
-sys.modules[__name__].__class__ = _Module
+_sys.modules[__name__].__class__ = _Module
+del _Module, _functools, _sys, _types, TYPE_CHECKING, annotations

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import os
 import struct
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from . import _errors
+import numpy as np
+
+from . import _dtypes, _errors
 from ._destructor import OWNING_DESTRUCTOR as _OWN_DESTRUCTOR
 from ._devices import Device, DLDeviceType
 from ._fastpath import core as _core
@@ -54,7 +57,19 @@ _RawMalloc.restype = ctypes.c_void_p
 _New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
     ("PyCapsule_New", _api)
 )
-_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# What a ctypes call raises when converting an argument fails, a MemoryError
+# included; the functions below raise that one as MemoryError
+# (``from_ctypes``), as every other path does.
+_ArgumentError = ctypes.ArgumentError
+
+
+def from_ctypes(exc):
+    """What a ctypes call's ``ArgumentError`` stands for. Out of memory,
+    ctypes wraps the ``MemoryError`` of converting an argument in it; that
+    is a ``MemoryError``, as on every other path. Anything else is itself."""
+    if ": MemoryError" in str(exc):
+        return MemoryError()
+    return exc
 
 
 def check_platform(byteorder: str, maxsize: int) -> None:
@@ -90,7 +105,6 @@ _TENSOR = "QiiiBBHQQQ"
 _LEGACY_FMT = struct.Struct("<" + _TENSOR + "QQ")  # + manager_ctx, deleter
 _VERSIONED_FMT = struct.Struct("<IIQQQ" + _TENSOR)  # version, ctx, deleter, flags
 _TENSOR_AT_VERSIONED = 32
-_DELETER_AT = {False: 56, True: 16}
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 _DTYPE_FMT = struct.Struct("<BBH")
@@ -144,18 +158,32 @@ _POINTER_AT = _pointer_offset()
 
 @dataclass(frozen=True)
 class CapsuleInfo:
-    """What an unconsumed DLPack capsule holds (``gpu_dlpack.inspect``)."""
+    """What an unconsumed DLPack capsule holds (``gpu_dlpack.inspect``).
+
+    ``dl_dtype`` is the DLPack ``(code, bits, lanes)``; ``dtype`` the NumPy
+    dtype it is (None where NumPy has none: bfloat16 without ml_dtypes, a
+    vector type). ``strides`` are in elements, None when the capsule has
+    none (C order).
+    """
 
     name: str
     versioned: bool
-    version: tuple | None
+    version: tuple[int, int] | None
     flags: int
     device: Device
-    dtype: tuple
-    shape: tuple
-    strides: tuple | None
+    dl_dtype: tuple[int, int, int]
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
     byte_offset: int
     data: int
+
+    @property
+    def dtype(self) -> np.dtype[Any] | None:
+        """The NumPy dtype of ``dl_dtype``, or None where NumPy has none."""
+        try:
+            return _dtypes.to_numpy(*self.dl_dtype).numpy
+        except BufferError:
+            return None
 
     @property
     def read_only(self) -> bool:
@@ -178,7 +206,10 @@ def kind(obj) -> bool:
     """
     if type(obj) is not CapsuleType:
         raise _errors.not_a_capsule(obj)
-    raw = _GetName(obj)
+    try:
+        raw = _GetName(obj)
+    except _ArgumentError as exc:
+        raise from_ctypes(exc) from None
     if raw == b"dltensor_versioned":
         return True
     if raw == b"dltensor":
@@ -190,11 +221,17 @@ def kind(obj) -> bool:
 
 
 def is_unconsumed(capsule) -> bool:
-    return _GetName(capsule) in (b"dltensor", b"dltensor_versioned")
+    try:
+        return _GetName(capsule) in (b"dltensor", b"dltensor_versioned")
+    except _ArgumentError as exc:
+        raise from_ctypes(exc) from None
 
 
 def pointer(capsule, versioned: bool) -> int:
-    return _GetPointer(capsule, _NAME_BYTES[versioned])
+    try:
+        return _GetPointer(capsule, _NAME_BYTES[versioned])
+    except _ArgumentError as exc:
+        raise from_ctypes(exc) from None
 
 
 class Header(NamedTuple):
@@ -222,7 +259,7 @@ def peek(capsule, versioned: bool) -> Header:
     """The ``Header`` of an unconsumed capsule, read in one go. BufferError
     when the tensor could not be read safely (bad ndim, NULL shape, a device
     that is no DLPack device) or held by any importer (``_check_layout``)."""
-    return header(_GetPointer(capsule, _NAME_BYTES[versioned]), versioned)
+    return header(pointer(capsule, versioned), versioned)
 
 
 def kind_and_pointer(capsule, likely: bool = True):
@@ -235,7 +272,9 @@ def kind_and_pointer(capsule, likely: bool = True):
         return likely, _GetPointer(capsule, _NAME_BYTES[likely])
     except ValueError:  # another name
         versioned = kind(capsule)
-        return versioned, _GetPointer(capsule, _NAME_BYTES[versioned])
+        return versioned, pointer(capsule, versioned)
+    except _ArgumentError as exc:
+        raise from_ctypes(exc) from None
 
 
 _MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
@@ -402,7 +441,7 @@ def read(capsule) -> CapsuleInfo:
         version=version,
         flags=flags,
         device=device,
-        dtype=(code, bits, lanes),
+        dl_dtype=(code, bits, lanes),
         shape=shape,
         strides=strides,
         byte_offset=offset,
@@ -463,44 +502,58 @@ def set_device(ptr: int, versioned: bool, device_type: int, device_id: int) -> N
 
 
 class Owner:
-    """Holds the tensor of a consumed capsule and calls its deleter once, when
-    the last reference to this object goes (the owner of memory wrapped by
-    another library, such as ``cupy.cuda.UnownedMemory``)."""
+    """Holds the tensor of a consumed capsule (the owner of memory wrapped by
+    another library, such as ``cupy.cuda.UnownedMemory``): the tensor lives
+    in a capsule of its own that only this object holds, and that capsule's
+    C destructor frees it once, when the last reference to this object goes
+    or at ``release``. No Python code of the owner runs then (no ``__del__``),
+    so an interrupt or an object half made cannot skip or repeat the free."""
 
-    __slots__ = ("_ptr", "_deleter", "__weakref__")
+    __slots__ = ("_capsule", "__weakref__")
 
-    def __init__(self, ptr: int, deleter: int):
-        self._ptr = ptr
-        # Bound now: at interpreter shutdown module globals may be gone.
-        self._deleter = _Deleter(deleter) if deleter else None
+    def __init__(self, capsule):
+        self._capsule = capsule
 
     def release(self) -> None:
-        deleter, self._deleter = self._deleter, None
-        if deleter is not None:
-            deleter(self._ptr)
-
-    def __del__(self):
-        self.release()
+        self._capsule = None  # the capsule goes: its destructor frees the tensor
 
 
 # Checking a capsule's name and renaming it used_* is one step under this
 # lock, for every thread (free-threaded builds too): of several threads
-# handed one capsule, exactly one takes it, and its deleter runs once.
+# handed one capsule, exactly one takes it, and its deleter runs once. A
+# forked child gets a new lock (``_after_fork``): the thread that held it
+# in the parent does not exist there.
 _claim_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _claim_lock
+    _claim_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def claim(capsule, versioned: bool) -> int:
     """Take an unconsumed capsule: rename it ``used_*`` (so that neither its
     destructor nor any other consumer frees it) and return its pointer, whose
     tensor the caller now owns. ConsumedCapsuleError when another consumer
-    took it first."""
+    took it first. The layer itself takes capsules with ``move``, whose
+    result owns the tensor from the instant the claim is made."""
     with _claim_lock:
         try:
             ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
         except ValueError:  # renamed by another consumer
             ptr = None
+        except _ArgumentError as exc:
+            raise from_ctypes(exc) from None
         else:
-            renamed = _SetName(capsule, _USED_NAME_PTR[versioned]) == 0
+            # (Out of memory here, ctypes raises before the rename is made.)
+            try:
+                renamed = _SetName(capsule, _USED_NAME_PTR[versioned]) == 0
+            except _ArgumentError as exc:
+                raise from_ctypes(exc) from None
     if ptr is None:
         kind(capsule)  # says what the name now is
         raise _errors.malformed("the capsule changed kind while it was read")
@@ -509,15 +562,110 @@ def claim(capsule, versioned: bool) -> int:
     return ptr
 
 
-def _deleter_of(ptr: int, versioned: bool) -> int:
-    return _c_void_p.from_address(ptr + _DELETER_AT[versioned]).value or 0
+# -- moving a tensor to a capsule of the layer's own --------------------------------
+# A claim in pure Python cannot be one C call followed by another that gives
+# the tensor an owner: an interrupt (a signal handler raising) or a failed
+# allocation may land between any two calls. So the claim and the hand-over
+# are one C call here: both capsules are first given names inside one buffer
+# of the layer's, laid out so that a single memmove turns the old capsule's
+# name from "dltensor" into "used_dltensor" and, in the same write, the new
+# one's from "used_dltensor" into "dltensor". Before that write the old
+# capsule owns the tensor, after it the new one does; at no instruction do
+# both or neither. (The names are then pointed back to the layer's static
+# names, and the buffer reused; one that an interrupt left in use is never
+# reused, and stays allocated.)
+
+# Holding the GIL (no other thread reads a name halfway through the write),
+# and returning nothing (no result to convert, which could fail after the
+# write was made).
+_memmove_at = ctypes.cast(ctypes.memmove, ctypes.c_void_p).value
+assert _memmove_at
+_memmove = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(_memmove_at)
+
+
+def _static_bytes(raw: bytes) -> int:
+    addr = _RawMalloc(len(raw))
+    ctypes.memmove(addr, raw, len(raw))
+    return addr
+
+
+def _flip_layout(versioned: bool) -> tuple:
+    """``(offset of the new capsule's name, before, after)`` of one buffer:
+    ``before`` reads NAME at 0 and used_NAME at the offset, ``after`` (the
+    claim, written over its start) used_NAME at 0 and NAME at the offset."""
+    name = _NAME_BYTES[versioned]
+    used = b"used_" + name
+    at = len(used) + 1
+    before = name + b"\0" * (at - len(name)) + used + b"\0"
+    after = used + b"\0" + name + b"\0"
+    return at, (_static_bytes(before), len(before)), (_static_bytes(after), len(after))
+
+
+_FLIP = {False: _flip_layout(False), True: _flip_layout(True)}
+_free_flips: dict = {False: [], True: []}  # buffers in the "before" state, not in use
+
+
+def _flip_buffer(versioned: bool) -> int:
+    try:
+        return _free_flips[versioned].pop()
+    except IndexError:
+        _at, (before, size), _after = _FLIP[versioned]
+        addr = _RawMalloc(size)
+        if not addr:
+            raise MemoryError
+        _memmove(addr, before, size)
+        return addr
+
+
+def move(capsule, versioned: bool, destructor: int | None = None):
+    """A new unconsumed capsule of the same kind that holds the tensor of
+    ``capsule``, which is renamed ``used_*`` in the same step: from the claim
+    on, the new capsule owns the tensor, and its ``destructor`` (by default
+    ``owning_destructor``, a C function) frees it when it is dropped
+    unconsumed, whatever raised in between. ConsumedCapsuleError when another
+    consumer took the capsule first; MemoryError leaves it as it was."""
+    if destructor is None:
+        destructor = owning_destructor(versioned)
+    with _claim_lock:
+        try:
+            ptr = _GetPointer(capsule, _NAME_BYTES[versioned])
+        except ValueError:  # renamed by another consumer, or not a capsule of this kind
+            ptr = None
+        except _ArgumentError as exc:
+            raise from_ctypes(exc) from None
+        else:
+            at, (before, before_size), (after, after_size) = _FLIP[versioned]
+            try:
+                buf = _flip_buffer(versioned)
+                new = _New(ptr, buf + at, destructor)  # named used_*: it owns nothing yet
+                renamed = _SetName(capsule, buf) == 0  # the same name, in the buffer
+                if renamed:
+                    _memmove(buf, after, after_size)  # the claim and the hand-over
+            except _ArgumentError as exc:
+                raise from_ctypes(exc) from None
+            if renamed:
+                # The new capsule owns the tensor: the move is made. Pointing
+                # the names back to the static ones frees the buffer for the
+                # next move; out of memory for it, the buffer stays in use
+                # (never reused) and the move stands.
+                try:
+                    _SetName(capsule, _USED_NAME_PTR[versioned])
+                    _SetName(new, _NAME_PTR[versioned])
+                    _memmove(buf, before, before_size)
+                    _free_flips[versioned].append(buf)
+                except (MemoryError, _ArgumentError):
+                    pass
+                return new
+    if ptr is None:
+        kind(capsule)  # says what the name now is
+        raise _errors.malformed("the capsule changed kind while it was read")
+    raise _errors.malformed("the capsule could not be renamed")  # (the new capsule owns nothing: it goes)
 
 
 def take(capsule, versioned: bool) -> Owner:
     """Take ownership of an unconsumed capsule (rename it ``used_*``) and
     return the ``Owner`` that frees its tensor when it dies."""
-    ptr = claim(capsule, versioned)
-    return Owner(ptr, _deleter_of(ptr, versioned))
+    return Owner(move(capsule, versioned))
 
 
 def _owning_destructors() -> dict:
@@ -540,27 +688,37 @@ def _owning_destructors() -> dict:
 _OWNING_DESTRUCTOR = _owning_destructors()
 
 
+def python_owning_destructor() -> int:
+    """The layer's own versioned destructor for NumPy before 2.1 without the
+    compiled core: a ctypes callback, so Python code (``_destructor``)."""
+    assert _OWN_DESTRUCTOR
+    return _OWN_DESTRUCTOR
+
+
+def owning_destructor(versioned: bool) -> int:
+    """The destructor of the capsules ``move`` makes, a C function that frees
+    an unconsumed capsule's tensor: the compiled core's, which also sets a
+    pending exception aside while the deleter runs (a capsule dropped as an
+    interrupt unwinds the stack dies with the interrupt pending); without
+    the core, NumPy's, or before NumPy 2.1 (no versioned one to lend) the
+    layer's Python one."""
+    if _core is not None:
+        return _core.OWNING_DESTRUCTORS[versioned]
+    found = _OWNING_DESTRUCTOR[versioned]
+    return python_owning_destructor() if found is None else found
+
+
 def handover(capsule):
     """``(versioned, private)`` for a capsule a caller handed to the layer
-    (and may have shared with other threads): the capsule is claimed in one
-    step, and its tensor moves to a new unconsumed capsule that only this
-    call holds, which the layer then checks and consumes like any other.
-    ConsumedCapsuleError when another consumer took the capsule first.
+    (and may have shared with other threads): the capsule is claimed, and its
+    tensor moves to a new unconsumed capsule that only this call holds, in
+    one step (``move``); the layer then checks and consumes it like any
+    other. ConsumedCapsuleError when another consumer took the capsule first.
 
-    Dropped unconsumed, the new capsule frees the tensor (NumPy's owning
-    destructor, or before NumPy 2.1 the layer's own)."""
+    Dropped unconsumed, the new capsule frees the tensor (its C destructor),
+    also when an interrupt lands before this returns."""
     versioned = kind(capsule)
-    destructor = _OWNING_DESTRUCTOR[versioned]
-    if destructor is None:  # NumPy before 2.1: the layer's own
-        destructor = _OWN_DESTRUCTOR
-    ptr = claim(capsule, versioned)
-    try:
-        return versioned, _New(ptr, _NAME_PTR[versioned], destructor)
-    except BaseException:
-        deleter = _deleter_of(ptr, versioned)
-        if deleter:
-            _Deleter(deleter)(ptr)
-        raise
+    return versioned, move(capsule, versioned)
 
 
 def checked(capsule, likely_versioned: bool = True, check_dtype=None):
@@ -585,11 +743,10 @@ def checked(capsule, likely_versioned: bool = True, check_dtype=None):
 def discard(capsule, versioned: bool) -> None:
     """Take ownership of an unconsumed capsule and free what it holds now:
     rename it ``used_*`` (so its destructor does not free it again) and call
-    the deleter once. What a consumer must do with a capsule it rejects."""
-    ptr = claim(capsule, versioned)
-    deleter = _deleter_of(ptr, versioned)
-    if deleter:
-        _Deleter(deleter)(ptr)
+    the deleter once. What a consumer must do with a capsule it rejects.
+    (The tensor moves to a capsule of the layer's, dropped at once: its C
+    destructor calls the deleter, with no Python step between.)"""
+    move(capsule, versioned)
 
 
 # -- the implementation in use --------------------------------------------------
@@ -600,12 +757,19 @@ def discard(capsule, versioned: bool) -> None:
 PYTHON = {
     "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
     "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot, "read": read,
+    "move": move,
 }
 
 if _core is not None:
-    # claim too: every claim then takes the C step (take, handover and the
-    # Python discard call it), so a C claim and a Python one never interleave.
+    # claim and move too: every claim then takes the C step, so a C claim and
+    # a Python one never interleave.
     claim = _core.claim
+    _core_move = _core.move
+
+    def move(capsule, versioned: bool, destructor: int | None = None):  # noqa: F811
+        return _core_move(capsule, versioned, owning_destructor(versioned) if destructor is None else destructor)
+
+    move.__doc__ = PYTHON["move"].__doc__
     header = _core.header
     checked = _core.checked
     discard = _core.discard

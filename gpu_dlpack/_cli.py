@@ -27,7 +27,11 @@ def _demo(args) -> int:
 def _doctor(args) -> int:
     from . import doctor
 
-    report = doctor.run(extra=args.library)
+    try:
+        report = doctor.run(extra=args.library, strict=args.strict)
+    except ModuleNotFoundError as exc:
+        print(f"gpu-dlpack: error: {exc}", file=sys.stderr)
+        return 2
     print(doctor.to_json(report) if args.json else doctor.render(report))
     return report["exit_status"]
 
@@ -69,12 +73,18 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
         help="measure what each installed array library does with DLPack, and what gpu_dlpack fixes",
         description="Probe every installed DLPack library with small live exchanges, print a "
         "producer-by-consumer matrix (directly and through gpu_dlpack), and a remedy for each "
-        "problem. Exit status 0 when every exchange through gpu_dlpack works.",
+        "problem. Exit status 0 when every exchange through gpu_dlpack works (with --strict: and no "
+        "hazard was found); 2 for a --library that cannot be imported.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (for CI and bug reports)")
     doctor.add_argument(
         "--library", action="append", default=[], metavar="MODULE",
-        help="also probe this importable module (repeatable)",
+        help="also probe this importable module (repeatable; one that cannot be imported is an error)",
+    )
+    doctor.add_argument(
+        "--strict", action="store_true",
+        help="exit status 1 on hazards too (a consumer writing through READ_ONLY, a fault the table "
+        "does not know, a probe that aborts), not only on failed exchanges",
     )
     doctor.set_defaults(func=_doctor)
 

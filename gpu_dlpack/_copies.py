@@ -29,6 +29,7 @@ import atexit
 import collections
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -76,36 +77,38 @@ class Runtime:
         self.gpu = gpu
 
     def _rt(self):
-        from cupy.cuda import runtime
-
-        return runtime
+        # Asked first in each call: refused in a child forked after the GPU
+        # was used, before CuPy is called at all.
+        return _handoff._runtime()
 
     def alloc_pinned(self, nbytes: int):
         """``(address, owner)``: page-locked memory, freed when ``owner`` goes."""
+        self._rt()
         import cupy
 
         memory = cupy.cuda.alloc_pinned_memory(nbytes)
         return memory.ptr, memory
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        rt = self._rt()
         from cupy.cuda import Device
 
-        rt = self._rt()
         with Device(self.gpu):
             rt.memcpyAsync(dst, src, nbytes, rt.memcpyHostToDevice, stream)
 
     def event_create(self) -> int:
+        rt = self._rt()
         from cupy.cuda import Device
 
-        rt = self._rt()
         with Device(self.gpu):
             return rt.eventCreateWithFlags(rt.eventDisableTiming)
 
     def event_record(self, event: int, stream: int) -> None:
+        rt = self._rt()
         from cupy.cuda import Device
 
         with Device(self.gpu):
-            self._rt().eventRecord(event, stream)
+            rt.eventRecord(event, stream)
 
     def event_synchronize(self, event: int) -> None:
         self._rt().eventSynchronize(event)
@@ -154,6 +157,18 @@ class Ring:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.closed = False
+        _every_ring.add(self)
+
+    def _after_fork(self) -> None:
+        # In a forked child: the workers are not there (a pool kept would
+        # queue fills no thread runs), the lock may be held by a thread that
+        # is not there, and the chunks and events belong to the parent's GPU
+        # context (kept, never freed: that would call the runtime). The ring
+        # starts again empty, as if new.
+        _forsaken.extend(self._slots)
+        self._slots = []
+        self._pool = None
+        self._lock = threading.Lock()
 
     # -- what the ring holds (for tests and the doctor) --
     @property
@@ -247,6 +262,9 @@ def _fill(runtime, slot, flat, start, n):
 
 _rings: dict = {}  # gpu -> Ring
 _rings_lock = threading.Lock()
+_every_ring: weakref.WeakSet = weakref.WeakSet()  # for the fork handler
+_every_pool: weakref.WeakSet = weakref.WeakSet()
+_forsaken: list = []  # what a forked child inherited and must never free
 
 
 def ring_for(gpu: int, workers: int) -> Ring:
@@ -377,6 +395,18 @@ class PinnedPool:
         self.allocated = 0  # blocks allocated and not yet freed
         self._lock = threading.RLock()  # a block may come back from __del__ on any thread
         self.closed = False
+        self._forked = False
+        _every_pool.add(self)
+
+    def _after_fork(self) -> None:
+        # In a forked child the blocks are the parent's pinned memory: none
+        # is reused or freed here (freeing calls the runtime); those still
+        # held come back to a closed pool that forgets them.
+        self._lock = threading.RLock()
+        self._idle.clear()
+        self._order.clear()
+        self.idle_bytes = 0
+        self.closed = self._forked = True
 
     def take(self, nbytes: int) -> Block:
         """A block of at least ``nbytes``."""
@@ -419,6 +449,8 @@ class PinnedPool:
     def _free(self, ptr: int, size: int) -> None:
         with self._lock:
             self.allocated -= 1
+        if self._forked:
+            return  # the parent's memory: left to the process
         try:
             self.runtime.free_host(ptr)
         except Exception:  # at exit the runtime may be gone: the process frees it
@@ -442,6 +474,23 @@ class PinnedPool:
 
 _pool: list = []  # the process's result pool, made on first use
 _pool_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _rings_lock, _pool_lock
+    _rings_lock = threading.Lock()
+    _pool_lock = threading.Lock()
+    for ring in list(_every_ring):
+        ring._after_fork()
+    for pool in list(_every_pool):
+        pool._after_fork()
+    _forsaken.extend(_rings.values())
+    _rings.clear()  # ring_for makes new ones
+    _pool.clear()  # pinned_pool makes a new one
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def pinned_pool() -> PinnedPool:

@@ -69,8 +69,8 @@ for _t in DLDeviceType:
 _FORMS = (
     "'cpu', 'cuda', 'cuda:N', 'rocm:N', 'cuda_host', 'cuda_managed', 'rocm_host', "
     "any DLDeviceType name in lower case (with ':N'), a (device_type, device_id) "
-    "tuple such as (2, 0), a DLDeviceType, a torch.device, a cupy.cuda.Device or "
-    "a JAX device"
+    "tuple such as (2, 0), a DLDeviceType, a torch.device, a cupy.cuda.Device, "
+    "a JAX device or an array-api-strict Device"
 )
 
 
@@ -233,21 +233,18 @@ def _parse(spec):
         return _from_string(spec)
     if isinstance(spec, (tuple, list)):
         return _from_tuple(tuple(spec))
+    if hasattr(type(spec), "__dlpack_device__"):
+        raise _errors.array_not_device(spec)
     form = _peers.device_form(spec)
     if form is not None:
         return _from_peer(spec, form)
-    if hasattr(type(spec), "__dlpack_device__"):
-        raise TypeError(
-            f"{type(spec).__name__} is an array, not a device; use Device.of(x) "
-            "to read the device of an array."
-        )
     raise _errors.bad_device_type(spec)
 
 
 def _from_peer(dev, form):
     """A peer library's device object, read as its row in ``_peers`` says."""
-    kind = "gpu" if form.kind is None else str(getattr(dev, form.kind)).lower()
-    named = kind if form.kind is None else form.kinds.get(kind)
+    kind = None if form.kind is None else str(getattr(dev, form.kind)).lower()
+    named = form.kinds.get(kind)
     if named == "cpu":
         return DLDeviceType.CPU, 0
     if named is None:

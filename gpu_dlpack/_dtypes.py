@@ -91,6 +91,10 @@ def from_numpy(dtype: np.dtype) -> DType:
             "convert first with x.astype(x.dtype.newbyteorder('='))"
         )
     code = _NUMPY_KINDS.get(dtype.kind)
+    if code is not None and _id(dtype) in _NATIVE_IDS:
+        # NumPy's own dtype objects, known by identity: no hash to compute
+        # (out of memory, NumPy's dtype hash misses with an exception set).
+        return DType(code, dtype.itemsize * 8, dtype)
     if code is None or dtype.newbyteorder("=") not in _NATIVE_DTYPES:
         raise _errors.unsupported_numpy_dtype(
             dtype, "DLPack carries booleans, integers, floats and complex numbers "
@@ -130,6 +134,8 @@ _NATIVE = {
     (BOOL, 8): np.dtype("?"),
 }
 _NATIVE_DTYPES = frozenset(_NATIVE.values())
+_NATIVE_IDS = frozenset(id(d) for d in _NATIVE.values())  # alive for good: held by _NATIVE
+_id = id
 
 #: Every (code, bits) pair gpu_dlpack exchanges, with or without ml_dtypes.
 KNOWN = frozenset(_NATIVE) | frozenset(ML_DTYPES.values())

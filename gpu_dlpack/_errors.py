@@ -6,6 +6,14 @@ instead. The exception types are the ones the array API standard names:
 of the wrong type, ``ValueError`` for arguments of the right type but a wrong
 value.
 
+Each refusal a caller may want to act on has a class of its own, named for
+its cause and still a subclass of the standard's type, so that
+``except BufferError`` keeps working: ``DLPackVersionError``,
+``CopyRequiredError``, ``ReadOnlyError``, ``DeviceUnreachableError``
+(``BufferError`` each), and for streams ``InvalidStreamError``
+(``ValueError``: a value the memory's device does not take) and
+``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
+
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
 
@@ -32,21 +40,58 @@ class NotDLPackError(TypeError, AttributeError):
     """
 
 
+class DLPackVersionError(BufferError):
+    """The DLPack version asked for is below the floor, or too old to
+    describe the data (its dtype or device type came later)."""
+
+
+class CopyRequiredError(BufferError):
+    """``copy=False``, but the exchange needs a copy (another device, a
+    gather of shards, read-only data for an always-writeable result)."""
+
+
+class ReadOnlyError(BufferError):
+    """Read-only data for a consumer that cannot hold it read-only (a legacy
+    capsule cannot say READ_ONLY)."""
+
+
+class DeviceUnreachableError(BufferError):
+    """The device asked for cannot be reached from the data's device, or no
+    installed backend can serve it."""
+
+
+class StreamError(Exception):
+    """A stream refused for the memory it goes with: never raised itself,
+    but as ``InvalidStreamError`` (a ``ValueError``) or ``StreamTypeError``
+    (a ``TypeError``), so ``except StreamError`` catches both."""
+
+
+class InvalidStreamError(StreamError, ValueError):
+    """A stream value the memory's device does not take (``stream=1`` for
+    host memory, a negative handle...)."""
+
+
+class StreamTypeError(StreamError, TypeError):
+    """An object that is no stream (nor a stream object's handle)."""
+
+
 def _fmt_version(v) -> str:
     return "None" if v is None else f"({v[0]}, {v[1]})"
 
 
 # -- versions ---------------------------------------------------------------
 
-def below_floor(asked, floor) -> BufferError:
-    return BufferError(
+def below_floor(asked, floor) -> DLPackVersionError:
+    v = f"({asked[0]}, {asked[1]})"
+    return DLPackVersionError(
         f"gpu_dlpack does not export DLPack versions below {_fmt_version(floor)}, "
         f"but max_version={_fmt_version(asked)} was requested. Remedies: upgrade "
         "the consuming library so that it asks for max_version=(1, 0) or newer; "
         "or call __dlpack__ without max_version to get a legacy capsule; or lower "
-        "the floor with the environment variable GPU_DLPACK_MIN_VERSION (for "
-        f"example GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}) or by setting "
-        "gpu_dlpack.MIN_DLPACK_VERSION at run time."
+        f"the floor for this consumer: consumer.from_dlpack(gpu_dlpack.wrap(x, min_version={v})), "
+        f"or gpu_dlpack.export(x, max_version={v}, min_version={v}); or lower it for "
+        f"the whole process: gpu_dlpack.set_min_dlpack_version({v}), or the environment "
+        f"variable GPU_DLPACK_MIN_VERSION={asked[0]}.{asked[1]}."
     )
 
 
@@ -64,8 +109,8 @@ def bad_floor(value, source) -> ValueError:
     )
 
 
-def needs_version(what, need, asked) -> BufferError:
-    return BufferError(
+def needs_version(what, need, asked) -> DLPackVersionError:
+    return DLPackVersionError(
         f"{what} needs DLPack {need[0]}.{need[1]} or newer, but the consumer asked "
         f"for max_version={_fmt_version(asked)}. Remedies: upgrade the consumer so "
         "that it asks for max_version=(1, 0), or convert the array to a type that "
@@ -79,15 +124,15 @@ def bad_copy(value) -> TypeError:
     return TypeError(f"copy must be True, False or None; got {value!r}.")
 
 
-def bad_stream_type(value, device, valid) -> TypeError:
-    return TypeError(
+def bad_stream_type(value, device, valid) -> StreamTypeError:
+    return StreamTypeError(
         f"stream must be an int or None; got {type(value).__name__} {value!r}. "
         f"For {device} the valid values are: {valid}."
     )
 
 
-def bad_stream_value(value, device, valid) -> ValueError:
-    return ValueError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
+def bad_stream_value(value, device, valid) -> InvalidStreamError:
+    return InvalidStreamError(f"stream={value!r} is not valid for {device}. Valid values: {valid}.")
 
 
 def bad_device(value, forms) -> ValueError:
@@ -97,8 +142,30 @@ def bad_device(value, forms) -> ValueError:
 def bad_device_type(value) -> TypeError:
     return TypeError(
         f"a device must be a string, a (device_type, device_id) tuple, a "
-        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device or a JAX "
-        f"device; got {type(value).__name__} {value!r}."
+        f"gpu_dlpack.Device, a torch.device, a cupy.cuda.Device, a JAX device or "
+        f"an array-api-strict Device; got {type(value).__name__} {value!r}."
+    )
+
+
+def bad_flag(name, value) -> TypeError:
+    return TypeError(f"{name} must be True or False; got {value!r}.")
+
+
+def bad_dl_device_type(value) -> TypeError:
+    return TypeError(
+        f"dl_device must be None or a (device_type, device_id) tuple such as "
+        f"(1, 0) for the CPU; got {type(value).__name__} {value!r}."
+    )
+
+
+def bad_dl_device(value, why) -> DeviceUnreachableError:
+    return DeviceUnreachableError(f"dl_device={value!r} names no DLPack device: {why}")
+
+
+def array_not_device(value) -> TypeError:
+    return TypeError(
+        f"{type(value).__name__} is an array, not a device; use Device.of(x) "
+        "to read the device of an array."
     )
 
 
@@ -113,8 +180,8 @@ def not_dlpack(obj) -> NotDLPackError:
 
 # -- exchange rules ---------------------------------------------------------
 
-def readonly_legacy() -> BufferError:
-    return BufferError(
+def readonly_legacy() -> ReadOnlyError:
+    return ReadOnlyError(
         "cannot export a read-only array as a legacy 'dltensor' capsule: that "
         "format cannot say the data must not be written. Remedies: ask for a "
         "versioned capsule with max_version=(1, 0), or pass copy=True to export "
@@ -122,24 +189,24 @@ def readonly_legacy() -> BufferError:
     )
 
 
-def copy_forbidden(source, target, why) -> BufferError:
-    return BufferError(
+def copy_forbidden(source, target, why) -> CopyRequiredError:
+    return CopyRequiredError(
         f"copy=False, but exporting from {source} to {target} needs a copy ({why}). "
         "Pass copy=None to allow the copy, or keep the data on its device."
     )
 
 
-def unreachable(source, target, why="") -> BufferError:
+def unreachable(source, target, why="") -> DeviceUnreachableError:
     extra = f" ({why})" if why else ""
-    return BufferError(
+    return DeviceUnreachableError(
         f"cannot move an array from {source} to {target}{extra}. "
         "Ask for dl_device=None (the array's own device) or (1, 0) for the CPU "
         "where the data is host memory."
     )
 
 
-def no_backend(device) -> BufferError:
-    return BufferError(
+def no_backend(device) -> DeviceUnreachableError:
+    return DeviceUnreachableError(
         f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
         "working GPU for that. Install the CuPy that fits your GPU "
         "(pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0; from a gpu_dlpack "
@@ -152,6 +219,18 @@ def producer_refused(producer, exc) -> BufferError:
         f"{producer}.__dlpack__ refused the export: {type(exc).__name__}: {exc}. "
         "That is the producer's own error: fix what it names, or ask the producer "
         "for an export it can make (its own device, no copy, max_version=None)."
+    )
+
+
+def exports_itself(obj) -> BufferError:
+    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return BufferError(
+        f"{t}.__dlpack__ asks gpu_dlpack to export the {type(obj).__name__} itself "
+        "(gpu_dlpack.export(self) or gpu_dlpack.wrap(self) inside __dlpack__), which "
+        f"would ask {t}.__dlpack__ again without end, and the object speaks no other "
+        "array protocol (__cuda_array_interface__, __array_interface__, the buffer "
+        "protocol) to answer with. Name the memory instead: subclass gpu_dlpack.Producer "
+        "and return the array (or gpu_dlpack.from_pointer(...)) from dlpack_memory()."
     )
 
 
@@ -171,6 +250,33 @@ def producer_bad_device(producer, answer, error=ValueError):
         "(1, 0) for the CPU or (2, 0) for cuda:0. The producer breaks the DLPack "
         "protocol: fix its __dlpack_device__, or convert the array with its own "
         "library first (for example to NumPy) and pass that."
+    )
+
+
+# -- the producer kit ---------------------------------------------------------
+
+def no_dlpack_memory(obj) -> NotImplementedError:
+    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return NotImplementedError(
+        f"{t} subclasses gpu_dlpack.Producer but does not name its memory: define "
+        f"{type(obj).__name__}.dlpack_memory(self) to return the array to export "
+        "(any DLPack array, an object with __array_interface__ or the buffer protocol, "
+        "or gpu_dlpack.from_pointer(ptr, shape, dtype, owner=...))."
+    )
+
+
+def bad_pointer_type(name, value, expected) -> TypeError:
+    return TypeError(
+        f"from_pointer: {name} must be {expected}; got {type(value).__name__} {value!r}. "
+        "Call gpu_dlpack.from_pointer(ptr, shape, dtype, strides=None, device='cpu', owner=...)."
+    )
+
+
+def bad_pointer_argument(name, value, why) -> ValueError:
+    return ValueError(
+        f"from_pointer: {name}={value!r} cannot describe memory: {why}. "
+        "Pass the address of the first element, a shape of non-negative ints, and "
+        "strides in elements (one per dimension), or strides=None for C order."
     )
 
 
@@ -212,6 +318,13 @@ def unreadable_major(version) -> BufferError:
     )
 
 
+def subinterpreter() -> ImportError:
+    return ImportError(
+        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
+        "import it in the main interpreter"
+    )
+
+
 def unsupported_platform(what) -> ImportError:
     return ImportError(
         f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "
@@ -237,8 +350,8 @@ def unsupported_numpy_dtype(dtype, why) -> BufferError:
 
 # -- GPU exchanges (CuPy backend, streams) ------------------------------------
 
-def bad_stream_object(value) -> TypeError:
-    return TypeError(
+def bad_stream_object(value) -> StreamTypeError:
+    return StreamTypeError(
         f"cannot read a stream from {type(value).__name__} {value!r}. Pass an int "
         "handle (-1, 1, 2 or a cudaStream_t/hipStream_t address) or a stream object: "
         "cupy.cuda.Stream, torch.cuda.Stream, a Numba stream, or anything with "
@@ -246,12 +359,29 @@ def bad_stream_object(value) -> TypeError:
     )
 
 
-def readonly_to_writeable(target) -> BufferError:
-    return BufferError(
+def bad_cuda_stream_protocol(stream) -> StreamTypeError:
+    return StreamTypeError(
+        f"{type(stream).__name__}.__cuda_stream__() must return a (version, "
+        "handle) pair of ints."
+    )
+
+
+def readonly_to_writeable(target) -> CopyRequiredError:
+    return CopyRequiredError(
         f"copy=False, but the capsule is READ_ONLY and arrays on {target} are CuPy "
         "arrays, which are always writeable: a zero-copy import would let read-only "
         "data be written. Pass copy=None to import a writeable copy, or import to "
         "device='cpu' for a read-only NumPy view."
+    )
+
+
+def forked_after_gpu(pid) -> BufferError:
+    return BufferError(
+        f"process {pid} was forked from a process that had already used the GPU, and the CUDA "
+        "(or HIP) runtime does not survive fork: no GPU exchange or copy can be made here. Start "
+        "worker processes with the 'spawn' method (multiprocessing.get_context('spawn'), "
+        "torch DataLoader(multiprocessing_context='spawn')), or fork before the GPU is used; "
+        "host-memory exchanges work in a forked child."
     )
 
 
@@ -276,9 +406,9 @@ def device_mismatch(producer, said, got) -> BufferError:
     )
 
 
-def host_device_id(asked, target) -> BufferError:
+def host_device_id(asked, target) -> DeviceUnreachableError:
     name = target.type.name.lower()
-    return BufferError(
+    return DeviceUnreachableError(
         f"{asked!r} asks for {name} memory with device id {target.index}, but host "
         f"memory is one address space with device id 0 only. Ask for "
         f"({int(target.type)}, 0) or '{name}'."
@@ -287,8 +417,8 @@ def host_device_id(asked, target) -> BufferError:
 
 # -- arrays spread over several devices ----------------------------------------
 
-def spread_needs_copy(sharding, target) -> BufferError:
-    return BufferError(
+def spread_needs_copy(sharding, target) -> CopyRequiredError:
+    return CopyRequiredError(
         f"the array is sharded ({sharding}): it can reach {target} only by a gather, "
         "a copy, but copy=False was asked. Remedies: pass copy=None or copy=True to "
         "gather it, or take its shards zero-copy, each on its own device, with "
@@ -330,4 +460,93 @@ def interface_cannot_copy(device, dl_device, copy) -> BufferError:
         f"a CUDA Array Interface object on {device} lends its memory only; it was "
         f"asked for dl_device={dl_device!r}, copy={copy!r}. Import it with "
         "gpu_dlpack.from_dlpack(x, device=..., copy=True), which copies with CuPy."
+    )
+
+
+# -- one call to any library (convert) ------------------------------------------
+
+def bad_on_readonly(value, choices) -> ValueError | TypeError:
+    error = ValueError if isinstance(value, str) else TypeError
+    return error(
+        f"on_readonly must be one of {', '.join(repr(c) for c in choices)}; got {value!r}. "
+        "'copy' gives a consumer that cannot hold read-only data a writeable copy, 'share' "
+        "hands it the memory anyway (its writes then change the source), 'refuse' raises "
+        "gpu_dlpack.ReadOnlyError."
+    )
+
+
+def bad_consumer(to) -> TypeError:
+    return TypeError(
+        f"convert's 'to' must be an array library's module or its name (such as 'numpy', "
+        f"'torch', 'jax', 'cupy', 'array_api_strict', 'numba', or any module with a "
+        f"from_dlpack); got {type(to).__name__} {to!r}."
+    )
+
+
+def consumer_not_importable(name, exc) -> ModuleNotFoundError:
+    return ModuleNotFoundError(
+        f"convert(x, {name!r}): no module named {name!r} can be imported here "
+        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        "this Python.",
+        name=name,
+    )
+
+
+def consumer_without_from_dlpack(name, looked) -> TypeError:
+    return TypeError(
+        f"convert(x, {name!r}): {name} has no from_dlpack (looked for {', '.join(looked)}), "
+        "so it cannot import DLPack arrays. Pass a library that has one, or the module "
+        "that holds it (for example 'jax.numpy')."
+    )
+
+
+def readonly_refused(consumer, why) -> ReadOnlyError:
+    return ReadOnlyError(
+        f"the data is read-only and {consumer} cannot hold it read-only ({why}); "
+        "on_readonly='refuse' was asked. Remedies: on_readonly='copy' (the default) gives "
+        f"{consumer} a writeable copy; on_readonly='share' hands {consumer} the memory "
+        "anyway, where its writes change the source."
+    )
+
+
+def readonly_needs_copy(consumer, why) -> ReadOnlyError:
+    return ReadOnlyError(
+        f"copy=False, but the data is read-only and {consumer} cannot hold it read-only "
+        f"({why}): only a copy keeps the source unchanged. Remedies: pass copy=None to "
+        f"give {consumer} a writeable copy, or on_readonly='share' to hand it the memory "
+        "anyway, where its writes change the source."
+    )
+
+
+def layout_needs_copy(consumer, shape, strides, why) -> CopyRequiredError:
+    return CopyRequiredError(
+        f"copy=False, but {consumer} cannot import an array of shape {shape} with strides "
+        f"{strides} (in elements) without a copy: {why}. Pass copy=None to let gpu_dlpack "
+        "give it a compact copy, or make the array contiguous first."
+    )
+
+
+def unaligned_needs_copy(consumer, address, alignment) -> CopyRequiredError:
+    return CopyRequiredError(
+        f"copy=False, but {consumer} copies host data not aligned to {alignment} bytes, and "
+        f"this array starts at 0x{address:x} ({address % alignment} bytes past a boundary). "
+        "Pass copy=None to allow the copy, or allocate the array aligned."
+    )
+
+
+def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
+    return DeviceUnreachableError(
+        f"convert(x, {consumer!r}): {consumer} arrays live on a GPU, and gpu_dlpack cannot "
+        f"reach one here ({type(exc).__name__}: {exc}). Install the CuPy that fits your "
+        "GPU (pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0) and check "
+        "`gpu-dlpack doctor`, or convert to a host library ('numpy', 'torch', 'jax')."
+    )
+
+
+def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
+    return ModuleNotFoundError(
+        f"gpu-dlpack doctor --library {name}: no module named {name!r} can be imported here "
+        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        "this Python.",
+        name=name,
     )

@@ -23,7 +23,7 @@ import numpy as np
 from . import _backends, _capsule, _dtypes, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions
 from ._backends import cupy_backend, numpy_backend
 from ._devices import CPU, Device, DLDeviceType
-from ._producer import gave_legacy, request
+from ._producer import AskedAgain, gave_legacy, request
 from ._producer import producer_name as _producer_name
 
 _ndarray = np.ndarray
@@ -56,16 +56,22 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
         if adapted is None:
             raise _errors.not_dlpack(x)
         return _export(adapted, readonly, stream, max_version, dl_device, copy)
-    if source is None:
-        try:
-            source = Device.of(x)
-        except BufferError:
-            if not _shards.spread(x):
-                raise
-            return _export_spread(x, readonly, stream, max_version, dl_device, copy)
-    if source.is_host_accessible:
-        return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
-    return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+    try:
+        if source is None:
+            try:
+                source = Device.of(x)
+            except BufferError:
+                if not _shards.spread(x):
+                    raise
+                return _export_spread(x, readonly, stream, max_version, dl_device, copy)
+        if source.is_host_accessible:
+            return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
+        return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+    except AskedAgain as again:
+        if again.producer is not x:
+            raise
+        # x's own __dlpack__ asks for its export: its other protocols answer.
+        return _export(_protocols.besides_dlpack(x), readonly, stream, max_version, dl_device, copy)
 
 
 def _export_spread(x, readonly, stream, max_version, dl_device, copy):

@@ -86,6 +86,15 @@ class Match:
     def remedies(self) -> list:
         return [fill(r, self.groups) for r in self.entry.remedies]
 
+    @property
+    def avoid(self) -> dict:
+        """The gpu_dlpack call that avoids the error, with its example, filled."""
+        return {k: fill(v, self.groups) for k, v in self.entry.avoid.items()}
+
+    @property
+    def id(self) -> str:
+        return self.entry.id
+
     def as_dict(self) -> dict:
         e = self.entry
         return {
@@ -95,9 +104,70 @@ class Match:
             "excerpt": self.excerpt,
             "meaning": self.meaning,
             "remedies": self.remedies,
-            "avoid": dict(e.avoid),
+            "avoid": self.avoid,
             "refusal": e.refusal,
         }
+
+    def __str__(self) -> str:
+        return render([self])
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What ``gpu_dlpack.explain`` found in a text: the matches, best
+    first. True when something matched; ``str()`` is the terminal text."""
+
+    text: str
+    matches: tuple
+
+    def __bool__(self) -> bool:
+        return bool(self.matches)
+
+    def __iter__(self):
+        return iter(self.matches)
+
+    def __len__(self) -> int:
+        return len(self.matches)
+
+    def __getitem__(self, i):
+        return self.matches[i]
+
+    @property
+    def remedies(self) -> list:
+        """Every remedy of every match, in order."""
+        return [r for m in self.matches for r in m.remedies]
+
+    def as_dict(self) -> dict:
+        return {"matched": bool(self.matches), "matches": [m.as_dict() for m in self.matches]}
+
+    def __str__(self) -> str:
+        return render(list(self.matches))
+
+
+def explain(exc_or_message) -> Explanation:
+    """The known DLPack errors in an exception (with the exceptions it was
+    raised from or during) or in a message."""
+    if isinstance(exc_or_message, BaseException):
+        text = _exception_text(exc_or_message)
+    elif isinstance(exc_or_message, str):
+        text = exc_or_message
+    else:
+        raise TypeError(
+            "gpu_dlpack.explain takes an exception or an error message (str); got "
+            f"{type(exc_or_message).__name__} {exc_or_message!r}."
+        )
+    return Explanation(text, tuple(match(text)))
+
+
+def _exception_text(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` and of each exception in its chain, as a
+    traceback shows them (the cause first)."""
+    lines, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        lines.insert(0, f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return "\n".join(lines)
 
 
 def fill(template: str, fields: dict) -> str:
@@ -181,7 +251,7 @@ def render(matches: list) -> str:
         lines.append("  remedies, in order:")
         for i, remedy in enumerate(m.remedies, 1):
             lines += wrap_text(remedy, f"    {i}. ", "       ")
-        avoid = e.avoid
+        avoid = m.avoid
         lines.append(f"  with gpu_dlpack: {avoid['call']}")
         lines.append("    before:")
         lines += ["      " + s for s in avoid["before"].splitlines()]
@@ -204,11 +274,6 @@ def wrap_text(text: str, first: str, rest: str | None = None, width: int = 88) -
 def run(text: str, as_json: bool = False) -> tuple:
     """``(output, exit status)`` for ``gpu-dlpack explain``: 0 when something
     matched, 1 when nothing did."""
-    matches = match(text)
-    if as_json:
-        out = json.dumps(
-            {"matched": bool(matches), "matches": [m.as_dict() for m in matches]}, indent=2
-        )
-    else:
-        out = render(matches)
-    return out, 0 if matches else 1
+    found = explain(text)
+    out = json.dumps(found.as_dict(), indent=2) if as_json else str(found)
+    return out, 0 if found else 1

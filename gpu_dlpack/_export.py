@@ -16,16 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from . import _backends, _errors, _exchange, _fastpath, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _errors, _exchange, _fastpath, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._devices import CPU, Device
 from ._typing import Capsule, StreamLike, Version
 
 _ndarray = np.ndarray
+_asked = _producer.asked
+_asks_back = _producer.ASKS_BACK
 
 
 def export(
-    x: Any, *, stream: StreamLike | None = None, max_version: Version | None = None,
-    dl_device: tuple[int, int] | None = None, copy: bool | None = None,
+    x: Any, /, *, stream: StreamLike | None = None, max_version: Version | None = None,
+    dl_device: tuple[int, int] | None = None, copy: bool | None = None, readonly: bool = False,
+    min_version: Version | str | None = None,
 ) -> Capsule:
     """A DLPack capsule for ``x``, following the array API standard exactly.
 
@@ -40,7 +43,10 @@ def export(
 
     ``stream`` may also be a stream object (``cupy.cuda.Stream``,
     ``torch.cuda.Stream``...); inside ``gpu_dlpack.use_stream(s)`` an export
-    to GPU memory without ``stream`` uses ``s``.
+    to GPU memory without ``stream`` uses ``s``. ``readonly=True`` exports
+    the data read-only (versioned: READ_ONLY; legacy: refused unless
+    copied). ``min_version`` is the version floor of this call alone
+    (``(0, 4)`` or ``"0.4"``), for a consumer older than the floor in force.
     """
     if stream is None:
         # A NumPy array that stays on the host has no stream to take.
@@ -48,7 +54,13 @@ def export(
             stream = _block_stream(x, dl_device)
     elif type(stream) is not int:
         stream = _streams.handle_of(stream)
-    return _exchange._export(x, False, stream, max_version, dl_device, copy)
+    if readonly is not False and readonly is not True:
+        raise _errors.bad_flag("readonly", readonly)
+    if min_version is None:
+        return _exchange._export(x, readonly, stream, max_version, dl_device, copy)
+    floor = _versions.parse_floor(min_version, "min_version")
+    _versions.check_max_version(max_version, floor)
+    return _versions.under_floor(floor, _exchange._export, x, readonly, stream, max_version, dl_device, copy)
 
 
 if _fastpath.core is not None:
@@ -84,7 +96,7 @@ class Exportable(_Base):
     """
 
     __slots__ = (
-        ("_x", "_readonly", "_source", "_device", "_reported", "_request", "_held", "__weakref__")
+        ("_x", "_readonly", "_floor", "_source", "_device", "_reported", "_request", "_held", "__weakref__")
         if _Base is object else ()
     )
     _source: Device | None
@@ -92,19 +104,31 @@ class Exportable(_Base):
     _request: tuple | None
     _held: tuple | None
 
-    def __init__(self, x: Any, readonly: bool = False) -> None:
+    def __init__(self, x: Any, readonly: bool = False, min_version: Version | str | None = None) -> None:
         if readonly is not False and readonly is not True:
-            raise TypeError(f"readonly must be True or False; got {readonly!r}.")
+            raise _errors.bad_flag("readonly", readonly)
         self._x = x
         self._readonly = readonly
+        self._floor = None if min_version is None else _versions.parse_floor(min_version, "min_version")
         self._reported = None
         self._held = None
         if type(x) is _ndarray:
             self._source, self._device = CPU, _CPU_DLPACK
         else:
             # Read once: the device __dlpack_device__ reports is the one exported.
+            asks = _asks_back.get(type(x))
+            if asks is None:
+                asks = _producer.asks_back(type(x))
+            if asks and id(x) in _asked.ids:
+                # wrap(self) inside x's own __dlpack__ or __dlpack_device__:
+                # what else x speaks is wrapped.
+                x = self._x = _protocols.besides_dlpack(x)
+                asks = False
             try:
-                self._source = _backends.device_of(x)
+                if asks:
+                    self._source = _producer.marked(x, _backends.device_of, x)
+                else:
+                    self._source = _backends.device_of(x)
             except BufferError:
                 if not _shards.spread(x):
                     raise
@@ -124,18 +148,27 @@ class Exportable(_Base):
                 self._reported = reported
         self._request = None
         if _Base is not object and self._reported is None:
-            self._set_plan(*_plan(x, readonly, self._source))
+            self._set_plan(*_plan(x, readonly or self._floor is not None, self._source))
 
     def __dlpack__(
-        self, *, stream: StreamLike | None = None, max_version: Version | None = None,
+        self, /, *, stream: StreamLike | None = None, max_version: Version | None = None,
         dl_device: tuple[int, int] | None = None, copy: bool | None = None,
     ) -> Capsule:
+        """A DLPack capsule of the wrapped array, under the rules (the
+        standard's ``__dlpack__``)."""
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
         if self._reported is not None:
             dl_device = _rules.served_device(self._reported, dl_device, stream)
-        return _exchange._export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
+        floor = self._floor
+        if floor is None:
+            return _exchange._export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
+        _versions.check_max_version(max_version, floor)
+        return _versions.under_floor(
+            floor, _exchange._export, self._x, self._readonly, stream, max_version, dl_device, copy, self._source
+        )
 
-    def __dlpack_device__(self) -> tuple[int, int]:
+    def __dlpack_device__(self, /) -> tuple[int, int]:
+        """The ``(device_type, device_id)`` of the wrapped array."""
         return self._device
 
     @property
@@ -184,7 +217,7 @@ class Exportable(_Base):
         # A copy (copy.copy, copy.deepcopy, pickle) is a new wrapper over the
         # same array, made as wrap makes one, on both paths alike (the
         # compiled base holds a plan only __init__ makes).
-        return type(self), (self._x, self._readonly)
+        return type(self), (self._x, self._readonly, self._floor)
 
     @property
     def last_request(self) -> dict[str, Any] | None:
@@ -199,11 +232,19 @@ class Exportable(_Base):
 
     @property
     def readonly(self) -> bool:
+        """Whether the export is read-only (``wrap(x, readonly=True)``)."""
         return self._readonly
+
+    @property
+    def min_version(self) -> Version | None:
+        """The version floor of this wrapper (``wrap(x, min_version=...)``),
+        or None: the floor in force."""
+        return self._floor
 
     def __repr__(self) -> str:
         ro = ", readonly=True" if self._readonly else ""
-        return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro})"
+        floor = "" if self._floor is None else f", min_version={self._floor}"
+        return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro}{floor})"
 
 
 def _plan(x, readonly, source):
@@ -237,7 +278,7 @@ else:
     general_dlpack = Exportable.__dlpack__
 
 
-def wrap(x: Any, *, readonly: bool = False) -> Exportable:
+def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None = None) -> Exportable:
     """A DLPack producer over ``x`` that any consumer can import correctly.
 
     >>> import numpy as np, torch, gpu_dlpack
@@ -248,17 +289,20 @@ def wrap(x: Any, *, readonly: bool = False) -> Exportable:
 
     ``readonly=True`` exports a read-only view: versioned capsules carry
     READ_ONLY, and legacy ones are refused unless the consumer copies.
+    ``min_version`` is the version floor of this wrapper alone (``(0, 4)``
+    or ``"0.4"``): ``old_lib.from_dlpack(wrap(x, min_version=(0, 4)))``
+    serves a consumer older than the floor in force.
     """
-    return python_wrap(x, readonly)
+    return python_wrap(x, readonly, min_version)
 
 
-def python_wrap(x, readonly):
+def python_wrap(x, readonly, min_version=None):
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
         adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
         if adapted is None:
             raise _errors.not_dlpack(x)
         x = adapted
-    return Exportable(x, readonly)
+    return Exportable(x, readonly, min_version)
 
 
 if _fastpath.core is not None:

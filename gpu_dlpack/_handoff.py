@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import threading
 
+from . import _errors
 from ._fastpath import core
 
 _POOL_SIZE = 8  # idle events kept per device
@@ -42,6 +44,8 @@ _cuda: list = []  # CuPy's runtime module, once imported
 
 
 def _runtime():
+    if _forked:
+        check_not_forked()
     if _cuda:
         return _cuda[0]
     from cupy.cuda import runtime
@@ -221,6 +225,54 @@ def _bound() -> None:
         _runtime().eventSynchronize(event)
         _release(device, event)
         del objects
+
+
+# -- fork ---------------------------------------------------------------------------
+# A child forked after the GPU was used cannot use it: the CUDA (and HIP)
+# runtime does not survive fork. Its events, streams and pending entries are
+# the parent's: forgotten in the child, never destroyed or waited for there
+# (that would call the runtime), and the objects they keep stay alive.
+
+_forked: list = []  # in a forked child: [whether the parent had used the runtime through the layer]
+_forsaken: list = []  # what a forked child inherited and must never free
+
+
+def _after_fork() -> None:
+    global _pending_lock
+    _pending_lock = threading.Lock()  # the thread that held it is not in the child
+    _forsaken.append((list(_pools.values()), list(_pending), list(_stream_objects.values())))
+    _pools.clear()
+    _pending.clear()
+    _stream_objects.clear()
+    _forked[:] = [bool(_cuda)]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _gpu_started_before_fork() -> bool:
+    """Whether the process this one was forked from had started a GPU runtime:
+    through the layer, or (CuPy or another library on its own) as the driver
+    library mapped into the process says (the child inherits the mapping)."""
+    if _forked and _forked[0]:
+        return True
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libcuda.so" in line or "libamdhip64" in line for line in maps)
+    except OSError:
+        return False
+
+
+def check_not_forked() -> None:
+    """BufferError in a process forked after the GPU was used: any GPU call
+    there would fail or hang. A child forked before the GPU was used may use
+    it (and from then on is checked no more)."""
+    if not _forked:
+        return
+    if _gpu_started_before_fork():
+        raise _errors.forked_after_gpu(os.getpid())
+    _forked.clear()
 
 
 @atexit.register

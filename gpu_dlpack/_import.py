@@ -23,9 +23,9 @@ from . import (
 )
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import gave_legacy, producer_name, request
+from ._producer import AskedAgain, gave_legacy, producer_name, request
 from ._shards import Shard
-from ._typing import DeviceLike, StreamLike
+from ._typing import Array, DeviceLike, StreamLike
 
 _ndarray = np.ndarray
 _buffer_views = _protocols.BUFFER_VIEWS
@@ -33,9 +33,9 @@ _CapsuleType = _capsule.CapsuleType
 
 
 def from_dlpack(
-    x: Any, *, device: DeviceLike | None = None, copy: bool | None = None,
+    x: Any, /, *, device: DeviceLike | None = None, copy: bool | None = None,
     stream: StreamLike | None = None,
-) -> Any:
+) -> Array:
     """Import ``x`` (any DLPack producer, or a raw capsule) as an array.
 
     Host data becomes a NumPy array, zero-copy unless ``copy=True`` or the
@@ -83,42 +83,48 @@ def from_dlpack(
             raise _errors.not_dlpack(x) from None
         return from_dlpack(adapted, device=device, copy=copy, stream=stream)
     try:
-        source = Device.of(x)  # a producer that answers no device is named
-    except BufferError:
-        if not _shards.spread(x):
+        try:
+            source = Device.of(x)  # a producer that answers no device is named
+        except BufferError:
+            if not _shards.spread(x):
+                raise
+            return _from_spread(x, device, copy, stream)
+        target = _rules.import_target(source, device)
+        needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
+        if target != CPU:
+            return _backends.for_device(target).import_to(x, source, target, copy, needs_copy, stream)
+        if stream is not None:
+            _streams.check_stream(stream, CPU.type)  # refused, not ignored
+        moves = not _rules.zero_copy(source, target)
+        # Host-readable data is taken zero-copy and copied here if asked (one
+        # copy, writeable, whatever the producer's capsule kind); data elsewhere
+        # is moved by the producer, which is asked for the CPU.
+        backend = _backends.for_array(x)
+        foreign = backend is None or backend is numpy_backend
+        if not moves and copy is None and foreign:
+            return _import_host(x)
+        ask = dict(
+            max_version=_versions.DLPACK_VERSION,
+            dl_device=CPU.dlpack if moves else None,
+            copy=copy if moves else (False if copy is False else None),
+        )
+        if not foreign:
+            # An array of a backend (CuPy) is exported under the rules, not by
+            # its library's own __dlpack__.
+            capsule, full = backend.export_array(x, False, None, **ask), True
+        else:
+            capsule, full = request(x, **ask)
+        versioned, header = _capsule.checked(capsule)
+        if moves and not full:
+            # An old producer could not move its data: a backend for its device does.
+            backend = _backends.for_device(source)
+            return backend.to_host(backend.consume(capsule, versioned, header), copy)
+        return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+    except AskedAgain as again:
+        if again.producer is not x:
             raise
-        return _from_spread(x, device, copy, stream)
-    target = _rules.import_target(source, device)
-    needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
-    if target != CPU:
-        return _backends.for_device(target).import_to(x, source, target, copy, needs_copy, stream)
-    if stream is not None:
-        _streams.check_stream(stream, CPU.type)  # refused, not ignored
-    moves = not _rules.zero_copy(source, target)
-    # Host-readable data is taken zero-copy and copied here if asked (one
-    # copy, writeable, whatever the producer's capsule kind); data elsewhere
-    # is moved by the producer, which is asked for the CPU.
-    backend = _backends.for_array(x)
-    foreign = backend is None or backend is numpy_backend
-    if not moves and copy is None and foreign:
-        return _import_host(x)
-    ask = dict(
-        max_version=_versions.DLPACK_VERSION,
-        dl_device=CPU.dlpack if moves else None,
-        copy=copy if moves else (False if copy is False else None),
-    )
-    if not foreign:
-        # An array of a backend (CuPy) is exported under the rules, not by
-        # its library's own __dlpack__.
-        capsule, full = backend.export_array(x, False, None, **ask), True
-    else:
-        capsule, full = request(x, **ask)
-    versioned, header = _capsule.checked(capsule)
-    if moves and not full:
-        # An old producer could not move its data: a backend for its device does.
-        backend = _backends.for_device(source)
-        return backend.to_host(backend.consume(capsule, versioned, header), copy)
-    return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+        # from_dlpack(self) inside x's own __dlpack__: what else x speaks answers.
+        return from_dlpack(_protocols.besides_dlpack(x), device=device, copy=copy, stream=stream)
 
 
 _NUMERIC_KINDS = frozenset("biufc")
@@ -266,7 +272,7 @@ def _land_on_host(capsule, versioned, header, copy):
 _HOST_TYPES = frozenset(int(t) for t in HOST_ACCESSIBLE)
 
 
-def shards(x, *, replicas: bool = False) -> list:
+def shards(x: Any, /, *, replicas: bool = False) -> list[Shard]:
     """Every addressable shard of ``x``, each imported zero-copy on its own
     device (a NumPy array on the host, a CuPy array on a GPU).
 

@@ -22,11 +22,18 @@ the package (a leaf: the device parser reads it too).
   core, with the guards its own ``__dlpack__`` checks and the exchange
   skips (``_wiring``); other producers keep their ``__dlpack__``;
 - ``devices``: how its device objects name a DLPack device
-  (``_devices.Device``).
+  (``_devices.Device``): those of torch, CuPy, JAX and array-api-strict.
 
-What a library gets wrong, by version (as a consumer: torch ignoring
-READ_ONLY, say), belongs in its row the same way: one more field, of
-(versions, the rule it breaks, the remedy) rows, found by the same lookups.
+- ``consumer``: where its ``from_dlpack`` lives, relative to ``module``
+  (the first found wins), and ``submodules`` to import for it;
+- ``lands``: where ``gpu_dlpack.convert`` lands data for it: ``"host"``
+  (NumPy: ``gpu_dlpack.from_dlpack`` is the importer), ``"gpu"`` (CuPy, and
+  Numba over it: CuPy arrays made by ``gpu_dlpack.from_dlpack``), None (its
+  own ``from_dlpack`` imports);
+- ``faults``: what it cannot honour as a consumer, by version (``Fault``
+  rows, ids from ``FAULTS``): ``convert`` applies the remedy of each one
+  active for the installed version (``_faults``), and ``gpu-dlpack doctor``
+  measures them and reports what the table does not say.
 """
 
 from __future__ import annotations
@@ -62,11 +69,53 @@ class Devices(NamedTuple):
 
     module: str | None  # the module their type comes from (a prefix); None: any with the marks
     marks: tuple        # attributes every such object has
-    kind: str | None    # the attribute naming its kind of device; None: always a GPU
+    kind: str | None    # the attribute naming its kind of device; None: every one is of kinds[None]
     kinds: dict         # kind (lower case) -> "cpu", "gpu" or "rocm"; other kinds have no DLPack type
     index: tuple        # attributes holding a GPU's index, the first that is not None (else 0)
     rocm: Callable | None  # (device) -> whether its "gpu" is an AMD one; None: CuPy's build says
     says: str           # how a message names a kind it does not know
+    name: str | None = None  # the name of their type; None: any type with the marks
+
+
+class Fault(NamedTuple):
+    """Something a library cannot honour as a consumer, in a range of its
+    versions: ``since`` the first release known to have it (None: every
+    earlier one, as far as is known), ``until`` the first without it (None:
+    no release is known to be fixed); ``seen`` the versions it was measured
+    in, ``see`` where it is recorded upstream."""
+
+    id: str
+    since: tuple | None = None
+    until: tuple | None = None
+    seen: tuple = ()
+    see: str = ""
+
+
+#: What each fault is, as ``gpu-dlpack doctor`` measures it: id -> (what the
+#: consumer does, whom it concerns: "from_dlpack" for its importer, "arrays"
+#: for the library's arrays, whoever made them).
+FAULTS = {
+    "read-only-ignored": (
+        "imports READ_ONLY data as a writeable array: a write through it changes the source", "from_dlpack"),
+    "legacy-only": (
+        "asks for legacy capsules only (no max_version), which cannot say that data is read-only",
+        "from_dlpack"),
+    "always-writeable": ("its arrays cannot be read-only", "arrays"),
+    "read-only-unknown": (
+        "is not in gpu_dlpack's table: whether it honours READ_ONLY is not known", "from_dlpack"),
+    "copy-shares": ("returns memory shared with the producer for copy=True", "from_dlpack"),
+    "negative-strides": (
+        "cannot import an array with a negative stride (torch 2.12 and 2.13 abort the process: "
+        "SIGABRT; fixed builds raise RuntimeError)", "from_dlpack"),
+    "non-compact-strides": (
+        "imports only compact layouts (a transposition of a dense buffer): steps and negative "
+        "strides raise", "from_dlpack"),
+    "unaligned-copies": (
+        "copies host data not aligned to 64 bytes (and raises for copy=False)", "from_dlpack"),
+}
+
+#: The alignment the "unaligned-copies" consumers import in place.
+ALIGNMENT = 64
 
 
 class Peer(NamedTuple):
@@ -79,6 +128,10 @@ class Peer(NamedTuple):
     numpy_reads: tuple = ()
     exchange: Exchange | None = None
     devices: Devices | None = None
+    consumer: tuple = ("from_dlpack",)
+    submodules: tuple = ()
+    lands: str | None = None
+    faults: tuple = ()
 
 
 def _torch_hip(device) -> bool:
@@ -92,6 +145,12 @@ def _jax_rocm(device) -> bool:
 
 
 PEERS = (
+    Peer(
+        "numpy", "numpy", lands="host",
+        # numpy.from_dlpack before 2.1 asks for legacy capsules (convert lands
+        # data in NumPy through gpu_dlpack.from_dlpack, which reads both).
+        faults=(Fault("legacy-only", until=(2, 1), seen=("1.26.4",)),),
+    ),
     Peer(
         "torch", "torch", array="Tensor",
         # A tensor's __dlpack_device__ costs over 1 us; is_cpu 40 ns. CPU and
@@ -109,8 +168,20 @@ PEERS = (
             "torch", ("type",), "type", {"cpu": "cpu", "cuda": "gpu"}, ("index",), _torch_hip,
             "torch device type",
         ),
+        faults=(
+            # Before 2.9 torch asked for legacy capsules; since, it reads
+            # versioned ones and ignores their READ_ONLY flag.
+            Fault("legacy-only", until=(2, 9)),
+            Fault("read-only-ignored", since=(2, 9), seen=("2.13.0",)),
+            # Tensors have no negative strides: 2.12.1 and 2.13.0 abort on
+            # them (a noexcept function throws), trunk raises RuntimeError.
+            Fault("negative-strides", seen=("2.12.1", "2.13.0"), see="pytorch/pytorch#188023"),
+        ),
     ),
-    Peer("cupy", "cupy", devices=Devices("cupy", ("id",), None, {}, ("id",), None, "CuPy device")),
+    Peer(
+        "cupy", "cupy", lands="gpu", faults=(Fault("always-writeable"),),
+        devices=Devices("cupy", ("id",), None, {None: "gpu"}, ("id",), None, "CuPy device"),
+    ),
     # JAX devices are read by their shape (jaxlib's types move between modules).
     Peer(
         "jax", "jax", array="ArrayImpl", array_module="jaxlib",
@@ -123,6 +194,27 @@ PEERS = (
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",
         ),
+        consumer=("dlpack.from_dlpack",), submodules=("jax.dlpack",),
+        faults=(
+            Fault("legacy-only", seen=("0.10.2",)),
+            # copy=True reaches dlpack_managed_tensor_to_buffer, which shares
+            # host memory anyway.
+            Fault("copy-shares", seen=("0.10.2",)),
+            Fault("non-compact-strides", seen=("0.10.2",)),
+            Fault("unaligned-copies", seen=("0.10.2",)),
+        ),
+    ),
+    # Numba's device arrays take the CUDA Array Interface, and cannot be
+    # read-only (numba.cuda.as_cuda_array ignores its readonly flag).
+    Peer(
+        "numba", "numba", consumer=("cuda.as_cuda_array",), submodules=("numba.cuda",), lands="gpu",
+        faults=(Fault("always-writeable", seen=("numba-cuda 0.30.4",)),),
+    ),
+    # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
+    # hold host memory: its arrays say (1, 0) in __dlpack_device__.
+    Peer(
+        "array_api_strict", "array_api_strict",
+        devices=Devices("array_api_strict", (), None, {None: "cpu"}, (), None, "array-api-strict device", "Device"),
     ),
 )
 
@@ -141,13 +233,66 @@ def of_array_type(t) -> Peer | None:
     return None
 
 
+def owns_type(t) -> bool:
+    """Whether type ``t`` is one of a peer library's own (its module is
+    under a peer's, ``jaxlib`` under ``jax``'s): its methods never call
+    back into gpu_dlpack."""
+    module = getattr(t, "__module__", None) or ""
+    return any(module.startswith(peer.module) for peer in PEERS)
+
+
 def device_form(spec) -> Devices | None:
     """How to read ``spec`` as the device object of a library, or None."""
     module = type(spec).__module__ or ""
     for peer in PEERS:
         form = peer.devices
-        if form is not None and (form.module is None or module.startswith(form.module)) and all(
-            hasattr(spec, mark) for mark in form.marks
-        ):
+        if form is not None and (form.module is None or module.startswith(form.module)) and (
+            form.name is None or type(spec).__name__ == form.name
+        ) and all(hasattr(spec, mark) for mark in form.marks):
             return form
     return None
+
+
+def by_name(name: str) -> Peer | None:
+    """The row of the library whose top-level module is ``name``, or None."""
+    top = name.partition(".")[0]
+    for peer in PEERS:
+        if peer.module == top or peer.name == top:
+            return peer
+    return None
+
+
+def release(version: str | None) -> tuple:
+    """The release numbers of a version string: ``"2.13.0+cpu"`` -> ``(2, 13, 0)``;
+    () when there are none. (Only release numbers are compared: a table
+    range needs no more, and gpu_dlpack depends on NumPy alone.)"""
+    out = []
+    for part in (version or "").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) < len(part):
+            break  # "0rc1", "0+cpu": the release ends here
+    return tuple(out)
+
+
+def active_faults(peer: Peer | None, version: str | None) -> frozenset:
+    """The ids of ``peer``'s faults that its ``version`` has. A library
+    without a row is not known to honour READ_ONLY ("read-only-unknown");
+    an unreadable version has every fault of its row."""
+    if peer is None:
+        return frozenset({"read-only-unknown"})
+    have = release(version)
+    found = set()
+    for fault in peer.faults:
+        if not have or (
+            (fault.since is None or have >= tuple(fault.since))
+            and (fault.until is None or have < tuple(fault.until))
+        ):
+            found.add(fault.id)
+    return frozenset(found)

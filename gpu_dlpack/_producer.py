@@ -12,8 +12,9 @@ Floor: mechanism (the backends ask producers too), over the leaves.
 from __future__ import annotations
 
 import datetime
+import threading
 
-from . import _errors
+from . import _errors, _peers
 
 _CapsuleType = type(datetime.datetime_CAPI)
 
@@ -35,15 +36,106 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     """``x.__dlpack__`` with what the producer accepts.
 
     Returns ``(capsule, full)``: ``full`` is False when the producer took none
-    of ``max_version``/``dl_device``/``copy``. Exceptions other than
-    ``BufferError`` and ``TypeError`` become ``BufferError`` naming the
+    of ``max_version``/``dl_device``/``copy``. Only the keywords that ask for
+    something are passed: a request of nothing is ``x.__dlpack__()``, which
+    every producer serves (array-api-strict under API version 2022.12
+    refuses even ``max_version=None``). Exceptions other than
+    ``BufferError``, ``TypeError`` and ``MemoryError`` become ``BufferError`` naming the
     producer (the standard's type for a refused export); an answer that is no
     capsule is a ``TypeError`` naming the producer.
     """
-    answer = _ask(x, stream, max_version, dl_device, copy)
+    t = type(x)
+    asks = ASKS_BACK.get(t)
+    if asks is None:
+        asks = asks_back(t)
+    if asks:
+        ids = asked.ids
+        key = id(x)
+        if key in ids:
+            raise AskedAgain(x)
+        # The mark is made inside the try and cut back to where it stood, on
+        # each way out, inside the try or its handler: an interrupt landing
+        # anywhere leaves no mark behind (a stale one would refuse the next
+        # request of the object). (Not a finally: CPython runs the finally
+        # of a normal exit as code outside the try, where an interrupt
+        # landing after the call skips it.)
+        depth = len(ids)
+        try:
+            ids.append(key)
+            answer = _ask(x, stream, max_version, dl_device, copy)
+            del ids[depth:]
+        except BaseException:
+            del ids[depth:]
+            raise
+    else:
+        answer = _ask(x, stream, max_version, dl_device, copy)
     if type(answer[0]) is not _CapsuleType:
         raise _errors.producer_not_a_capsule(producer_name(x), answer[0])
     return answer
+
+
+class AskedAgain(Exception):
+    """``request`` of a producer this thread is asking already: its own
+    ``__dlpack__`` asks gpu_dlpack to export it. Never seen by users: the
+    export or import of ``producer`` that made the request answers with
+    the object's other protocols instead."""
+
+    def __init__(self, producer):
+        super().__init__(producer)
+        self.producer = producer
+
+
+class _Asking(threading.local):
+    """The producers this thread is asking for a capsule or a device, by id,
+    innermost last: one that asks gpu_dlpack to export itself meanwhile is
+    answered by its other protocols, not by asking it again."""
+
+    def __init__(self):
+        self.ids = []
+
+
+asked = _Asking()
+
+# type -> whether its DLPack methods may call back into gpu_dlpack: a type of
+# a peer library (``_peers``) never does, and is asked without a mark.
+ASKS_BACK: dict = {}
+
+
+def asks_back(t) -> bool:
+    try:
+        return ASKS_BACK[t]
+    except KeyError:
+        found = ASKS_BACK[t] = not _peers.owns_type(t)
+        return found
+
+
+def marked(x, call, *args):
+    """``call(*args)`` with ``x`` marked as asked on this thread: ``request``
+    asks a producer so, and ``wrap`` reads its device so (a
+    ``__dlpack_device__`` that wraps the object itself recurses no more than
+    a ``__dlpack__`` that does)."""
+    ids = asked.ids
+    depth = len(ids)
+    try:  # as request does: no mark outlives an interrupt
+        ids.append(id(x))
+        answer = call(*args)
+        del ids[depth:]
+    except BaseException:
+        del ids[depth:]
+        raise
+    return answer
+
+
+def ask_instance(x, kwargs):
+    """``x.__dlpack__(**kwargs)`` of a producer whose instance answers it (a
+    proxy's ``__getattr__``), marked as asked, as ``request`` marks it."""
+    return marked(x, lambda: x.__dlpack__(**kwargs))
+
+
+def asking(x) -> bool:
+    """Whether this thread is inside a request to ``x.__dlpack__`` (or a read
+    of its device): an export of ``x`` now comes from ``x``'s own methods."""
+    return id(x) in asked.ids
 
 
 def _ask(x, stream, max_version, dl_device, copy):
@@ -51,18 +143,25 @@ def _ask(x, stream, max_version, dl_device, copy):
     level = _old_producers.get(type(x), 0)
     try:
         if level == 0 and stream is None and dl_device is None and copy is None:
+            if max_version is None:
+                return method(x), True  # asked for nothing: no keyword at all
             try:  # the common request, without building keywords
                 return method(x, max_version=max_version), True
             except TypeError as first:
                 return _retry(x, method, stream, first), False
         if level == 0:
-            kwargs = {"max_version": max_version}
+            kwargs = {}
+            if max_version is not None:
+                kwargs["max_version"] = max_version
             if stream is not None:
                 kwargs["stream"] = stream
             if dl_device is not None:
                 kwargs["dl_device"] = dl_device
             if copy is not None:
                 kwargs["copy"] = copy
+            if max_version is None and dl_device is None and copy is None:
+                # Only stream=, which every producer takes.
+                return method(x, **kwargs), True
             try:
                 return method(x, **kwargs), True
             except TypeError as first:
@@ -70,8 +169,8 @@ def _ask(x, stream, max_version, dl_device, copy):
         if level == 1:
             return (method(x) if stream is None else method(x, stream=stream)), False
         return method(x), False
-    except (BufferError, TypeError):
-        raise
+    except (BufferError, TypeError, MemoryError):
+        raise  # out of memory is no refusal: a caller catching MemoryError sees it
     except Exception as exc:
         raise _errors.producer_refused(producer_name(x), exc) from exc
 

@@ -35,9 +35,10 @@ import mmap
 
 import numpy as np
 
-from . import _capsule, _dtypes, _errors, _handoff, _streams
+from . import _capsule, _dtypes, _errors, _handoff, _rules, _streams
+from ._producer import ask_instance, asking
 from ._backends import cupy_backend, numpy_backend
-from ._devices import Device, DLDeviceType, cupy_is_rocm
+from ._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 
 _T = DLDeviceType
 
@@ -51,7 +52,13 @@ def producer(x):
     if type(x) is _capsule.CapsuleType:
         return OneCapsule(x)
     if _has(x, "__dlpack__") and _has(x, "__dlpack_device__"):
+        if asking(x):
+            return besides_dlpack(x)
         return _forwarding_type(type(x))(x)
+    return _other_protocol(x)
+
+
+def _other_protocol(x):
     cai = _interface(x, "__cuda_array_interface__")
     if cai is not None:
         return CudaArray(x, cai)
@@ -62,6 +69,18 @@ def producer(x):
     except TypeError:
         return None
     return host_view(view)
+
+
+def besides_dlpack(x):
+    """A producer over what ``x`` speaks besides DLPack, for an ``x`` whose
+    own ``__dlpack__`` is asking gpu_dlpack to export ``x`` (``export(self)``
+    or ``wrap(self)`` inside ``__dlpack__``): asking ``x.__dlpack__`` again
+    would never end. BufferError naming the recursion when ``x`` speaks no
+    other protocol."""
+    found = _other_protocol(x)
+    if found is None:
+        raise _errors.exports_itself(x)
+    return found
 
 
 def _has(x, name) -> bool:
@@ -99,7 +118,7 @@ class Forwarded:
         self.obj = obj
 
     def __dlpack__(self, **kwargs):
-        return self.obj.__dlpack__(**kwargs)
+        return ask_instance(self.obj, kwargs)
 
     def __dlpack_device__(self):
         return self.obj.__dlpack_device__()
@@ -227,19 +246,22 @@ def _gpu_of(ptr: int) -> int:
     return cupy_backend.gpu_of(ptr)
 
 
-class CudaArray:
-    """A DLPack producer over a CUDA Array Interface object: capsules of the
-    same device memory, labelled with its GPU; the object stays alive as long
-    as what is made from it. A consumer's stream waits for the interface's
-    ``stream`` (version 3) with an event."""
+class Lent:
+    """A DLPack producer over memory another object describes and owns: a
+    pointer, shape, NumPy dtype and strides in bytes (``info``, as
+    ``parse_cuda_interface`` gives it), on ``device``, kept alive by
+    ``obj`` as long as anything made from it lives. Its capsules are made by
+    NumPy's exporter over a view of that memory NumPy never reads, and
+    labelled with the device. A consumer's stream waits for ``info``'s
+    ``stream`` (the stream the data is ready on) with an event. It lends the
+    memory only: copies and moves are the layer's."""
 
     __slots__ = ("obj", "info", "device", "_view")
 
-    def __init__(self, obj, cai):
+    def __init__(self, obj, info, device):
         self.obj = obj
-        self.info = parse_cuda_interface(cai)
-        gpu = _gpu_of(self.info["ptr"])
-        self.device = Device._make(_T.ROCM if cupy_is_rocm() else _T.CUDA, gpu)
+        self.info = info
+        self.device = device
         self._view = None
 
     def __dlpack_device__(self):
@@ -260,28 +282,60 @@ class CudaArray:
         view = self._view
         if view is None:
             view = self._view = self._host_typed_view()
-        # NumPy's exporter describes the memory (and says READ_ONLY); the
-        # layer stamps its version on what it passes on.
-        capsule = numpy_backend.own_capsule(view, versioned)
+        # NumPy's exporter describes the memory (and says READ_ONLY, and the
+        # DLPack code of a type it carries); the layer stamps its version on
+        # what it passes on.
+        dtype = _dtypes.from_numpy(view.dtype)
+        plan = _rules.Plan(versioned, False, CPU, CPU, info["readonly"])
+        capsule = numpy_backend.export(view, plan, dtype)
         _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
         return capsule
 
     def _host_typed_view(self) -> np.ndarray:
-        # NumPy describes the memory (shape, dtype, strides) for its exporter
-        # and never reads it: the pointer is a device address.
-        info = self.info
-        holder = _HostHolder(
-            {
-                "version": 3, "shape": info["shape"], "typestr": info["dtype"].str,
-                "descr": info["dtype"].descr, "data": (info["ptr"], info["readonly"]),
-                "strides": info["strides"],
-            },
-            self.obj,
-        )
-        view = np.asarray(holder)
-        if info["readonly"]:
-            view.flags.writeable = False
+        return host_array(self.info, self.obj)
+
+
+def host_array(info, owner) -> np.ndarray:
+    """A NumPy array over described memory (``info`` as for ``Lent``),
+    keeping ``owner`` alive as its base. For device memory it is only a
+    description: NumPy never reads it."""
+    dtype = info["dtype"]
+    carrier = _dtypes.from_numpy(dtype).carrier  # NumPy describes its own types only
+    base = dtype if carrier is None else carrier
+    if not info["ptr"]:
+        # No elements (a NULL pointer is allowed only then), which NumPy
+        # before 2 cannot describe at NULL: an empty array stands for them.
+        view = np.empty(info["shape"], base)
+        view = view if carrier is None else view.view(dtype)
+        view.flags.writeable = not info["readonly"]
         return view
+    holder = _HostHolder(
+        {
+            "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
+            "data": (info["ptr"], info["readonly"]), "strides": info["strides"],
+        },
+        owner,
+    )
+    view = np.asarray(holder)
+    if carrier is not None:
+        view = view.view(dtype)
+    if info["readonly"]:
+        view.flags.writeable = False
+    return view
+
+
+class CudaArray(Lent):
+    """A DLPack producer over a CUDA Array Interface object: capsules of the
+    same device memory, labelled with its GPU; the object stays alive as long
+    as what is made from it. A consumer's stream waits for the interface's
+    ``stream`` (version 3) with an event."""
+
+    __slots__ = ()
+
+    def __init__(self, obj, cai):
+        info = parse_cuda_interface(cai)
+        gpu = _gpu_of(info["ptr"])
+        super().__init__(obj, info, Device._make(_T.ROCM if cupy_is_rocm() else _T.CUDA, gpu))
 
 
 # -- raw capsules ------------------------------------------------------------
@@ -325,17 +379,22 @@ def array_interface(capsule, readonly: bool) -> tuple:
 
 
 def _interface_of(info, readonly, stream) -> dict:
-    dtype = _dtypes.to_numpy(*info.dtype)
+    dtype = _dtypes.to_numpy(*info.dl_dtype)
     if dtype.padded:
-        raise _errors.unsupported_dtype(*info.dtype, "the array interfaces have no padded sub-byte types")
+        raise _errors.unsupported_dtype(*info.dl_dtype, "the array interfaces have no padded sub-byte types")
     numpy_dtype = dtype.numpy
     itemsize = numpy_dtype.itemsize
-    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
+    # be made, out of memory, leaks its arguments.)
+    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
     return {
         "version": 3,
         "shape": tuple(info.shape),
         "typestr": numpy_dtype.str,
-        "descr": numpy_dtype.descr,
+        # What NumPy's dtype.descr gives for a dtype without fields, written
+        # here: out of memory, that getter returns a list with an exception
+        # still set (an unchecked item), which surfaces later as a SystemError.
+        "descr": numpy_dtype.descr if numpy_dtype.fields is not None else [("", numpy_dtype.str)],
         "data": (info.data + info.byte_offset, bool(readonly or info.read_only)),
         "strides": strides,
         "stream": stream,

@@ -76,14 +76,11 @@ def target_device(source: Device, dl_device) -> Device:
     if type(dl_device) is Device:
         return _host_id_zero(dl_device, dl_device)
     if not isinstance(dl_device, (tuple, list)):
-        raise TypeError(
-            f"dl_device must be None or a (device_type, device_id) tuple such as "
-            f"(1, 0) for the CPU; got {type(dl_device).__name__} {dl_device!r}."
-        )
+        raise _errors.bad_dl_device_type(dl_device)
     try:
         target = Device(tuple(dl_device))
     except ValueError as exc:
-        raise BufferError(f"dl_device={dl_device!r} names no DLPack device: {exc}") from None
+        raise _errors.bad_dl_device(dl_device, exc) from None
     return _host_id_zero(target, dl_device)
 
 

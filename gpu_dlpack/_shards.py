@@ -20,10 +20,11 @@ and imports no backend.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import _capsule, _errors
 from ._devices import Device
+from ._typing import Array
 
 
 class Shard(NamedTuple):
@@ -35,10 +36,10 @@ class Shard(NamedTuple):
     imported zero-copy: a NumPy array for host memory, a CuPy array on a GPU.
     """
 
-    index: tuple
+    index: tuple[slice, ...]
     device: Device
     replica_id: int
-    data: Any
+    data: Array
 
 
 def spread(x) -> bool:

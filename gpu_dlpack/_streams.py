@@ -183,10 +183,7 @@ def _read_handle(stream):
         try:
             version, handle = protocol(stream)
         except (TypeError, ValueError):
-            raise TypeError(
-                f"{type(stream).__name__}.__cuda_stream__() must return a (version, "
-                "handle) pair of ints."
-            ) from None
+            raise _errors.bad_cuda_stream_protocol(stream) from None
         return int(handle)
     for attr in ("ptr", "cuda_stream"):
         value = getattr(stream, attr, None)

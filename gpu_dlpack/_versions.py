@@ -7,6 +7,7 @@ Floor: the leaves, over ``_devices`` and ``_dtypes``.
 from __future__ import annotations
 
 import os
+import threading
 
 from . import _errors
 from ._devices import DLDeviceType
@@ -66,69 +67,108 @@ def parse_version(value, source="max_version"):
     return value
 
 
-def _initial_floor():
-    raw = os.environ.get(ENV_MIN_VERSION)
-    if not raw:
-        return DEFAULT_MIN_VERSION
+def parse_floor(value, source):
+    """A floor from ``(0, 8)`` or ``"0.8"``; ValueError naming ``source`` else."""
     try:
-        floor = parse_version(raw, ENV_MIN_VERSION)
+        floor = parse_version(value, source)
     except TypeError:
-        raise _errors.bad_floor(raw, ENV_MIN_VERSION) from None
-    _check_floor_value(floor, ENV_MIN_VERSION)
+        raise _errors.bad_floor(value, source) from None
+    if not (0 <= floor[0] <= DLPACK_VERSION[0] and floor[1] >= 0):
+        raise _errors.bad_floor(floor, source)
     return floor
 
 
-def _check_floor_value(floor, source):
-    if not (0 <= floor[0] <= DLPACK_VERSION[0] and floor[1] >= 0):
-        raise _errors.bad_floor(floor, source)
-
-
-_floor = _initial_floor()
+# The floor in force, or None until it is first used: GPU_DLPACK_MIN_VERSION
+# is read then, so that setting it after the import works, and a bad value
+# is an error of the exchange that needs the floor, not of the import.
+_floor = None
 
 # The last versioned max_version accepted, and the floor it was checked
 # against. Consumers pass the same constant tuple on every call (NumPy and
 # PyTorch do), so the common check is two identity tests; a tuple is
 # immutable and held here, so the same object is still valid, and a new
-# floor is a new object.
+# floor is a new object. The compiled core reads both.
 _accepted = (None, None)
+
+# The floor of the call under way on this thread (export(min_version=),
+# wrap(min_version=)), when it has one.
+_local = threading.local()
 
 
 def min_version():
-    """The floor in force."""
-    return _floor
+    """The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
+    ValueError while that value is bad)."""
+    floor = _floor
+    return floor if floor is not None else _read_environment()
+
+
+def _read_environment():
+    global _floor
+    raw = os.environ.get(ENV_MIN_VERSION)
+    floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
+    _floor = floor
+    return floor
 
 
 def set_min_version(value):
     """Set the floor; returns the previous one. Accepts (0, 8) or '0.8'."""
     global _floor
-    try:
-        floor = parse_version(value, "MIN_DLPACK_VERSION")
-    except TypeError:
-        raise _errors.bad_floor(value, "MIN_DLPACK_VERSION") from None
-    _check_floor_value(floor, "MIN_DLPACK_VERSION")
-    previous, _floor = _floor, floor
+    floor = parse_floor(value, "MIN_DLPACK_VERSION")
+    previous = _floor
+    if previous is None:
+        try:
+            previous = _read_environment()
+        except ValueError:  # the bad environment value never took effect
+            previous = DEFAULT_MIN_VERSION
+    _floor = floor
     return previous
 
 
-def check_max_version(max_version):
+def under_floor(floor, call, *args):
+    """``call(*args)`` with the exchanges it makes on this thread checking
+    ``max_version`` against ``floor`` instead of the floor in force (a floor
+    of one call or one wrapper). The thread's floor is put back on each way
+    out, inside the try or its handler, so that an interrupt landing anywhere
+    leaves no floor behind (not a ``with`` block or a finally: CPython runs
+    their normal exit as code outside the try, which an interrupt landing
+    after the call skips)."""
+    outer = getattr(_local, "floor", None)
+    try:
+        _local.floor = floor
+        answer = call(*args)
+        _local.floor = outer
+    except BaseException:
+        _local.floor = outer
+        raise
+    return answer
+
+
+def check_max_version(max_version, floor=None):
     """Validate a consumer's ``max_version``; True when it asks for a versioned
-    capsule. ``None`` (an old consumer) asks for a legacy one."""
+    capsule. ``None`` (an old consumer) asks for a legacy one. ``floor``: a
+    floor of the call's own, else the thread's ``under_floor``, else the
+    floor in force."""
     global _accepted
     if max_version is None:
         return False
     accepted = _accepted
-    if max_version is accepted[0] and accepted[1] is _floor:
+    if floor is None and max_version is accepted[0] and accepted[1] is _floor:
         return True
     if type(max_version) is not tuple or len(max_version) != 2 or type(
         max_version[0]
     ) is not int or type(max_version[1]) is not int:
         raise _errors.bad_max_version(max_version)
-    floor = _floor
+    if floor is None:
+        floor = getattr(_local, "floor", None)
+    in_force = floor is None
+    if in_force:
+        floor = min_version()
     if max_version < floor:
         raise _errors.below_floor(max_version, floor)
     if max_version[0] < 1:
         return False
-    _accepted = (max_version, floor)
+    if in_force:
+        _accepted = (max_version, floor)
     return True
 
 

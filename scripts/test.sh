@@ -6,7 +6,8 @@
 #      would only skip);
 #   2. the compiled core built in place (gpu_dlpack/core/);
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
-#   4. mypy on the public API (pyproject.toml's [tool.mypy]);
+#   4. mypy on the public API (pyproject.toml's [tool.mypy]), and
+#      mypy --strict on a user's script of the whole API (tests/typing_usage.py);
 #   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
 #   5. the suite on the compiled core (the run fails if it is not active),
 #      doctests of the README and of the modules included, and 4,000 cases
@@ -36,6 +37,7 @@ python -m pytest bench --benchmark-disable -q || [ $? -eq 5 ]  # 5: none collect
 python bench/steps.py --repeat 1 --number 10 >/dev/null
 step "4. mypy"
 python -m mypy
+python -m mypy --strict tests/typing_usage.py tests/typing_convert.py  # a user's scripts of the whole API
 step "4b. the layers (lint-imports)"
 lint-imports --no-cache
 step "5. the suite on the compiled core"

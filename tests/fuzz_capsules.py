@@ -260,7 +260,7 @@ def _summary(env, v):
         return ["tensor", list(v.shape), list(v.stride()), str(v.dtype), env.rel(v.data_ptr())]
     if type(v).__name__ == "PyCapsule":
         i = g.inspect(v)
-        head = ["capsule", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dtype), list(i.shape),
+        head = ["capsule", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dl_dtype), list(i.shape),
                 None if i.strides is None else list(i.strides), i.byte_offset, env.rel(i.data)]
         try:
             arr = g.from_dlpack(v)
@@ -280,7 +280,7 @@ def _call(env, entry, cap, case):
         return g.from_dlpack(capsules.Producer(cap, device=device))
     if entry == "inspect":
         i = g.inspect(cap)
-        return ["info", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dtype), list(i.shape),
+        return ["info", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dl_dtype), list(i.shape),
                 None if i.strides is None else list(i.strides), i.byte_offset, env.rel(i.data)]
     if entry == "export":
         return g.export(capsules.Producer(cap, device=device), max_version=mv)

@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-import gpu_dlpack
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpu_dlpack.__file__)))
+# The folder holding tests/: the source tree, or the copy of the tests an
+# installed wheel is tested from (gpu_dlpack then comes from site-packages).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_python(code, *, env=None, timeout=180, options=()):

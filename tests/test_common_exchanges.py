@@ -115,7 +115,7 @@ def test_bfloat16_travels_with_its_dlpack_code(how, ml_dtypes):
     x = np.arange(4).astype(ml_dtypes.bfloat16)
     for kw in ({}, {"max_version": (1, 0)}):
         info = gpu_dlpack.inspect(_exports(x)[how](**kw))
-        assert info.dtype == (4, 16, 1) and info.data == x.ctypes.data
+        assert info.dl_dtype == (4, 16, 1) and info.data == x.ctypes.data
 
 
 @pytest.mark.parametrize("how", ["export", "wrap"])
@@ -123,7 +123,7 @@ def test_float8_needs_a_consumer_of_major_version_1(how, ml_dtypes):
     x = np.zeros(4, dtype=ml_dtypes.float8_e4m3fn)
     with pytest.raises(BufferError, match="needs DLPack 1.1"):
         _exports(x)[how](max_version=(0, 8))
-    assert gpu_dlpack.inspect(_exports(x)[how](max_version=(1, 0))).dtype == (10, 8, 1)
+    assert gpu_dlpack.inspect(_exports(x)[how](max_version=(1, 0))).dl_dtype == (10, 8, 1)
 
 
 @pytest.mark.parametrize("how", ["export", "wrap"])
@@ -377,7 +377,7 @@ def test_inspect_reads_every_field_without_consuming():
                                (x.__dlpack__(), "dltensor", None)):
         info = gpu_dlpack.inspect(cap)
         assert (info.name, info.version, info.shape, info.strides) == (name, version, (3, 2), (4, 2))
-        assert info.dtype == (0, 16, 1) and info.device == gpu_dlpack.Device("cpu")
+        assert info.dl_dtype == (0, 16, 1) and info.device == gpu_dlpack.Device("cpu")
         assert info.data + info.byte_offset == x.ctypes.data
         assert gpu_dlpack.inspect(cap) == info  # still unconsumed
 

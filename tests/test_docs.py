@@ -111,3 +111,18 @@ def test_every_public_function_has_an_example():
         "gpu_dlpack", "gpu_dlpack._export.export", "gpu_dlpack._export.wrap",
         "gpu_dlpack._import.from_dlpack", "gpu_dlpack.inspect",
     }
+
+
+def test_the_readmes_explain_sample_is_the_commands_whole_output():
+    import shlex
+
+    from gpu_dlpack import _cli
+
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^```text\n\$ gpu-dlpack explain (.*?)\n(.*?)^```\n", text, re.M | re.S)
+    assert m, "the README shows a sample of gpu-dlpack explain"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert _cli.main(["explain", *shlex.split(m.group(1))]) == 0
+    assert m.group(2) == out.getvalue()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import gpu_dlpack
@@ -97,7 +98,8 @@ def check_schema(doc):
     s = doc["summary"]
     assert set(s) == {"exchanges", "through_gpu_dlpack_ok", "through_gpu_dlpack_failed", "refused", "hazards"}
     assert s["exchanges"] == sum(len(m["cells"]) for m in doc["matrices"])
-    assert doc["exit_status"] == (1 if s["through_gpu_dlpack_failed"] else 0)
+    assert _is(doc["strict"], bool)
+    assert doc["exit_status"] == (1 if s["through_gpu_dlpack_failed"] or (doc["strict"] and s["hazards"]) else 0)
 
 
 def check_library(r):
@@ -128,6 +130,15 @@ def check_library(r):
         assert set(cons["raw_capsules"]) == {"legacy", "versioned"}
         assert all(v is True or _is(v, str) for v in cons["raw_capsules"].values())
         assert cons["takes"] in ("producers", "capsules")
+        if "faults" in cons:
+            from gpu_dlpack._peers import FAULTS
+
+            f = cons["faults"]
+            assert set(f) == {"measured", "table", "unknown", "gone"}
+            assert all(x in FAULTS for v in f.values() for x in v)
+            assert set(f["unknown"]) <= set(f["measured"]) and set(f["gone"]) <= set(f["table"])
+            assert set(cons["strides"]) == {"negative", "stepped"}
+            assert all(_is(o, str) for o in cons["strides"].values())
     elif cons is not None:
         assert _is(cons["reason"], str)
 
@@ -363,7 +374,8 @@ def test_a_refusal_by_a_rule_that_exists_to_refuse_names_the_rule(report, jax):
 
 
 def test_missing_library_gets_a_row():
-    rep = doctor.run(extra=["doctor_test_not_installed_anywhere"])
+    absent = doctor.Peer("doctor_test_not_installed_anywhere", "doctor_test_not_installed_anywhere")
+    rep = doctor.run(peers=[doctor.PEERS[0], absent])
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
                  "installed": False, "version": None, "error": "not installed", "producer": None,
@@ -448,3 +460,112 @@ def test_python_m_gpu_dlpack_doctor():
     )
     assert "Exchanges on cpu" in done.stdout, done.stdout + done.stderr
     assert f"Exit status {done.returncode}." in done.stdout.rstrip().splitlines()[-1]
+
+
+# -- the consumers' faults, against gpu_dlpack's table --------------------------
+
+
+def test_each_consumers_faults_are_measured_and_match_the_table(report, torch, jax, xp_strict):
+    faults = {r["name"]: r["consumer"]["faults"] for r in report["libraries"] if (r["consumer"] or {}).get("faults")}
+    # torch 2.13 ignores READ_ONLY and aborts on negative strides; JAX asks
+    # for legacy capsules, shares memory for copy=True, copies unaligned
+    # data and takes only compact layouts: the table says so, and the
+    # probes find exactly that.
+    assert {"read-only-ignored", "negative-strides"} <= set(faults["torch"]["measured"])
+    assert {"legacy-only", "copy-shares", "unaligned-copies", "non-compact-strides"} <= set(faults["jax"]["measured"])
+    assert faults["array_api_strict"]["measured"] == [] and faults["numpy"]["measured"] == []
+    for name, f in faults.items():
+        assert f["unknown"] == [] and f["gone"] == [], (name, f)
+
+
+def test_a_consumer_that_aborts_is_probed_in_a_child_and_is_a_hazard(report, torch):
+    cons = row(report, "torch")["consumer"]
+    assert cons["strides"]["negative"].startswith("aborts the process")
+    assert cons["strides"]["stepped"] == "zero-copy"
+    (f,) = [f for f in report["findings"] if f.get("hazard") == "consumer-aborts"]
+    assert f["severity"] == "hazard" and "negative stride" in f["problem"]
+    assert "gpu_dlpack.convert(x, 'torch')" in f["remedy"]
+
+
+def test_a_fault_the_table_does_not_know_is_a_hazard(monkeypatch, torch):
+    # The table as it would be without torch's READ_ONLY entry.
+    from gpu_dlpack import _peers
+
+    rows = tuple(
+        p._replace(faults=tuple(f for f in p.faults if f.id != "read-only-ignored")) if p.name == "torch" else p
+        for p in _peers.PEERS
+    )
+    monkeypatch.setattr(_peers, "PEERS", rows)
+    rep = doctor.run(peers=[p for p in doctor.PEERS if p.name == "torch"])
+    f = row(rep, "torch")["consumer"]["faults"]
+    assert f["unknown"] == ["read-only-ignored"] and f["gone"] == []
+    (h,) = [h for h in rep["findings"] if h.get("hazard") == "consumer-fault-unknown"]
+    assert h["severity"] == "hazard" and "does not say so" in h["problem"] and "2.13" in h["problem"]
+    assert "{" not in h["problem"] + h["remedy"]
+
+
+def test_a_table_entry_the_library_no_longer_has_is_a_note(monkeypatch, torch):
+    # A table that says torch also shares memory for copy=True (it copies).
+    from gpu_dlpack import _peers
+
+    rows = tuple(
+        p._replace(faults=p.faults + (_peers.Fault("copy-shares"),)) if p.name == "torch" else p
+        for p in _peers.PEERS
+    )
+    monkeypatch.setattr(_peers, "PEERS", rows)
+    rep = doctor.run(peers=[p for p in doctor.PEERS if p.name == "torch"])
+    f = row(rep, "torch")["consumer"]["faults"]
+    assert f["gone"] == ["copy-shares"] and f["unknown"] == []
+    (n,) = [n for n in rep["findings"] if n.get("hazard") == "consumer-fault-gone"]
+    assert n["severity"] == "note" and "did not find it" in n["problem"]
+
+
+def test_a_stride_probe_that_kills_the_child_goes_on_with_the_rest(libdir):
+    # A consumer that kills its process on every strided import (the
+    # probes in this process use contiguous arrays): the probes of the
+    # consumers after it still run, in a new child.
+    name = libdir("doctor_test_killer", NUMPY_LIKE.format(
+        export="return self.a.__dlpack__(**kw)",
+        consume="a = np.from_dlpack(x); a.flags.c_contiguous or __import__('os')._exit(3); return a",
+    ))
+    rep = doctor.run(extra=[name])
+    cons = row(rep, name)["consumer"]
+    assert cons["strides"] == {"negative": "kills the process (exit status 3)",
+                               "stepped": "kills the process (exit status 3)"}
+    # the consumers after it were probed (NumPy before 2.1 copies these layouts)
+    assert set(row(rep, "numpy")["consumer"]["strides"].values()) <= {"zero-copy", "copies"}
+    assert any(f.get("hazard") == "consumer-aborts" and f["subject"] == name for f in rep["findings"])
+
+
+# -- the exit status -------------------------------------------------------------
+
+
+def test_strict_fails_on_hazards(report, capsys, torch):
+    # torch ignores READ_ONLY: a hazard. Without --strict the run passes.
+    assert report["summary"]["hazards"] and report["exit_status"] == 0
+    strict = doctor.run(strict=True)
+    check_schema(strict)
+    assert strict["strict"] and strict["exit_status"] == 1
+    assert _cli.main(["doctor", "--strict"]) == 1
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("FAILED (--strict):") and "hazard" in last and "Exit status 1." in last
+
+
+def test_an_unknown_library_is_an_error_not_a_missing_row(capsys):
+    assert _cli.main(["doctor", "--library", "doctor_test_typo_of_a_module"]) == 2
+    err = capsys.readouterr().err
+    assert "--library doctor_test_typo_of_a_module: no module named" in err and "not installed" not in err
+    with pytest.raises(ModuleNotFoundError, match="no module named 'doctor_test_typo_of_a_module'"):
+        doctor.run(extra=["doctor_test_typo_of_a_module"])
+
+
+def test_the_address_of_a_read_only_numpy_import_is_read():
+    # NumPy before 2.1 imports legacy capsules read-only, and its own
+    # __dlpack__ refuses read-only arrays: the doctor read no address and
+    # reported NumPy as copying unaligned data it takes in place.
+    from gpu_dlpack.doctor import _measure, _probes
+
+    src = _measure._aligned(_measure.VALUES, offset=4)
+    got = np.from_dlpack(gpu_dlpack.wrap(src))
+    assert _measure._pointer(got) == got.ctypes.data == src.ctypes.data
+    assert _probes._consumer_unaligned(np.from_dlpack) is True

@@ -9,9 +9,11 @@ where; for PyTorch the quote is checked against the installed source.
 
 import ctypes
 import datetime
+import functools
 import inspect
 import io
 import json
+import re
 import struct
 import warnings
 
@@ -143,6 +145,20 @@ def _gpu_dlpack_consumed():
     gpu_dlpack.from_dlpack(cap)
 
 
+@functools.lru_cache(maxsize=1)
+def _torch_abort_message():
+    _torch()
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import numpy as np, torch; torch.from_dlpack(np.arange(6.0)[::-1])"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode in (-6, 134), done  # SIGABRT
+    return done.stderr
+
+
 def _unaligned_view():
     buf = np.zeros(17, np.float32)
     view = buf[1:] if buf.ctypes.data % 64 == 0 else buf[(64 - buf.ctypes.data % 64) // 4 + 1:]
@@ -170,8 +186,46 @@ class _SaysCpuGivesPinned:
         return (1, 0)
 
 
+class _ExportsItself:
+    """The recipe that asks for its own export, with no other protocol."""
+
+    def __dlpack__(self, **kwargs):
+        return gpu_dlpack.export(self, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+class _NamesNoMemory(gpu_dlpack.Producer):
+    pass
+
+
+class _BadCudaStream:
+    def __cuda_stream__(self):
+        return "stream"
+
+
+def _forked_after_gpu():
+    # What a child forked after its parent used the GPU through the layer gets.
+    from gpu_dlpack import _handoff
+
+    before = list(_handoff._forked)
+    _handoff._forked[:] = [True]
+    try:
+        _handoff.check_not_forked()
+    finally:
+        _handoff._forked[:] = before
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
+    "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
+    "gpu_dlpack-exports-itself": lambda: raised(lambda: np.from_dlpack(_ExportsItself())),
+    "gpu_dlpack-no-dlpack-memory": lambda: raised(lambda: np.from_dlpack(_NamesNoMemory())),
+    "gpu_dlpack-bad-pointer-type": lambda: raised(lambda: gpu_dlpack.from_pointer("0x10", (3,), np.float32)),
+    "gpu_dlpack-bad-pointer-argument": lambda: raised(
+        lambda: gpu_dlpack.from_pointer(16, (2, 3), np.float32, strides=(12, 4, 1))
+    ),
     "gpu_dlpack-below-floor": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4))),
     "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
     "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
@@ -224,6 +278,8 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
     "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
+    "gpu_dlpack-subinterpreter": lambda: raised(lambda: gpu_dlpack._interpreter.check(2, 1)),
+    "gpu_dlpack-forked-after-gpu": lambda: raised(_forked_after_gpu),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
         lambda: gpu_dlpack._backends.numpy_backend.consume(
@@ -320,6 +376,30 @@ REAL_MESSAGES = {
             _PointerInterface()
         ).__dlpack__(copy=True)
     ),
+    # -- gpu_dlpack.convert and the doctor
+    "gpu_dlpack-convert-read-only": lambda: raised(
+        lambda: gpu_dlpack.convert(readonly(np.arange(3.0)), _torch().__name__, copy=False)
+    ),
+    "gpu_dlpack-convert-layout": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(6.0)[::-1], _torch().__name__, copy=False)
+    ),
+    "gpu_dlpack-convert-unaligned": lambda: raised(
+        lambda: gpu_dlpack.convert(_unaligned_view(), _jax().__name__, copy=False)
+    ),
+    "gpu_dlpack-convert-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), _cupy().__name__)),
+    "gpu_dlpack-convert-bad-to": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), 3)),
+    "gpu_dlpack-convert-not-importable": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(3.0), "gpu_dlpack_test_no_such_library")
+    ),
+    "gpu_dlpack-convert-no-from-dlpack": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), "math")),
+    "gpu_dlpack-bad-on-readonly": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(3.0), "numpy", on_readonly=True)
+    ),
+    "gpu_dlpack-doctor-library": lambda: raised(
+        lambda: __import__("gpu_dlpack.doctor").doctor.run(extra=["gpu_dlpack_test_no_such_library"])
+    ),
+    # Printed by the abort (torch 2.12, 2.13): run in a child, which dies.
+    "torch-negative-strides": lambda: _torch_abort_message(),
     # -- CuPy (installed, without a GPU)
     "cupy-cpu-import": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0))),
     "cupy-unsupported-array-type": lambda: raised(lambda: _cupy().from_dlpack(Producer(3))),
@@ -419,6 +499,7 @@ def _cupy_has_gpu():
 NEEDS_NO_GPU = {
     "cuda-runtime-unusable": _cupy_has_gpu,
     "gpu_dlpack-no-backend": _cupy_has_gpu,
+    "gpu_dlpack-convert-no-gpu": _cupy_has_gpu,
     "torch-no-cuda": _torch_has_cuda,
     "jax-unknown-backend": _jax_has_gpu,
 }
@@ -479,6 +560,66 @@ def test_gpu_dlpack_wrapper_explains_the_peer_message_too():
         RuntimeError("NumPy only supports stream=None.")))))
     ids = [m.entry.id for m in _explain.match(text)]
     assert ids == ["gpu_dlpack-producer-refused", "numpy-stream"]
+
+
+@pytest.mark.parametrize("entry_id", sorted(REAL_MESSAGES))
+def test_no_entry_shows_an_unfilled_field(entry_id, floor):
+    # Every {field} an entry quotes, in its meaning, remedies and example,
+    # is filled from what its pattern captured in the real message.
+    if entry_id in NEEDS_NO_GPU and NEEDS_NO_GPU[entry_id]():
+        pytest.skip("this message is raised only where no GPU is usable")
+    found = gpu_dlpack.explain(REAL_MESSAGES[entry_id]())
+    shown = str(found) + json.dumps(found.as_dict())
+    assert not _FIELD.findall(shown), (entry_id, _FIELD.findall(shown))
+
+
+def test_every_quoted_field_is_a_group_of_its_pattern():
+    for e in _explain.entries():
+        for text in (e.meaning, *e.remedies, *e.avoid.values()):
+            assert set(_FIELD_NAME.findall(text)) <= set(e.pattern.groupindex), (e.id, text)
+
+
+_FIELD = re.compile(r"\{\w+\}")
+_FIELD_NAME = re.compile(r"\{(\w+)\}")
+
+
+# -- gpu_dlpack.explain, in Python ---------------------------------------------
+
+
+def test_explain_in_python_takes_the_exception_itself():
+    try:
+        _jax().numpy.arange(3.0).__dlpack__(max_version=(0, 4))
+    except BufferError as exc:
+        found = gpu_dlpack.explain(exc)
+    assert found and [m.id for m in found] == ["jax-version-floor"]
+    (m,) = found
+    assert m.entry.library == "JAX" and m.groups == {"floor": "0, 5", "major": "0", "minor": "4"}
+    assert any("GPU_DLPACK_MIN_VERSION=0.4" in r for r in m.remedies) and found.remedies == m.remedies
+    assert set(m.avoid) == {"call", "before", "after"}
+    # str() is what the command prints
+    assert str(found) == _explain.run(found.text)[0]
+
+
+def test_explain_in_python_reads_the_chain_of_causes():
+    def refuse(kw):
+        raise RuntimeError("NumPy only supports stream=None.")
+
+    try:
+        gpu_dlpack.from_dlpack(Producer(1, refuse))
+    except BufferError as exc:
+        found = gpu_dlpack.explain(exc)
+    assert [m.id for m in found] == ["numpy-stream", "gpu_dlpack-producer-refused"]
+
+
+def test_explain_in_python_of_an_unknown_message_is_false_and_says_so():
+    found = gpu_dlpack.explain("the quick brown fox")
+    assert not found and len(found) == 0 and found.remedies == []
+    assert "No known DLPack error matched" in str(found)
+
+
+def test_explain_in_python_refuses_what_is_neither_message_nor_exception():
+    with pytest.raises(TypeError, match="an exception or an error message"):
+        gpu_dlpack.explain(42)
 
 
 def test_hazards_have_problem_and_remedy():
@@ -613,7 +754,7 @@ def _unaligned_shared_through_gpu_dlpack():
 
 def _needs_version_fixed():
     cap = gpu_dlpack.export(np.ones(3, bool).view(np.uint8), max_version=(0, 6))
-    assert gpu_dlpack.inspect(cap).dtype == (1, 8, 1)
+    assert gpu_dlpack.inspect(cap).dl_dtype == (1, 8, 1)
 
 
 def _sharded_through_gpu_dlpack():
@@ -693,6 +834,8 @@ BUILDER_ARGS = {
     "unreadable_major": ((2, 0),),
     "malformed": ("ndim=-1",),
     "unsupported_platform": ("big-endian, 32-bit",),
+    "subinterpreter": (),
+    "forked_after_gpu": (4242,),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
     "bad_stream_object": ("default",),
@@ -706,6 +849,25 @@ BUILDER_ARGS = {
     "interface_cannot_copy": ("cuda:0", (1, 0), None),
     "spread_needs_copy": ("NamedSharding(P('x',)) over 4 devices", "cpu"),
     "spread_not_addressable": ("NamedSharding(P('x',)) over 4 devices", 2, ["cpu:0", "cpu:1"]),
+    "bad_on_readonly": (True, ("copy", "share", "refuse")),
+    "bad_consumer": (3,),
+    "consumer_not_importable": ("pytorch", ModuleNotFoundError("No module named 'pytorch'")),
+    "consumer_without_from_dlpack": ("math", ["math.from_dlpack"]),
+    "readonly_refused": ("torch", "ignores READ_ONLY"),
+    "readonly_needs_copy": ("torch", "ignores READ_ONLY"),
+    "layout_needs_copy": ("torch", (6,), (-1,), "a negative stride"),
+    "unaligned_needs_copy": ("jax", 0x1004, 64),
+    "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
+    "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
+    "bad_flag": ("readonly", 1),
+    "bad_dl_device_type": ("cpu",),
+    "bad_dl_device": ("x", "99 is not a valid DLDeviceType"),
+    "array_not_device": (__import__("numpy").zeros(1),),
+    "bad_cuda_stream_protocol": (object(),),
+    "exports_itself": (object(),),
+    "no_dlpack_memory": (object(),),
+    "bad_pointer_type": ("ptr", "0x10", "an int"),
+    "bad_pointer_argument": ("strides", (12, 4, 1), "there is one per dimension of (2, 3)"),
 }
 
 

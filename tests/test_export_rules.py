@@ -542,7 +542,7 @@ def test_ml_dtypes_arrays_export_with_the_right_dlpack_code(name, code, ml_dtype
     dtype = getattr(ml_dtypes, name)
     a = np.array([0.5, 1.0, -2.0], dtype=dtype)
     info = inspect(export(a, max_version=(1, 1)))
-    assert info.dtype == (code, np.dtype(dtype).itemsize * 8, 1)
+    assert info.dl_dtype == (code, np.dtype(dtype).itemsize * 8, 1)
     back = gpu_dlpack.from_dlpack(wrap(a))
     assert back.dtype == np.dtype(dtype) and back.astype(np.float32).tolist() == [0.5, 1.0, -2.0]
 
@@ -562,7 +562,7 @@ def test_numpy_float8_reaches_torch(torch, ml_dtypes):
 def test_sub_byte_types_travel_padded_in_versioned_capsules_only(ml_dtypes):
     a = np.array([1.0, -0.5, 6.0], dtype=ml_dtypes.float4_e2m1fn)
     info = inspect(export(a, max_version=(1, 1)))
-    assert info.dtype == (17, 4, 1) and info.flags & gpu_dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert info.dl_dtype == (17, 4, 1) and info.flags & gpu_dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED
     assert gpu_dlpack.from_dlpack(wrap(a)).astype(np.float32).tolist() == [1.0, -0.5, 6.0]
     i4 = np.array([1, -2], dtype=ml_dtypes.int4)
     with pytest.raises(BufferError, match="4-bit dtype needs DLPack 1.1"):
@@ -571,7 +571,7 @@ def test_sub_byte_types_travel_padded_in_versioned_capsules_only(ml_dtypes):
     for asked in ((1, 0), (0, 8)):
         with pytest.raises(BufferError, match=re.escape(f"a 4-bit dtype needs DLPack 1.1 or newer, but the consumer asked for max_version={asked}.")):
             export(i4, max_version=asked)
-    assert inspect(export(i4, max_version=(1, 1))).dtype == (0, 4, 1)
+    assert inspect(export(i4, max_version=(1, 1))).dl_dtype == (0, 4, 1)
 
 
 def test_a_non_native_byte_order_is_a_buffer_error_with_the_remedy():
@@ -583,3 +583,21 @@ def test_a_non_native_byte_order_is_a_buffer_error_with_the_remedy():
 def test_a_dtype_dlpack_cannot_describe_is_a_buffer_error(dtype):
     with pytest.raises(BufferError, match="cannot export NumPy dtype"):
         export(np.zeros(2, dtype=dtype), max_version=(1, 0))
+
+
+# -- a producer's own rules: asked for nothing, it is asked for nothing ------------
+
+def test_a_request_of_nothing_asks_the_producer_for_nothing(xp_strict):
+    # array-api-strict under API version 2022.12 refuses any max_version
+    # keyword, None included, as that version of the standard had none.
+    with xp_strict.ArrayAPIStrictFlags(api_version="2022.12"):
+        a = xp_strict.asarray([1.0, 2.0])
+        for capsule in (
+            export(a), wrap(a).__dlpack__(), wrap(a).__dlpack__(stream=None, max_version=None, copy=None),
+            export(a, stream=None, dl_device=None), gpu_dlpack.export(a, readonly=False),
+        ):
+            info = inspect(capsule)
+            assert info.name == "dltensor" and info.shape == (2,)
+        assert gpu_dlpack.from_dlpack(export(a)).tolist() == [1.0, 2.0]
+        with pytest.raises(BufferError, match="requires at least version 2023.12"):
+            export(a, max_version=(1, 0))  # asked for a version: the producer's own refusal, named

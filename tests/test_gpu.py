@@ -68,7 +68,7 @@ def test_cupy_export_on_its_device_is_zero_copy_and_versioned(cp):
     info = inspect(export(x, max_version=(1, 0)))
     assert info.data == x.data.ptr and info.device == _gpu0()
     assert info.version == gpu_dlpack.DLPACK_VERSION and info.flags == 0
-    assert info.shape == (3, 4) and info.strides == (4, 1) and info.dtype == (2, 32, 1)
+    assert info.shape == (3, 4) and info.strides == (4, 1) and info.dl_dtype == (2, 32, 1)
     assert inspect(export(x)).name == "dltensor"
     assert Device.of(wrap(x)) == _gpu0()
 
@@ -149,7 +149,7 @@ def test_bfloat16_travels_with_its_dlpack_code(cp):
         x = cp.arange(4).astype(ml.bfloat16)
     except Exception as exc:
         pytest.skip(f"this CuPy holds no bfloat16: {exc}")
-    assert inspect(export(x, max_version=(1, 0))).dtype == (4, 16, 1)
+    assert inspect(export(x, max_version=(1, 0))).dl_dtype == (4, 16, 1)
     back = from_dlpack(export(x, max_version=(1, 0)))
     assert back.dtype == x.dtype and back.data.ptr == x.data.ptr
 

@@ -18,7 +18,7 @@ def test_inspect_reads_a_legacy_capsule_without_consuming_it():
     assert info.name == "dltensor" and not info.versioned and info.version is None
     assert info.flags == 0 and not info.read_only and not info.is_copied
     assert info.device == Device("cpu")
-    assert info.dtype == (2, 32, 1)
+    assert info.dl_dtype == (2, 32, 1)
     assert info.shape == (2, 2) and info.strides == (3, 2)
     assert info.byte_offset == 0 and info.data == a.ctypes.data
     assert capsule_name(cap) == "dltensor"
@@ -29,7 +29,7 @@ def test_inspect_reads_a_versioned_capsule(torch):
     cap = torch.arange(4, dtype=torch.int16).__dlpack__(max_version=(1, 0))
     info = inspect(cap)
     assert info.name == "dltensor_versioned" and info.versioned and info.version == (1, 3)
-    assert info.dtype == (0, 16, 1) and info.shape == (4,) and info.strides == (1,)
+    assert info.dl_dtype == (0, 16, 1) and info.shape == (4,) and info.strides == (1,)
     ro = np.arange(3)
     ro.flags.writeable = False
     info = inspect(ro.__dlpack__(max_version=(1, 0), copy=True))
@@ -75,6 +75,6 @@ def test_inspect_reads_a_0d_tensor_with_or_without_strides(torch):
     for cap in (t.__dlpack__(), t.__dlpack__(max_version=(1, 0))):
         info = inspect(cap)
         assert info.shape == () and info.strides == () and info.ndim == 0
-        assert info.data == t.data_ptr() and info.dtype == (2, 64, 1)
+        assert info.data == t.data_ptr() and info.dl_dtype == (2, 64, 1)
     info = inspect(np.array(2.5).__dlpack__())
     assert info.shape == () and info.strides is None

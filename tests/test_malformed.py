@@ -311,7 +311,7 @@ def _as_written(kw, rec):
         version=kw.get("version", (1, 0)) if versioned else None,
         flags=kw.get("flags", 0) if versioned else 0,
         device=gpu_dlpack.Device(kw.get("device", (1, 0))),
-        dtype=kw.get("dtype", (kind, array.itemsize * 8, 1)),
+        dl_dtype=kw.get("dtype", (kind, array.itemsize * 8, 1)),
         shape=tuple(kw.get("shape", array.shape)),
         byte_offset=kw.get("byte_offset", 0),
         data=0 if kw.get("data") == 0 else array.ctypes.data,

@@ -159,7 +159,7 @@ def test_ml_dtypes_travel_on_the_built_capsule(old_numpy):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     a = np.arange(4).astype(ml_dtypes.bfloat16)
     cap = gpu_dlpack.export(a, max_version=(1, 0))
-    assert gpu_dlpack.inspect(cap).dtype == (4, 16, 1)
+    assert gpu_dlpack.inspect(cap).dl_dtype == (4, 16, 1)
     b = gpu_dlpack.from_dlpack(cap)
     assert b.dtype == a.dtype and b.ctypes.data == a.ctypes.data
 

@@ -107,7 +107,8 @@ def test_the_wheel_holds_the_package_its_data_types_and_license(built):
 
 PUBLIC = [gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.from_dlpack, gpu_dlpack.inspect,
           gpu_dlpack.use_stream, gpu_dlpack.set_min_dlpack_version, gpu_dlpack.Device.of,
-          gpu_dlpack.Device.__new__,
+          gpu_dlpack.Device.__new__, gpu_dlpack.shards, gpu_dlpack.view, gpu_dlpack.from_pointer,
+          gpu_dlpack.Producer.__dlpack__, gpu_dlpack.Producer.__dlpack_device__, gpu_dlpack.Producer.dlpack_memory,
           _export.general_dlpack]  # Exportable.__dlpack__ (the compiled core's hands back to it)
 
 
@@ -121,7 +122,8 @@ def test_the_public_api_is_annotated_and_the_annotations_resolve(fn):
 
 def test_capsule_info_fields_are_typed():
     hints = typing.get_type_hints(gpu_dlpack.CapsuleInfo)
-    assert hints["shape"] == tuple and hints["data"] is int
+    assert hints["shape"] == tuple[int, ...] and hints["data"] is int
+    assert hints["dl_dtype"] == tuple[int, int, int] and hints["version"] == typing.Optional[tuple[int, int]]
 
 
 def test_the_package_says_it_is_typed():

@@ -115,7 +115,7 @@ def export_or_refuse(cases, label, x, code, bits, readonly, shape, max_version, 
     versioned = max_version is not None and max_version[0] >= 1
     assert info.versioned is versioned
     assert info.version == (gpu_dlpack.DLPACK_VERSION if versioned else None)
-    assert info.dtype == (code, bits, 1)
+    assert info.dl_dtype == (code, bits, 1)
     assert info.shape == tuple(shape)
     return cap, info
 

@@ -302,7 +302,7 @@ def test_a_cuda_array_interface_becomes_a_capsule_of_the_same_memory(arr, versio
     if arr.ndim and arr.size:
         assert info.strides == tuple(s // arr.itemsize for s in arr.strides)
     code = {"f": 2, "i": 0, "b": 6, "c": 5}[arr.dtype.kind]
-    assert info.dtype == (code, arr.itemsize * 8, 1)
+    assert info.dl_dtype == (code, arr.itemsize * 8, 1)
     assert not info.read_only
 
 

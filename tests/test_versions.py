@@ -1,12 +1,14 @@
 """Exporter rule 1: versions and the version floor."""
 
+import os
+
 import numpy as np
 import pytest
 
 import gpu_dlpack
 from gpu_dlpack import DLPACK_VERSION, export, inspect, wrap
 
-from .interpreter import ROOT, run_python
+from .interpreter import run_python
 
 
 def test_dlpack_version_is_the_newest_produced():
@@ -20,21 +22,104 @@ def test_floor_defaults_to_0_5():
 
 @pytest.mark.parametrize("value, expected", [("0.8", (0, 8)), ("1.0", (1, 0)), ("0,6", (0, 6))])
 def test_floor_is_read_from_the_environment(value, expected):
-    # A fresh interpreter with this checkout first on PYTHONPATH (no install needed).
+    # A fresh interpreter importing the same gpu_dlpack (this checkout, or the installed wheel).
     out = run_python(
         "import gpu_dlpack; print(gpu_dlpack.__file__); print(gpu_dlpack.MIN_DLPACK_VERSION)",
         env={"GPU_DLPACK_MIN_VERSION": value},
     )
     assert out.returncode == 0, out.stderr[-2000:]
     where, floor_seen = out.stdout.strip().splitlines()
-    assert where.startswith(ROOT)
+    assert os.path.dirname(where) == os.path.dirname(gpu_dlpack.__file__)
     assert floor_seen == str(expected)
 
 
-def test_a_bad_floor_in_the_environment_is_a_value_error_on_import():
-    out = run_python("import gpu_dlpack", env={"GPU_DLPACK_MIN_VERSION": "banana"})
-    assert out.returncode == 1
-    assert "ValueError" in out.stderr and "GPU_DLPACK_MIN_VERSION" in out.stderr and "banana" in out.stderr
+def test_a_bad_floor_in_the_environment_is_a_value_error_at_first_use_not_at_import():
+    code = (
+        "import numpy as np, gpu_dlpack\n"
+        "print('imported')\n"
+        "assert gpu_dlpack.inspect(gpu_dlpack.export(np.arange(3))).name == 'dltensor'  # no floor asked\n"
+        "for use in (lambda: gpu_dlpack.MIN_DLPACK_VERSION,\n"
+        "            lambda: gpu_dlpack.export(np.arange(3), max_version=(1, 0))):\n"
+        "    try:\n"
+        "        use()\n"
+        "    except ValueError as e:\n"
+        "        print(type(e).__name__, e)\n"
+        "assert gpu_dlpack.set_min_dlpack_version((0, 5)) == (0, 5)  # the way out\n"
+        "print(gpu_dlpack.inspect(gpu_dlpack.export(np.arange(3), max_version=(1, 0))).name)\n"
+    )
+    out = run_python(code, env={"GPU_DLPACK_MIN_VERSION": "banana"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "imported" and lines[-1] == "dltensor_versioned"
+    assert len(lines) == 4
+    for line in lines[1:3]:
+        assert line.startswith("ValueError GPU_DLPACK_MIN_VERSION must be a DLPack version") and "banana" in line
+
+
+def test_the_floor_from_the_environment_takes_effect_when_set_after_the_import():
+    code = (
+        "import os, numpy as np, gpu_dlpack\n"
+        "os.environ['GPU_DLPACK_MIN_VERSION'] = '0.4'\n"
+        "cap = gpu_dlpack.export(np.arange(3), max_version=(0, 4))\n"
+        "print(gpu_dlpack.inspect(cap).name, gpu_dlpack.MIN_DLPACK_VERSION)\n"
+    )
+    out = run_python(code, env={"GPU_DLPACK_MIN_VERSION": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "dltensor (0, 4)"
+
+
+def _old_consumer(producer):
+    """A consumer of DLPack 0.4: it asks for max_version=(0, 4), and imports
+    the legacy capsule it gets (with NumPy, through gpu_dlpack's importer)."""
+    return gpu_dlpack.from_dlpack(producer.__dlpack__(max_version=(0, 4)))
+
+
+def test_one_keyword_serves_an_old_consumer_per_wrap(torch, jax):
+    for x in (np.arange(3.0), torch.arange(3.0), jax.numpy.arange(3.0)):
+        with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"min_version=\(0, 4\)"):
+            _old_consumer(wrap(x))
+        w = wrap(x, min_version=(0, 4))
+        assert w.min_version == (0, 4) and "min_version=(0, 4)" in repr(w)
+        assert _old_consumer(w).tolist() == [0.0, 1.0, 2.0]
+        assert _old_consumer(wrap(x, min_version="0.4")).tolist() == [0.0, 1.0, 2.0]
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 5)  # the floor of everything else is unchanged
+    with pytest.raises(gpu_dlpack.DLPackVersionError):
+        _old_consumer(wrap(np.arange(3.0)))
+
+
+def test_one_keyword_serves_an_old_consumer_per_call():
+    a = np.arange(3.0)
+    with pytest.raises(gpu_dlpack.DLPackVersionError):
+        export(a, max_version=(0, 4))
+    assert inspect(export(a, max_version=(0, 4), min_version=(0, 4))).name == "dltensor"
+    assert inspect(export(a, max_version=(0, 4), min_version="0.3")).name == "dltensor"
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 5)
+
+
+def test_a_floor_of_the_call_above_the_floor_in_force_refuses(torch):
+    for x in (np.arange(3.0), torch.arange(3.0)):
+        assert inspect(export(x, max_version=(1, 0))).versioned  # accepted (and remembered) under (0, 5)
+        with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\)"):
+            export(x, max_version=(1, 0), min_version=(1, 1))
+        with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\)"):
+            wrap(x, min_version=(1, 1)).__dlpack__(max_version=(1, 0))
+        assert inspect(wrap(x, min_version=(1, 1)).__dlpack__(max_version=(1, 2))).versioned
+
+
+@pytest.mark.parametrize("bad", [(2, 0), (-1, 0), "x", (0,), 5])
+def test_a_bad_floor_of_a_call_or_a_wrap_is_a_value_error(bad):
+    with pytest.raises(ValueError, match="min_version must be a DLPack version"):
+        export(np.arange(3), max_version=(1, 0), min_version=bad)
+    with pytest.raises(ValueError, match="min_version must be a DLPack version"):
+        wrap(np.arange(3), min_version=bad)
+
+
+def test_the_floor_set_at_run_time_takes_effect_on_wrappers_made_before(floor):
+    w = wrap(np.arange(3.0))
+    with pytest.raises(gpu_dlpack.DLPackVersionError):
+        w.__dlpack__(max_version=(0, 4))
+    gpu_dlpack.set_min_dlpack_version((0, 4))
+    assert _old_consumer(w).tolist() == [0.0, 1.0, 2.0]
 
 
 def test_floor_is_settable_at_run_time(floor):
@@ -87,6 +172,8 @@ def test_below_the_floor_is_a_buffer_error_naming_floor_request_and_remedies(max
         msg = str(err.value)
         assert "(0, 5)" in msg and f"max_version={max_version}".replace(" ", "") in msg.replace(" ", "")
         assert "upgrade" in msg and "without max_version" in msg and "GPU_DLPACK_MIN_VERSION" in msg
+        assert f"wrap(x, min_version={max_version})" in msg and "set_min_dlpack_version" in msg
+        assert isinstance(err.value, gpu_dlpack.DLPackVersionError)
 
 
 @pytest.mark.parametrize("bad", [(1,), (1, 0, 0), [1, 0], (1.0, 0), ("1", "0"), "1.0", 1, (True, 0)])
@@ -100,8 +187,8 @@ def test_bool_needs_dlpack_0_8(floor):
     b = np.array([True, False])
     with pytest.raises(BufferError, match="bool needs DLPack 0.8"):
         export(b, max_version=(0, 7))
-    assert inspect(export(b, max_version=(0, 8))).dtype == (6, 8, 1)
-    assert inspect(export(b)).dtype == (6, 8, 1)  # an unversioned consumer gets what it asks
+    assert inspect(export(b, max_version=(0, 8))).dl_dtype == (6, 8, 1)
+    assert inspect(export(b)).dl_dtype == (6, 8, 1)  # an unversioned consumer gets what it asks
 
 
 def test_float8_needs_a_versioned_capsule(ml_dtypes):
@@ -112,4 +199,4 @@ def test_float8_needs_a_versioned_capsule(ml_dtypes):
     # checks dtype codes itself.
     for max_version in ((1, 0), (1, 1)):
         info = inspect(export(f8, max_version=max_version))
-        assert info.dtype == (10, 8, 1) and info.version == DLPACK_VERSION
+        assert info.dl_dtype == (10, 8, 1) and info.version == DLPACK_VERSION

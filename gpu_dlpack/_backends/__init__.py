@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import _errors
+from .. import _errors, _handoff
 from .._devices import CPU, Device, DLDeviceType
 from . import cupy as cupy_backend
 from . import numpy as numpy_backend
@@ -61,6 +61,7 @@ def for_device(device: Device):
     pinned memory."""
     if device.type == DLDeviceType.CPU:
         return numpy_backend
+    _handoff.check_not_forked()  # a forked child of a GPU process: a clear refusal, not a hang
     if cupy_gpus.serves(device):
         return cupy_backend
     raise _errors.no_backend(device)

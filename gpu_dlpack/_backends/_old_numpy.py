@@ -4,13 +4,17 @@
 
 Export builds the ``DLManagedTensorVersioned`` here: one allocation holding
 the struct, the shape and the strides, a reference to the array kept until
-the consumer calls the deleter (or the unconsumed capsule dies). Import
+the consumer calls the deleter (or the unconsumed capsule dies). With the
+compiled core, its C deleter and destructor serve (``core.kept_capsule``
+takes the reference and makes the capsule in one step); without it, the
+ctypes callbacks below. Import
 reads a versioned capsule through the array interface, the capsule's owner
 kept alive by the array's base.
 
-The deleter is a ctypes callback, kept alive for the life of the process (a
-capsule may outlive this module at shutdown); the capsule destructor is the
-layer's own (``_destructor``), which also serves ``_capsule.handover`` here.
+Without the core, the deleter is a ctypes callback, kept alive for the life
+of the process (a capsule may outlive this module at shutdown), and the
+capsule destructor is the layer's own (``_destructor``), which also serves
+``_capsule.move`` here.
 NumPy 2.1 and later never come here.
 
 Floor: the backends, under ``numpy``.
@@ -25,6 +29,7 @@ import numpy as np
 
 from .. import _capsule, _errors
 from .._destructor import OWNING_DESTRUCTOR as _DESTRUCTOR
+from .._fastpath import core as _core
 
 _VERSIONED = _capsule.VERSIONED.encode()
 _HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor
@@ -43,15 +48,39 @@ _no_elements = ctypes.create_string_buffer(64)  # the address of arrays without 
 _NO_ELEMENTS = ctypes.addressof(_no_elements)
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _deleter(ptr):
-    _live.pop(ptr, None)
+# The deleter is the dict's own pop, called by ctypes with the struct's
+# address: no Python code runs, so no interrupt can land inside it and skip
+# the release.
+_deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_live.pop)
 
 
 # Never freed: a capsule or a consumer may call them during shutdown.
 for _keep in (_deleter, _live, _name, _no_elements):
     _api.Py_IncRef(ctypes.py_object(_keep))
 _DELETER = ctypes.cast(_deleter, ctypes.c_void_p).value
+
+
+def _data_offset():
+    """Where NumPy keeps an array's data pointer in the array object: first
+    after the object header (PyArrayObject_fields, the same in NumPy 1.x
+    and 2.x). Confirmed on a probe array; None where it does not hold."""
+    probe = np.arange(3.0)
+    at = object.__basicsize__
+    if ctypes.c_void_p.from_address(id(probe) + at).value != probe.__array_interface__["data"][0]:
+        return None
+    return at
+
+
+_DATA_AT = _data_offset()
+
+
+def _data_of(arr) -> int:
+    # Read from the array object: NumPy 1.x's __array_interface__ getter
+    # dereferences NULL, and its ctypes getter returns an error, when one of
+    # their own allocations fails.
+    if _DATA_AT is None:
+        return arr.__array_interface__["data"][0]
+    return ctypes.c_void_p.from_address(id(arr) + _DATA_AT).value or 0
 
 
 def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, bits: int):
@@ -66,19 +95,25 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
                 "(DLPack counts strides in elements); export a copy, np.ascontiguousarray(x)"
             )
         strides.append(s // itemsize)
+    data = _data_of(arr)
     mem = ctypes.create_string_buffer(_HEAD_SIZE + 16 * ndim)
     ptr = ctypes.addressof(mem)
     shape_at = ptr + _HEAD_SIZE
     strides_at = shape_at + 8 * ndim
     _HEAD.pack_into(
-        mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, _DELETER, flags,
-        arr.__array_interface__["data"][0], 1, 0, ndim, code, bits, 1,
+        mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, 0 if _core else _DELETER, flags,
+        data, 1, 0, ndim, code, bits, 1,
         shape_at if ndim else 0, strides_at if ndim else 0, 0,
     )
     struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE, *arr.shape, *strides)
+    if _core is not None:
+        return _core.kept_capsule(ptr, (mem, arr))
     _live[ptr] = (mem, arr)
     try:
         return _New(ptr, _name, _DESTRUCTOR)
+    except ctypes.ArgumentError as exc:
+        _live.pop(ptr, None)
+        raise _capsule.from_ctypes(exc) from None
     except BaseException:
         _live.pop(ptr, None)
         raise
@@ -99,7 +134,9 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     zero-copy, read-only when the capsule says READ_ONLY."""
     info = _capsule.read(capsule)
     itemsize = dtype.itemsize
-    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
+    # be made, out of memory, leaks its arguments, here a capsule.)
+    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
     owner = _capsule.take(capsule, True)
     interface = {
         "version": 3,

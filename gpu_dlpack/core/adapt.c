@@ -119,23 +119,14 @@ legacy_over(DLManagedTensorVersioned *v, DLDevice device)
     return m;
 }
 
-void
-legacy_capsule_destructor(PyObject *capsule)
-{
-    /* What every producer's legacy capsule does: free an unconsumed tensor. */
-    if (PyCapsule_IsValid(capsule, LEGACY)) {
-        DLManagedTensor *m = PyCapsule_GetPointer(capsule, LEGACY);
-        if (m->deleter)
-            m->deleter(m);
-    }
-}
-
 /* The capsule of the other kind over the tensor of an unconsumed capsule
  * that adaptable() took, labelled `device`: the capsule taken (renamed
  * used_*), the new one owns its tensor, whose deleter runs once, when the
- * new capsule is consumed and freed or dropped unconsumed. NULL with an
- * error set on failure (the tensor freed once if it was taken); NULL
- * without one when another consumer took the capsule first. */
+ * new capsule is consumed and freed or dropped unconsumed. As move() does,
+ * the new capsule is made first, owning nothing (a used_* name), and the
+ * claim and the hand-over are one step in which no Python code runs: out of
+ * memory (NULL, the error set) the capsule given is left as it was; NULL
+ * without an error when another consumer took it first. */
 PyObject *
 adapted_capsule(PyObject *capsule, int versioned, DLDevice device)
 {
@@ -144,22 +135,25 @@ adapted_capsule(PyObject *capsule, int versioned, DLDevice device)
         PyErr_Clear();
         return NULL;
     }
-    /* Built before the claim: out of memory, the capsule stays untouched. */
     void *made = versioned ? (void *)legacy_over(ptr, device) : (void *)versioned_over(ptr, FLAG_READ_ONLY, device);
     if (made == NULL)
         return NULL;
-    if (claim(capsule, versioned) != ptr) {
-        free(made);  /* not ours to free: only the struct made above */
+    PyObject *out = versioned ? PyCapsule_New(made, USED_LEGACY, legacy_capsule_destructor)
+                              : PyCapsule_New(made, USED_VERSIONED, capsule_destructor);
+    if (out == NULL) {
+        free(made);  /* only the struct made above: the tensor is still the capsule's */
         return NULL;
     }
-    PyObject *out = versioned ? PyCapsule_New(made, LEGACY, legacy_capsule_destructor)
-                              : PyCapsule_New(made, VERSIONED, capsule_destructor);
-    if (out == NULL) {
-        if (versioned)
-            legacy_over_deleter(made);
-        else
-            versioned_over_deleter(made);
+    void *got = claim(capsule, versioned);
+    if (got != ptr) {
+        Py_DECREF(out);  /* owns nothing: its destructor frees nothing */
+        free(made);
+        if (got != NULL)
+            release_tensor(got, versioned);  /* another tensor put in meanwhile: taken, so freed */
+        return NULL;
     }
+    /* Renaming a capsule just made cannot fail. */
+    (void)PyCapsule_SetName(out, versioned ? LEGACY : VERSIONED);
     return out;
 }
 

@@ -10,7 +10,6 @@ int adaptable(void *ptr, int versioned);
 DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, uint64_t flags, DLDevice device);
 DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice device);
 PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device);
-void legacy_capsule_destructor(PyObject *capsule);
 PyObject *core_rebuild(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -66,10 +66,7 @@ PyObject *
 new_header(void *ptr, int versioned)
 {
     DLTensor *t = tensor_of(ptr, versioned);
-    PyObject *h = state.header_type->tp_alloc(state.header_type, 11);
-    if (h == NULL)
-        return NULL;
-    PyObject *v[11];
+    PyObject *v[11] = {NULL};
     v[0] = PyLong_FromVoidPtr(ptr);
     if (versioned) {
         DLManagedTensorVersioned *m = ptr;
@@ -88,15 +85,20 @@ new_header(void *ptr, int versioned)
     v[8] = PyLong_FromLong(t->dtype.lanes);
     v[9] = PyLong_FromLong(t->ndim);
     v[10] = PyLong_FromVoidPtr(t->strides);
-    for (int i = 0; i < 11; i++) {
-        if (v[i] == NULL) {
-            for (int j = 0; j < 11; j++)
-                Py_XDECREF(v[j]);
-            Py_DECREF(h);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(h, i, v[i]);
+    PyObject *h = NULL;
+    int complete = 1;
+    for (int i = 0; i < 11; i++)
+        complete &= v[i] != NULL;
+    if (complete)
+        h = state.header_type->tp_alloc(state.header_type, 11);
+    if (h == NULL) {
+        /* Each value is released once, here: none is in a tuple yet. */
+        for (int i = 0; i < 11; i++)
+            Py_XDECREF(v[i]);
+        return NULL;
     }
+    for (int i = 0; i < 11; i++)
+        PyTuple_SET_ITEM(h, i, v[i]);  /* steals */
     return h;
 }
 
@@ -131,12 +133,19 @@ claim(PyObject *capsule, int versioned)
 void
 capsule_destructor(PyObject *capsule)
 {
-    /* What every producer's capsule does: free an unconsumed tensor. */
-    if (PyCapsule_IsValid(capsule, VERSIONED)) {
-        DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, VERSIONED);
-        if (m->deleter)
-            m->deleter(m);
-    }
+    /* What every producer's capsule does: free an unconsumed tensor (any
+     * producer's: it also owns the tensors Python hands over with move()).
+     * A capsule may die while an exception is pending (one dropped as an
+     * interrupt unwinds the stack): it is set aside while the deleter runs. */
+    if (PyCapsule_IsValid(capsule, VERSIONED))
+        release_tensor(PyCapsule_GetPointer(capsule, VERSIONED), 1);
+}
+
+void
+legacy_capsule_destructor(PyObject *capsule)
+{
+    if (PyCapsule_IsValid(capsule, LEGACY))
+        release_tensor(PyCapsule_GetPointer(capsule, LEGACY), 0);
 }
 
 PyObject *
@@ -238,8 +247,67 @@ core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     void *ptr = claim(args[0], versioned);
     if (ptr == NULL)
         return delegate("discard", args, nargs);
-    run_deleter(ptr, versioned);
+    release_tensor(ptr, versioned);
     Py_RETURN_NONE;
+}
+
+/* move(capsule, versioned, destructor) -> a new unconsumed capsule of the
+ * same kind holding the tensor, with `destructor` (a C function that frees
+ * an unconsumed capsule's tensor); the capsule given is renamed used_*.
+ * Checking the name, making the new capsule and renaming both is one step
+ * in which no Python code runs, so no interrupt or error can land between
+ * the claim and the hand-over: at every point exactly one of the two
+ * capsules owns the tensor. Out of memory, the capsule given is left as it
+ * was. The Python move() on anything but an unconsumed capsule of that kind
+ * (it raises what is wrong). */
+PyObject *
+core_move(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !configured())
+        return delegate("move", args, nargs);
+    int versioned = PyObject_IsTrue(args[1]);
+    if (versioned < 0)
+        return NULL;
+    PyCapsule_Destructor destructor = (PyCapsule_Destructor)PyLong_AsVoidPtr(args[2]);
+    if (destructor == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "move() needs the address of an owning capsule destructor");
+        return NULL;
+    }
+    PyObject *capsule = args[0], *out = NULL;
+    if (!PyCapsule_CheckExact(capsule))
+        return delegate("move", args, nargs);
+    int moved = 0;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION(capsule);
+#endif
+    const char *name = PyCapsule_GetName(capsule);
+    void *ptr = NULL;
+    if (name != NULL && strcmp(name, versioned ? VERSIONED : LEGACY) == 0)
+        ptr = PyCapsule_GetPointer(capsule, name);
+    if (ptr != NULL) {
+        /* Made owning nothing (a used_* name), then both renamed. */
+        out = PyCapsule_New(ptr, versioned ? USED_VERSIONED : USED_LEGACY, destructor);
+        if (out != NULL && PyCapsule_SetName(out, versioned ? VERSIONED : LEGACY) == 0) {
+            if (PyCapsule_SetName(capsule, versioned ? USED_VERSIONED : USED_LEGACY) == 0)
+                moved = 1;
+            else
+                PyCapsule_SetName(out, versioned ? USED_VERSIONED : USED_LEGACY);  /* owns nothing again */
+        }
+    }
+#ifdef Py_GIL_DISABLED
+    Py_END_CRITICAL_SECTION();
+#endif
+    if (moved)
+        return out;
+    if (out != NULL || ptr == NULL) {
+        /* Not renamed (never so for a capsule whose pointer was just read),
+         * or not such a capsule: the new one owns nothing and goes. */
+        Py_XDECREF(out);
+        PyErr_Clear();
+        return delegate("move", args, nargs);
+    }
+    return NULL;  /* no memory for the new capsule: the given one is untouched */
 }
 
 /* snapshot(capsule) -> (versioned, struct bytes, shape bytes or None,
@@ -344,4 +412,50 @@ core_set_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     ((DLManagedTensorVersioned *)ptr)->version.major = (uint32_t)major;
     ((DLManagedTensorVersioned *)ptr)->version.minor = (uint32_t)minor;
     Py_RETURN_NONE;
+}
+
+/* --- versioned capsules for NumPy before 2.1 ------------------------------- */
+
+/* The deleter of the versioned tensors Python builds for NumPy before 2.1
+ * (_old_numpy): manager_ctx holds the Python object that keeps the struct's
+ * memory and the array alive. Safe on any thread; after finalization it
+ * leaks rather than touch Python. */
+static void
+kept_deleter(DLManagedTensorVersioned *m)
+{
+    if (!Py_IsInitialized())
+        return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *keep = m->manager_ctx;  /* read first: m lives in memory keep holds */
+    m->manager_ctx = NULL;
+    Py_XDECREF(keep);
+    PyErr_Restore(et, ev, tb);
+    PyGILState_Release(gil);
+}
+
+/* kept_capsule(ptr, keep) -> a versioned capsule over the struct at ptr,
+ * filled but for manager_ctx and deleter, holding keep until the deleter
+ * runs. Making the capsule and taking the reference is one step: no
+ * interrupt or error can land between them and leak keep. */
+PyObject *
+core_kept_capsule(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "kept_capsule(ptr, keep)");
+        return NULL;
+    }
+    DLManagedTensorVersioned *m = PyLong_AsVoidPtr(args[0]);
+    if (m == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "kept_capsule() needs the address of a struct");
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+    if (capsule == NULL)
+        return NULL;
+    m->manager_ctx = Py_NewRef(args[1]);
+    m->deleter = kept_deleter;
+    return capsule;
 }

@@ -89,13 +89,39 @@ run_deleter(void *ptr, int versioned)
     }
 }
 
+/* run_deleter on an error path, or wherever an exception may be pending (a
+ * capsule destructor): the pending exception is set aside while the
+ * deleter runs (it may run Python code) and restored after it. */
+static inline void
+release_tensor(void *ptr, int versioned)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    run_deleter(ptr, versioned);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* Py_DECREF where an exception may be pending: a destructor it runs (a
+ * producer's, on a capsule renamed used_*) may clear or replace it. */
+static inline void
+drop_keeping_error(PyObject *o)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    Py_DECREF(o);
+    PyErr_Restore(et, ev, tb);
+}
+
 void capsule_destructor(PyObject *capsule);
+void legacy_capsule_destructor(PyObject *capsule);
 
 int stamp(PyObject *capsule, uint64_t word);
 PyObject *core_header(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *core_claim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_move(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *core_kept_capsule(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *core_snapshot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *core_stamp_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *core_set_flags(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);

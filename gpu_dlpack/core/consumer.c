@@ -29,25 +29,27 @@ entry_destructor(PyObject *capsule)
 static void
 exchanged_destructor(PyObject *capsule)
 {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* an array may die while an exception is pending */
     DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, EXCHANGED);
-    if (m == NULL) {
+    if (m == NULL)
         PyErr_Clear();
-        return;
-    }
-    if (m->deleter)
+    else if (m->deleter)
         m->deleter(m);
+    PyErr_Restore(et, ev, tb);
 }
 
 static void
 exchanged_legacy_destructor(PyObject *capsule)
 {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* as exchanged_destructor */
     DLManagedTensor *m = PyCapsule_GetPointer(capsule, EXCHANGED_LEGACY);
-    if (m == NULL) {
+    if (m == NULL)
         PyErr_Clear();
-        return;
-    }
-    if (m->deleter)
+    else if (m->deleter)
         m->deleter(m);
+    PyErr_Restore(et, ev, tb);
 }
 
 /* The table of an exchange API capsule, if its major version is ours. */
@@ -228,16 +230,6 @@ ask_capsule(PyObject *x, int versioned)
     return PyObject_VectorcallMethod(state.str_dlpack, a, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, state.kw_max_version);
 }
 
-/* Py_DECREF with the pending error kept (a destructor may clear it). */
-static void
-drop_keeping_error(PyObject *o)
-{
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    Py_DECREF(o);
-    PyErr_Restore(et, ev, tb);
-}
-
 /* 1 when an unconsumed tensor of the given kind is one whose NumPy import
  * the core makes as numpy.from_dlpack would (host memory, a NumPy dtype,
  * versioned: major 1 and no flag but READ_ONLY), else 0. */
@@ -338,13 +330,15 @@ capsule_import(PyObject *x, ImportEntry *e)
     if (ptr != NULL && host_plain(ptr, versioned) && claim(capsule, versioned) == ptr) {
         arr = ndarray_of(ptr, versioned);
         if (arr == NULL)
-            run_deleter(ptr, versioned);  /* taken: freed once, the error raised */
+            release_tensor(ptr, versioned);  /* taken: freed once, the error raised */
     } else {
         PyErr_Clear();
         PyObject *a[2] = {x, capsule};
         arr = delegate("host_capsule", a, 2);
     }
-    Py_DECREF(capsule);
+    /* The producer's destructor (its capsule now used_* or handed on) may
+     * clear an error raised above. */
+    drop_keeping_error(capsule);
     return arr;
 }
 
@@ -355,7 +349,9 @@ static PyObject *import_host_with(PyObject *x, ImportEntry *e);
 PyObject *
 core_import_host(PyObject *mod, PyObject *x)
 {
-    if (!configured() || state.numpy_api == NULL)
+    if (!configured())
+        return NULL;
+    if (state.numpy_api == NULL)
         Py_RETURN_NONE;
     PyObject *hold;
     ImportEntry *e = import_entry(Py_TYPE(x), &hold);
@@ -410,7 +406,7 @@ PyObject *
 core_exchange(PyObject *mod, PyObject *x)
 {
     if (!configured())
-        Py_RETURN_NONE;
+        return NULL;
     PyObject *hold;
     ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
@@ -441,9 +437,9 @@ exchange_with(PyObject *x, ImportEntry *e)
     }
     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
     if (capsule == NULL) {
-        if (m->deleter)
-            m->deleter(m);
+        release_tensor(m, 1);
         return NULL;
     }
+    /* On failure Py_BuildValue drops the capsule, whose destructor frees m. */
     return Py_BuildValue("(NN)", capsule, PyLong_FromVoidPtr(stream));
 }

@@ -85,11 +85,16 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[1 + i];
         if (k == state.str_max_version || PyUnicode_CompareWithASCIIString(k, "max_version") == 0)
             max_version = v;
-        else if (v != Py_None)  /* stream, dl_device, copy, or a wrong name */
+        else if (PyUnicode_CompareWithASCIIString(k, "readonly") == 0) {
+            if (v != Py_False)
+                return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
+        else if (v != Py_None)  /* stream, dl_device, copy, min_version, or a wrong name */
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
         else if (PyUnicode_CompareWithASCIIString(k, "stream") != 0 &&
                  PyUnicode_CompareWithASCIIString(k, "dl_device") != 0 &&
-                 PyUnicode_CompareWithASCIIString(k, "copy") != 0)
+                 PyUnicode_CompareWithASCIIString(k, "copy") != 0 &&
+                 PyUnicode_CompareWithASCIIString(k, "min_version") != 0)
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     }
     int versioned = max_version != Py_None;
@@ -127,8 +132,8 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
                 if (m != NULL) {
                     Py_DECREF(hold);
                     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
-                    if (capsule == NULL && m->deleter)
-                        m->deleter(m);
+                    if (capsule == NULL)
+                        release_tensor(m, 1);
                     return capsule;
                 }
             }
@@ -221,6 +226,16 @@ exporter_dealloc(Exporter *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* An Exporter is a function to Python: as a class attribute it stays
+ * itself, as a builtin function does, and pydoc and inspect list it among
+ * functions, with the signature of the Python function it wraps
+ * (__wrapped__, set by functools.update_wrapper). */
+static PyObject *
+exporter_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    return Py_NewRef(self);
+}
+
 static PyGetSetDef exporter_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL}
@@ -240,4 +255,5 @@ PyTypeObject ExporterType = {
     .tp_traverse = (traverseproc)exporter_traverse,
     .tp_clear = (inquiry)exporter_clear,
     .tp_getset = exporter_getset,
+    .tp_descr_get = exporter_get,
 };

@@ -10,7 +10,7 @@ exportable_set_plan(Exportable *self, PyObject *args)
 {
     int plan;
     PyObject *arg = Py_None;
-    if (!PyArg_ParseTuple(args, "i|O", &plan, &arg))
+    if (!configured() || !PyArg_ParseTuple(args, "i|O", &plan, &arg))
         return NULL;
     self->plan = PLAN_GENERAL;
     Py_CLEAR(self->plan_dtype);
@@ -95,7 +95,10 @@ produced_accepted(void)
     int ok = r == Py_True;
     Py_XDECREF(r);
     PyErr_Clear();  /* refused: the general path raises it */
-    if (ok)
+    /* The floor the check read: it may have been read from the environment
+     * just now (None before its first use). */
+    floor = PyDict_GetItem(state.versions_dict, state.str_floor);
+    if (ok && floor != NULL && floor != Py_None)
         Py_XSETREF(state.produced_floor, Py_NewRef(floor));
     return ok;
 }
@@ -160,13 +163,13 @@ capsule_export(PyObject *x, PyObject *max_version, int versioned)
         DLDevice cpu = {state.cpu_type, 0};
         PyObject *out = adapted_capsule(answer, 0, cpu);
         if (out != NULL || PyErr_Occurred()) {
-            Py_DECREF(answer);
+            drop_keeping_error(answer);
             return out;
         }
     }
     PyObject *a[8] = {x, state.cpu_device, answer, Py_False, Py_None, max_version, Py_None, Py_None};
     PyObject *out = delegate("host_answer", a, 8);
-    Py_DECREF(answer);
+    drop_keeping_error(answer);
     return out;
 }
 
@@ -218,6 +221,8 @@ exportable_general(Exportable *self, PyObject *const *args, size_t nargsf, PyObj
     PyObject *stack[8];
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (!configured())
+        return NULL;
     if (nargs + nkw > 7) {
         PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
         return NULL;
@@ -233,6 +238,8 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!configured())
+        return NULL;
     if (nargs != 0 || self->plan == PLAN_GENERAL || !plan_holds(self) || self->readonly != Py_False ||
         self->reported != Py_None)
         return exportable_general(self, args, nargsf, kwnames);
@@ -300,8 +307,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     }
     PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
     if (capsule == NULL) {
-        if (m->deleter)
-            m->deleter(m);
+        release_tensor(m, 1);
         Py_DECREF(request);
         return NULL;
     }
@@ -322,6 +328,7 @@ exportable_traverse(Exportable *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->x);
     Py_VISIT(self->readonly);
+    Py_VISIT(self->floor);
     Py_VISIT(self->source);
     Py_VISIT(self->device);
     Py_VISIT(self->request);
@@ -338,6 +345,7 @@ exportable_clear(Exportable *self)
 {
     Py_CLEAR(self->x);
     Py_CLEAR(self->readonly);
+    Py_CLEAR(self->floor);
     Py_CLEAR(self->source);
     Py_CLEAR(self->device);
     Py_CLEAR(self->request);
@@ -372,6 +380,7 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
         return NULL;
     self->x = Py_NewRef(x);
     self->readonly = Py_NewRef(Py_False);
+    self->floor = Py_NewRef(Py_None);
     self->source = Py_NewRef(source);
     self->device = Py_NewRef(device);
     self->request = Py_NewRef(Py_None);
@@ -392,16 +401,19 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
 
 static PyMethodDef exportable_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))exportable_dlpack, METH_FASTCALL | METH_KEYWORDS,
-     "A DLPack capsule of the array, under gpu_dlpack's rules."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule of the wrapped array, under the rules (the standard's __dlpack__)."},
     {"__dlpack_device__", (PyCFunction)exportable_dlpack_device, METH_NOARGS,
-     "The array's (device_type, device_id)."},
-    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS, NULL},
+     "__dlpack_device__($self, /)\n--\n\nThe (device_type, device_id) of the wrapped array."},
+    {"_set_plan", (PyCFunction)exportable_set_plan, METH_VARARGS,
+     "_set_plan($self, plan, arg=None, /)\n--\n\nThe plan __dlpack__ runs in C (set by Python at wrap time)."},
     {NULL}
 };
 
 static PyMemberDef exportable_members[] = {
     {"_x", T_OBJECT_EX, offsetof(Exportable, x), 0, NULL},
     {"_readonly", T_OBJECT_EX, offsetof(Exportable, readonly), 0, NULL},
+    {"_floor", T_OBJECT_EX, offsetof(Exportable, floor), 0, NULL},
     {"_source", T_OBJECT_EX, offsetof(Exportable, source), 0, NULL},
     {"_device", T_OBJECT_EX, offsetof(Exportable, device), 0, NULL},
     {"_request", T_OBJECT_EX, offsetof(Exportable, request), 0, NULL},
@@ -433,6 +445,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
 {
     PyObject *x = obj;
     *out = NULL;
+    if (!configured())
+        return -1;
     if (!PyObject_TypeCheck(x, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable");
         return -1;

@@ -12,6 +12,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *x;
     PyObject *readonly;
+    PyObject *floor;        /* wrap(x, min_version=): its own version floor (NULL: none) */
     PyObject *source;
     PyObject *device;
     PyObject *request;

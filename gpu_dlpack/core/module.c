@@ -95,7 +95,10 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         Py_XSETREF(state.ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)state.numpy_api[2]));
     }
-    Py_XSETREF(state.py_impl, Py_NewRef(impl));
+    PyObject *types = PyDict_New();
+    if (types == NULL)
+        return NULL;
+    Py_XSETREF(state.import_types, types);
     Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(state.versions_dict, Py_NewRef(versions));
     Py_XSETREF(state.produced_version, Py_NewRef(produced));
@@ -107,9 +110,8 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     state.device_types = devs;
     state.host_types = hosts;
     state.version_word = word;
-    Py_XSETREF(state.import_types, PyDict_New());
-    if (state.import_types == NULL)
-        return NULL;
+    /* Last: the core counts as configured once everything above is set. */
+    Py_XSETREF(state.py_impl, Py_NewRef(impl));
     Py_RETURN_NONE;
 }
 
@@ -123,25 +125,27 @@ core_forget(PyObject *mod, PyObject *unused)
 }
 
 static PyMethodDef core_methods[] = {
-    {"forget", (PyCFunction)core_forget, METH_NOARGS, NULL},
-    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, NULL},
-    {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, NULL},
-    {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, NULL},
-    {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, NULL},
-    {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, NULL},
-    {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, NULL},
-    {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, NULL},
-    {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, NULL},
-    {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, NULL},
-    {"import_host", (PyCFunction)core_import_host, METH_O, NULL},
-    {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, NULL},
-    {"read", (PyCFunction)core_read, METH_O, NULL},
-    {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, NULL},
-    {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, NULL},
-    {"exchange", (PyCFunction)core_exchange, METH_O, NULL},
-    {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, NULL},
-    {"set_copy_runtime", (PyCFunction)core_set_copy_runtime, METH_VARARGS, NULL},
-    {"copy", (PyCFunction)(void (*)(void))core_copy, METH_FASTCALL, NULL},
+    {"forget", (PyCFunction)core_forget, METH_NOARGS, "forget($module, /)\n--\n\nForget what Python said of each producer type."},
+    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, capsule_info=None, device_class=None)\n--\n\nWhat Python tells the core, once every module is loaded."},
+    {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, "header($module, ptr, versioned, /)\n--\n\nThe Header of a capsule's tensor."},
+    {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, "checked($module, capsule, likely=True, check_dtype=None, /)\n--\n\n(versioned, Header) of a capsule, checked."},
+    {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},
+    {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, "snapshot($module, capsule, /)\n--\n\nThe bytes of a capsule's struct, shape and strides, read in one step."},
+    {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, "discard($module, capsule, versioned, /)\n--\n\nClaim a capsule and run its deleter."},
+    {"move", (PyCFunction)(void (*)(void))core_move, METH_FASTCALL, "move($module, capsule, versioned, destructor, /)\n--\n\nA new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."},
+    {"kept_capsule", (PyCFunction)(void (*)(void))core_kept_capsule, METH_FASTCALL, "kept_capsule($module, ptr, keep, /)\n--\n\nA versioned capsule over a struct, holding keep until its deleter runs."},
+    {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, "stamp_version($module, capsule, word, /)\n--\n\nWrite the version word into a versioned capsule."},
+    {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, "set_flags($module, ptr, flags, /)\n--\n\nWrite a versioned tensor's flags."},
+    {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, "set_version($module, ptr, version, /)\n--\n\nWrite a versioned tensor's version."},
+    {"import_host", (PyCFunction)core_import_host, METH_O, "import_host($module, x, /)\n--\n\nA NumPy array of a producer's C exchange API, or None."},
+    {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, "rebuild($module, capsule, versioned, header, want_versioned, read_only, device=None, /)\n--\n\nThe capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild)."},
+    {"read", (PyCFunction)core_read, METH_O, "read($module, capsule, /)\n--\n\nThe CapsuleInfo of an unconsumed capsule (inspect), read in one step."},
+    {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
+    {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, "set_runtime($module, get_device, set_device, event_record, stream_wait, /)\n--\n\nThe CUDA runtime calls of the stream hand-off."},
+    {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
+    {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, "handoff($module, event, producer, consumer, device, consumer_device, /)\n--\n\nThe stream hand-off in one call."},
+    {"set_copy_runtime", (PyCFunction)core_set_copy_runtime, METH_VARARGS, "set_copy_runtime($module, memcpy_async, stream_synchronize, /)\n--\n\nThe CUDA runtime calls of a copy."},
+    {"copy", (PyCFunction)(void (*)(void))core_copy, METH_FASTCALL, "copy($module, dst, src, nbytes, stream, device, event, synchronize, /)\n--\n\nA copy and what follows it, with the GIL released."},
     {NULL}
 };
 
@@ -152,6 +156,15 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC
 PyInit__core(void)
 {
+    /* The core keeps its state in C globals, which one interpreter owns:
+     * a subinterpreter is refused before anything is made (the package
+     * refuses them too, with the same words, before it loads the core). */
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError,
+                        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
+                        "import it in the main interpreter");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
@@ -181,7 +194,7 @@ PyInit__core(void)
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
     if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.kw_max_version || !state.ask_versioned)
         goto fail;
-    static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dtype", "shape",
+    static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dl_dtype", "shape",
                                         "strides", "byte_offset", "data"};
     for (int i = 0; i < 10; i++)
         if ((state.info_keys[i] = PyUnicode_InternFromString(info_keys[i])) == NULL)
@@ -195,6 +208,14 @@ PyInit__core(void)
     state.str_versioned = PyUnicode_InternFromString(VERSIONED);
     if (!state.str_legacy || !state.str_versioned)
         goto fail;
+    /* The addresses of the core's owning capsule destructors, by kind. */
+    PyObject *destructors = Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
+                                          PyLong_FromVoidPtr((void *)capsule_destructor));
+    if (destructors == NULL || PyModule_AddObjectRef(m, "OWNING_DESTRUCTORS", destructors) < 0) {
+        Py_XDECREF(destructors);
+        goto fail;
+    }
+    Py_DECREF(destructors);
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0 ||

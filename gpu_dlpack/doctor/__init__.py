@@ -5,7 +5,7 @@ Everything is measured live, with small exchanges (a 2x3 float32 array),
 never read from a table of versions. A library that is missing, fails to
 import or raises while probed gets its row with the reason; it never stops
 the report. A segmentation fault inside a library cannot be caught in
-process.
+process, so the probe that could (strides) runs in a child process.
 
 ``PEERS`` names the libraries and how to make an array with each; every
 behaviour reported is measured from those arrays.
@@ -62,7 +62,12 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
           "copy": {"forwarded": bool | null, "copied": bool | null, "error": str | null},
           "read_only": {"honoured": bool | null, "detail": str},
           "raw_capsules": {"legacy": true | str, "versioned": true | str},  # str: the error
-          "takes": "producers" | "capsules"   # what the exchanges feed it
+          "takes": "producers" | "capsules",  # what the exchanges feed it
+          # host consumers only: layouts probed in a child process, and its faults
+          "strides": {"negative": OUTCOME, "stepped": OUTCOME} | null,
+          "faults": {"measured": [FAULT], "table": [FAULT],   # table: gpu_dlpack._peers, this version
+                     "unknown": [FAULT],    # measured, not in the table
+                     "gone": [FAULT]}       # in the table, judged by a probe, not measured
         }
       }],
       "matrices": [{
@@ -76,11 +81,16 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
                     "subject": str, "problem": str, "remedy": str}],
       "summary": {"exchanges": int, "through_gpu_dlpack_ok": int,
                   "through_gpu_dlpack_failed": int, "refused": int, "hazards": int},
+      "strict": bool,                   # hazards fail the run too (doctor --strict)
       "exit_status": 0 | 1
     }
 
     CAPSULE = {"name": "dltensor" | "dltensor_versioned", "version": [int, int] | null}
               or {"error": str}
+    FAULT   = an id of gpu_dlpack._peers.FAULTS ("read-only-ignored", "negative-strides", ...)
+    OUTCOME = "zero-copy" | "copies" | "wrong values" | "raises: <error>"
+              | "aborts the process (SIGABRT)" | "kills the process (...)" | "hangs: ..."
+              | "not probed: ..."
     RESULT  = {"call": str,
                "outcome": "zero-copy" | "copied" | "refused" | "error" | "wrong-values",
                "ok": bool, "error": str | null,
@@ -99,7 +109,14 @@ refuse (a version below the floor, ``copy=False`` where a copy is needed,
 read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
 and its finding names the rule. Any other refusal of an exchange that works
 directly is an ``error``. The exit status is 1 when an exchange through
-gpu_dlpack fails.
+gpu_dlpack fails, and with ``strict`` (``doctor --strict``) also when a
+hazard was found.
+
+Each host consumer's faults are measured (``_faults``: strides in a child
+process, since torch 2.12 and 2.13 abort on a negative one) and compared
+with gpu_dlpack's table for its version: a fault the table does not list is
+a hazard, an entry the probes no longer find a note. A ``--library`` that
+cannot be imported is an error (ModuleNotFoundError; exit status 2).
 
 Floor: the faces; it stands on the two directions and reads the rest as any
 user would.

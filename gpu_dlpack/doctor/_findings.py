@@ -4,6 +4,8 @@ a remedy."""
 from __future__ import annotations
 
 from .. import _capsule, _explain
+from .._peers import FAULTS
+from ._faults import HINTS, detail
 from ._verdicts import is_unjustified_refusal, rule_of, rule_text
 
 
@@ -57,6 +59,27 @@ def _library_findings(row):
             out.append(_hazard("consumer-legacy-only", name, consumer=name, consumer_call_copy=f"{call}(a.copy())"))
         if copy.get("copied") is False and copy.get("error") is None:
             out.append(_hazard("consumer-copy-ignored", name, consumer=name))
+        out += _fault_findings(row, cons)
+    return out
+
+
+def _fault_findings(row, cons):
+    """The consumer's faults against gpu_dlpack's table, and any probe that
+    killed its process."""
+    out = []
+    name, version = row["name"], row.get("version") or ""
+    for case, outcome in (cons.get("strides") or {}).items():
+        if outcome.startswith(("aborts", "kills", "hangs")):
+            what = "an array with a negative stride" if case == "negative" else "an array with a step of 2"
+            out.append(_hazard("consumer-aborts", name, consumer=name, version=version, case=what,
+                               detail=f"{cons['call']}(gpu_dlpack.wrap(a)) {outcome}", call=cons["call"]))
+    faults = cons.get("faults") or {}
+    for fault in faults.get("unknown", ()):
+        out.append(_hazard("consumer-fault-unknown", name, consumer=name, version=version,
+                           what=FAULTS[fault][0], detail=detail(cons, fault), hint=HINTS[fault]))
+    for fault in faults.get("gone", ()):
+        out.append(_hazard("consumer-fault-gone", name, "note", consumer=name, version=version,
+                           what=FAULTS[fault][0], detail=detail(cons, fault)))
     return out
 
 

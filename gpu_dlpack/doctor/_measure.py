@@ -58,12 +58,20 @@ def _sent(request) -> dict | None:
 
 
 def _pointer(x):
-    """Address of ``x``'s first element, read from a capsule of it."""
-    method = type(x).__dlpack__
+    """Address of ``x``'s first element, read from a capsule of it: its
+    export through gpu_dlpack, which reads any producer zero-copy (a
+    read-only array of NumPy before 2.1 refuses the legacy capsule that is
+    all its own __dlpack__ makes), else its own capsule."""
+    from .._export import export
+
     try:
-        cap = method(x, max_version=(1, 0))
-    except TypeError:
-        cap = method(x)
+        cap = export(x, max_version=(1, 0))
+    except Exception:
+        method = type(x).__dlpack__
+        try:
+            cap = method(x, max_version=(1, 0))
+        except TypeError:
+            cap = method(x)
     info = _capsule.read(cap)
     return info.data + info.byte_offset
 

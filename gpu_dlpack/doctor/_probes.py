@@ -199,7 +199,8 @@ def _consumer_unaligned(fn):
         got = fn(wrap(src))
     except Exception as exc:
         return _err(exc)
-    return _pointer_or_none(got) == src.ctypes.data
+    p = _pointer_or_none(got)
+    return "the result's address could not be read" if p is None else p == src.ctypes.data
 
 
 def _consumer_copy(fn):

@@ -131,6 +131,7 @@ def render(report) -> str:
     for row in report["libraries"]:
         rows.append([row["name"]] + _consumer_cells(row))
     lines += _table(rows)
+    lines += _fault_lines(report)
     for mat in report["matrices"]:
         lines += ["", f"Exchanges on {mat['device']}: direct > through gpu_dlpack"]
         if mat.get("error"):
@@ -158,7 +159,13 @@ def render(report) -> str:
         lines += _explain.wrap_text(f"remedy: {f['remedy']}", "      ", "        ", 100)
     s = report["summary"]
     lines.append("")
-    if report["exit_status"] == 0:
+    failed = s["through_gpu_dlpack_failed"]
+    if report["exit_status"] and not failed:
+        lines.append(
+            f"FAILED (--strict): all {s['exchanges']} exchanges through gpu_dlpack work, but "
+            f"{s['hazards']} hazard(s) were found (see Findings). Exit status 1."
+        )
+    elif report["exit_status"] == 0:
         lines.append(
             f"OK: all {s['exchanges']} exchanges through gpu_dlpack work"
             + (f" ({s['refused']} refused by rule, see Findings)" if s["refused"] else "")
@@ -170,6 +177,28 @@ def render(report) -> str:
             "Exit status 1; attach `gpu-dlpack doctor --json` to a bug report."
         )
     return "\n".join(lines)
+
+
+def _fault_lines(report):
+    """Each consumer's faults, measured beside what gpu_dlpack's table says
+    for its version (what ``gpu_dlpack.convert`` acts on)."""
+    rows = [["library", "version", "measured", "table (convert acts on)", "strides: negative / step"]]
+    for row in report["libraries"]:
+        cons = row.get("consumer") or {}
+        faults = cons.get("faults")
+        if not faults:
+            continue
+        strides = cons.get("strides") or {}
+        short = {k: v.split(":")[0] for k, v in strides.items()}
+        differ = [f"{f}: not in the table" for f in faults["unknown"]] + [f"{f}: not measured" for f in faults["gone"]]
+        rows.append([
+            row["name"], row["version"] or "-", ", ".join(faults["measured"]) or "none",
+            ", ".join(faults["table"]) or "none",
+            f"{short.get('negative', '?')} / {short.get('stepped', '?')}" + (f"  ({'; '.join(differ)})" if differ else ""),
+        ])
+    if len(rows) == 1:
+        return []
+    return ["", "Consumer faults: measured, and in gpu_dlpack's table for the installed version"] + _table(rows)
 
 
 def _gpu_lines(gpu):

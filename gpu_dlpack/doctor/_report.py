@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
-from .. import __version__, _fastpath, _versions
+import importlib.util
+
+from .. import __version__, _errors, _fastpath, _versions
+from ._faults import compare, strides_of
+from ._faults import start as start_stride_probes
 from ._findings import findings
 from ._matrix import matrix
 from ._measure import _err
@@ -29,15 +33,37 @@ def _summary(report):
     }
 
 
-def run(extra=(), peers=None) -> dict:
+def _check_importable(name: str) -> None:
+    """ModuleNotFoundError unless ``name`` names a module Python can find
+    (one that is found but fails to import gets its row, with the error)."""
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise _errors.doctor_library_not_importable(name, exc) from None
+    if found is None:
+        raise _errors.doctor_library_not_importable(name, ModuleNotFoundError(f"No module named {name!r}"))
+
+
+def run(extra=(), peers=None, strict=False) -> dict:
     """Probe the environment; the report as a JSON-ready dict (schema above).
 
-    ``extra`` names more modules to probe; ``peers`` replaces ``PEERS``.
+    ``extra`` names more modules to probe (each must be importable:
+    ModuleNotFoundError otherwise); ``peers`` replaces ``PEERS``.
+    ``strict``: the exit status is 1 on hazards too.
     """
+    for name in extra:
+        _check_importable(name)
     peers = PEERS if peers is None else tuple(peers)
     peers = peers + tuple(generic_peer(m) for m in extra if m not in {p.module for p in peers})
+    probe = start_stride_probes(peers)  # in a child process, meanwhile
     loaded = [load(p) for p in peers]
     loaded = [item for item in loaded if item.peer.always or item.row["installed"]]
+    strides = probe.results()
+    for item in loaded:
+        cons = item.row.get("consumer")
+        if cons and cons.get("probed") and item.peer.host_consumer:
+            cons["strides"] = strides_of(strides, item.peer.name)
+            cons["faults"] = compare(item.row)
     report = {
         "schema": SCHEMA,
         "gpu_dlpack": {
@@ -63,7 +89,9 @@ def run(extra=(), peers=None) -> dict:
             report["matrices"].append(mat)
     report["findings"] = findings(report)
     report["summary"] = _summary(report)
-    report["exit_status"] = 1 if report["summary"]["through_gpu_dlpack_failed"] else 0
+    summary = report["summary"]
+    report["strict"] = bool(strict)
+    report["exit_status"] = 1 if summary["through_gpu_dlpack_failed"] or (strict and summary["hazards"]) else 0
     return report
 
 

@@ -168,7 +168,9 @@ def _wrap(capsule, versioned, header, gpu, dtype=None):
     info = _capsule.read(capsule)
     owner = _capsule.take(capsule, versioned)
     itemsize = storage.itemsize
-    strides = None if info.strides is None else tuple(s * itemsize for s in info.strides)
+    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
+    # be made, out of memory, leaks its arguments, here a capsule.)
+    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
     start, nbytes, offset = _span(info.data, info.byte_offset, info.shape, info.strides, itemsize)
     try:
         memory = cupy.cuda.UnownedMemory(start, nbytes, owner, gpu)

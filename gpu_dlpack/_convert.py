@@ -1,0 +1,452 @@
+"""``convert``: any array to any library's array in one call, the exchange
+done right for that consumer.
+
+``convert(x, "torch")`` is ``torch.from_dlpack(gpu_dlpack.wrap(x))`` with
+what torch cannot honour handled by the layer: the consumer's row in
+``_peers`` says its faults by version, ``_faults`` decides what each one
+needs, and this module does it. Each consumer is read once (its module,
+its version, its ``from_dlpack``, its active faults) and kept.
+
+The consumer imports from a ``Served`` producer: ``wrap(x)`` asked for a
+versioned capsule on the caller's device, with the caller's ``copy`` and
+stream, whose flags and layout are then checked against the consumer's
+faults: read-only data it cannot hold read-only is copied (or shared, or
+refused, as ``on_readonly`` says), strides it cannot import are made
+compact by a copy, and a legacy consumer gets the legacy capsule of what
+was decided. The layer makes every copy itself (flagged IS_COPIED), so a
+consumer whose ``copy=True`` shares memory (JAX) is never asked for one.
+NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack`` itself, Numba
+over CuPy.
+
+A plain NumPy array (writeable, a layout the consumer takes) asked for
+nothing goes straight to ``consumer.from_dlpack(wrap(x))``.
+
+Floor: the faces, beside ``_wiring`` and ``_explain``: it stands on both
+directions.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
+
+import numpy as np
+
+from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _streams, _versions
+from ._devices import CPU, Device, DLDeviceType, cupy_is_rocm, known_on_host
+from ._export import export, wrap
+from ._import import from_dlpack
+from ._typing import DeviceLike, StreamLike
+
+if TYPE_CHECKING:
+    import array_api_strict._array_object
+    import cupy
+    import jax
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    import torch
+
+_ndarray = np.ndarray
+_VERSION = _versions.DLPACK_VERSION
+_GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM, DLDeviceType.CUDA_MANAGED})
+
+OnReadOnly = Literal["copy", "share", "refuse"]
+
+
+class Consumer(NamedTuple):
+    """A library as ``convert`` calls it, read once."""
+
+    name: str
+    module: ModuleType
+    version: str | None
+    call: Callable           # its from_dlpack (Numba: as_cuda_array)
+    lands: str | None        # "host", "gpu": gpu_dlpack lands the data (``_peers``)
+    faults: frozenset        # the faults that matter, for the installed version
+    plain: Callable          # (ndarray) -> whether it goes straight through
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What ``convert(..., report=True)`` did: the result and how it got there."""
+
+    array: Any
+    library: str
+    version: str | None
+    copied: bool | None      # the result holds memory of its own (None: unknown)
+    copied_by: str | None    # "gpu_dlpack" or the consumer's name, when copied
+    shared_read_only: bool   # read-only data handed over writeable (on_readonly='share')
+    faults: tuple[str, ...]  # the consumer's faults the layer acted on
+    reasons: tuple[str, ...]  # what was done and why, a sentence each
+
+    def __str__(self) -> str:
+        how = "zero-copy" if self.copied is False else (
+            f"copied by {self.copied_by}" if self.copied else "copy unknown")
+        lines = [f"{self.library} {self.version or ''}".rstrip() + f": {how}"]
+        lines += [f"  {r}" for r in self.reasons]
+        return "\n".join(lines)
+
+
+# -- the consumers -------------------------------------------------------------
+
+_consumers: dict = {}
+
+
+def consumer_of(to) -> Consumer:
+    """The consumer ``to`` names (a module or a module's name), read once."""
+    try:
+        found = _consumers.get(to)
+    except TypeError:  # unhashable
+        raise _errors.bad_consumer(to) from None
+    if found is None:
+        found = _consumers[to] = _read_consumer(to)
+    return found
+
+
+def _read_consumer(to) -> Consumer:
+    if isinstance(to, str):
+        name = to
+        try:
+            module = importlib.import_module(to)
+        except ImportError as exc:
+            raise _errors.consumer_not_importable(to, exc) from None
+    elif isinstance(to, ModuleType):
+        module, name = to, to.__name__
+    else:
+        raise _errors.bad_consumer(to)
+    peer = _peers.by_name(name)
+    top = name.partition(".")[0]
+    version = _version_of(top)
+    call = _from_dlpack_of(module, name, peer)
+    faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
+    label = peer.name if peer is not None else name
+    return Consumer(label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults))
+
+
+def _version_of(top: str) -> str | None:
+    module = importlib.import_module(top)
+    v = getattr(module, "__version__", None)
+    if isinstance(v, str):
+        return v
+    try:
+        from importlib import metadata
+
+        return metadata.version(top)
+    except Exception:
+        return None
+
+
+def _from_dlpack_of(module, name, peer) -> Callable:
+    if peer is not None and peer.lands is not None and peer.name != "numba":
+        return from_dlpack  # gpu_dlpack lands in NumPy and CuPy itself
+    own = getattr(module, "from_dlpack", None)
+    if callable(own) and (peer is None or peer.module != name or peer.consumer == ("from_dlpack",)):
+        return own
+    paths = peer.consumer if peer is not None else ("from_dlpack",)
+    if peer is not None:
+        for sub in peer.submodules:
+            try:
+                importlib.import_module(sub)
+            except ImportError:
+                pass
+    root = importlib.import_module(peer.module) if peer is not None else module
+    for path in paths:
+        obj: Any = root
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if callable(obj):
+            return obj
+    raise _errors.consumer_without_from_dlpack(name, [f"{root.__name__}.{p}" for p in paths])
+
+
+def _plain_test(faults) -> Callable:
+    """The test a NumPy array passes to go straight to the consumer: none
+    of its faults can meet it (read-only data, a layout it cannot take)."""
+    writeable = bool(faults & _faults._READ_ONLY)
+    compact = "non-compact-strides" in faults
+    negative = "negative-strides" in faults
+
+    def plain(x) -> bool:
+        flags = x.flags
+        if writeable and not flags.writeable:
+            return False
+        if compact:
+            return flags.c_contiguous or flags.f_contiguous
+        if negative and not flags.c_contiguous:
+            return not _faults.has_negative(x.shape, x.strides)
+        return True
+
+    return plain
+
+
+# -- the producer a consumer imports from ----------------------------------------
+
+class Served:
+    """``x`` served to one consumer: a versioned capsule under the rules,
+    then what the consumer cannot honour handled (``_faults.fix``)."""
+
+    __slots__ = ("_w", "_consumer", "_target", "_copy", "_stream", "_policy", "lands_on", "record")
+
+    def __init__(self, x, consumer: Consumer, target: Device | None, copy, stream, policy):
+        self._w = wrap(x)
+        self._consumer = consumer
+        self._target = target
+        self._copy = copy
+        self._stream = stream
+        self._policy = policy
+        #: Where gpu_dlpack's own import lands the capsule (NumPy, CuPy): a
+        #: capsule elsewhere is copied there, so no read-only data is shared.
+        self.lands_on: Device | None = None
+        self.record: dict | None = None
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self._target is not None:
+            return self._target.dlpack
+        return self._w.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        c = self._consumer
+        dl = self._target.dlpack if self._target is not None else dl_device
+        asked_copy = self._copy if self._copy is not None else copy
+        s = self._stream if self._stream is not None else stream
+        if s is None and _streams.in_block():
+            s = _streams.block_stream(Device(dl if dl is not None else self._w.__dlpack_device__()))
+        # A copy for a consumer that takes only aligned host data in place is
+        # made here, aligned; every other copy by the layer's export.
+        own_copy = asked_copy is True and "unaligned-copies" in c.faults and (
+            Device(dl if dl is not None else self._w.__dlpack_device__()).is_host_accessible
+        )
+        capsule = self._w.__dlpack__(
+            stream=s, max_version=_VERSION, dl_device=dl, copy=None if own_copy else asked_copy,
+        )
+        info = _capsule.read(capsule)
+        address = info.data + info.byte_offset
+        moves = self.lands_on is not None and info.device != self.lands_on
+        fix = _faults.fix(
+            c.name, c.faults, read_only=info.read_only and not moves, shape=info.shape, strides=info.strides,
+            host=info.device.is_host_accessible, address=address, copy=asked_copy, on_readonly=self._policy,
+        )
+        applied, reasons = list(fix.applied), list(fix.reasons)
+        if asked_copy is True:
+            if "copy-shares" in c.faults:
+                applied.append("copy-shares")
+            reasons.append(f"copied by gpu_dlpack, as copy=True asked ({c.name} is not asked to copy)")
+        if fix.copy or own_copy:
+            capsule = _copy_of(capsule, info, fix.align or own_copy, s)
+            info = _capsule.read(capsule)
+        elif fix.share:
+            ptr = _capsule.pointer(capsule, True)
+            _capsule.set_flags(ptr, info.flags & ~_capsule.READ_ONLY)
+        self.record = {
+            "address": info.data + info.byte_offset, "dtype": info.dl_dtype, "copied": info.is_copied,
+            "share": fix.share,
+            "applied": tuple(applied), "reasons": tuple(reasons), "consumer_copies": fix.consumer_copies,
+        }
+        if max_version is None or max_version[0] < 1:
+            # A legacy consumer: the capsule of the other kind over the same memory.
+            return export(capsule, max_version=max_version)
+        return capsule
+
+
+def _copy_of(capsule, info, align: bool, stream):
+    """A versioned capsule of a compact, writeable copy of what ``capsule``
+    holds (consumed here), flagged IS_COPIED, on the same kind of memory:
+    host memory to the CPU (aligned to ``_peers.ALIGNMENT`` if asked), GPU
+    memory on its own device, the copy queued on ``stream``."""
+    if info.device.is_host_accessible:
+        view = from_dlpack(capsule)
+        if align:
+            raw = np.empty(view.nbytes + _peers.ALIGNMENT, np.uint8)
+            start = (-raw.ctypes.data) % _peers.ALIGNMENT
+            out = raw[start:start + view.nbytes].view(view.dtype).reshape(view.shape)
+        else:
+            out = np.empty(view.shape, view.dtype)
+        np.copyto(out, view)
+        copied = export(out, max_version=_VERSION)
+    else:
+        fresh = from_dlpack(capsule, device=info.device, copy=True, stream=stream)
+        copied = export(fresh, max_version=_VERSION, stream=stream)
+    ptr = _capsule.pointer(copied, True)
+    code, bits, _lanes = info.dl_dtype
+    _capsule.set_dtype(ptr, True, code, bits)  # a dtype NumPy carries as unsigned keeps its code
+    flags = _capsule.peek(copied, True).flags
+    _capsule.set_flags(ptr, (flags | _capsule.IS_COPIED) & ~_capsule.READ_ONLY)
+    return copied
+
+
+# -- convert --------------------------------------------------------------------
+
+@overload
+def convert(x: Any, to: Literal["numpy"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[False] = ...) -> np.ndarray: ...
+@overload
+def convert(x: Any, to: Literal["torch"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[False] = ...) -> torch.Tensor: ...
+@overload
+def convert(x: Any, to: Literal["jax"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[False] = ...) -> jax.Array: ...
+@overload
+def convert(x: Any, to: Literal["cupy"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[False] = ...) -> cupy.ndarray: ...
+@overload
+def convert(x: Any, to: Literal["array_api_strict"], /, *, device: DeviceLike | None = ...,
+            copy: bool | None = ..., stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[False] = ...) -> array_api_strict._array_object.Array: ...
+@overload
+def convert(x: Any, to: Literal["numba"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[False] = ...) -> DeviceNDArray: ...
+@overload
+def convert(x: Any, to: str | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: Literal[True]) -> Conversion: ...
+@overload
+def convert(x: Any, to: str | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            report: bool = ...) -> Any: ...
+
+
+def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False):
+    """``x`` (any DLPack producer, another array protocol, or a raw capsule)
+    as an array of library ``to``, exchanged as that library needs.
+
+    ``to`` is a module or its name: ``"numpy"``, ``"torch"``, ``"jax"``,
+    ``"cupy"``, ``"array_api_strict"``, ``"numba"``, or any module with a
+    ``from_dlpack``. ``device`` is where the result lives (any form
+    ``Device`` reads; default: where ``x`` is, the current GPU for CuPy and
+    Numba); ``copy`` as in the standard (``True``: always, ``False``:
+    never, ``None``: when needed); ``stream`` the GPU stream the result will
+    be used on (else the enclosing ``use_stream`` block's, else the
+    consumer's own).
+
+    >>> import numpy as np, torch, gpu_dlpack
+    >>> r = np.arange(3.0); r.flags.writeable = False
+    >>> t = gpu_dlpack.convert(r, "torch")     # torch ignores READ_ONLY: a copy
+    >>> t[0] = 42; float(r[0])
+    0.0
+
+    What the consumer cannot honour (``gpu_dlpack._peers``: READ_ONLY for
+    torch, ``copy=True`` for JAX, negative strides for torch, which 2.12
+    and 2.13 abort on) is handled, never dropped. Read-only data for a
+    consumer that cannot hold it read-only: ``on_readonly="copy"`` (the
+    default: a writeable copy, so that no write through the result can
+    change the source), ``"share"`` (the memory itself, writeable: the
+    caller answers for the writes), ``"refuse"`` (``ReadOnlyError``).
+    ``report=True`` returns a ``Conversion``: the result, whether it was
+    copied and by whom, and every fault acted on.
+    """
+    c = _consumers.get(to) if type(to) is str else None
+    if c is None:
+        c = consumer_of(to)
+    if (
+        device is None and copy is None and stream is None and report is False and type(x) is _ndarray
+        and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
+    ):
+        if c.lands is None:
+            return c.call(wrap(x))
+        if c.lands == "host":
+            return from_dlpack(x)
+    return _convert(x, c, device, copy, stream, on_readonly, report)
+
+
+_POLICY_SET = frozenset(_faults.POLICIES)
+
+
+def _convert(x, c: Consumer, device, copy, stream, on_readonly, report):
+    _faults.check_policy(on_readonly)
+    if copy is not None and copy is not True and copy is not False:
+        raise _errors.bad_copy(copy)
+    target = None if device is None else Device(device)
+    handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
+    served = None
+    if c.lands == "host":
+        where = target if target is not None else CPU
+        if report:
+            served = Served(x, c, None, None, None, on_readonly)
+            served.lands_on = where
+            result = from_dlpack(served, device=where, copy=copy, stream=stream)
+        elif target is None and (type(x) is _ndarray or known_on_host(x)):
+            result = from_dlpack(x, copy=copy, stream=stream)
+        else:
+            result = from_dlpack(x, device=where, copy=copy, stream=stream)
+    elif c.lands == "gpu":
+        served = Served(x, c, None, None, None, on_readonly)
+        gpu = target if target is not None else _gpu_for(served, c)
+        served.lands_on = gpu if gpu is not None else Device(served.__dlpack_device__())
+        result = from_dlpack(served, device=gpu, copy=copy, stream=stream)
+        if c.name == "numba":
+            result = c.call(result)
+    else:
+        served = Served(x, c, target, copy, handle, on_readonly)
+        if target is not None and target.dlpack != served._w.__dlpack_device__():
+            # A move the layer makes: the consumer (which reads the device
+            # first) is not called for a device nothing here can serve.
+            _backends.for_device(target)
+        result = c.call(served)
+    if not report:
+        return result
+    return _conversion(result, c, served)
+
+
+def _gpu_for(served: Served, c: Consumer) -> Device | None:
+    """Where a GPU library's result lands by default: GPU data stays on its
+    device (None), anything else goes to the current GPU."""
+    here = Device(served.__dlpack_device__())
+    if here.type in _GPU_TYPES:
+        return None
+    if _backends.cupy_backend.device_count() == 0:
+        raise _errors.no_gpu_consumer(c.name, RuntimeError("no GPU is usable by CuPy"))
+    try:
+        import cupy
+
+        index = int(cupy.cuda.runtime.getDevice())
+    except Exception as exc:
+        raise _errors.no_gpu_consumer(c.name, exc) from None
+    return Device(("rocm" if cupy_is_rocm() else "cuda") + f":{index}")
+
+
+def _conversion(result, c: Consumer, served: Served | None) -> Conversion:
+    record = served.record if served is not None else None
+    if record is None:
+        return Conversion(result, c.name, c.version, None, None, False, (), ())
+    reasons = list(record["reasons"])
+    by = ["gpu_dlpack"] if record["copied"] else []
+    landed = _landed(result)
+    if landed is not None and landed[0] != record["address"]:
+        who = c.name if c.lands is None else "gpu_dlpack"
+        if who not in by:
+            by.append(who)
+        reasons.append(
+            f"copied: {record['consumer_copies']}" if record["consumer_copies"] else f"copied by {who} on import"
+        )
+    if landed is not None and landed[1] != record["dtype"]:
+        reasons.append(f"{c.name} changed the dtype from {_dtype_name(record['dtype'])} to {_dtype_name(landed[1])}")
+    copied = True if by else (None if landed is None else False)
+    return Conversion(
+        result, c.name, c.version, copied, " and ".join(by) or None, record["share"], record["applied"],
+        tuple(reasons),
+    )
+
+
+def _landed(result):
+    """``(address of the first element, DLPack dtype)`` of ``result``, read
+    from a capsule of it; None when it gives none."""
+    try:
+        info = _capsule.read(export(result, max_version=_VERSION))
+    except Exception:
+        return None
+    return info.data + info.byte_offset, info.dl_dtype
+
+
+def _dtype_name(dtype) -> str:
+    try:
+        return str(_dtypes.to_numpy(*dtype).numpy)
+    except Exception:
+        return "DLPack dtype (code={}, bits={}, lanes={})".format(*dtype)

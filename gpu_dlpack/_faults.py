@@ -1,0 +1,149 @@
+"""What ``gpu_dlpack.convert`` does about what a consumer cannot honour.
+
+The faults themselves are data (``_peers``: each library's ``faults`` by
+version, ``FAULTS`` for what each id means). Given the faults of the
+consumer's installed version, what the capsule holds and what the caller
+asked (``copy``, ``on_readonly``), ``fix`` decides: hand the capsule over as
+it is, copy what it holds (compact, writeable, aligned where the consumer
+needs it), hand read-only data over writeable because the caller said so,
+or refuse with the error that names the cause. Nothing is dropped
+silently: every fault acted on is named in the decision.
+
+Floor: policy, beside ``_rules``, over the leaves: it knows no backend, no
+capsule and no peer library.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from . import _errors
+from ._peers import ALIGNMENT, FAULTS
+
+#: What ``convert(..., on_readonly=...)`` takes, the default first.
+POLICIES = ("copy", "share", "refuse")
+
+#: Faults for which a consumer cannot hold data read-only, in the order
+#: their reason is given.
+READ_ONLY = ("read-only-ignored", "always-writeable", "legacy-only", "read-only-unknown")
+_READ_ONLY = frozenset(READ_ONLY)
+
+#: Faults of layout: the consumer cannot import some strides.
+LAYOUT = frozenset({"negative-strides", "non-compact-strides"})
+
+
+class Fix(NamedTuple):
+    """What the layer does before a consumer imports a capsule."""
+
+    copy: bool            # hand over a copy of what the capsule holds (compact, writeable)
+    align: bool           # ... starting on an ALIGNMENT boundary
+    share: bool           # read-only data handed over writeable, as the caller chose
+    applied: tuple        # the fault ids acted on
+    reasons: tuple        # what is done and why, a sentence each
+    consumer_copies: str | None = None  # a copy the consumer will make itself, and why
+
+
+PLAIN = Fix(False, False, False, (), ())
+
+
+def for_landing(faults: frozenset, lands: str | None) -> frozenset:
+    """The faults that matter when gpu_dlpack lands the data itself
+    (``lands`` not None): only those of the library's arrays, since its
+    own ``from_dlpack`` is not called."""
+    if lands is None:
+        return faults
+    return frozenset(f for f in faults if FAULTS[f][1] == "arrays")
+
+
+def cannot_hold_read_only(faults: frozenset) -> str | None:
+    """Why a consumer with ``faults`` cannot hold read-only data, or None."""
+    for fault in READ_ONLY:
+        if fault in faults:
+            return FAULTS[fault][0]
+    return None
+
+
+def check_policy(on_readonly) -> str:
+    if type(on_readonly) is not str or on_readonly not in _POLICY_SET:
+        raise _errors.bad_on_readonly(on_readonly, POLICIES)
+    return on_readonly
+
+
+_POLICY_SET = frozenset(POLICIES)
+
+
+def has_negative(shape, strides) -> bool:
+    """A negative stride on an axis that is walked (more than one element),
+    in an array that has elements."""
+    if strides is None or 0 in shape:
+        return False
+    return any(s < 0 and n > 1 for n, s in zip(shape, strides))
+
+
+def is_compact(shape, strides) -> bool:
+    """Whether the layout is a transposition of a dense buffer: the strides
+    (in elements) of the axes longer than one are, smallest first, 1 and the
+    products of the lengths before them. None (C order) is compact."""
+    if strides is None or 0 in shape:
+        return True
+    expect = 1
+    for stride, n in sorted((s, n) for n, s in zip(shape, strides) if n != 1):
+        if stride != expect:
+            return False
+        expect *= n
+    return True
+
+
+def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, strides, host: bool,
+        address: int, copy, on_readonly: str) -> Fix:
+    """What to do with a capsule of these facts for ``consumer`` (its name,
+    for messages) with ``faults``; ``copy`` as the caller asked (a copy the
+    layer made already holds writeable, compact data). Raises
+    ``ReadOnlyError`` or ``CopyRequiredError`` where the caller's choices
+    leave no correct exchange."""
+    copies = share = False
+    applied, reasons = [], []
+    if read_only and faults & _READ_ONLY:
+        why = cannot_hold_read_only(faults)
+        fault = next(f for f in READ_ONLY if f in faults)
+        if on_readonly == "refuse":
+            raise _errors.readonly_refused(consumer, why)
+        if on_readonly == "share":
+            share = True
+            applied.append(fault)
+            reasons.append(
+                f"read-only data handed to {consumer} writeable, as on_readonly='share' asked "
+                f"({consumer} {why})"
+            )
+        else:
+            if copy is False:
+                raise _errors.readonly_needs_copy(consumer, why)
+            copies = True
+            applied.append(fault)
+            reasons.append(f"copied: the data is read-only and {consumer} {why}")
+    if "negative-strides" in faults and has_negative(shape, strides):
+        if copy is False:
+            raise _errors.layout_needs_copy(consumer, shape, strides, f"{consumer} {FAULTS['negative-strides'][0]}")
+        copies = True
+        applied.append("negative-strides")
+        reasons.append(f"copied: {consumer} {FAULTS['negative-strides'][0]}")
+    if "non-compact-strides" in faults and not is_compact(shape, strides):
+        if copy is False:
+            raise _errors.layout_needs_copy(
+                consumer, shape, strides, f"{consumer} {FAULTS['non-compact-strides'][0]}"
+            )
+        copies = True
+        applied.append("non-compact-strides")
+        reasons.append(f"copied: {consumer} {FAULTS['non-compact-strides'][0]}")
+    align = False
+    consumer_copies = None
+    if "unaligned-copies" in faults and host and copies:
+        align = True  # the layer's copy starts aligned: the consumer takes it in place
+    elif "unaligned-copies" in faults and host and address % ALIGNMENT:
+        if copy is False:
+            raise _errors.unaligned_needs_copy(consumer, address, ALIGNMENT)
+        else:
+            consumer_copies = f"{consumer} {FAULTS['unaligned-copies'][0]}"
+    if not (copies or share or consumer_copies):
+        return PLAIN
+    return Fix(copies, align, share, tuple(applied), tuple(reasons), consumer_copies)

@@ -1,0 +1,285 @@
+"""Consumer faults: what each installed consumer cannot honour, measured,
+and compared with gpu_dlpack's table (``_peers``: the faults by library and
+version that ``gpu_dlpack.convert`` acts on).
+
+Most faults are read from the consumer probe (``_probes``): READ_ONLY
+ignored, legacy capsules only, ``copy=True`` that shares, unaligned data
+copied. Strides are probed in a child process, because a consumer may abort
+the process on them (torch 2.12 and 2.13 on a negative stride): the child
+imports each consumer in turn and prints one JSON line per case before and
+after it; when it dies, the case it was in is the one that killed it, and a
+new child goes on with the rest. Results are kept per process for the same
+libraries and versions.
+
+A fault measured that the table does not list for the installed version,
+or one the table lists that was not measured, is a finding.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+from .. import _peers
+from ._measure import _err, _host_values, _pointer_or_none, _resolve
+
+#: The faults the doctor measures on the host.
+MEASURED = frozenset({
+    "read-only-ignored", "legacy-only", "copy-shares", "unaligned-copies", "negative-strides",
+    "non-compact-strides",
+})
+
+#: The layouts the child probes: a negative stride, and a step.
+CASES = {"negative": (slice(None, None, -1),), "stepped": (slice(None, None, 2),)}
+
+_CHILD_TIMEOUT = 240  # seconds, for all the consumers together
+
+
+def _sample(case):
+    base = np.arange(12, dtype=np.float32)
+    return base[CASES[case]]
+
+
+# -- the child -------------------------------------------------------------------
+
+
+def _child(units) -> None:
+    """Probe ``units`` (``[name, module, submodules, consumer paths, case]``)
+    in this process, one JSON line before and after each."""
+    import importlib
+
+    from .._export import wrap
+
+    for name, module, submodules, paths, case in units:
+        print(json.dumps({"start": [name, case]}), flush=True)
+        try:
+            m = importlib.import_module(module)
+            for sub in submodules:
+                importlib.import_module(sub)
+            fn, _ = _resolve(m, paths)
+            a = _sample(case)
+            got = fn(wrap(a))
+            values = _host_values(got)
+            if values is None or values.tolist() != a.tolist():
+                outcome = "wrong values"
+            else:
+                outcome = "zero-copy" if _pointer_or_none(got) == a.ctypes.data else "copies"
+        except BaseException as exc:  # a probe reports, it never stops the child
+            outcome = f"raises: {_err(exc)}"
+        print(json.dumps({"done": [name, case], "outcome": outcome}), flush=True)
+
+
+_CODE = "import json, sys; from gpu_dlpack.doctor._faults import _child; _child(json.loads(sys.argv[1]))"
+
+
+def _spawn(units: list):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.Popen(
+        [sys.executable, "-c", _CODE, json.dumps(units)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env=env,
+    )
+
+
+def _collect(proc, units: list, results: dict) -> list:
+    """Read a child's outcomes into ``results``; the units still to probe
+    (after the one that killed it, if one did)."""
+    try:
+        out, _ = proc.communicate(timeout=_CHILD_TIMEOUT)
+        status = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        status = None
+    started = None
+    for line in out.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue  # a library printed something
+        if "start" in msg:
+            started = tuple(msg["start"])
+        elif "done" in msg:
+            results[tuple(msg["done"])] = msg["outcome"]
+            started = None
+    todo = [u for u in units if (u[0], u[4]) not in results]
+    if started is None:
+        for name, *_rest, case in todo:  # the child died before any of them
+            results[(name, case)] = f"not probed: the child process exited with status {status}"
+        return []
+    results[started] = _death(status)
+    return [u for u in todo if (u[0], u[4]) not in results]
+
+
+def _death(status) -> str:
+    if status is None:
+        return "hangs: the child process timed out"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"aborts the process ({name})"
+    if status == 134:  # 128 + SIGABRT, as a shell reports it
+        return "aborts the process (SIGABRT)"
+    return f"kills the process (exit status {status})"
+
+
+#: Outcomes measured by this process's children: (unit, where its module is) -> outcome.
+_measured: dict = {}
+
+
+def _origin(module: str):
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return None if spec is None else spec.origin
+
+
+class StrideProbe:
+    """The stride probes of the host consumers, running in a child process
+    while the doctor probes the rest (made by ``start``)."""
+
+    def __init__(self, units: list):
+        self.units = units
+        self.keys = {u: (u, _origin(u[1].split(".")[0])) for u in units}
+        self.todo = [u for u in units if self.keys[u] not in _measured]
+        self.proc = _spawn(self.todo) if self.todo else None
+
+    def results(self) -> dict:
+        """``{(name, case): outcome}`` for every unit, once every child is done."""
+        found: dict = {}
+        todo, proc = self.todo, self.proc
+        while proc is not None:
+            todo = _collect(proc, todo, found)
+            proc = _spawn(todo) if todo else None
+        self.proc = None
+        for u in self.todo:
+            _measured[self.keys[u]] = found[(u[0], u[4])]
+        self.todo = []
+        return {(u[0], u[4]): _measured[self.keys[u]] for u in self.units}
+
+
+def start(peers) -> StrideProbe:
+    """Start the stride probes of ``peers`` whose from_dlpack takes host
+    data and whose module is installed. The cases the table says may kill
+    the process go last, so that one child usually probes everything."""
+    units = []
+    for peer in peers:
+        if not peer.host_consumer or _origin(peer.module.split(".")[0]) is None:
+            continue
+        for case in CASES:
+            units.append((peer.name, peer.module, tuple(peer.submodules), tuple(peer.consumer), case))
+    risky = {p.name for p in peers if "negative-strides" in _table_of({"module": p.module, "version": None})}
+    units.sort(key=lambda u: u[4] == "negative" and u[0] in risky)
+    return StrideProbe(units)
+
+
+def strides_of(results: dict, name: str) -> dict | None:
+    """The outcomes of one library's cases, or None when it was not probed."""
+    found = {case: results[(name, case)] for case in CASES if (name, case) in results}
+    return found or None
+
+
+# -- what was measured, against the table ----------------------------------------
+
+
+def _fails(outcome) -> bool:
+    return outcome.startswith(("raises", "aborts", "kills", "hangs", "wrong"))
+
+
+def measured(cons: dict) -> tuple:
+    """``(faults found, faults the probes could judge)`` from a consumer row."""
+    found, judged = set(), set()
+    ro = cons.get("read_only") or {}
+    if ro.get("honoured") is not None:
+        judged.add("read-only-ignored")
+        if ro["honoured"] is False:
+            found.add("read-only-ignored")
+    sends = cons.get("sends")
+    if sends is not None and not cons.get("error"):
+        judged.add("legacy-only")
+        if "max_version" not in sends:
+            found.add("legacy-only")
+    copy = cons.get("copy") or {}
+    if copy.get("copied") is not None:
+        judged.add("copy-shares")
+        if copy["copied"] is False:
+            found.add("copy-shares")
+    unaligned = cons.get("unaligned")
+    if isinstance(unaligned, bool):
+        judged.add("unaligned-copies")
+        if unaligned is False:
+            found.add("unaligned-copies")
+    strides = cons.get("strides") or {}
+    if strides and not any(o.startswith("not probed") for o in strides.values()):
+        judged |= {"negative-strides", "non-compact-strides"}
+        negative, stepped = _fails(strides["negative"]), _fails(strides["stepped"])
+        if stepped:
+            found.add("non-compact-strides")
+        elif negative:
+            found.add("negative-strides")
+    return found, judged
+
+
+def _table_of(row: dict) -> set:
+    """The faults gpu_dlpack's table lists for the row's library and version
+    (none for a library without a row)."""
+    peer = _peers.by_name(row["module"])
+    return set(_peers.active_faults(peer, row.get("version"))) if peer is not None else set()
+
+
+def _covers(a: str, b: str) -> bool:
+    """Whether acting on fault ``a`` also handles fault ``b``: a compact
+    copy (non-compact strides) has no negative stride either."""
+    return a == b or (a == "non-compact-strides" and b == "negative-strides")
+
+
+def compare(row: dict) -> dict | None:
+    """The consumer's faults: measured, in the table for its version, and
+    where the two differ: ``unknown`` (measured, not in the table) and
+    ``gone`` (in the table, judged by a probe, not measured)."""
+    cons = row.get("consumer") or {}
+    if not cons.get("probed"):
+        return None
+    listed = _table_of(row)
+    table = listed & MEASURED
+    found, judged = measured(cons)
+    return {
+        "measured": sorted(found),
+        "table": sorted(listed),
+        "unknown": sorted(f for f in found if not any(_covers(t, f) for t in table)),
+        "gone": sorted(t for t in table & judged if not any(_covers(f, t) for f in found)),
+    }
+
+
+def detail(cons: dict, fault: str) -> str:
+    """What the probe saw, for a fault's finding."""
+    if fault in ("negative-strides", "non-compact-strides"):
+        s = cons.get("strides") or {}
+        return f"a negative stride: {s.get('negative')}; a step of 2: {s.get('stepped')}"
+    if fault == "read-only-ignored":
+        return (cons.get("read_only") or {}).get("detail") or "?"
+    if fault == "legacy-only":
+        return f"it sends {cons.get('sends') or 'nothing'}"
+    if fault == "copy-shares":
+        return "copy=True gave memory shared with the source"
+    if fault == "unaligned-copies":
+        return "data 4 bytes past a 64-byte boundary was copied"
+    return "?"
+
+
+HINTS = {
+    "read-only-ignored": "a writeable copy of read-only data",
+    "legacy-only": "writeable data",
+    "copy-shares": "a copy made before the exchange",
+    "unaligned-copies": "data aligned to 64 bytes",
+    "negative-strides": "compact arrays (numpy.ascontiguousarray)",
+    "non-compact-strides": "compact arrays (numpy.ascontiguousarray)",
+}

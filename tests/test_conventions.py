@@ -1,0 +1,135 @@
+"""The conventions of the ecosystem: the standard's signatures (positional-only
+``x``), a namespace that shows the public API only, signatures visible on
+the compiled path too, the device objects of the array API standard and of
+the peers, and NumPy dtypes where NumPy has one."""
+
+import inspect
+import pydoc
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _fastpath
+
+from .capsules import make
+
+
+# -- positional-only x --------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["from_dlpack", "export", "wrap", "view", "shards"])
+def test_x_is_positional_only_as_the_standard_says(name):
+    fn = getattr(gpu_dlpack, name)
+    with pytest.raises(TypeError):
+        fn(x=np.arange(3))
+    assert inspect.signature(fn).parameters["x"].kind is inspect.Parameter.POSITIONAL_ONLY
+    fn(np.arange(3))
+
+
+def test_exportable_dlpack_takes_keywords_only():
+    w = gpu_dlpack.wrap(np.arange(3))
+    with pytest.raises(TypeError):
+        w.__dlpack__(None)
+    with pytest.raises(TypeError):
+        w.__dlpack__(self=w)
+
+
+# -- the namespace -------------------------------------------------------------------
+
+def test_dir_shows_the_public_api_only():
+    names = dir(gpu_dlpack)
+    assert set(names) == set(gpu_dlpack.__all__) | {"__version__"}
+    for hidden in ("sys", "types", "annotations", "_Module", "_capsule", "_export", "_core", "TYPE_CHECKING"):
+        assert hidden not in names
+    for name in names:
+        getattr(gpu_dlpack, name)  # every name shown is there
+
+
+def test_help_shows_the_public_api_with_signatures():
+    text = pydoc.render_doc(gpu_dlpack, renderer=pydoc.plaintext)
+    functions = text[text.index("\nFUNCTIONS\n"):text.index("\nDATA\n")]
+    data = text[text.index("\nDATA\n"):text.index("\nVERSION\n")]
+    # export and wrap are functions, with their signatures, on both paths.
+    assert "    export(x: 'Any', /, *, stream:" in functions and "    wrap(x: 'Any', /, *, readonly:" in functions
+    for name in ("from_dlpack", "from_pointer", "view", "inspect", "shards", "set_min_dlpack_version"):
+        assert f"    {name}(" in functions
+    assert "MIN_DLPACK_VERSION = (0, 5)" in data and "DLPACK_VERSION = (1, 2)" in data
+    import re
+
+    entries = set(re.findall(r"^    (\w+)", functions + data, re.M))
+    assert entries <= set(gpu_dlpack.__all__), entries - set(gpu_dlpack.__all__)
+    assert "Exporter object" not in data  # export and wrap are no data
+
+
+# -- signatures on the compiled path ----------------------------------------------
+
+def test_signatures_are_visible_on_either_path():
+    w = gpu_dlpack.wrap(np.arange(3))
+    params = inspect.signature(w.__dlpack__).parameters
+    assert list(params) == ["stream", "max_version", "dl_device", "copy"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None for p in params.values())
+    assert list(inspect.signature(w.__dlpack_device__).parameters) == []
+    assert "min_version" in inspect.signature(gpu_dlpack.export).parameters
+    assert inspect.isroutine(gpu_dlpack.export) and inspect.isroutine(gpu_dlpack.wrap)
+
+
+@pytest.mark.skipif(_fastpath.core is None, reason="the compiled core is not active")
+def test_every_method_of_the_compiled_core_has_a_text_signature():
+    core = _fastpath.core
+    methods = [getattr(core, n) for n in dir(core) if inspect.isbuiltin(getattr(core, n))]
+    methods += [core.ExportableBase.__dlpack__, core.ExportableBase.__dlpack_device__, core.ExportableBase._set_plan]
+    assert len(methods) > 10
+    for m in methods:
+        assert m.__text_signature__, m
+        inspect.signature(m)
+
+
+def test_an_exporter_stays_itself_as_a_class_attribute():
+    class Holder:
+        export = gpu_dlpack.export
+
+    assert Holder().export is gpu_dlpack.export or not _fastpath.core  # bound like a builtin, not a method
+    cap = Holder.export(np.arange(3), max_version=(1, 0))
+    assert gpu_dlpack.inspect(cap).versioned
+
+
+# -- device objects ------------------------------------------------------------------
+
+def test_the_device_objects_of_the_peers_are_devices(torch, jax, xp_strict):
+    t = torch.arange(3.0)
+    for device in (
+        xp_strict.Device(), xp_strict.Device("device1"), xp_strict.asarray([1.0]).device,
+        torch.device("cpu"), t.device, jax.devices("cpu")[0], jax.numpy.arange(2).device,
+    ):
+        assert gpu_dlpack.Device(device) == gpu_dlpack.Device("cpu"), device
+        out = gpu_dlpack.from_dlpack(t, device=device)
+        assert type(out) is np.ndarray and out.ctypes.data == t.data_ptr()
+
+
+def test_a_cupy_device_is_a_gpu():
+    cupy = pytest.importorskip("cupy")
+    assert gpu_dlpack.Device(cupy.cuda.Device(1)) == gpu_dlpack.Device("cuda:1")
+
+
+def test_an_array_is_not_a_device(torch, xp_strict):
+    for array in (np.arange(2), torch.arange(2), xp_strict.asarray([1.0])):
+        with pytest.raises(TypeError, match="is an array, not a device"):
+            gpu_dlpack.Device(array)
+    with pytest.raises(TypeError, match="array-api-strict Device"):
+        gpu_dlpack.Device(xp_strict.float64)
+
+
+# -- CapsuleInfo's dtype ---------------------------------------------------------------
+
+def test_capsule_info_has_the_numpy_dtype_and_the_dlpack_triple(torch, ml_dtypes):
+    info = gpu_dlpack.inspect(np.zeros(2, np.float32).__dlpack__())
+    assert info.dtype == np.dtype(np.float32) and isinstance(info.dtype, np.dtype)
+    assert info.dl_dtype == (2, 32, 1)
+    info = gpu_dlpack.inspect(torch.zeros(2, dtype=torch.bfloat16).__dlpack__())
+    assert info.dtype == ml_dtypes.bfloat16 and info.dl_dtype == (4, 16, 1)
+
+
+def test_capsule_info_has_no_numpy_dtype_where_numpy_has_none():
+    cap, _ = make(dtype=(2, 32, 4))  # a vector type
+    info = gpu_dlpack.inspect(cap)
+    assert info.dtype is None and info.dl_dtype == (2, 32, 4)

@@ -1,0 +1,482 @@
+"""``gpu_dlpack.convert``: one call to any library, the exchange done right
+for each consumer, with the real consumers (NumPy, PyTorch, JAX,
+array-api-strict; CuPy and Numba on a GPU).
+
+Zero-copy is judged by pointers; the read-only default by writing through
+the result and reading the source; copies by the ``report=True`` record.
+torch's negative-stride case runs in a child process, since torch 2.12 and
+2.13 abort on it directly.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _capsule, _convert, _faults, _peers
+
+
+def readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def aligned(a, offset=0):
+    """A copy of ``a`` starting ``offset`` bytes past a 64-byte boundary."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def jax_pointer(j):
+    return j.unsafe_buffer_pointer()
+
+
+def run_child(code):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+# -- torch ---------------------------------------------------------------------
+
+
+def test_read_only_numpy_to_torch_is_copied_so_writes_never_reach_it(torch):
+    # torch ignores READ_ONLY: torch.from_dlpack(wrap(r)) gives a tensor
+    # whose writes change r. convert copies by default.
+    r = readonly(np.arange(6.0))
+    t = gpu_dlpack.convert(r, "torch")
+    assert type(t) is torch.Tensor and t.tolist() == r.tolist()
+    t[0] = 42
+    assert r[0] == 0.0 and t[0] == 42
+    assert t.data_ptr() != r.ctypes.data
+
+
+def test_the_fault_convert_corrects_is_real(torch):
+    r = readonly(np.arange(6.0))
+    t = torch.from_dlpack(gpu_dlpack.wrap(r))
+    t[0] = 42
+    assert r[0] == 42  # what convert exists to prevent
+
+
+def test_read_only_shared_knowingly_is_zero_copy(torch):
+    r = readonly(np.arange(6.0))
+    done = gpu_dlpack.convert(r, "torch", on_readonly="share", report=True)
+    t = done.array
+    assert t.data_ptr() == r.ctypes.data
+    assert done.copied is False and done.shared_read_only and done.faults == ("read-only-ignored",)
+    t[0] = 42
+    assert r[0] == 42  # the caller chose this
+
+
+def test_read_only_refused_is_a_read_only_error(torch):
+    r = readonly(np.arange(6.0))
+    with pytest.raises(gpu_dlpack.ReadOnlyError, match="torch cannot hold it read-only") as info:
+        gpu_dlpack.convert(r, "torch", on_readonly="refuse")
+    assert isinstance(info.value, BufferError)
+    assert "on_readonly='copy'" in str(info.value) and "on_readonly='share'" in str(info.value)
+
+
+def test_read_only_with_copy_false_is_a_read_only_error(torch):
+    with pytest.raises(gpu_dlpack.ReadOnlyError, match="copy=False, but the data is read-only"):
+        gpu_dlpack.convert(readonly(np.arange(6.0)), "torch", copy=False)
+
+
+def test_writeable_numpy_to_torch_is_zero_copy_and_shared(torch):
+    a = np.arange(6.0)
+    t = gpu_dlpack.convert(a, "torch")
+    assert t.data_ptr() == a.ctypes.data
+    t[0] = 42
+    assert a[0] == 42
+    done = gpu_dlpack.convert(a, "torch", report=True)
+    assert done.copied is False and done.copied_by is None and done.faults == () and done.reasons == ()
+    assert done.library == "torch" and done.version == torch.__version__
+
+
+def test_copy_true_is_made_by_the_layer_and_reported(torch):
+    a = np.arange(6.0)
+    done = gpu_dlpack.convert(a, "torch", copy=True, report=True)
+    assert done.array.data_ptr() != a.ctypes.data and done.array.tolist() == a.tolist()
+    assert done.copied is True and done.copied_by == "gpu_dlpack"
+    assert any("copy=True" in r for r in done.reasons)
+
+
+def test_a_copy_the_layer_makes_for_a_fault_is_flagged_is_copied(torch):
+    # The capsule torch receives says IS_COPIED (torch does not read it);
+    # the record says it too.
+    r = readonly(np.arange(6.0))
+    served = _convert.Served(r, _convert.consumer_of("torch"), None, None, None, "copy")
+    cap = served.__dlpack__(max_version=(1, 0))
+    info = _capsule.read(cap)
+    assert info.is_copied and not info.read_only and info.data != r.ctypes.data
+    assert served.record["copied"] and served.record["applied"] == ("read-only-ignored",)
+
+
+NEGATIVE = """
+    import numpy as np, gpu_dlpack
+    for a in (np.arange(6.0)[::-1], np.arange(12.0).reshape(3, 4)[:, ::-1], np.arange(12.0).reshape(3, 4)[::-1]):
+        done = gpu_dlpack.convert(a, "torch", report=True)
+        assert done.array.tolist() == a.tolist(), (done.array, a)
+        assert done.copied and done.faults == ("negative-strides",), done
+    try:
+        gpu_dlpack.convert(np.arange(6.0)[::-1], "torch", copy=False)
+    except gpu_dlpack.CopyRequiredError as exc:
+        print("refused:", exc)
+    # a negative stride on an axis of one element is never walked: zero-copy
+    one = np.arange(6.0).reshape(1, 6)[::-1]
+    assert gpu_dlpack.convert(one, "torch").data_ptr() == one.ctypes.data
+    print("ok")
+"""
+
+
+def test_negative_strides_reach_torch_as_a_compact_copy_not_an_abort(torch):
+    status, out, err = run_child(NEGATIVE)
+    assert status == 0, err
+    assert "refused: copy=False, but torch cannot import an array of shape (6,) with strides (-1,)" in out
+    assert out.rstrip().endswith("ok")
+
+
+def test_negative_strides_abort_torch_directly(torch):
+    # The fault in the table, as torch 2.13 has it (pytorch/pytorch#188023):
+    # here in a child process, which it kills.
+    if _peers.release(torch.__version__) >= (2, 14):
+        pytest.skip("a torch release after the fault was known")
+    status, _out, err = run_child("""
+        import numpy as np, torch, gpu_dlpack
+        torch.from_dlpack(gpu_dlpack.wrap(np.arange(6.0)[::-1]))
+    """)
+    assert status in (-6, 134) and "Storage size calculation overflowed" in err
+
+
+def test_a_torch_tensor_to_torch_is_zero_copy(torch):
+    t = torch.arange(6.0)
+    assert gpu_dlpack.convert(t, "torch").data_ptr() == t.data_ptr()
+    assert gpu_dlpack.convert(t, torch).data_ptr() == t.data_ptr()  # the module itself
+
+
+def test_a_jax_array_to_torch_is_copied_by_default_and_shared_on_request(torch, jax):
+    # JAX arrays are immutable: the layer exports them READ_ONLY.
+    j = jax.numpy.arange(6.0, dtype=jax.numpy.float32)
+    t = gpu_dlpack.convert(j, "torch")
+    assert t.data_ptr() != jax_pointer(j) and t.tolist() == j.tolist()
+    shared = gpu_dlpack.convert(j, "torch", on_readonly="share")
+    assert shared.data_ptr() == jax_pointer(j)
+
+
+# -- JAX -----------------------------------------------------------------------
+
+
+def test_jax_copy_true_is_a_real_copy(jax):
+    a = aligned(np.arange(6, dtype=np.float32))
+    # JAX 0.10's own copy=True shares: the fault in the table.
+    direct = jax.dlpack.from_dlpack(a, copy=True)
+    assert jax_pointer(direct) == a.ctypes.data
+    done = gpu_dlpack.convert(a, "jax", copy=True, report=True)
+    j = done.array
+    assert jax_pointer(j) != a.ctypes.data
+    a[0] = 99
+    assert float(j[0]) == 0.0
+    assert done.copied is True and done.copied_by == "gpu_dlpack" and "copy-shares" in done.faults
+    # the layer's copy starts aligned, so JAX takes it in place: one copy
+    assert jax_pointer(j) % 64 == 0
+
+
+def test_aligned_writeable_data_reaches_jax_zero_copy(jax):
+    a = aligned(np.arange(6, dtype=np.float32))
+    j = gpu_dlpack.convert(a, "jax")
+    assert jax_pointer(j) == a.ctypes.data
+    assert gpu_dlpack.convert(a, "jax", copy=False).tolist() == a.tolist()
+
+
+def test_read_only_data_reaches_jax_as_a_copy_or_shared_on_request(jax):
+    r = aligned(np.arange(6, dtype=np.float32))
+    r.flags.writeable = False
+    # directly, JAX (legacy capsules only) cannot be told READ_ONLY: refused
+    with pytest.raises(BufferError):
+        jax.dlpack.from_dlpack(gpu_dlpack.wrap(r))
+    done = gpu_dlpack.convert(r, "jax", report=True)
+    assert done.array.tolist() == r.tolist() and jax_pointer(done.array) != r.ctypes.data
+    assert done.faults == ("legacy-only",) and done.copied_by == "gpu_dlpack"
+    shared = gpu_dlpack.convert(r, "jax", on_readonly="share")
+    assert jax_pointer(shared) == r.ctypes.data
+    with pytest.raises(gpu_dlpack.ReadOnlyError):
+        gpu_dlpack.convert(r, "jax", on_readonly="refuse")
+
+
+def test_unaligned_data_is_copied_by_jax_and_reported(jax):
+    a = aligned(np.arange(6, dtype=np.float32), offset=4)
+    done = gpu_dlpack.convert(a, "jax", report=True)
+    assert done.copied is True and done.copied_by == "jax"
+    assert any("not aligned to 64 bytes" in r for r in done.reasons)
+    # JAX would copy silently: copy=False is refused before it is called
+    with pytest.raises(gpu_dlpack.CopyRequiredError, match="not aligned to 64 bytes"):
+        gpu_dlpack.convert(a, "jax", copy=False)
+
+
+def test_layouts_jax_cannot_import_are_made_compact(jax):
+    for a in (np.arange(12, dtype=np.float32)[::2], np.arange(12, dtype=np.float32)[::-1],
+              np.lib.stride_tricks.as_strided(np.arange(3, dtype=np.float32), (4, 3), (0, 4))):
+        with pytest.raises(Exception, match="compact"):
+            jax.dlpack.from_dlpack(a)  # JAX alone
+        done = gpu_dlpack.convert(a, "jax", report=True)
+        assert done.array.tolist() == a.tolist() and done.copied_by == "gpu_dlpack"
+        assert "non-compact-strides" in done.faults
+        with pytest.raises(gpu_dlpack.CopyRequiredError, match="jax cannot import an array of shape"):
+            gpu_dlpack.convert(a, "jax", copy=False)
+    # a transposition of a dense buffer is compact
+    t = aligned(np.arange(12, dtype=np.float32)).reshape(3, 4).T
+    assert jax_pointer(gpu_dlpack.convert(t, "jax")) == t.ctypes.data
+
+
+def test_a_torch_tensor_reaches_jax_zero_copy(torch, jax):
+    t = torch.arange(6.0, dtype=torch.float32)  # torch allocates 64-byte aligned
+    j = gpu_dlpack.convert(t, "jax")
+    assert jax_pointer(j) == t.data_ptr() and j.tolist() == t.tolist()
+    assert jax_pointer(gpu_dlpack.convert(t, "jax.numpy")) == t.data_ptr()
+
+
+# -- NumPy and array-api-strict --------------------------------------------------
+
+
+def test_to_numpy_is_the_layers_own_import(torch, jax):
+    t = torch.arange(6.0)
+    n = gpu_dlpack.convert(t, "numpy")
+    assert type(n) is np.ndarray and n.ctypes.data == t.data_ptr() and n.flags.writeable
+    r = readonly(np.arange(3.0))
+    v = gpu_dlpack.convert(r, "numpy")  # NumPy holds read-only data: no copy
+    assert v.ctypes.data == r.ctypes.data and not v.flags.writeable
+    j = jax.numpy.arange(3.0)
+    done = gpu_dlpack.convert(j, "numpy", report=True)
+    assert done.copied is False and not done.array.flags.writeable
+    c = gpu_dlpack.convert(t, "numpy", copy=True, report=True)
+    assert c.copied is True and c.array.ctypes.data != t.data_ptr()
+
+
+def test_array_api_strict_honours_read_only_so_it_is_shared(xp_strict):
+    a = np.arange(6.0)
+    s = gpu_dlpack.convert(a, "array_api_strict")
+    assert s._array.ctypes.data == a.ctypes.data
+    r = readonly(np.arange(6.0))
+    done = gpu_dlpack.convert(r, "array_api_strict", report=True)
+    assert done.copied is False and done.faults == ()
+    with pytest.raises(ValueError, match="read-only"):
+        done.array[0] = 42
+    assert r[0] == 0.0
+
+
+# -- any module with a from_dlpack -----------------------------------------------
+
+
+@pytest.fixture
+def library(tmp_path, monkeypatch):
+    """A library gpu_dlpack has no row for, whose from_dlpack is NumPy's
+    own made writeable: it does not honour READ_ONLY."""
+    (tmp_path / "convert_test_library.py").write_text(textwrap.dedent("""
+        import ctypes
+        import numpy as np
+
+        _kept = []  # the imports, alive as long as the module
+
+        def from_dlpack(x, device=None, copy=None):
+            a = np.from_dlpack(x)
+            _kept.append(a)
+            memory = (ctypes.c_char * a.nbytes).from_address(a.ctypes.data)
+            return np.frombuffer(memory, a.dtype).reshape(a.shape)  # always writeable
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "convert_test_library"
+    sys.modules.pop("convert_test_library", None)
+    _convert._consumers.pop("convert_test_library", None)
+
+
+def test_a_library_without_a_row_gets_copies_of_read_only_data(library):
+    a = np.arange(6.0)
+    out = gpu_dlpack.convert(a, library)
+    assert out.ctypes.data == a.ctypes.data  # writeable data: zero-copy
+    r = readonly(np.arange(6.0))
+    done = gpu_dlpack.convert(r, library, report=True)
+    assert done.faults == ("read-only-unknown",) and done.copied_by == "gpu_dlpack"
+    done.array[0] = 42
+    assert r[0] == 0.0
+
+
+def test_the_consumer_forms(torch, jax):
+    a = np.arange(3.0)
+    assert type(gpu_dlpack.convert(a, torch)) is torch.Tensor
+    assert isinstance(gpu_dlpack.convert(aligned(a.astype(np.float32)), jax.numpy), jax.Array)
+    with pytest.raises(ModuleNotFoundError, match="no module named 'tourch' can be imported"):
+        gpu_dlpack.convert(a, "tourch")
+    with pytest.raises(TypeError, match="'to' must be an array library's module or its name"):
+        gpu_dlpack.convert(a, torch.Tensor)
+    with pytest.raises(TypeError, match="'to' must be"):
+        gpu_dlpack.convert(a, ["torch"])  # unhashable
+    with pytest.raises(TypeError, match="math has no from_dlpack"):
+        gpu_dlpack.convert(a, "math")
+
+
+def test_bad_arguments_are_the_standards_types(torch):
+    a = np.arange(3.0)
+    with pytest.raises(TypeError, match="copy must be True, False or None"):
+        gpu_dlpack.convert(a, "torch", copy=1)
+    with pytest.raises(ValueError, match="on_readonly must be one of 'copy', 'share', 'refuse'; got 'yes'"):
+        gpu_dlpack.convert(a, "torch", on_readonly="yes")
+    with pytest.raises(TypeError, match="on_readonly must be one of"):
+        gpu_dlpack.convert(a, "torch", on_readonly=["copy"])  # not a str (unhashable too): the clear error
+    with pytest.raises(TypeError):
+        gpu_dlpack.convert(x=a, to="torch")  # x and to are positional-only
+    with pytest.raises(gpu_dlpack.NotDLPackError):
+        gpu_dlpack.convert([1, 2], "torch")
+
+
+def test_streams_as_everywhere_else(torch):
+    a = np.arange(3.0)
+    # host memory takes no stream but -1 (no synchronization)
+    assert gpu_dlpack.convert(a, "torch", stream=-1).data_ptr() == a.ctypes.data
+    with pytest.raises(ValueError, match="stream=5 is not valid for"):
+        gpu_dlpack.convert(a, "torch", stream=5)
+    with gpu_dlpack.use_stream(-1):
+        assert gpu_dlpack.convert(a, "torch").data_ptr() == a.ctypes.data
+
+
+def test_device_is_where_the_layer_puts_the_data(torch):
+    a = np.arange(3.0)
+    assert gpu_dlpack.convert(a, "torch", device="cpu").data_ptr() == a.ctypes.data
+    if gpu_dlpack._backends.cupy_backend.device_count():
+        pytest.skip("a GPU is usable")
+    with pytest.raises(BufferError, match="no backend can hold an array on cuda:0"):
+        gpu_dlpack.convert(a, "torch", device="cuda:0")
+
+
+# -- the GPU libraries (their logic on the CPU; the exchanges need a GPU) ---------
+
+
+def _no_gpu():
+    return gpu_dlpack._backends.cupy_backend.device_count() == 0
+
+
+@pytest.mark.parametrize("library", ["cupy", "numba"])
+def test_gpu_libraries_without_a_gpu_are_device_unreachable(library):
+    pytest.importorskip(library)
+    if not _no_gpu():
+        pytest.skip("a GPU is usable")
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"{library} arrays live on a GPU") as info:
+        gpu_dlpack.convert(np.arange(3.0), library)
+    assert isinstance(info.value, BufferError)
+
+
+@pytest.mark.parametrize("library", ["cupy", "numba"])
+def test_gpu_libraries_cannot_hold_read_only_data(library):
+    c = _convert.consumer_of(pytest.importorskip(library).__name__)
+    assert c.lands == "gpu" and c.faults == frozenset({"always-writeable"})
+    facts = dict(shape=(3,), strides=(1,), host=False, address=0)
+    fix = _faults.fix(library, c.faults, read_only=True, copy=None, on_readonly="copy", **facts)
+    assert fix.copy and fix.applied == ("always-writeable",)
+    fix = _faults.fix(library, c.faults, read_only=True, copy=None, on_readonly="share", **facts)
+    assert fix.share and not fix.copy
+    with pytest.raises(gpu_dlpack.ReadOnlyError, match=f"{library} cannot hold it read-only"):
+        _faults.fix(library, c.faults, read_only=True, copy=None, on_readonly="refuse", **facts)
+    with pytest.raises(gpu_dlpack.ReadOnlyError, match="copy=False"):
+        _faults.fix(library, c.faults, read_only=True, copy=False, on_readonly="copy", **facts)
+    assert _faults.fix(library, c.faults, read_only=False, copy=None, on_readonly="copy", **facts) is _faults.PLAIN
+
+
+def test_numba_is_called_on_what_gpu_dlpack_lands_in_cupy():
+    numba = pytest.importorskip("numba.cuda")
+    c = _convert.consumer_of("numba")
+    assert c.call is numba.as_cuda_array
+
+
+@pytest.mark.gpu
+def test_to_cupy_on_a_gpu(cp):
+    a = np.arange(6.0)
+    c = gpu_dlpack.convert(a, "cupy")
+    assert type(c) is cp.ndarray and c.get().tolist() == a.tolist()
+    d = cp.arange(6.0)
+    assert gpu_dlpack.convert(d, "cupy").data.ptr == d.data.ptr
+    r = readonly(np.arange(6.0))
+    assert gpu_dlpack.convert(r, "cupy").get().tolist() == r.tolist()  # a move copies anyway
+
+
+@pytest.mark.gpu
+def test_to_numba_on_a_gpu(cp):
+    cuda = pytest.importorskip("numba.cuda")
+    d = cp.arange(6.0)
+    n = gpu_dlpack.convert(d, "numba")
+    assert isinstance(n, cuda.devicearray.DeviceNDArray)
+    assert n.__cuda_array_interface__["data"][0] == d.data.ptr
+    assert n.copy_to_host().tolist() == d.get().tolist()
+
+
+@pytest.mark.gpu
+def test_cupy_to_torch_on_a_gpu_is_zero_copy_on_the_stream(cp, torch):
+    if not torch.cuda.is_available():
+        pytest.skip("a CUDA build of torch is needed")
+    d = cp.arange(6.0)
+    s = torch.cuda.Stream()
+    t = gpu_dlpack.convert(d, "torch", stream=s)
+    assert t.data_ptr() == d.data.ptr and t.device.type == "cuda"
+    h = gpu_dlpack.convert(d, "torch", device="cpu")
+    assert h.tolist() == d.get().tolist()
+
+
+# -- the table ---------------------------------------------------------------------
+
+
+def test_the_table_by_version():
+    row = _peers.by_name("torch")
+    assert _peers.active_faults(row, "2.8.1") == {"legacy-only", "negative-strides"}
+    assert _peers.active_faults(row, "2.13.0+cpu") == {"read-only-ignored", "negative-strides"}
+    assert _peers.active_faults(_peers.by_name("numpy"), "1.26.4") == {"legacy-only"}
+    assert _peers.active_faults(_peers.by_name("numpy"), "2.4.6") == frozenset()
+    assert _peers.active_faults(None, "1.0") == {"read-only-unknown"}
+    assert _peers.by_name("jax.numpy").name == "jax"
+    assert _peers.release("2.13.0+cpu") == (2, 13, 0) and _peers.release("2.1.0rc1") == (2, 1, 0)
+    assert _peers.release("") == () and _peers.release(None) == ()
+    for peer in _peers.PEERS:
+        assert all(f.id in _peers.FAULTS for f in peer.faults), peer.name
+
+
+def test_the_landing_libraries_keep_only_the_faults_of_their_arrays():
+    assert _faults.for_landing(frozenset({"legacy-only", "always-writeable"}), "gpu") == {"always-writeable"}
+    assert _faults.for_landing(frozenset({"legacy-only"}), None) == {"legacy-only"}
+
+
+def test_layout_tests():
+    assert _faults.has_negative((6,), (-1,)) and not _faults.has_negative((1, 6), (-6, 1))
+    assert not _faults.has_negative((0, 3), (-3, 1)) and not _faults.has_negative((3,), None)
+    assert _faults.is_compact((3, 4), (4, 1)) and _faults.is_compact((4, 3), (1, 4))
+    assert _faults.is_compact((1, 4), (32, 1)) and _faults.is_compact((2,), None)
+    assert not _faults.is_compact((6,), (2,)) and not _faults.is_compact((6,), (-1,))
+    assert not _faults.is_compact((4, 3), (0, 1))
+
+
+def test_the_plain_case_goes_straight_through_and_gives_what_the_general_path_gives(torch):
+    a = np.arange(6.0)
+    fast = gpu_dlpack.convert(a, "torch")
+    general = gpu_dlpack.convert(a, "torch", report=True).array
+    assert fast.data_ptr() == general.data_ptr() == a.ctypes.data
+    c = _convert.consumer_of("torch")
+    assert c.plain(a) and not c.plain(readonly(a)) and not c.plain(a[::-1]) and c.plain(a[::2])
+    assert not _convert.consumer_of("jax").plain(a[::2])
+
+
+def test_the_readme_lists_every_fault_of_the_table():
+    import os
+    import re
+
+    readme = os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")
+    if not os.path.exists(readme):
+        pytest.skip("the suite runs from a copy of the tests without the README (an installed wheel)")
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## One call to any library"):text.index("## The rules")]
+    rows = set()
+    for libs, fault in re.findall(r"^\| ([\w, ]+) \| `([\w-]+)`", section, re.M):
+        rows |= {(lib.strip(), fault) for lib in libs.split(",")}
+    table = {(p.name, f.id) for p in _peers.PEERS for f in p.faults}
+    assert rows == table

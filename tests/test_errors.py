@@ -1,0 +1,95 @@
+"""Errors a caller can catch by cause (below the floor, copy needed,
+read-only, device unreachable, stream refused), each still the type the
+standard names, and raised by every message of that cause."""
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _errors
+
+
+def test_each_cause_has_a_class_that_is_still_the_standards_type():
+    for cls in (gpu_dlpack.DLPackVersionError, gpu_dlpack.CopyRequiredError, gpu_dlpack.ReadOnlyError,
+                gpu_dlpack.DeviceUnreachableError):
+        assert issubclass(cls, BufferError)
+    assert issubclass(gpu_dlpack.InvalidStreamError, ValueError)
+    assert issubclass(gpu_dlpack.StreamTypeError, TypeError)
+    for cls in (gpu_dlpack.InvalidStreamError, gpu_dlpack.StreamTypeError):
+        assert issubclass(cls, gpu_dlpack.StreamError)
+    # each stream error is of one standard type only, as before
+    assert not issubclass(gpu_dlpack.InvalidStreamError, TypeError)
+    assert not issubclass(gpu_dlpack.StreamTypeError, ValueError)
+
+
+BY_CAUSE = {
+    "below_floor": gpu_dlpack.DLPackVersionError,
+    "needs_version": gpu_dlpack.DLPackVersionError,
+    "copy_forbidden": gpu_dlpack.CopyRequiredError,
+    "spread_needs_copy": gpu_dlpack.CopyRequiredError,
+    "readonly_to_writeable": gpu_dlpack.CopyRequiredError,
+    "readonly_legacy": gpu_dlpack.ReadOnlyError,
+    "unreachable": gpu_dlpack.DeviceUnreachableError,
+    "no_backend": gpu_dlpack.DeviceUnreachableError,
+    "host_device_id": gpu_dlpack.DeviceUnreachableError,
+    "bad_dl_device": gpu_dlpack.DeviceUnreachableError,
+    "bad_stream_value": gpu_dlpack.InvalidStreamError,
+    "bad_stream_type": gpu_dlpack.StreamTypeError,
+    "bad_stream_object": gpu_dlpack.StreamTypeError,
+    "bad_cuda_stream_protocol": gpu_dlpack.StreamTypeError,
+}
+
+
+@pytest.mark.parametrize("builder", sorted(BY_CAUSE))
+def test_every_message_of_a_cause_is_raised_as_its_class(builder):
+    from .test_explain import BUILDER_ARGS
+
+    exc = getattr(_errors, builder)(*BUILDER_ARGS[builder])
+    assert type(exc) is BY_CAUSE[builder]
+
+
+def test_the_exchanges_raise_the_class_of_their_cause(torch, jax):
+    a = np.arange(3.0)
+    r = np.arange(3.0)
+    r.flags.writeable = False
+    cases = [
+        (lambda: gpu_dlpack.export(a, max_version=(0, 4)), gpu_dlpack.DLPackVersionError),
+        (lambda: gpu_dlpack.export(np.ones(2, bool), max_version=(0, 6)), gpu_dlpack.DLPackVersionError),
+        (lambda: gpu_dlpack.export(r), gpu_dlpack.ReadOnlyError),
+        (lambda: gpu_dlpack.wrap(a, readonly=True).__dlpack__(), gpu_dlpack.ReadOnlyError),
+        (lambda: gpu_dlpack.export(a, dl_device=(7, 0)), gpu_dlpack.DeviceUnreachableError),  # Vulkan
+        (lambda: gpu_dlpack.export(a, dl_device=(1, 3)), gpu_dlpack.DeviceUnreachableError),
+        (lambda: gpu_dlpack.export(a, dl_device=(99, 0)), gpu_dlpack.DeviceUnreachableError),
+        (lambda: gpu_dlpack.from_dlpack(a, device="vulkan"), gpu_dlpack.DeviceUnreachableError),
+        (lambda: gpu_dlpack.export(a, stream=3), gpu_dlpack.InvalidStreamError),
+        (lambda: gpu_dlpack.from_dlpack(torch.arange(3), stream=3), gpu_dlpack.InvalidStreamError),
+        (lambda: gpu_dlpack.export(a, stream=1.5), gpu_dlpack.StreamTypeError),
+        (lambda: gpu_dlpack.use_stream("default").__enter__(), gpu_dlpack.StreamTypeError),
+        (lambda: gpu_dlpack.use_stream(-5).__enter__(), gpu_dlpack.InvalidStreamError),
+        (lambda: gpu_dlpack.from_dlpack(_sharded(jax), copy=False), gpu_dlpack.CopyRequiredError),
+    ]
+    for call, cls in cases:
+        with pytest.raises(cls):
+            call()
+
+
+def _sharded(jax):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices("cpu")), ("x",))
+    return jax.device_put(jax.numpy.arange(8.0), NamedSharding(mesh, PartitionSpec("x")))
+
+
+def test_every_error_class_is_public():
+    for name in ("DLPackVersionError", "CopyRequiredError", "ReadOnlyError", "DeviceUnreachableError",
+                 "StreamError", "InvalidStreamError", "StreamTypeError"):
+        assert getattr(gpu_dlpack, name) is getattr(_errors, name) and name in gpu_dlpack.__all__
+
+
+def test_a_gpu_no_backend_serves_is_unreachable():
+    if gpu_dlpack._backends.cupy_backend.device_count() > 0:
+        pytest.skip("a GPU is usable here: the copy is made")
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError):
+        gpu_dlpack.export(np.arange(3.0), dl_device=(2, 0))
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError):
+        gpu_dlpack.from_dlpack(np.arange(3.0), device="cuda:0")

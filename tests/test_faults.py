@@ -1,0 +1,421 @@
+"""Faults that real programs meet: nothing is freed twice, leaked or hung.
+
+Each scenario runs in child processes (``tests/faults.py``), on the path
+this suite runs (the test command runs it on the compiled core and on the
+pure-Python path), so that a crash or a hang is a failure reported here:
+
+- every allocation of each exchange kind failing in turn
+  (``_testcapi.set_nomemory(n, n + 1)``): the result or ``MemoryError``;
+- an interrupt at every point of each exchange where one can land, and
+  thousands of interrupts from a timer;
+- children forked while threads exchange, a real ``DataLoader`` whose
+  workers exchange, and each lock and pool of the package held or in use at
+  the fork; a GPU call in a child forked after the GPU was used is a clear
+  error;
+- subinterpreters refused, whichever interpreter imports first;
+- the compiled core refusing calls before it is configured.
+
+The long forms (all kinds on both paths, 20,000 interrupts, 1,000 forks):
+``scripts/faults.sh``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _capsule, _fastpath
+
+from . import faults
+from .figures import counter_fixture
+
+figures = counter_fixture("faults")
+
+PURE = _fastpath.core is None
+PATH = "pure" if PURE else "core"
+KINDS = faults.kinds_here()
+SOAK_INTERRUPTS = int(os.environ.get("GPU_DLPACK_SOAK_INTERRUPTS", "3000"))
+_testcapi = pytest.importorskip("_testcapi")
+
+
+def _record(figures, what, lines):
+    runs = [line for line in lines if "outcome" in line]
+    figures[f"{what} runs"] += len(runs)
+    figures[f"{what}: faulted"] += sum(1 for line in runs if line["outcome"] != "ok")
+    peers = faults.peer_findings(lines)
+    if peers:
+        figures.notes.append(f"{what}: {len(peers)} the peer's or the interpreter's own ({peers[0]['outcome'][:80]})")
+    return runs
+
+
+# -- allocation failure ------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_any_allocation_of_an_exchange_may_fail(figures, kind):
+    # Failing the n-th allocation of one exchange, for each n: before, the
+    # core released values twice (crashes), returned a value with an
+    # exception set, and the pure path raised ctypes.ArgumentError.
+    lines = faults.nomemory(kind, PURE)
+    runs = _record(figures, "allocation failure", lines)
+    assert not faults.findings(lines), faults.findings(lines)[:3]
+    assert any(line["outcome"] == "MemoryError" for line in runs)  # the failures reached the exchange
+    assert runs[-1]["outcome"] == "ok"  # and the sweep went past its last allocation
+
+
+# -- interrupts ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_interrupt_at_any_point_of_an_exchange_frees_each_tensor_once(figures, kind):
+    # Before, an interrupt after the hand-over capsule was made freed the
+    # tensor twice, and one between the claim and an owner leaked it.
+    lines = faults.stepped(kind, PURE)
+    runs = _record(figures, "interrupt points", lines)
+    assert not faults.findings(lines), faults.findings(lines)[:3]
+    assert any(line.get("done") for line in lines), "the stepping did not reach the end of the exchange"
+    assert any(line["outcome"] == "interrupted" for line in runs)
+
+
+def test_thousands_of_timed_interrupts_free_each_tensor_once(figures):
+    final, rc, err, _ = faults.soak(PURE, SOAK_INTERRUPTS)
+    assert rc == 0, err[-3000:]
+    assert final is not None and final["interrupts"] >= SOAK_INTERRUPTS
+    figures["timed interrupts"] += final["interrupts"]
+    figures.notes.append(
+        f"timed interrupts ({PATH}): {final['interrupts']} landed over {final['completed']} completed "
+        f"exchanges in {final['seconds']} s"
+    )
+    assert (final["leaked"], final["twice"], final["wrong"], final["other"]) == (0, 0, 0, 0), final
+
+
+def test_an_owner_has_no_finalizer_that_can_fail():
+    # A half-made Owner (an interrupt in __init__) used to raise
+    # AttributeError from __del__, which Python swallows with any interrupt.
+    seen = []
+    hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        half = _capsule.Owner.__new__(_capsule.Owner)
+        del half
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert not seen, seen[0].exc_value
+
+
+def test_a_taken_tensor_lives_in_a_capsule_only_its_owner_holds():
+    a = np.arange(4.0)
+    cap = a.__dlpack__()
+    owner = _capsule.take(cap, False)
+    assert type(owner._capsule) is _capsule.CapsuleType and _capsule.kind(owner._capsule) is False
+    assert gpu_dlpack.inspect(owner._capsule).data == a.ctypes.data
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
+        _capsule.kind(cap)
+
+
+def test_a_memory_error_of_ctypes_is_raised_as_memory_error():
+    # The pure path's move, whose ctypes calls fail converting an argument:
+    # ctypes raised ArgumentError("argument 1: MemoryError"), which a caller
+    # catching MemoryError misses.
+    cap = np.arange(3.0).__dlpack__()
+    for n in range(100):
+        _testcapi.set_nomemory(n, n + 1)
+        try:
+            got = _capsule.PYTHON["move"](cap, False)
+        except MemoryError:
+            continue
+        finally:
+            _testcapi.remove_mem_hooks()
+        break
+    else:
+        pytest.fail("the move never got through")
+    assert n > 0 and _capsule.kind(got) is False  # the failures before were MemoryError
+    says = _capsule.from_ctypes(__import__("ctypes").ArgumentError("argument 1: TypeError: wrong type"))
+    assert type(says).__name__ == "ArgumentError"  # any other ArgumentError is itself
+
+
+# -- fork ----------------------------------------------------------------------------
+
+def _in_child(code, timeout=120):
+    env = faults._env(PURE)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=faults.ROOT, env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+_FORK = """
+import os, signal, sys, threading, time
+import numpy as np
+from tests import faults
+
+def forked(child):
+    # Run child() in a forked child within 20 s; its exit status (hung: None).
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(20)
+            child()
+            code = 0
+        except BaseException as exc:
+            print("child:", type(exc).__name__, exc, flush=True)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+def holding(lock):
+    # A thread that holds lock until told: it is held across the fork.
+    taken, release = threading.Event(), threading.Event()
+    def hold():
+        with lock:
+            taken.set()
+            release.wait()
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    taken.wait()
+    return release, t
+"""
+
+
+def test_children_forked_while_threads_exchange_exchange_normally(figures):
+    done = _in_child("from tests import faults; print(faults.fork_under_threads(30))", timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(30, 0, 0)", done.stderr[-2000:]  # (clean, hung, failed)
+    figures["forks under threads"] += 30
+
+
+def test_a_child_forked_while_a_thread_holds_the_claim_lock_exchanges():
+    # The pure path's claim lock, held by a thread at the fork, was held for
+    # ever in the child: its first claim waited for ever.
+    done = _in_child(_FORK + """
+from gpu_dlpack import _capsule
+release, t = holding(_capsule._claim_lock)
+status = forked(lambda: [faults._exchange_raw(i) for i in range(4)])
+release.set(); t.join()
+print(status)
+""")
+    assert done.returncode == 0 and done.stdout.split()[-1] == "0", done.stdout + done.stderr
+
+
+def test_a_dataloader_whose_workers_exchange_while_a_thread_does(figures):
+    pytest.importorskip("torch")
+    done = _in_child("from tests import faults; print(faults.dataloader_under_threads(2))", timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[16, 16]", done.stdout + done.stderr[-2000:]  # items per epoch, values right
+    figures["DataLoader epochs (2 workers)"] += 2
+
+
+def test_the_copy_ring_and_pools_work_in_a_forked_child():
+    # The ring kept its worker pool across fork with no thread behind it:
+    # a copy in the child waited for ever. Its lock, and the pools' locks,
+    # may be held by a thread that is not in the child.
+    done = _in_child(_FORK + """
+from gpu_dlpack import _copies, _handoff
+from tests.test_copies import AsyncRuntime
+from tests.test_reliability import HostBlocks
+runtime = AsyncRuntime()
+ring = _copies.Ring(runtime, chunk_bytes=4096, chunks=4, workers=3)
+src = np.arange(40 * 4096 // 8, dtype=np.int64)
+dst = np.zeros_like(src)
+ring.copy(dst.ctypes.data, src, stream=1)  # the workers are started
+runtime.drain()
+blocks = HostBlocks()
+pool = _copies.PinnedPool(blocks)
+idle = pool.take(4096)
+del idle  # one idle block, the parent's
+allocated = len(blocks.blocks)
+held = [holding(lock) for lock in (ring._lock, pool._lock, _copies._rings_lock, _handoff._pending_lock)]
+
+def child():
+    assert ring.try_acquire()
+    again = np.zeros_like(src)
+    ring.copy(again.ctypes.data, src, stream=2)
+    runtime.drain()
+    ring.release()
+    assert (again == src).all()
+    block = pool.take(4096)  # the parent's idle block is not handed out again
+    del block
+    assert len(blocks.blocks) == allocated + 1  # nothing freed through the parent's runtime
+    _copies.ring_for(0, 2)  # takes the rings' lock
+    _handoff.hold(0, 0, 1, ())  # takes the pending lock
+
+status = forked(child)
+for release, t in held:
+    release.set(); t.join()
+print(status)
+""")
+    assert done.returncode == 0 and done.stdout.split()[-1] == "0", done.stdout + done.stderr
+
+
+def test_a_gpu_call_in_a_child_forked_after_the_gpu_was_used_is_a_clear_error():
+    # The CUDA runtime does not survive fork: each GPU path of the layer is
+    # refused at once in such a child (a stand-in that fails any call stands
+    # for CuPy's runtime module, as the layer holds it once used), while
+    # host exchanges go on.
+    done = _in_child(_FORK + """
+import gpu_dlpack
+from gpu_dlpack import _backends, _copies, _handoff
+from gpu_dlpack._devices import Device
+
+class Used:
+    def __getattr__(self, name):
+        raise AssertionError(f"the runtime was called: {name}")
+
+_handoff._cuda.append(Used())  # the parent used the GPU through the layer
+
+def child():
+    calls = [
+        lambda: _handoff.handoff(5, 6, 0),
+        lambda: _copies.copy(1, 2, 3, 4, 0),
+        lambda: _copies.Runtime(0).event_create(),
+        lambda: _copies.Runtime(0).alloc_pinned(64),
+        lambda: _copies.HostRuntime().host_alloc(64),
+        lambda: _backends.for_device(Device("cuda:0")),
+    ]
+    for call in calls:
+        try:
+            call()
+        except BufferError as exc:
+            assert "forked from a process that had already used the GPU" in str(exc), exc
+            assert "spawn" in str(exc)
+        else:
+            raise AssertionError("a GPU call ran in the forked child")
+    faults._exchange_raw(1)  # the host still exchanges
+
+print(forked(child))
+""")
+    assert done.returncode == 0 and done.stdout.split()[-1] == "0", done.stdout + done.stderr
+
+
+def test_a_child_forked_before_the_gpu_was_used_may_use_it():
+    done = _in_child(_FORK + """
+from gpu_dlpack import _handoff
+
+def child():
+    assert _handoff._forked  # marked at the fork
+    _handoff.check_not_forked()  # the parent never used it: no refusal
+    assert not _handoff._forked  # and no check from now on
+
+print(forked(child))
+""")
+    assert done.returncode == 0 and done.stdout.split()[-1] == "0", done.stdout + done.stderr
+
+
+# -- subinterpreters -----------------------------------------------------------------
+
+REFUSED = "gpu_dlpack does not support subinterpreters"
+
+
+@pytest.mark.parametrize("first", ["main", "subinterpreter"])
+def test_subinterpreters_are_refused_whichever_imports_first(first):
+    # A subinterpreter importing gpu_dlpack first hung; after the main
+    # interpreter, it got NumPy's error. Now both get gpu_dlpack's ImportError
+    # at once, and the main interpreter imports and exchanges normally after.
+    pytest.importorskip("_xxsubinterpreters")
+    main_first = "import gpu_dlpack" if first == "main" else ""
+    done = _in_child(f"""
+import _testcapi, _xxsubinterpreters as interpreters
+{main_first}
+interp = interpreters.create()
+try:
+    interpreters.run_string(interp, "import gpu_dlpack")
+except interpreters.RunFailedError as exc:
+    print("refused:", exc)
+else:
+    print("imported in a subinterpreter")
+interpreters.destroy(interp)
+code = _testcapi.run_in_subinterp("import gpu_dlpack")
+print("run_in_subinterp:", code)
+import numpy as np, gpu_dlpack
+print(gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__()).tolist())
+""", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused: ") and "ImportError" in lines[0] and REFUSED in lines[0], done.stdout
+    assert lines[1] == "run_in_subinterp: -1" and REFUSED in done.stderr, done.stdout + done.stderr
+    assert lines[2] == "[0.0, 1.0, 2.0]"
+
+
+# -- the compiled core before configure() ----------------------------------------------
+
+def test_the_core_refuses_every_call_before_it_is_configured():
+    # Each entry point read the Python tables configure() sets: called before
+    # it (the core loaded on its own), they crashed the process.
+    import glob
+
+    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core*.so")):
+        pytest.skip("the compiled core is not built")
+    done = _in_child("""
+import glob, importlib.machinery, importlib.util, os
+import numpy as np
+path = glob.glob(os.path.join("gpu_dlpack", "_core*.so"))[0]
+loader = importlib.machinery.ExtensionFileLoader("gpu_dlpack._core", path)
+core = importlib.util.module_from_spec(importlib.util.spec_from_file_location("gpu_dlpack._core", path, loader=loader))
+loader.exec_module(core)  # the core alone: gpu_dlpack (which configures it) is not imported
+a = np.arange(3.0)
+cap = lambda: a.__dlpack__()
+ptr = lambda: a.__array_interface__["data"][0]
+base = core.ExportableBase()
+calls = {
+    "header": lambda: core.header(1, True),
+    "checked": lambda: core.checked(cap()),
+    "claim": lambda: core.claim(cap(), False),
+    "discard": lambda: core.discard(cap(), False),
+    "move": lambda: core.move(cap(), False, core.OWNING_DESTRUCTORS[0]),
+    "snapshot": lambda: core.snapshot(cap()),
+    "stamp_version": lambda: core.stamp_version(cap(), 1),
+    "import_host": lambda: core.import_host(a),
+    "wrap": lambda: core.wrap(a, False),
+    "exchange": lambda: core.exchange(a),
+    "ExportableBase.__dlpack__": lambda: base.__dlpack__(),
+    "ExportableBase._set_plan": lambda: base._set_plan(2, type(a)),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "ran")
+    except RuntimeError as exc:
+        print(name, "refused" if "not configured" in str(exc) else exc)
+print("Exporter:", core.Exporter(lambda x, **kw: "python")(a))  # hands every call to Python
+""")
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[:-1] == [f"{name} refused" for name in (
+        "header", "checked", "claim", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
+        "exchange", "ExportableBase.__dlpack__", "ExportableBase._set_plan",
+    )], done.stdout
+    assert lines[-1] == "Exporter: python"
+
+
+def test_the_core_is_refused_in_a_subinterpreter_on_its_own():
+    pytest.importorskip("_xxsubinterpreters")
+    import glob
+
+    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core*.so")):
+        pytest.skip("the compiled core is not built")
+    done = _in_child("""
+import _xxsubinterpreters as interpreters
+interp = interpreters.create()
+code = '''
+import glob, importlib.machinery, importlib.util, os
+path = glob.glob(os.path.join("gpu_dlpack", "_core*.so"))[0]
+loader = importlib.machinery.ExtensionFileLoader("gpu_dlpack._core", path)
+loader.exec_module(importlib.util.module_from_spec(importlib.util.spec_from_file_location("gpu_dlpack._core", path, loader=loader)))
+'''
+try:
+    interpreters.run_string(interp, code)
+except interpreters.RunFailedError as exc:
+    print("refused:", exc)
+""")
+    assert done.stdout.startswith("refused: ") and "ImportError" in done.stdout and REFUSED in done.stdout, (
+        done.stdout + done.stderr
+    )
