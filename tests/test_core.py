@@ -80,7 +80,8 @@ def show(v):
                 i.byte_offset, i.data == jptr]
     if isinstance(v, gpu_dlpack.CapsuleInfo):
         made = gpu_dlpack.CapsuleInfo(**vars(v))  # as its constructor makes it
-        return ["info", v.name, v.versioned, v.version, v.flags, v.device.dlpack, v.dtype, v.shape, v.strides,
+        return ["info", v.name, v.versioned, v.version, v.flags, v.device.dlpack, v.dl_dtype, str(v.dtype), v.shape,
+                v.strides,
                 v.byte_offset, v.data in (x.ctypes.data, jptr), v == made and hash(v) == hash(made)]
     return repr(v)
 import jax, jax.numpy as jnp
@@ -134,6 +135,17 @@ cases = {
     "wrap j legacy": lambda: gpu_dlpack.wrap(j).__dlpack__(),
     "wrap j readonly": lambda: gpu_dlpack.wrap(j, readonly=True).__dlpack__(max_version=(1, 0)),
     "wrap j readonly legacy": lambda: gpu_dlpack.wrap(j, readonly=True).__dlpack__(),
+    "wrap j min_version": lambda: gpu_dlpack.wrap(j, min_version=(0, 4)).__dlpack__(max_version=(0, 4)),
+    "wrap j min_version torch": lambda: torch.from_dlpack(gpu_dlpack.wrap(j, min_version=(0, 4))),
+    "export j min_version": lambda: gpu_dlpack.export(j, max_version=(0, 4), min_version=(0, 4)),
+    "export j readonly": lambda: gpu_dlpack.export(j, max_version=(1, 0), readonly=True),
+    "export j readonly legacy": lambda: gpu_dlpack.export(j, readonly=True),
+    "export j readonly False": lambda: gpu_dlpack.export(j, max_version=(1, 0), readonly=False),
+    "from export j": lambda: gpu_dlpack.from_dlpack(gpu_dlpack.export(j, max_version=(1, 0))),
+    "from wrap j": lambda: gpu_dlpack.from_dlpack(gpu_dlpack.wrap(j)),
+    "inspect j bfloat16": lambda: gpu_dlpack.inspect(jnp.ones(2, jnp.bfloat16).__dlpack__()),
+    "inspect moved": lambda: gpu_dlpack.inspect(gpu_dlpack._capsule.move(x.__dlpack__(), False)),
+    "inspect after move": lambda: (lambda c: (gpu_dlpack._capsule.move(c, False), gpu_dlpack.inspect(c)))(x.__dlpack__()),
     "wrap j device": lambda: gpu_dlpack.wrap(j).__dlpack_device__(),
     "wrap j last_request": lambda: (lambda w: (torch.from_dlpack(w), w.last_request)[1])(gpu_dlpack.wrap(j)),
     "wrap j tvm": lambda: tvm(gpu_dlpack.wrap(j)),
