@@ -327,11 +327,14 @@ capsule_import(PyObject *x, ImportEntry *e)
     int versioned = kind_of(capsule);
     void *ptr = versioned < 0 ? NULL : PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
     PyObject *arr = NULL;
-    if (ptr != NULL && host_plain(ptr, versioned) && claim(capsule, versioned) == ptr) {
+    void *got = ptr != NULL && host_plain(ptr, versioned) ? claim(capsule, versioned) : NULL;
+    if (got != NULL && got == ptr) {
         arr = ndarray_of(ptr, versioned);
         if (arr == NULL)
             release_tensor(ptr, versioned);  /* taken: freed once, the error raised */
     } else {
+        if (got != NULL)
+            release_tensor(got, versioned);  /* another tensor put in meanwhile: taken, so freed */
         PyErr_Clear();
         PyObject *a[2] = {x, capsule};
         arr = delegate("host_capsule", a, 2);
