@@ -102,6 +102,22 @@ from tests import capsules
 def crafted(**kw):
     return capsules.make(np.arange(6.0), **kw)[0]
 cases = {
+    "from x": lambda: gpu_dlpack.from_dlpack(x),
+    "from x view": lambda: (lambda v: (type(v).__name__, v.base is x, v is x, v.ctypes.data == x.ctypes.data))(gpu_dlpack.from_dlpack(x)),
+    "from x none kw": lambda: gpu_dlpack.from_dlpack(x, device=None, copy=None, stream=None),
+    "from x fortran": lambda: gpu_dlpack.from_dlpack(np.asfortranarray(x)),
+    "from x strided": lambda: gpu_dlpack.from_dlpack(x[:, ::2]),
+    "from x read-only": lambda: gpu_dlpack.from_dlpack(ro),
+    "from x 0-d": lambda: gpu_dlpack.from_dlpack(np.float32(2.5) * np.ones(())),
+    "from x q": lambda: gpu_dlpack.from_dlpack(np.arange(3, dtype="q")),
+    "from x l": lambda: gpu_dlpack.from_dlpack(np.arange(3, dtype="l")),
+    "from x longdouble": lambda: gpu_dlpack.from_dlpack(np.arange(3, dtype=np.longdouble)),
+    "from x float16": lambda: gpu_dlpack.from_dlpack(np.arange(3, dtype=np.float16)),
+    "from x big-endian": lambda: gpu_dlpack.from_dlpack(np.arange(3, dtype=">f8")),
+    "from x structured": lambda: gpu_dlpack.from_dlpack(np.zeros(2, dtype=[("a", "f8")])),
+    "from x object": lambda: gpu_dlpack.from_dlpack(np.array([1, None], dtype=object)),
+    "from x matrix": lambda: gpu_dlpack.from_dlpack(np.asmatrix(x)),
+    "from x empty": lambda: gpu_dlpack.from_dlpack(np.ones((0, 3))),
     "from j": lambda: gpu_dlpack.from_dlpack(j),
     "from j, zero-copy": lambda: gpu_dlpack.from_dlpack(j).ctypes.data == jptr,
     "from j 0-d": lambda: gpu_dlpack.from_dlpack(jnp.array(2.5)),

@@ -143,6 +143,35 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
+/* The head of a NumPy array (PyArrayObject_fields, NumPy's ABI since 1.7,
+ * unchanged in 2.x): what the view shortcut reads. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} ArrayHead;
+
+#define ARRAY_C_CONTIGUOUS 0x0001
+
+/* from_dlpack(a) of an exact NumPy array: the Python function's first
+ * shortcut, a view, for a C-contiguous array of a dtype of the core's plain
+ * set (a subset of the Python one's, which takes every other case: the two
+ * give the same view). NULL with no error set when it is not that case. */
+static PyObject *
+numpy_view(PyObject *x)
+{
+    const ArrayHead *a = (const ArrayHead *)x;
+    if (!(a->flags & ARRAY_C_CONTIGUOUS) || !is_plain(a->descr))
+        return NULL;
+    PyObject *args[2] = {x, (PyObject *)state.ndarray_type};
+    return PyObject_VectorcallMethod(state.str_view, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
 /* from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing
  * but x, and x no NumPy array (the Python function's view shortcut), the
  * core's import of a producer it was told about (core_import_host); every
@@ -151,7 +180,7 @@ static PyObject *
 importer_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 1 || state.py_impl == NULL || state.numpy_api == NULL || Py_TYPE(args[0]) == state.ndarray_type)
+    if (nargs != 1 || state.py_impl == NULL || state.numpy_api == NULL || state.plain_dtypes == NULL)
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -160,6 +189,12 @@ importer_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
                                        PyUnicode_CompareWithASCIIString(k, "copy") != 0 &&
                                        PyUnicode_CompareWithASCIIString(k, "stream") != 0))
             return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    if (Py_TYPE(args[0]) == state.ndarray_type) {
+        PyObject *view = numpy_view(args[0]);
+        if (view != NULL || PyErr_Occurred())
+            return view;
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     }
     PyObject *arr = core_import_host(NULL, args[0]);
     if (arr != Py_None)

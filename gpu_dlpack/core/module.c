@@ -189,10 +189,11 @@ PyInit__core(void)
     state.str_floor = PyUnicode_InternFromString("_floor");
     state.str_dlpack = PyUnicode_InternFromString("__dlpack__");
     state.str_dtype = PyUnicode_InternFromString("dtype");
+    state.str_view = PyUnicode_InternFromString("view");
     state.str_max_version = PyUnicode_InternFromString("max_version");
     state.kw_max_version = state.str_max_version ? PyTuple_Pack(1, state.str_max_version) : NULL;
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
-    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.kw_max_version || !state.ask_versioned)
+    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.str_view || !state.kw_max_version || !state.ask_versioned)
         goto fail;
     static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dl_dtype", "shape",
                                         "strides", "byte_offset", "data"};

@@ -53,7 +53,7 @@ typedef struct {
     PyObject *produced_floor;     /* the floor DLPACK_VERSION was accepted under */
 
     /* names and arguments made once (module setup) */
-    PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version;
+    PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version, *str_view;
     PyObject *kw_max_version;     /* ("max_version",) */
     PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
     PyObject *info_keys[10];      /* CapsuleInfo's fields, in order */
