@@ -110,6 +110,14 @@ def install(capsule_impl: dict) -> None:
         cpu_dlpack=_devices.CPU.dlpack,
         # The dtypes whose NumPy capsule _exchange._export passes on as it is.
         plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
+        # The core's NumPy imports and its adaptation (the rebuild through
+        # NumPy is its reference) take what NumPy takes: NumPy 1.x refuses
+        # more than 32 dimensions, 2.x more than 64.
+        numpy_maxdims=64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
+        # Before 2.1 NumPy exports C-contiguous arrays without strides and
+        # moves empty ones: the core's adaptation and its capsule imports
+        # (JAX), laid out as NumPy 2.1 lays them, are then the Python ones.
+        numpy_layout=np.lib.NumpyVersion(np.__version__) >= "2.1.0",
         capsule_info=_capsule.CapsuleInfo,
         device_class=_devices.Device,
     )

@@ -51,12 +51,14 @@ int
 adaptable(void *ptr, int versioned)
 {
     DLTensor *t = tensor_of(ptr, versioned);
+    if (!state.numpy_layout)
+        return 0;  /* NumPy before 2.1 lays its exports out otherwise (no strides, empty data moved) */
     if (versioned) {
         DLManagedTensorVersioned *m = ptr;
         if (m->version.major != 1 || (m->flags & FLAG_READ_ONLY))
             return 0;
     }
-    if (!well_formed(t) || t->ndim < 1 || t->dtype.lanes != 1 || t->dtype.code >= 32 ||
+    if (!well_formed(t) || t->ndim < 1 || t->ndim > state.numpy_maxdims || t->dtype.lanes != 1 || t->dtype.code >= 32 ||
         (uintptr_t)t->data + t->byte_offset == 0)
         return 0;
     int bytes = bit_index(t->dtype.bits);

@@ -242,7 +242,8 @@ host_plain(void *ptr, int versioned)
         if (m->version.major != 1 || (m->flags & ~FLAG_READ_ONLY))
             return 0;
     }
-    if (!well_formed(t) || !((state.host_types >> t->device.device_type) & 1) || t->dtype.lanes != 1 ||
+    if (!well_formed(t) || t->ndim > state.numpy_maxdims || !((state.host_types >> t->device.device_type) & 1) ||
+        t->dtype.lanes != 1 ||
         t->dtype.code >= 32)
         return 0;
     int bytes = bit_index(t->dtype.bits);
@@ -318,6 +319,8 @@ capsule_import(PyObject *x, ImportEntry *e)
 {
     /* An array over several devices refuses the export: the general path
      * then gathers it (the test of one device costs more than the export). */
+    if (!state.numpy_layout)
+        return Py_NewRef(Py_None);  /* the Python import, which older NumPy's rules shape */
     int host = host_test(e, x, 0);
     if (host <= 0)
         return host < 0 ? NULL : Py_NewRef(Py_None);

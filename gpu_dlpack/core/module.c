@@ -13,17 +13,25 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     static char *kw[] = {"impl", "header_type", "device_types", "host_types", "known",
                          "numpy_dtypes", "numpy_api", "versions", "produced", "version_word",
                          "learn_import", "exportable_fallback", "exportable_class", "cpu_device",
-                         "cpu_dlpack", "plain_dtypes", "capsule_info", "device_class", NULL};
+                         "cpu_dlpack", "plain_dtypes", "capsule_info", "device_class", "numpy_maxdims", "numpy_layout", NULL};
     PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback, *ecls,
         *cpu, *cpudl, *plain, *info = NULL, *devcls = NULL;
+    int maxdims = 32;  /* NumPy 1.x's; NumPy 2 takes 64 */
+    int layout = 0;
     unsigned long long devs, hosts, word;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|O!O", kw, &PyDict_Type, &impl,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|O!Oip", kw, &PyDict_Type, &impl,
                                      &PyType_Type, &htype, &devs, &hosts, &known, &npd, &npapi,
                                      &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
-                                     &cpu, &cpudl, &PyDict_Type, &plain, &PyType_Type, &info, &devcls))
+                                     &cpu, &cpudl, &PyDict_Type, &plain, &PyType_Type, &info, &devcls, &maxdims, &layout))
         return NULL;
     /* inspect in C: without them, the Python read (configure's callers may
      * predate them) */
+    if (maxdims < 1 || maxdims > MAX_NDIM) {
+        PyErr_Format(PyExc_ValueError, "numpy_maxdims must be within [1, %d]", MAX_NDIM);
+        return NULL;
+    }
+    state.numpy_maxdims = maxdims;
+    state.numpy_layout = layout;
     Py_XSETREF(state.info_type, (PyTypeObject *)Py_XNewRef(info));
     Py_XSETREF(state.device_class, Py_XNewRef(devcls));
     for (int t = 0; t < 64; t++)
@@ -126,7 +134,7 @@ core_forget(PyObject *mod, PyObject *unused)
 
 static PyMethodDef core_methods[] = {
     {"forget", (PyCFunction)core_forget, METH_NOARGS, "forget($module, /)\n--\n\nForget what Python said of each producer type."},
-    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, capsule_info=None, device_class=None)\n--\n\nWhat Python tells the core, once every module is loaded."},
+    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, capsule_info=None, device_class=None, numpy_maxdims=32, numpy_layout=False)\n--\n\nWhat Python tells the core, once every module is loaded."},
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, "header($module, ptr, versioned, /)\n--\n\nThe Header of a capsule's tensor."},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, "checked($module, capsule, likely=True, check_dtype=None, /)\n--\n\n(versioned, Header) of a capsule, checked."},
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},

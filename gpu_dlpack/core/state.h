@@ -41,6 +41,8 @@ typedef struct {
     PyObject *plain_dtypes;          /* NumPy dtypes of PLAN_NUMPY (a dict) */
     PyObject *plain_list[32];        /* the same, compared by identity */
     int n_plain;
+    int numpy_maxdims;            /* the most dimensions the NumPy in use takes (32 before 2.0) */
+    int numpy_layout;             /* NumPy lays out imports and exports as the core does (2.1 and later) */
 
     PyTypeObject *info_type;      /* _capsule.CapsuleInfo (inspect) */
     PyObject *device_class;       /* _devices.Device */
