@@ -7,8 +7,8 @@ gpu_dlpack runs its pure-Python path, with the same results."""
 from setuptools import Extension, setup
 
 CORE = "gpu_dlpack/core/"
-SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "capsule.c", "runtime.c", "state.c"]
-HEADERS = ["export.h", "exportable.h", "consumer.h", "capsule.h", "runtime.h", "state.h", "dlpack.h"]
+SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "adapt.c", "info.c", "capsule.c", "runtime.c", "state.c"]
+HEADERS = ["export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "runtime.h", "state.h", "dlpack.h"]
 
 setup(
     ext_modules=[

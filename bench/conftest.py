@@ -6,7 +6,8 @@ Each benchmark records in ``extra_info`` what ``bench/report.py`` needs:
 "gpu_dlpack", "ceiling": the hardware's best, or "other": a figure shown for
 context), ``peer`` (for gpu_dlpack rows: the label of the peer it is
 compared with), ``target`` (the highest ratio to the peer that meets the
-target, if any), ``minus`` (the label of a row whose time is subtracted
+target, if any), ``most`` (the longest median, in seconds, that meets a
+target of time), ``minus`` (the label of a row whose time is subtracted
 first: the cost of one step alone) and, for copies, ``bytes`` and
 ``direction`` (so the report can compute GB/s).
 

@@ -1,6 +1,7 @@
-"""GPU benchmarks: exchanges between CuPy and PyTorch through gpu_dlpack
-against each library's own ``from_dlpack``, the stream hand-off alone, and
-copies between host and device against CuPy and a pinned-copy ceiling.
+"""GPU benchmarks: exchanges between CuPy and PyTorch, and from JAX to each,
+through gpu_dlpack against each library's own ``from_dlpack``, the stream
+hand-off alone, and copies between host and device against CuPy and a
+pinned-copy ceiling.
 
 Every benchmark here is marked ``gpu`` (skipped without a GPU usable by
 CuPy). ``bytes`` in ``extra_info`` lets ``bench/report.py`` turn the copy
@@ -162,6 +163,68 @@ def test_torch_to_cupy_handoff(measure, cp, tc, streams, on_streams):
         role="gpu_dlpack", peer="cupy.from_dlpack(t)",
     )
     assert out.data.ptr == t.data_ptr()
+
+
+# --- JAX on the GPU: legacy capsules, adapted in C, with the consumer's stream ------
+# JAX's capsules are legacy only; gpu_dlpack gives the versioned one torch
+# asks for (the legacy struct inside, READ_ONLY) and lands JAX's memory in
+# CuPy on the consumer's stream. Against each consumer's own from_dlpack(j).
+
+
+@pytest.fixture(scope="module")
+def jgpu():
+    jax = pytest.importorskip("jax")
+    import jax.numpy  # noqa: F401
+
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX has no GPU backend here (JAX_PLATFORMS, or a CPU-only jaxlib)")
+    return jax
+
+
+def _jax_array(jgpu):
+    j = jgpu.device_put(jgpu.numpy.arange(SMALL, dtype=jgpu.numpy.float32), jgpu.devices("gpu")[0])
+    j.block_until_ready()
+    return j
+
+
+@pytest.mark.benchmark(group="gpu: jax to torch, stream hand-off")
+def test_jax_to_torch_peer(measure, tc, jgpu, streams, on_streams, cp):
+    j = _jax_array(jgpu)
+    on_streams(streams[0], streams[1])  # torch asks JAX for its current stream, streams[1]
+    out = measure(lambda: tc.from_dlpack(j), "torch.from_dlpack(j)")
+    assert out.data_ptr() == j.unsafe_buffer_pointer()
+
+
+@pytest.mark.benchmark(group="gpu: jax to torch, stream hand-off")
+def test_jax_to_torch(measure, tc, jgpu, streams, on_streams, cp):
+    j = _jax_array(jgpu)
+    on_streams(streams[0], streams[1])
+    out = measure(
+        lambda: tc.from_dlpack(gpu_dlpack.wrap(j)), "torch.from_dlpack(gpu_dlpack.wrap(j))",
+        role="gpu_dlpack", peer="torch.from_dlpack(j)", target=1.2,
+    )
+    assert out.data_ptr() == j.unsafe_buffer_pointer()
+
+
+@pytest.mark.benchmark(group="gpu: jax to cupy, stream hand-off")
+def test_jax_to_cupy_peer(measure, cp, jgpu, streams, cupy_current):
+    j = _jax_array(jgpu)
+    streams[1].use()  # CuPy passes its current stream to JAX
+    out = measure(lambda: cp.from_dlpack(j), "cupy.from_dlpack(j)")
+    assert out.data.ptr == j.unsafe_buffer_pointer()
+
+
+@pytest.mark.benchmark(group="gpu: jax to cupy, stream hand-off")
+def test_jax_to_cupy(measure, cp, jgpu, streams, cupy_current):
+    j = _jax_array(jgpu)
+    streams[1].use()
+    out = measure(
+        lambda: gpu_dlpack.from_dlpack(j), "gpu_dlpack.from_dlpack(j)",
+        role="gpu_dlpack", peer="cupy.from_dlpack(j)", target=1.2,
+    )
+    assert out.data.ptr == j.unsafe_buffer_pointer()
 
 
 # --- the stream hand-off alone -----------------------------------------------------

@@ -9,6 +9,7 @@ True
 
 from __future__ import annotations
 
+import functools as _functools
 import sys as _sys
 import types as _types
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from . import _interpreter
 
 _interpreter.check_main()  # before NumPy or the compiled core is loaded
 
-from . import _capsule, _versions, _wiring  # noqa: E402
+from . import _capsule, _fastpath, _versions, _wiring  # noqa: E402
 from ._capsule import CapsuleInfo  # noqa: E402
 from ._devices import Device, DLDeviceType  # noqa: E402
 from ._convert import Conversion, convert  # noqa: E402
@@ -107,6 +108,12 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
     ('dltensor', (2, 3), dtype('float32'), (2, 32, 1))
     """
     return _capsule.read(capsule)
+
+
+if _fastpath.core is not None:
+    # The core's read from the first call (no Python frame between); help()
+    # and inspect see the function above.
+    inspect = _functools.update_wrapper(_fastpath.core.Exporter(inspect, 3), inspect)
 
 
 def explain(exc_or_message: BaseException | str, /) -> Explanation:
@@ -238,4 +245,4 @@ class _Module(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Module
-del _Module, _sys, _types, TYPE_CHECKING, annotations
+del _Module, _functools, _sys, _types, TYPE_CHECKING, annotations

@@ -810,7 +810,7 @@ def discard(capsule, versioned: bool) -> None:
 
 PYTHON = {
     "header": header, "checked": checked, "discard": discard, "stamp_version": stamp_version,
-    "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot,
+    "set_flags": set_flags, "set_version": set_version, "claim": claim, "snapshot": snapshot, "read": read,
     "move": move,
 }
 
@@ -831,3 +831,4 @@ if _core is not None:
     set_flags = _core.set_flags
     set_version = _core.set_version
     snapshot = _core.snapshot
+    read = _core.read

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _capsule, _dtypes, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions
 from ._backends import cupy_backend, numpy_backend
 from ._devices import CPU, Device, DLDeviceType
 from ._producer import AskedAgain, gave_legacy, request
@@ -147,6 +147,18 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
     # NumPy-based producer refuses one for read-only data).
     ask_versioned = want_versioned or copy is True
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
+    return host_answer(x, source, capsule, readonly, stream, max_version, dl_device, copy)
+
+
+def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, copy):
+    """The rest of ``_export_host_producer``, from what producer ``x``
+    answered to ``__dlpack__(max_version=...)`` (``DLPACK_VERSION`` when a
+    versioned capsule or a copy was asked, else None). The compiled core asks
+    the producers it was told about (JAX) itself, passes on or adapts the
+    plain capsules, and hands every other answer here."""
+    if type(capsule) is not _capsule.CapsuleType:
+        raise _errors.producer_not_a_capsule(_producer_name(x), capsule)
+    ask_versioned = _versions.check_max_version(max_version) or copy is True
     versioned, header = _capsule.checked(
         capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.check_known
     )
@@ -186,6 +198,10 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
             if plan.read_only and not flags & _capsule.READ_ONLY:
                 _capsule.set_flags(ptr, flags | _capsule.READ_ONLY)
         return capsule
+    if not plan.copy and not plan.moves and plan.versioned != versioned and plan.target.type == CPU.type:
+        # The other kind over the same memory, as NumPy's capsule says it
+        # (the CPU under any id a producer gives is NumPy's (1, 0)).
+        return _rebuild(capsule, versioned, header, plan.versioned, plan.read_only, CPU.dlpack)
     arr = numpy_backend.consume(capsule, versioned, header)
     dtype = _dtypes.from_numpy(arr.dtype)
     # The CPU under any id (a producer may number it) is NumPy's memory.
@@ -247,15 +263,26 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     return capsule
 
 
-def _rebuild(capsule, versioned, header, want_versioned, read_only):
-    """The capsule of the other kind over the same memory (no copy, any device)."""
+def python_rebuild(capsule, versioned, header, want_versioned, read_only, device=None):
+    """The capsule of the other kind over the same memory of a checked
+    capsule (no copy, any device), labelled ``device`` ((type, id); None:
+    the original device), READ_ONLY where ``read_only`` or the data came in
+    a legacy capsule. The legacy -> versioned adaptation and versioned ->
+    legacy where nothing read-only is lost; the compiled core makes the
+    plain cases itself (``_rebuild``), and this is its reference."""
     plan = _rules.Plan(want_versioned, False, CPU, CPU, read_only)
     try:
         dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
     except BufferError:
         _capsule.discard(capsule, versioned)
         raise
-    return numpy_backend.rebuild(capsule, versioned, header, plan, dtype)
+    out = numpy_backend.rebuild(capsule, versioned, header, plan, dtype)
+    if device is not None:
+        _capsule.set_device(_capsule.pointer(out, want_versioned), want_versioned, *device)
+    return out
+
+
+_rebuild = python_rebuild if _fastpath.core is None else _fastpath.core.rebuild
 
 
 def _finish_on_backend(capsule, versioned, header, source, got, target, readonly, stream,

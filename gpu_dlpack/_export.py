@@ -363,18 +363,24 @@ class Exportable(_Base):
 
 def _plan(x, readonly, source):
     """The exchange the core may run for ``wrap(x)`` without asking: NumPy's
-    own capsule for a NumPy dtype (the common case of ``_export``), or the
+    own capsule for a NumPy dtype (the common case of ``_export``), the
     producer's C exchange API for a host producer whose capsule passes as
-    it comes (the rules' verdict for a versioned request of nothing else)."""
+    it comes (the rules' verdict for a versioned request of nothing else),
+    or the capsule of a host producer the core asks itself (JAX), passed on
+    or adapted for a request of nothing but ``max_version``."""
     if readonly is not False:
         return (_fastpath.core.PLAN_GENERAL,)
     if type(x) is _ndarray:
         if x.dtype.isbuiltin == 1:
             return _fastpath.core.PLAN_NUMPY, x.dtype
         return (_fastpath.core.PLAN_GENERAL,)
-    if "__dlpack_c_exchange_api__" in type(x).__dict__ and source.type == CPU.type:
+    if source.type != CPU.type:
+        return (_fastpath.core.PLAN_GENERAL,)
+    if "__dlpack_c_exchange_api__" in type(x).__dict__:
         return _fastpath.core.PLAN_EXCHANGE, type(x)
-    return (_fastpath.core.PLAN_GENERAL,)
+    # The core keeps it only for a type with a host test (JAX): it asks
+    # such a producer's __dlpack__ itself.
+    return _fastpath.core.PLAN_CAPSULE, type(x)
 
 
 if _Base is not object:
@@ -458,7 +464,7 @@ def python_wrap(x, readonly, min_version=None):
 if _fastpath.core is not None:
     # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
     # C exchange API) are built in C; the rest calls python_wrap.
-    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, True), wrap)
+    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, 1), wrap)
 
 
 _CPU_DLPACK = CPU.dlpack

@@ -12,6 +12,7 @@ Floor: the two directions, beside ``_export``: neither imports the other.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -22,12 +23,11 @@ from . import (
 )
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import AskedAgain, gave_legacy, request
+from ._producer import AskedAgain, gave_legacy, producer_name, request
 from ._shards import Shard
 from ._typing import Array, DeviceLike, StreamLike
 
 _ndarray = np.ndarray
-_core_import = None if _fastpath.core is None else _fastpath.core.import_host
 _buffer_views = _protocols.BUFFER_VIEWS
 _CapsuleType = _capsule.CapsuleType
 
@@ -105,11 +105,9 @@ def from_dlpack(
             if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
                 return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
             return _import_numpy(x)
-        if _core_import is not None:
-            # A producer's C exchange API, when the core was told it may.
-            arr = _core_import(x)
-            if arr is not None:
-                return arr
+        # (With the compiled core, from_dlpack is its front, which first runs
+        # the core's import of a producer it was told about: a C exchange API,
+        # JAX's capsules. This function is what it hands back.)
         if known_on_host(x):
             return _import_host(x)
         view = _buffer_views.get(type(x))
@@ -185,6 +183,13 @@ _id = id
 _PLAIN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDG")
 
 
+if _fastpath.core is not None:
+    # Asked for nothing but x, the core imports the producers it was told
+    # about (a C exchange API, JAX's capsules) before any Python runs; every
+    # other case calls the function above. help() and inspect see it.
+    from_dlpack = functools.update_wrapper(_fastpath.core.Exporter(from_dlpack, 2), from_dlpack)
+
+
 def _plain(x) -> bool:
     """Whether the view shortcut may take NumPy array ``x``: a native numeric
     dtype and strides in whole elements, as DLPack describes it."""
@@ -229,6 +234,16 @@ def _import_host(x):
     if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
         return _import_numpy(x)  # NumPy before 2.1: the layer's versioned capsule, as in from_dlpack
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
+    return host_capsule(x, capsule)
+
+
+def host_capsule(x, capsule):
+    """The common import, from what host producer ``x`` answered to
+    ``__dlpack__(max_version=DLPACK_VERSION)``. The compiled core asks the
+    producers it was told about (JAX) itself, imports the plain capsules,
+    and hands every other answer here."""
+    if type(capsule) is not _CapsuleType:
+        raise _errors.producer_not_a_capsule(producer_name(x), capsule)
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))

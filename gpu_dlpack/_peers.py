@@ -3,11 +3,18 @@ per library, read by the modules that act on it. A row names types,
 attributes and dtypes by name; nothing here imports a peer, and nothing of
 the package (a leaf: the device parser reads it too).
 
-- ``array``: the library's array type, in ``module``: that exact type (a
-  subclass may override what the row says of it);
+- ``array``: the library's array type, in ``module`` (or in
+  ``array_module`` or a module under it): that exact type (a subclass may
+  override what the row says of it);
 - ``on_host``: an attribute of its arrays that is True when their memory is
   host memory (CPU or pinned), read where ``__dlpack_device__`` costs more
   (``_devices.known_on_host``);
+- ``host_test``: how an array is cheaply known to hold host memory where
+  no attribute says it: an attribute whose ``len()`` is 1 for an array on
+  one device (read first), a method called without arguments, and its
+  answer for host memory (``_devices.known_on_host``). The compiled core reads it too, and
+  asks such an array's ``__dlpack__`` itself for the plain cases
+  (``_wiring``);
 - ``numpy_reads``: its dtypes whose host capsules ``numpy.from_dlpack``
   reads exactly as the rules say (well-formed, versioned, honest flags):
   the common import of such an array goes straight to NumPy (``_import``);
@@ -41,6 +48,20 @@ class Exchange(NamedTuple):
     attrs: tuple        # attributes of the array
     methods: tuple      # methods of the array, called without arguments...
     method_kinds: tuple  # ...for arrays of these DLPack dtype kinds only (``_dtypes.CODE_NAMES``)
+
+
+class HostTest(NamedTuple):
+    """An array holds host memory, on one device, when ``len()`` of its
+    ``pieces`` attribute is 1 and then ``method()`` answers ``answer``.
+    ``deleted()`` answers True once its memory is gone: the compiled core's
+    import asks it before ``method()`` in place of the pieces (an array
+    over several devices refuses the export that follows, and the general
+    path then gathers it)."""
+
+    method: str
+    answer: str
+    pieces: str
+    deleted: str
 
 
 class Devices(NamedTuple):
@@ -101,7 +122,9 @@ class Peer(NamedTuple):
     name: str
     module: str
     array: str | None = None
+    array_module: str | None = None
     on_host: str | None = None
+    host_test: HostTest | None = None
     numpy_reads: tuple = ()
     exchange: Exchange | None = None
     devices: Devices | None = None
@@ -161,7 +184,12 @@ PEERS = (
     ),
     # JAX devices are read by their shape (jaxlib's types move between modules).
     Peer(
-        "jax", "jax",
+        "jax", "jax", array="ArrayImpl", array_module="jaxlib",
+        # Its __dlpack_device__ is Python code (900 ns, half of __dlpack__):
+        # it reads the per-device _arrays (one, or it refuses; None once the
+        # array is deleted) and platform() (C, 30 ns), as this test does;
+        # _arrays makes a list of new arrays (50 ns), is_deleted() is C.
+        host_test=HostTest("platform", "cpu", "_arrays", "is_deleted"),
         devices=Devices(
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",
@@ -195,7 +223,12 @@ def of_array_type(t) -> Peer | None:
     """The row of the library whose array type ``t`` is, or None."""
     module, name = getattr(t, "__module__", None), getattr(t, "__qualname__", None)
     for peer in PEERS:
-        if peer.array is not None and peer.module == module and peer.array == name:
+        if peer.array is None or peer.array != name:
+            continue
+        home = peer.array_module
+        if module == peer.module or (home is not None and module is not None and (
+            module == home or module.startswith(home + ".")
+        )):
             return peer
     return None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _capsule, _devices, _dtypes, _export, _import, _peers, _streams, _versions
+from . import _capsule, _devices, _dtypes, _exchange, _export, _import, _peers, _streams, _versions
 from ._backends import numpy as numpy_backend
 from ._devices import Device
 from ._fastpath import core
@@ -21,22 +21,36 @@ from ._fastpath import core
 #: Whether producers' C exchange APIs are read (False: their __dlpack__ is
 #: always asked). Call ``core.forget()`` after a change.
 EXCHANGE_API = True
+#: Whether the core asks the producers with a host test in ``_peers`` (JAX)
+#: for their capsules itself (False: the Python path does). Call
+#: ``core.forget()`` after a change.
+CAPSULES = True
 
 
 def _import_plan(t):
-    """Whether ``from_dlpack`` may import instances of type ``t`` through the
-    type's DLPack C exchange API, and the guards: attributes and methods
-    that must be false for the exchange to be the plain one (else the
-    general path runs, and says what the producer refuses). None when not."""
-    api = t.__dict__.get("__dlpack_c_exchange_api__") if isinstance(t, type) else None
-    if api is None or not EXCHANGE_API:
+    """What the core may do with instances of producer type ``t`` without
+    asking Python: ``(api, attrs, methods, codes, host)``, or None.
+
+    ``api`` is the type's DLPack C exchange API, read with guards: attributes
+    and methods (of arrays of the dtype codes ``codes``) that must be false
+    for the exchange to be the plain one (else the general path runs, and
+    says what the producer refuses); None when it is not read. ``host`` is
+    ``(method, answer, pieces, deleted)``, the type's host test (``_peers.HostTest``),
+    when the core may ask the producer's ``__dlpack__`` itself for host
+    memory: it takes the plain capsules, and hands every other one to the
+    Python functions that would have received them."""
+    peer = _peers.of_array_type(t) if isinstance(t, type) else None
+    if peer is None:
         return None
-    peer = _peers.of_array_type(t)
-    if peer is None or peer.exchange is None:
-        return None  # other producers keep their __dlpack__, whose checks are theirs
-    guards = peer.exchange
+    api = t.__dict__.get("__dlpack_c_exchange_api__")
+    if api is None or not EXCHANGE_API or peer.exchange is None:
+        api = None  # other producers keep their __dlpack__, whose checks are theirs
+    host = None if peer.host_test is None or not CAPSULES else tuple(peer.host_test)
+    if api is None and host is None:
+        return None
+    guards = peer.exchange or _peers.Exchange((), (), ())
     codes = sum(1 << _CODES[kind] for kind in guards.method_kinds)
-    return api, guards.attrs, guards.methods, codes
+    return api, guards.attrs, guards.methods, codes, host
 
 
 _CODES = {name: code for code, name in _dtypes.CODE_NAMES.items()}
@@ -66,6 +80,9 @@ def install(capsule_impl: dict) -> None:
         check_known=_dtypes.check_known,
         from_dlpack=_import.from_dlpack,
         current_stream=_current_stream,
+        host_capsule=_import.host_capsule,
+        host_answer=_exchange.host_answer,
+        rebuild=_exchange.python_rebuild,
     )
     host = 0
     for t in _devices.HOST_ACCESSIBLE:
@@ -95,4 +112,16 @@ def install(capsule_impl: dict) -> None:
         # The dtypes whose NumPy capsule _exchange._export passes on as it is.
         plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
         numpy_strides_after_shape=numpy_backend.STRIDES_AFTER_SHAPE,
+        # The core's NumPy imports and its adaptation (the rebuild through
+        # NumPy is its reference) take what NumPy takes: NumPy 1.x refuses
+        # more than 32 dimensions, 2.x more than 64.
+        numpy_maxdims=64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
+        # The core's adaptation and its capsule imports (JAX) lay a capsule
+        # out as NumPy 2.4 lays it, strides always. Before 2.4 NumPy exports
+        # C-contiguous arrays without strides (before 2.1 it moves empty
+        # ones too), so they are then the Python ones, which it is compared
+        # with: the same capsule on both paths.
+        numpy_layout=numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
+        capsule_info=_capsule.CapsuleInfo,
+        device_class=_devices.Device,
     )

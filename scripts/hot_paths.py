@@ -1,7 +1,8 @@
 """The hot paths of the compiled core, a few hundred times each, for
-valgrind (scripts/sanitize.sh): NumPy and torch exports and imports, wrap()
-and the C exchange API on both sides, inspect, and refusals of hand-made
-malformed capsules. Exits non-zero if a result is wrong."""
+valgrind (scripts/sanitize.sh): NumPy, torch and JAX exports and imports,
+wrap() and the C exchange API on both sides, the adaptation between capsule
+kinds, inspect, and refusals of hand-made malformed capsules. Exits non-zero
+if a result is wrong."""
 
 import gc
 import os
@@ -21,6 +22,10 @@ try:
     import torch
 except ImportError:
     torch = None
+try:
+    import jax.numpy as jnp
+except ImportError:
+    jnp = None
 
 a = np.arange(12.0).reshape(3, 4)
 t = None if torch is None else torch.arange(12.0).reshape(3, 4)
@@ -37,6 +42,17 @@ for i in range(N):
         assert gpu_dlpack.from_dlpack(t)[2, 0] == 8.0  # torch's C exchange API, into NumPy
         assert torch.from_dlpack(gpu_dlpack.wrap(t))[0, 1].item() == 1.0  # wrap's C exchange API
         assert torch.from_dlpack(gpu_dlpack.wrap(a))[1, 0].item() == 4.0
+    if jnp is not None:
+        j = jnp.arange(12.0).reshape(3, 4)
+        assert gpu_dlpack.from_dlpack(j)[2, 1] == 9.0  # JAX's legacy capsule into NumPy, in C
+        assert gpu_dlpack.inspect(gpu_dlpack.export(j, max_version=(1, 0))).read_only  # adapted in C
+        assert np.from_dlpack(gpu_dlpack.wrap(j))[0, 2] == 2.0
+    for versioned, device in ((False, (1, 0)), (True, (1, 0)), (False, (2, 0)), (True, (2, 0))):
+        cap, rec = capsules.make(a, versioned=versioned, device=device, data=None if device == (1, 0) else 0x1000)
+        out = gpu_dlpack.export(capsules.Producer(cap, device=device), max_version=None if versioned else (1, 0))
+        if device == (1, 0):
+            assert gpu_dlpack.from_dlpack(out)[1, 2] == 6.0
+        del out
     cap, rec = capsules.make(a)
     assert gpu_dlpack.from_dlpack(cap)[0, 3] == 3.0
     cap, rec = capsules.make(a, **bad[i % len(bad)])

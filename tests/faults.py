@@ -282,6 +282,145 @@ def k_floor_wrap():
     return run, _values_no_floor, watch
 
 
+def _host_producer(versioned=True):
+    """``([producer], watch)``: a producer that answers the host test as
+    JAX's arrays do (``capsules.HostProducer``, told to the layer as the
+    fuzzer tells it), whose one capsule is hand-made (its deleter's calls
+    counted), legacy as JAX's are or versioned: what the compiled core asks,
+    imports and adapts in C."""
+    from gpu_dlpack import _peers
+
+    from . import capsules
+    from .fuzz_capsules import _host_tested
+
+    if not any(p.array == "HostProducer" for p in _peers.PEERS):
+        _peers.PEERS = _peers.PEERS + (_host_tested(),)  # before the layer first meets the type
+    cap, record = capsules.make(np.arange(6.0), versioned=versioned)
+    return [capsules.HostProducer(cap)], Watch(records=[record])
+
+
+def k_host_import():
+    import gpu_dlpack
+
+    box, watch = _host_producer()
+    return (lambda: gpu_dlpack.from_dlpack(box.pop())), _values, watch
+
+
+def k_host_import_legacy():
+    import gpu_dlpack
+
+    box, watch = _host_producer(versioned=False)
+    return (lambda: gpu_dlpack.from_dlpack(box.pop())), _values, watch
+
+
+def k_host_adapt():
+    # legacy -> versioned: the adaptation of a host producer's capsule
+    import gpu_dlpack
+
+    box, watch = _host_producer(versioned=False)
+    return (lambda: gpu_dlpack.from_dlpack(gpu_dlpack.export(box.pop(), max_version=(1, 0)))), _values, watch
+
+
+def k_host_adapt_wrap():
+    import gpu_dlpack
+
+    box, watch = _host_producer(versioned=False)
+    return (lambda: np.from_dlpack(gpu_dlpack.wrap(box.pop()))), _values, watch
+
+
+class _ProducerWatch(Watch):
+    """The records of a ``capsules.DeviceProducer``: the capsules it made
+    while the run asked it."""
+
+    def __init__(self, producer):
+        super().__init__()
+        self.producer = producer
+
+    def state(self, collect=True):
+        self.records = list(self.producer.records)
+        return super().state(collect)
+
+
+def _device_adapted(versioned):
+    def check(result):
+        from gpu_dlpack import _capsule
+
+        info = _capsule.read(result)
+        if info.versioned is versioned or tuple(info.device.dlpack) != (2, 0) or info.shape != (6,):
+            raise AssertionError(f"wrong adaptation: {info}")
+        if versioned is False and not info.read_only:
+            raise AssertionError("a legacy tensor adapted to a versioned one is not READ_ONLY")
+
+    return check
+
+
+def k_device_adapt():
+    # legacy -> versioned on a device no backend owns (no data touched)
+    import gpu_dlpack
+
+    from .capsules import DeviceProducer
+
+    p = DeviceProducer(versioned=False)
+    box = [p]
+    return (lambda: gpu_dlpack.export(box.pop(), max_version=(1, 0))), _device_adapted(False), _ProducerWatch(p)
+
+
+def k_device_adapt_legacy():
+    # versioned -> legacy, nothing read-only lost
+    import gpu_dlpack
+
+    from .capsules import DeviceProducer
+
+    p = DeviceProducer(versioned=True)
+    box = [p]
+    return (lambda: gpu_dlpack.export(box.pop())), _device_adapted(True), _ProducerWatch(p)
+
+
+def _jax():
+    try:
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    return jnp
+
+
+def _jax_array():
+    """A JAX array of ``EXPECTED``. JAX's capsules hold its buffer in C++,
+    which no Python count sees: these kinds find crashes, double frees (the
+    sanitizer run), wrong values and errors other than MemoryError; the
+    counted kinds above (``host-*``) and tests/test_leaks.py find leaks."""
+    return [_jax().asarray(EXPECTED)], Watch()
+
+
+def k_jax_import():
+    import gpu_dlpack
+
+    box, watch = _jax_array()
+    return (lambda: gpu_dlpack.from_dlpack(box.pop())), _values, watch
+
+
+def k_jax_export():
+    import gpu_dlpack
+
+    box, watch = _jax_array()
+    return (lambda: gpu_dlpack.from_dlpack(gpu_dlpack.export(box.pop(), max_version=(1, 0)))), _values, watch
+
+
+def k_jax_wrap():
+    import gpu_dlpack
+
+    box, watch = _jax_array()
+    return (lambda: np.from_dlpack(gpu_dlpack.wrap(box.pop()))), _values, watch
+
+
+def k_torch_jax():
+    import gpu_dlpack
+
+    torch = _torch()
+    box, watch = _jax_array()
+    return (lambda: torch.from_dlpack(gpu_dlpack.wrap(box.pop()))), _values, watch
+
+
 KINDS = {
     "capsule": k_capsule,
     "capsule-legacy": k_capsule_legacy,
@@ -294,17 +433,35 @@ KINDS = {
     "legacy-producer": k_legacy_producer,
     "floor-export": k_floor_export,
     "floor-wrap": k_floor_wrap,
+    "host-import": k_host_import,
+    "host-import-legacy": k_host_import_legacy,
+    "host-adapt": k_host_adapt,
+    "host-adapt-wrap": k_host_adapt_wrap,
+    "device-adapt": k_device_adapt,
+    "device-adapt-legacy": k_device_adapt_legacy,
+    "jax-import": k_jax_import,
+    "jax-export": k_jax_export,
+    "jax-wrap": k_jax_wrap,
+    "torch-jax": k_torch_jax,
     "torch-import": k_torch_import,
     "torch-export": k_torch_export,
     "torch-wrap": k_torch_wrap,
     "torch-capsule": k_torch_capsule,
 }
 TORCH_KINDS = frozenset(k for k in KINDS if k.startswith("torch"))
+JAX_KINDS = frozenset(k for k in KINDS if "jax" in k)
+# JAX's own __dlpack__ crashes the process (SIGSEGV in jaxlib, under
+# Array.addressable_data) when one of the allocations it makes fails: JAX
+# alone does, with no gpu_dlpack loaded. Its kinds are interrupted and soaked
+# but not swept for allocation failure; the host-* kinds run the same C
+# paths over a producer whose deleter is counted.
+NOMEMORY_SKIP = JAX_KINDS
 
 
 def kinds_here():
-    """The kinds this environment can run (torch may be hidden or missing)."""
-    return [k for k in KINDS if k not in TORCH_KINDS or _torch() is not None]
+    """The kinds this environment can run (torch or JAX may be hidden or missing)."""
+    return [k for k in KINDS if (k not in TORCH_KINDS or _torch() is not None) and (
+        k not in JAX_KINDS or _jax() is not None)]
 
 
 # -- child side: one sweep, one line of JSON per run -------------------------------

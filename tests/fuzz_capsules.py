@@ -17,6 +17,13 @@ after the case it died on. Each child checks, per case and entry point:
 - an accepted tensor has the shape, dtype and address the struct says, and
   when the struct lies inside the fuzzer's buffer its values are read.
 
+The entry points: ``from_dlpack`` of the capsule and of a producer giving it
+(with ``copy=True`` where the data is real), ``inspect``, ``export`` at the
+case's ``max_version``, the adaptation to each other kind, ``wrap`` consumed
+by NumPy, gpu_dlpack and torch, and a producer with a host test
+(``capsules.HostProducer``, told to the layer as JAX is) imported, exported
+and wrapped: the compiled core asks that one's ``__dlpack__`` itself.
+
 The parent then compares the two children's outcomes, case by case: the
 same result or the same error and message on both paths.
 
@@ -39,7 +46,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BUFFER = 1 << 16  # bytes of real memory a case's data may point into
 
-ENTRIES = ("import", "import producer", "inspect", "export", "wrap numpy", "wrap gpu_dlpack", "copy", "torch")
+ENTRIES = (
+    "import", "import producer", "inspect", "export", "wrap numpy", "wrap gpu_dlpack", "copy", "torch",
+    # the adaptation between capsule kinds, each way, whatever the case asks
+    "adapt versioned", "adapt legacy",
+    # a producer with a host test, whose capsules the compiled core asks for
+    # itself (JAX's path)
+    "import host-tested", "export host-tested", "wrap host-tested",
+)
 
 # -- the cases (drawn in the parent) --------------------------------------------
 
@@ -119,6 +133,13 @@ def draw(n: int, seed: int) -> list:
 # -- one case, run in a child ---------------------------------------------------
 
 
+def _host_tested():
+    from gpu_dlpack import _peers
+
+    return _peers.Peer("fuzzed producer", "tests.capsules", array="HostProducer",
+                       host_test=_peers.HostTest("platform", "cpu", "pieces", "is_deleted"))
+
+
 class _Env:
     """What the child holds for all cases: the library, the buffer."""
 
@@ -130,6 +151,9 @@ class _Env:
         from . import capsules
 
         self.np, self.g, self.capsules = np, gpu_dlpack, capsules
+        from gpu_dlpack import _peers
+
+        _peers.PEERS = _peers.PEERS + (_host_tested(),)  # before the layer first meets the type
         self.torch = None
         if with_torch:
             import torch
@@ -231,6 +255,10 @@ def _summary(env, v):
     np, g = env.np, env.g
     if isinstance(v, np.ndarray):
         at = env.rel(v.ctypes.data) if v.base is not None else "a copy"
+        if v.size == 0 and isinstance(at, list) and not (at[1] == 0 and 0 <= at[2] <= BUFFER):
+            # An empty array over no real memory: NumPy may give it a fresh
+            # allocation, which can land anywhere, right after the buffer too.
+            at = "elsewhere"
         return ["array", list(v.shape), list(v.strides), v.dtype.str, at, v.flags.writeable]
     if env.torch is not None and isinstance(v, env.torch.Tensor):
         return ["tensor", list(v.shape), list(v.stride()), str(v.dtype), env.rel(v.data_ptr())]
@@ -271,6 +299,16 @@ def _call(env, entry, cap, case):
         return out.copy()  # its address: somewhere else, as every copy's
     if entry == "torch":
         return env.torch.from_dlpack(g.wrap(capsules.Producer(cap, device=device)))
+    if entry == "adapt versioned":
+        return g.export(capsules.Producer(cap, device=device), max_version=(1, 0))
+    if entry == "adapt legacy":
+        return g.export(capsules.Producer(cap, device=device))
+    if entry == "import host-tested":
+        return g.from_dlpack(capsules.HostProducer(cap, device=device))
+    if entry == "export host-tested":
+        return g.export(capsules.HostProducer(cap, device=device), max_version=mv)
+    if entry == "wrap host-tested":
+        return np.from_dlpack(g.wrap(capsules.HostProducer(cap, device=device)))
     raise AssertionError(entry)
 
 
@@ -306,7 +344,7 @@ def run_case(env, case, entries, keep):
             result["error"] = [kind, env.norm(str(error))]
             # A consumer library's own refusal of what it was handed is its
             # own (AssertionError from torch for CUDA memory without CUDA).
-            consumer = entry in ("wrap numpy", "torch") and not _raised_by_the_layer(error)
+            consumer = entry in ("wrap numpy", "torch", "wrap host-tested") and not _raised_by_the_layer(error)
             standard = isinstance(error, STANDARD)
             error = None
             if not (standard or consumer):

@@ -125,6 +125,39 @@ def test_each_target_is_shown_met_or_missed_and_fails_the_job_only_when_asked():
     assert failing.problems == ["1 of 2 benchmark targets missed"] and "**Verdict: failed**" in failing.text
 
 
+INSPECT = "inspect a capsule"
+
+
+def inspect_rows(capsule_s, both_s, most=0.4e-6):
+    """inspect's own time: the call less making the capsule, against a time."""
+    return [bench(INSPECT, "x.__dlpack__()", "peer", capsule_s),
+            bench(INSPECT, "gpu_dlpack.inspect(x.__dlpack__())", "gpu_dlpack", both_s, peer="x.__dlpack__()",
+                  minus="x.__dlpack__()", most=most)]
+
+
+def test_a_target_of_time_is_met_by_the_median_of_the_step_alone():
+    met = run_doc(*inspect_rows(90e-9, 450e-9))  # 360 ns alone
+    missed = run_doc(*inspect_rows(90e-9, 540e-9))  # 450 ns alone
+    (t,) = report.targets(met)
+    assert t.met and round(t.median * 1e9) == 360 and t.most == 0.4e-6 and t.ratio is None
+    (t,) = report.targets(missed)
+    assert not t.met and round(t.median * 1e9) == 450
+    row = "| inspect a capsule | `gpu_dlpack.inspect(x.__dlpack__())` less `x.__dlpack__()` | 0.360 | 4.00 | +0.270 | ≤ 0.400 |  | met |"
+    assert row in "\n".join(report.exchange_table(met))
+    text = report.report(missed).text
+    assert "0 met, 1 missed." in text and "missed by 0.0500 µs" in text
+    assert "| inspect a capsule |  |  |  |  |  |  | 0.450 | ≤ 0.400 |" in text  # the missed table: the times
+
+
+def test_a_row_with_two_targets_is_met_when_both_are():
+    rows = [bench(EXPORT, "x.__dlpack__()", "peer", 100e-9),
+            bench(EXPORT, "gpu_dlpack.export(x)", "gpu_dlpack", 150e-9, peer="x.__dlpack__()", target=2.0,
+                  most=0.12e-6)]
+    found = report.targets(run_doc(*rows))
+    assert [t.met for t in found] == [True, False]
+    assert "| ≤ 0.120 | ≤ 2 | missed by 0.0300 µs |" in "\n".join(report.exchange_table(run_doc(*rows)))
+
+
 def test_a_copy_meets_its_share_of_the_ceiling_as_the_table_rounds_it():
     group = "device to host 16 MiB"
     n = 16 << 20
@@ -217,6 +250,7 @@ def test_every_table_has_one_unit_per_column_named_in_its_header(tmp_path):
         bench("gather", "np.asarray(j)", "peer", 20_000e-6),
         bench("gather", "gpu_dlpack.from_dlpack(j)", "gpu_dlpack", 19_407e-6, peer="np.asarray(j)", target=1.2),
         *exchange(90e-9, 140e-9),
+        *inspect_rows(90e-9, 500e-9),
         bench("d2h 16 MiB", "a.get()", "peer", 1700e-6, bytes=n, direction="device to host"),
         bench("d2h 16 MiB", "bare", "ceiling", 300e-6, bytes=n, direction="device to host"),
         bench("d2h 16 MiB", "wrap", "gpu_dlpack", 330e-6, bytes=n, direction="device to host", peer="a.get()",
@@ -227,7 +261,7 @@ def test_every_table_has_one_unit_per_column_named_in_its_header(tmp_path):
     )
     text = report.report(doc, [report.read_junit("GPU tests", junit(tmp_path / "t.xml", passed=2), 0)],
                          earlier=run_doc(*doc["benchmarks"][:2])).text
-    assert "| gather | `gpu_dlpack.from_dlpack(j)` | 19,407 | 0.970 | -593 | ≤ 1.2 | met |" in text
+    assert "| gather | `gpu_dlpack.from_dlpack(j)` | 19,407 | 0.970 | -593 |  | ≤ 1.2 | met |" in text
     tables = _tables(text)
     assert len(tables) == 6  # what ran, missed targets, exchanges, bandwidth, copy targets, comparison
     for headers, rows in tables:

@@ -440,7 +440,24 @@ def test_a_legacy_only_producer_yields_versioned_zero_copy_and_read_only(jax):
     assert out.tolist() == [0, 1, 2, 3, 4] and not out.flags.writeable and pointer(out) == pointer(j)
 
 
-def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer(jax, monkeypatch):
+@pytest.fixture
+def rules_path_for_jax(monkeypatch):
+    """The Python path for JAX's capsules, which the compiled core otherwise
+    asks for and passes on or adapts itself (its results are the same:
+    tests/test_core.py), so that the rules it asks can be watched."""
+    from gpu_dlpack import _fastpath, _wiring
+
+    if _fastpath.core is not None:
+        monkeypatch.setattr(_wiring, "CAPSULES", False)
+        _fastpath.core.forget()
+    yield
+    if _fastpath.core is not None:
+        monkeypatch.undo()
+        _fastpath.core.forget()
+
+
+def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer(jax, monkeypatch,
+                                                                                 rules_path_for_jax):
     # JAX's legacy capsule cannot say whether its data may be written: the
     # rules take it as read-only (unknown is not writeable), and a legacy
     # consumer gets it as it came.

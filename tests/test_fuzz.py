@@ -26,4 +26,6 @@ def test_crafted_capsules_are_refused_or_taken_cleanly_and_alike_on_both_paths(f
     assert not report["disagreements"], describe(report)
     # The cases reached every entry point (copy and torch: where they apply).
     drawn = report["cases"]
-    assert drawn >= CASES * 9 // 10 and all(report["runs"].get(e) == drawn for e in ("import", "inspect", "export"))
+    always = ("import", "inspect", "export", "adapt versioned", "adapt legacy", "import host-tested",
+              "export host-tested", "wrap host-tested")
+    assert drawn >= CASES * 9 // 10 and all(report["runs"].get(e) == drawn for e in always)

@@ -355,6 +355,47 @@ def test_cupy_imports_a_jax_gpu_array_through_wrap_and_export(cp, jgpu):
     assert c.data.ptr == j.unsafe_buffer_pointer()
 
 
+def _pending_jax_result(jgpu):
+    """A JAX result still being computed on JAX's stream when it is handed on
+    (large enough that a consumer reading it early reads zeros)."""
+    n = 1 << 24
+    x = jgpu.device_put(jgpu.numpy.ones(n, dtype=jgpu.numpy.float32), jgpu.devices("gpu")[0])
+    x.block_until_ready()
+    return jgpu.numpy.cumsum(x * 2.0), 2.0 * n
+
+
+def test_torch_reads_a_pending_jax_result_through_wrap_on_its_own_stream(cp, tc, jgpu):
+    j, last = _pending_jax_result(jgpu)
+    s = tc.cuda.Stream()
+    with tc.cuda.stream(s):
+        t = tc.from_dlpack(wrap(j))  # the stream torch passes is s
+        value = float(t[-1])
+    assert t.data_ptr() == j.unsafe_buffer_pointer() and value == last
+
+
+def test_cupy_reads_a_pending_jax_result_on_the_consumer_stream(cp, jgpu):
+    j, last = _pending_jax_result(jgpu)
+    consumer = cp.cuda.Stream(non_blocking=True)
+    with consumer:
+        a = from_dlpack(j)
+        value = float(a[-1])
+    assert a.data.ptr == j.unsafe_buffer_pointer() and value == last
+
+
+def test_a_jax_gpu_capsule_is_adapted_in_c_around_its_legacy_struct(cp, jgpu):
+    import ctypes
+
+    from gpu_dlpack import _capsule, _fastpath
+
+    j = _jax_on_gpu(jgpu)
+    cap = export(j, max_version=(1, 0))
+    info = inspect(cap)
+    assert info.read_only and info.device == _gpu0()
+    if _fastpath.core is not None:
+        ctx = ctypes.c_void_p.from_address(_capsule.pointer(cap, True) + 8).value
+        assert ctypes.c_void_p.from_address(ctx).value == j.unsafe_buffer_pointer()  # JAX's DLTensor.data
+
+
 # -- managed memory: CUDA to consumers that ask for a stream, managed to the others --
 
 

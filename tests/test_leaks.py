@@ -170,6 +170,66 @@ def test_jax_to_gpu_dlpack_versioned_adaptation_cycles_leak_nothing(figures, jax
     assert _freed(ref), "a JAX capsule outlived its cycle"
 
 
+def test_jax_through_the_core_cycles_leak_nothing(figures, jax, torch):
+    # The plain JAX exchanges the compiled core makes (on the pure path, the
+    # same ones in Python): the import, the pass-on, the adaptation consumed
+    # by torch, through tvm-ffi's C exchange API, and never consumed.
+    a, owner = _aligned(64)
+    a[:] = np.arange(64.0)
+    ref = weakref.ref(owner)
+    j = jax.numpy.from_dlpack(a)
+    assert j.unsafe_buffer_pointer() == a.ctypes.data
+    del a, owner
+    try:
+        import tvm_ffi
+    except ImportError:
+        tvm_ffi = None
+
+    def step(i):
+        kind = i % 5
+        if kind == 0:
+            b = gpu_dlpack.from_dlpack(j)
+        elif kind == 1:
+            b = gpu_dlpack.from_dlpack(gpu_dlpack.export(j))
+        elif kind == 2:
+            b = torch.from_dlpack(gpu_dlpack.wrap(j)).numpy()
+        elif kind == 3 and tvm_ffi is not None:
+            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(j)))
+        else:
+            gpu_dlpack.export(j, max_version=(1, 0))  # dropped unconsumed
+            return
+        if b[i % 64] != i % 64:
+            raise AssertionError("values changed")
+
+    soak(figures, "jax -> gpu_dlpack (import, pass-on, adaptation to torch and tvm-ffi)", step)
+    del j
+    assert _freed(ref), "a JAX capsule outlived its cycle"
+
+
+def test_adapted_capsule_cycles_call_every_deleter_once(figures):
+    # The adaptation between kinds, each way, on the host and on a device,
+    # consumed or dropped: one deleter call per capsule.
+    a = np.arange(64.0)
+    calls_before, stray_before = capsules.total_calls, capsules.stray_calls
+    n = CYCLES // 10
+
+    def step(i):
+        versioned, device = bool(i % 2), ((1, 0), (2, 0))[(i // 2) % 2]
+        cap, _ = capsules.make(a, versioned=versioned, device=device)
+        out = gpu_dlpack.export(capsules.Producer(cap, device=device), max_version=None if versioned else (1, 0))
+        if device == (1, 0) and i % 4 < 2:
+            b = gpu_dlpack.from_dlpack(out)
+            if b[i % 64] != i % 64:
+                raise AssertionError("values changed")
+
+    for i in range(n):
+        step(i)
+    gc.collect()
+    figures["adapted capsule"] += n
+    assert capsules.total_calls - calls_before == n
+    assert capsules.stray_calls == stray_before
+
+
 def test_raw_capsule_import_cycles_call_every_deleter_once(figures):
     a = np.arange(64.0)
     live_before = len(capsules.live)

@@ -51,6 +51,26 @@ CASES = {
         FROM_ADAPTED = gpu_dlpack.from_dlpack(gpu_dlpack.export(jnp.ones(7), max_version=(1, 0)))
         del J
     """,
+    "JAX's capsules taken, passed on and adapted by the core": """
+        import jax.numpy as jnp, torch
+        J = jnp.arange(1000.0)
+        W = gpu_dlpack.wrap(J)
+        VERSIONED = W.__dlpack__(max_version=(1, 0))  # adapted around JAX's legacy struct, unconsumed
+        LEGACY = gpu_dlpack.export(J)  # passed on as JAX gave it
+        T = torch.from_dlpack(gpu_dlpack.wrap(jnp.ones(5)))
+        ARR = gpu_dlpack.from_dlpack(jnp.arange(3.0))
+        del J
+    """,
+    "adapted capsules of another producer, unconsumed and consumed": """
+        from tests import capsules
+        CAP, REC = capsules.make(np.arange(100.0), versioned=False, device=(2, 0), data=0x1000)
+        ADAPTED = gpu_dlpack.export(capsules.Producer(CAP, device=(2, 0)), max_version=(1, 0))
+        HOST, _ = capsules.make(np.arange(10.0), versioned=True)
+        LEGACY = gpu_dlpack.export(capsules.Producer(HOST))
+        ARR = gpu_dlpack.from_dlpack(gpu_dlpack.export(capsules.Producer(capsules.make(np.arange(4.0),
+                                                                                      versioned=False)[0]),
+                                                       max_version=(1, 0)))
+    """,
     "a torch tensor exported through gpu_dlpack, unconsumed and consumed": """
         import torch
         T = torch.arange(1000.0)

@@ -10,6 +10,7 @@ static const char VERSIONED[] = "dltensor_versioned";
 static const char USED_LEGACY[] = "used_dltensor";
 static const char USED_VERSIONED[] = "used_dltensor_versioned";
 static const char EXCHANGED[] = "gpu_dlpack.exchanged";  /* the base of an imported array */
+static const char EXCHANGED_LEGACY[] = "gpu_dlpack.exchanged_legacy";  /* ... of a legacy tensor */
 static const char EXCHANGE_API[] = "dlpack_exchange_api";
 
 #define MAX_NDIM 64
@@ -97,6 +98,17 @@ release_tensor(void *ptr, int versioned)
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     run_deleter(ptr, versioned);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* Py_DECREF where an exception may be pending: a destructor it runs (a
+ * producer's, on a capsule renamed used_*) may clear or replace it. */
+static inline void
+drop_keeping_error(PyObject *o)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    Py_DECREF(o);
     PyErr_Restore(et, ev, tb);
 }
 

@@ -16,6 +16,10 @@ entry_destructor(PyObject *capsule)
         Py_XDECREF(e->api_owner);
         Py_XDECREF(e->attrs);
         Py_XDECREF(e->methods);
+        Py_XDECREF(e->host_method);
+        Py_XDECREF(e->host_answer);
+        Py_XDECREF(e->host_pieces);
+        Py_XDECREF(e->host_deleted);
         PyMem_Free(e);
     } else {
         PyErr_Clear();
@@ -28,6 +32,19 @@ exchanged_destructor(PyObject *capsule)
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);  /* an array may die while an exception is pending */
     DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, EXCHANGED);
+    if (m == NULL)
+        PyErr_Clear();
+    else if (m->deleter)
+        m->deleter(m);
+    PyErr_Restore(et, ev, tb);
+}
+
+static void
+exchanged_legacy_destructor(PyObject *capsule)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* as exchanged_destructor */
+    DLManagedTensor *m = PyCapsule_GetPointer(capsule, EXCHANGED_LEGACY);
     if (m == NULL)
         PyErr_Clear();
     else if (m->deleter)
@@ -63,16 +80,21 @@ import_entry(PyTypeObject *type, PyObject **hold)
         PyObject *plan = PyObject_CallOneArg(state.learn_import, (PyObject *)type);
         if (plan == NULL)
             return NULL;
-        const DLPackExchangeAPI *api = NULL;
         if (plan != Py_None) {
-            PyObject *cap, *attrs, *methods;
+            PyObject *cap, *attrs, *methods, *host;
             unsigned int codes;
-            if (!PyArg_ParseTuple(plan, "OO!O!I", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods, &codes)) {
+            if (!PyArg_ParseTuple(plan, "OO!O!IO", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods, &codes,
+                                  &host)) {
                 Py_DECREF(plan);
                 return NULL;
             }
-            api = api_of(cap);
-            if (api != NULL) {
+            const DLPackExchangeAPI *api = cap == Py_None ? NULL : api_of(cap);
+            PyObject *hm = NULL, *ha = NULL, *hp = NULL, *hd = NULL;
+            if (host != Py_None && !PyArg_ParseTuple(host, "UUUU", &hm, &ha, &hp, &hd)) {
+                Py_DECREF(plan);
+                return NULL;
+            }
+            if (api != NULL || hm != NULL) {
                 ImportEntry *e = PyMem_Calloc(1, sizeof(ImportEntry));
                 if (e == NULL) {
                     Py_DECREF(plan);
@@ -80,15 +102,23 @@ import_entry(PyTypeObject *type, PyObject **hold)
                     return NULL;
                 }
                 e->api = api;
-                e->api_owner = Py_NewRef(cap);
+                e->api_owner = api != NULL ? Py_NewRef(cap) : NULL;
                 e->attrs = Py_NewRef(attrs);
                 e->methods = Py_NewRef(methods);
                 e->method_codes = codes;
+                e->host_method = Py_XNewRef(hm);
+                e->host_answer = Py_XNewRef(ha);
+                e->host_pieces = Py_XNewRef(hp);
+                e->host_deleted = Py_XNewRef(hd);
                 got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
                 if (got == NULL) {
-                    Py_DECREF(e->api_owner);
+                    Py_XDECREF(e->api_owner);
                     Py_DECREF(attrs);
                     Py_DECREF(methods);
+                    Py_XDECREF(hm);
+                    Py_XDECREF(ha);
+                    Py_XDECREF(hp);
+                    Py_XDECREF(hd);
                     PyMem_Free(e);
                     Py_DECREF(plan);
                     return NULL;
@@ -151,57 +181,170 @@ guards_pass(ImportEntry *e, PyObject *x, int code)
     return 1;
 }
 
+/* 1 when x passes its type's host test (told by Python: _peers.HostTest),
+ * 0 when it does not or the test cannot say (the error cleared: the general
+ * path asks __dlpack_device__, which reports it), -1 with an interrupt
+ * pending. Before platform() (which crashes the process on a deleted JAX
+ * array), the pieces are read, as JAX's __dlpack_device__ reads them
+ * (None once deleted; one_device: one of them), or else deleted() asked. */
+int
+host_test(ImportEntry *e, PyObject *x, int one_device)
+{
+    if (e->host_method == NULL)
+        return 0;
+    if (one_device) {
+        PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
+        if (pieces == NULL)
+            return cleared();
+        Py_ssize_t n = PyObject_Length(pieces);
+        Py_DECREF(pieces);
+        if (n < 0)
+            return cleared();
+        if (n != 1)
+            return 0;
+    } else {
+        PyObject *gone = PyObject_CallMethodNoArgs(x, e->host_deleted);
+        if (gone == NULL)
+            return cleared();
+        Py_DECREF(gone);
+        if (gone != Py_False)
+            return 0;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(x, e->host_method);
+    if (r == NULL)
+        return cleared();
+    /* An answer of another type may still compare equal in Python: that
+     * case is the general path's. */
+    int host = PyUnicode_CheckExact(r) && PyUnicode_Compare(r, e->host_answer) == 0;
+    Py_DECREF(r);
+    return host;
+}
+
+/* x.__dlpack__(max_version=DLPACK_VERSION), or max_version=None for a
+ * legacy request: the call the Python path makes (_producer.request). A new
+ * reference, or NULL with the producer's error set. */
+PyObject *
+ask_capsule(PyObject *x, int versioned)
+{
+    PyObject *a[2] = {x, versioned ? state.produced_version : Py_None};
+    return PyObject_VectorcallMethod(state.str_dlpack, a, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, state.kw_max_version);
+}
+
+/* 1 when an unconsumed tensor of the given kind is one whose NumPy import
+ * the core makes as numpy.from_dlpack would (host memory, a NumPy dtype,
+ * versioned: major 1 and no flag but READ_ONLY), else 0. */
+static int
+host_plain(void *ptr, int versioned)
+{
+    DLTensor *t = tensor_of(ptr, versioned);
+    if (versioned) {
+        DLManagedTensorVersioned *m = ptr;
+        if (m->version.major != 1 || (m->flags & ~FLAG_READ_ONLY))
+            return 0;
+    }
+    if (!well_formed(t) || t->ndim > state.numpy_maxdims || !((state.host_types >> t->device.device_type) & 1) ||
+        t->dtype.lanes != 1 ||
+        t->dtype.code >= 32)
+        return 0;
+    int bytes = bit_index(t->dtype.bits);
+    if (!bytes || state.numpy_descr[t->dtype.code][bytes] == NULL)
+        return 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->strides != NULL && (t->strides[i] > PY_SSIZE_T_MAX / 16 || t->strides[i] < -(PY_SSIZE_T_MAX / 16)))
+            return 0;
+    return 1;
+}
+
+/* A NumPy array over an owned tensor that host_plain() took: writeable
+ * unless READ_ONLY or legacy (as numpy.from_dlpack makes legacy imports),
+ * its base a capsule that frees the tensor once. NULL with an error set on
+ * failure (the caller still owns the tensor). */
+static PyObject *
+ndarray_of(void *ptr, int versioned)
+{
+    DLTensor *t = tensor_of(ptr, versioned);
+    int bytes = bit_index(t->dtype.bits);
+    PyObject *descr = state.numpy_descr[t->dtype.code][bytes];
+    Py_ssize_t shape[MAX_NDIM], strides[MAX_NDIM];
+    for (int i = 0; i < t->ndim; i++) {
+        shape[i] = (Py_ssize_t)t->shape[i];
+        if (t->strides != NULL)
+            strides[i] = (Py_ssize_t)t->strides[i] * bytes;
+    }
+    int writeable = versioned && !(((DLManagedTensorVersioned *)ptr)->flags & FLAG_READ_ONLY);
+    Py_INCREF(descr);  /* stolen */
+    PyObject *arr = ((NewFromDescr_t)state.numpy_api[94])(
+        state.ndarray_type, descr, t->ndim, shape, t->strides ? strides : NULL,
+        (void *)((uintptr_t)t->data + t->byte_offset), writeable ? 0x0400 /* WRITEABLE */ : 0, NULL);
+    if (arr == NULL)
+        return NULL;
+    PyObject *base = versioned ? PyCapsule_New(ptr, EXCHANGED, exchanged_destructor)
+                               : PyCapsule_New(ptr, EXCHANGED_LEGACY, exchanged_legacy_destructor);
+    if (base == NULL) {
+        drop_keeping_error(arr);
+        return NULL;
+    }
+    /* SetBaseObject steals a reference, also when it fails (it then drops
+     * it): one of our own keeps the base alive to be disarmed. */
+    Py_INCREF(base);
+    if (((SetBaseObject_t)state.numpy_api[282])(arr, base) < 0) {
+        PyCapsule_SetName(base, USED_VERSIONED);  /* frees nothing: the caller frees the tensor */
+        drop_keeping_error(base);
+        drop_keeping_error(arr);
+        return NULL;
+    }
+    Py_DECREF(base);
+    return arr;
+}
+
 /* A NumPy array over an owned, versioned tensor of host memory, or NULL with
  * no error set when the tensor is not the plain case (the caller frees it). */
 static PyObject *
 ndarray_over(DLManagedTensorVersioned *m)
 {
-    DLTensor *t = &m->dl_tensor;
-    if (m->version.major != 1 || !well_formed(t) || t->device.device_type >= 64 ||
-        !((state.host_types >> t->device.device_type) & 1) || t->dtype.lanes != 1 ||
-        t->dtype.code >= 32 || (m->flags & ~FLAG_READ_ONLY))
+    if (!host_plain(m, 1))
         return NULL;
-    int bytes = bit_index(t->dtype.bits);
-    PyObject *descr = bytes ? state.numpy_descr[t->dtype.code][bytes] : NULL;
-    if (descr == NULL)
-        return NULL;
-    Py_ssize_t shape[MAX_NDIM], strides[MAX_NDIM];
-    for (int i = 0; i < t->ndim; i++) {
-        shape[i] = (Py_ssize_t)t->shape[i];
-        if (t->shape[i] < 0)
-            return NULL;
-        if (t->strides != NULL) {
-            if (t->strides[i] > PY_SSIZE_T_MAX / 16 || t->strides[i] < -(PY_SSIZE_T_MAX / 16))
-                return NULL;
-            strides[i] = (Py_ssize_t)t->strides[i] * bytes;
-        }
-    }
-    Py_INCREF(descr);  /* stolen */
-    PyObject *arr = ((NewFromDescr_t)state.numpy_api[94])(
-        state.ndarray_type, descr, t->ndim, shape, t->strides ? strides : NULL,
-        (char *)t->data + t->byte_offset, (m->flags & FLAG_READ_ONLY) ? 0 : 0x0400 /* WRITEABLE */,
-        NULL);
-    if (arr == NULL) {
+    PyObject *arr = ndarray_of(m, 1);
+    if (arr == NULL)
         PyErr_Clear();
-        return NULL;
-    }
-    PyObject *base = PyCapsule_New(m, EXCHANGED, exchanged_destructor);
-    if (base == NULL) {
-        Py_DECREF(arr);
+    return arr;
+}
+
+/* from_dlpack(x) of a producer with a host test (JAX): its capsule for the
+ * request the Python path makes, imported here when it is the plain case,
+ * else handed to _import.host_capsule with x. None when the test fails or
+ * the producer raised (the general path asks again and reports it). */
+static PyObject *
+capsule_import(PyObject *x, ImportEntry *e)
+{
+    /* An array over several devices refuses the export: the general path
+     * then gathers it (the test of one device costs more than the export). */
+    if (!state.numpy_layout)
+        return Py_NewRef(Py_None);  /* the Python import, which older NumPy's rules shape */
+    int host = host_test(e, x, 0);
+    if (host <= 0)
+        return host < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *capsule = ask_capsule(x, 1);
+    if (capsule == NULL)
+        return cleared() < 0 ? NULL : Py_NewRef(Py_None);
+    int versioned = kind_of(capsule);
+    void *ptr = versioned < 0 ? NULL : PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
+    PyObject *arr = NULL;
+    void *got = ptr != NULL && host_plain(ptr, versioned) ? claim(capsule, versioned) : NULL;
+    if (got != NULL && got == ptr) {
+        arr = ndarray_of(ptr, versioned);
+        if (arr == NULL)
+            release_tensor(ptr, versioned);  /* taken: freed once, the error raised */
+    } else {
+        if (got != NULL)
+            release_tensor(got, versioned);  /* another tensor put in meanwhile: taken, so freed */
         PyErr_Clear();
-        return NULL;
+        PyObject *a[2] = {x, capsule};
+        arr = delegate("host_capsule", a, 2);
     }
-    /* PyArray_SetBaseObject steals base, also when it fails (it then drops
-     * it): a reference of our own keeps it until it owns nothing. */
-    Py_INCREF(base);
-    if (((SetBaseObject_t)state.numpy_api[282])(arr, base) < 0) {
-        PyCapsule_SetName(base, USED_VERSIONED);  /* its destructor frees nothing: the caller frees m */
-        Py_DECREF(base);
-        Py_DECREF(arr);
-        PyErr_Clear();
-        return NULL;
-    }
-    Py_DECREF(base);  /* the array's reference remains */
+    /* The producer's destructor (its capsule now used_* or handed on) may
+     * clear an error raised above. */
+    drop_keeping_error(capsule);
     return arr;
 }
 
@@ -230,6 +373,8 @@ import_host_with(PyObject *x, ImportEntry *e)
 {
     if ((PyObject *)e == Py_None)
         Py_RETURN_NONE;
+    if (e->api == NULL)
+        return capsule_import(x, e);
     if (e->api->dltensor_from_py_object_no_sync != NULL) {
         /* Where the data is, without an owned export: device memory takes
          * the general path (the backend of its device and the hand-off). */
@@ -280,7 +425,7 @@ core_exchange(PyObject *mod, PyObject *x)
 static PyObject *
 exchange_with(PyObject *x, ImportEntry *e)
 {
-    if ((PyObject *)e == Py_None)
+    if ((PyObject *)e == Py_None || e->api == NULL)
         Py_RETURN_NONE;
     DLManagedTensorVersioned *m = NULL;
     if (e->api->managed_tensor_from_py_object_no_sync(x, &m) != 0 || m == NULL) {

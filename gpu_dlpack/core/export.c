@@ -1,6 +1,8 @@
-/* export(): the plain cases in C, the rest in Python */
+/* export(), wrap(), from_dlpack() and inspect(): the plain cases in C, the
+ * rest in Python */
 
 #include "export.h"
+#include "info.h"
 
 /* wrap(x, readonly): the Exportable of the plain cases made here (a NumPy
  * array of a NumPy dtype; a host producer whose C exchange API says where
@@ -15,7 +17,7 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyObject *dtype = PyObject_GetAttr(x, state.str_dtype);
         if (dtype == NULL)
             return NULL;
-        PyObject *r = is_plain(dtype) ? new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_NUMPY, dtype, NULL)
+        PyObject *r = is_plain(dtype) ? new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_NUMPY, dtype, NULL, NULL)
                                     : delegate("wrap", args, nargs);
         Py_DECREF(dtype);
         return r;
@@ -24,16 +26,27 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     ImportEntry *e = import_entry(Py_TYPE(x), &hold);
     if (e == NULL)
         return NULL;
-    if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+    if ((PyObject *)e != Py_None && e->api != NULL && e->api->dltensor_from_py_object_no_sync != NULL) {
         DLTensor t;
         if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
             PyErr_Clear();
         } else if (t.device.device_type == state.cpu_type && t.device.device_id == 0) {
+            PyObject *w = new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, e, hold);
             Py_DECREF(hold);
-            return new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_EXCHANGE, NULL, Py_TYPE(x));
+            return w;
+        }
+    } else if ((PyObject *)e != Py_None && e->api == NULL) {
+        /* Host memory on one device by its type's host test: the device the
+         * Python wrap reads (the CPU, as its __dlpack_device__ says). */
+        int host = host_test(e, x, 1);
+        if (host != 0) {
+            PyObject *w = host < 0 ? NULL
+                                   : new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_CAPSULE, NULL, e, hold);
+            Py_DECREF(hold);
+            return w;
         }
     }
-    Py_DECREF(hold);
+    Py_XDECREF(hold);
     return delegate("wrap", args, nargs);
 }
 
@@ -96,12 +109,21 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *capsule = plain ? numpy_capsule(x, versioned) : NULL;
         if (capsule != NULL)
             return capsule;
-    } else if (versioned) {
+    } else {
         PyObject *hold;
         ImportEntry *e = import_entry(Py_TYPE(x), &hold);
         if (e == NULL)
             return NULL;
-        if ((PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
+        if ((PyObject *)e != Py_None && e->api == NULL) {
+            /* A producer with a host test (JAX), on the host by it. */
+            int host = host_test(e, x, 1);
+            PyObject *capsule = host > 0 ? capsule_export(x, max_version, versioned) : NULL;
+            Py_DECREF(hold);
+            if (capsule != NULL || host < 0 || PyErr_Occurred())
+                return capsule;
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
+        if (versioned && (PyObject *)e != Py_None && e->api->dltensor_from_py_object_no_sync != NULL) {
             DLTensor t;
             if (e->api->dltensor_from_py_object_no_sync(x, &t) != 0) {
                 PyErr_Clear();
@@ -121,17 +143,96 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
+/* The head of a NumPy array (PyArrayObject_fields, NumPy's ABI since 1.7,
+ * unchanged in 2.x): what the view shortcut reads. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} ArrayHead;
+
+#define ARRAY_C_CONTIGUOUS 0x0001
+
+/* from_dlpack(a) of an exact NumPy array: the Python function's first
+ * shortcut, a view, for a C-contiguous array of a dtype of the core's plain
+ * set (a subset of the Python one's, which takes every other case: the two
+ * give the same view). NULL with no error set when it is not that case. */
+static PyObject *
+numpy_view(PyObject *x)
+{
+    const ArrayHead *a = (const ArrayHead *)x;
+    if (!(a->flags & ARRAY_C_CONTIGUOUS) || !is_plain(a->descr))
+        return NULL;
+    PyObject *args[2] = {x, (PyObject *)state.ndarray_type};
+    return PyObject_VectorcallMethod(state.str_view, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing
+ * but x, and x no NumPy array (the Python function's view shortcut), the
+ * core's import of a producer it was told about (core_import_host); every
+ * other case, and every one it hands back (None), the Python function. */
+static PyObject *
+importer_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || state.py_impl == NULL || state.numpy_api == NULL || state.plain_dtypes == NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (args[1 + i] != Py_None || (PyUnicode_CompareWithASCIIString(k, "device") != 0 &&
+                                       PyUnicode_CompareWithASCIIString(k, "copy") != 0 &&
+                                       PyUnicode_CompareWithASCIIString(k, "stream") != 0))
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    if (Py_TYPE(args[0]) == state.ndarray_type) {
+        PyObject *view = numpy_view(args[0]);
+        if (view != NULL || PyErr_Occurred())
+            return view;
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    PyObject *arr = core_import_host(NULL, args[0]);
+    if (arr != Py_None)
+        return arr;
+    Py_DECREF(arr);
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* inspect(capsule): the core's read (which hands to the Python read every
+ * case it does not read); any other call, the Python function. */
+static PyObject *
+reader_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || state.py_impl == NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return core_read(NULL, args[0]);
+}
+
+enum { EXPORTER_EXPORT = 0, EXPORTER_WRAP = 1, EXPORTER_IMPORT = 2, EXPORTER_INSPECT = 3 };
+
 static PyObject *
 exporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *fallback;
-    int is_wrap = 0;
-    if (!PyArg_ParseTuple(args, "O|p:Exporter", &fallback, &is_wrap))
+    int kind = EXPORTER_EXPORT;
+    if (!PyArg_ParseTuple(args, "O|i:Exporter", &fallback, &kind))
         return NULL;
+    if (kind < EXPORTER_EXPORT || kind > EXPORTER_INSPECT) {
+        PyErr_Format(PyExc_ValueError, "Exporter: no kind %d (0 export, 1 wrap, 2 from_dlpack, 3 inspect)", kind);
+        return NULL;
+    }
     Exporter *self = (Exporter *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->vectorcall = (vectorcallfunc)(is_wrap ? wrapper_call : exporter_call);
+    self->vectorcall = (vectorcallfunc)(kind == EXPORTER_WRAP      ? wrapper_call
+                                        : kind == EXPORTER_IMPORT  ? importer_call
+                                        : kind == EXPORTER_INSPECT ? reader_call
+                                                                   : exporter_call);
     self->fallback = Py_NewRef(fallback);
     return (PyObject *)self;
 }
@@ -180,7 +281,7 @@ PyTypeObject ExporterType = {
     .tp_name = "gpu_dlpack._core.Exporter",
     .tp_basicsize = sizeof(Exporter),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "export() with its plain cases in C.",
+    .tp_doc = "export(), wrap(), from_dlpack() or inspect() with their plain cases in C.",
     .tp_new = exporter_new,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Exporter, vectorcall),

@@ -1,4 +1,4 @@
-/* export() and wrap(): their plain cases in C (export.c). */
+/* export(), wrap() and from_dlpack(): their plain cases in C (export.c). */
 
 #ifndef GPU_DLPACK_CORE_EXPORT_H
 #define GPU_DLPACK_CORE_EXPORT_H

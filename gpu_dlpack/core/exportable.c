@@ -24,12 +24,13 @@ exportable_set_plan(Exportable *self, PyObject *args)
         self->plan_dtype = Py_NewRef(arg);
         self->plan_type = Py_NewRef((PyObject *)state.ndarray_type);
         self->plan = plan;
-    } else if (plan == PLAN_EXCHANGE && PyType_Check(arg)) {
+    } else if ((plan == PLAN_EXCHANGE || plan == PLAN_CAPSULE) && PyType_Check(arg)) {
         PyObject *hold;
         ImportEntry *e = import_entry((PyTypeObject *)arg, &hold);
         if (e == NULL)
             return NULL;
-        if ((PyObject *)e != Py_None) {
+        /* A plan the type's entry allows: its exchange API, or its host test */
+        if ((PyObject *)e != Py_None && (plan == PLAN_EXCHANGE ? e->api != NULL : e->host_method != NULL)) {
             self->api = e->api;
             self->guards = e;
             self->guards_owner = Py_NewRef(hold);
@@ -41,15 +42,41 @@ exportable_set_plan(Exportable *self, PyObject *args)
     return PyLong_FromLong(self->plan);
 }
 
+/* 1 when o is a tuple of two ints, all of their exact types (no subclass:
+ * a bool equals an int), else 0. */
+static inline int
+int_pair(PyObject *o)
+{
+    return PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 2 && PyLong_CheckExact(PyTuple_GET_ITEM(o, 0)) &&
+           PyLong_CheckExact(PyTuple_GET_ITEM(o, 1));
+}
+
 /* 1 when max_version is the one the version policy last accepted against the
- * floor in force (what _versions.check_max_version caches), else 0. */
+ * floor in force (what _versions.check_max_version caches), or a pair of
+ * exact ints equal to it (the verdict depends on the values only: callers
+ * each pass their own (1, 0)), else 0. */
 int
 accepted_versioned(PyObject *max_version)
 {
     PyObject *acc = PyDict_GetItem(state.versions_dict, state.str_accepted);
     PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
-    return acc != NULL && PyTuple_CheckExact(acc) && PyTuple_GET_SIZE(acc) == 2 &&
-           PyTuple_GET_ITEM(acc, 0) == max_version && PyTuple_GET_ITEM(acc, 1) == floor;
+    if (acc == NULL || !PyTuple_CheckExact(acc) || PyTuple_GET_SIZE(acc) != 2 || PyTuple_GET_ITEM(acc, 1) != floor)
+        return 0;
+    PyObject *known = PyTuple_GET_ITEM(acc, 0);
+    if (known == max_version)
+        return 1;
+    if (!int_pair(max_version) || !int_pair(known))
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        int overflow = 0;
+        long a = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(max_version, i), &overflow);
+        if (overflow)
+            return 0;
+        long b = PyLong_AsLongAndOverflow(PyTuple_GET_ITEM(known, i), &overflow);
+        if (overflow || a != b)
+            return 0;
+    }
+    return 1;
 }
 
 /* 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
@@ -97,6 +124,53 @@ exchange_export_of(PyObject *x, ImportEntry *e)
     }
     *(uint64_t *)m = state.version_word;
     return m;
+}
+
+/* The capsule of export(x, max_version=...) (no other argument) for a host
+ * producer with a host test (JAX), on the host by that test: its answer to
+ * the request the Python path makes, passed on as it came where it already
+ * obeys the rules, adapted where it is of the other kind, and handed with
+ * every other answer to _exchange.host_answer. NULL with no error set when
+ * the producer raised (the error cleared: the general path asks again and
+ * reports it), or with one set. */
+PyObject *
+capsule_export(PyObject *x, PyObject *max_version, int versioned)
+{
+    PyObject *answer = ask_capsule(x, versioned);
+    if (answer == NULL) {
+        cleared();
+        return NULL;
+    }
+    int kind = kind_of(answer);
+    void *ptr = kind < 0 ? NULL : PyCapsule_GetPointer(answer, kind ? VERSIONED : LEGACY);
+    if (ptr == NULL)
+        PyErr_Clear();
+    DLTensor *t = ptr == NULL ? NULL : tensor_of(ptr, kind);
+    /* The checks of every capsule passed on: well-formed, a dtype exchanged
+     * whole bytes wide, on the device the host test said (the CPU, any id). */
+    int plain = t != NULL && (!kind || ((DLManagedTensorVersioned *)ptr)->version.major == 1) && well_formed(t) &&
+                t->device.device_type == state.cpu_type && dtype_known(t->dtype) && t->dtype.bits >= 8;
+    if (plain && !kind && !versioned)
+        return answer;  /* legacy for legacy: as it came */
+    if (plain && kind && versioned && (t->strides != NULL || t->ndim == 0) &&
+        !(((DLManagedTensorVersioned *)ptr)->flags & ~FLAG_READ_ONLY)) {
+        *(uint64_t *)ptr = state.version_word;  /* versioned for versioned: stamped */
+        return answer;
+    }
+    if (plain && !kind && versioned && adaptable(ptr, 0)) {
+        /* The data of a legacy capsule counts as read-only (rule 6), on the
+         * CPU as NumPy labels it. */
+        DLDevice cpu = {state.cpu_type, 0};
+        PyObject *out = adapted_capsule(answer, 0, cpu);
+        if (out != NULL || PyErr_Occurred()) {
+            drop_keeping_error(answer);
+            return out;
+        }
+    }
+    PyObject *a[8] = {x, state.cpu_device, answer, Py_False, Py_None, max_version, Py_None, Py_None};
+    PyObject *out = delegate("host_answer", a, 8);
+    drop_keeping_error(answer);
+    return out;
 }
 
 /* 1 when the members the plain plans read are set and x is of the type
@@ -235,6 +309,15 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
         Py_XSETREF(self->request, request);
         return capsule;
     }
+    if (self->plan == PLAN_CAPSULE) {
+        Py_XSETREF(self->request, request);  /* also when the export raises, as in Python */
+        PyObject *x = Py_NewRef(self->x);
+        PyObject *capsule = capsule_export(x, max_version, versioned);
+        Py_DECREF(x);
+        if (capsule != NULL || PyErr_Occurred())
+            return capsule;
+        return exportable_general(self, args, nargsf, kwnames);
+    }
     /* PLAN_EXCHANGE */
     if (!versioned) {
         Py_DECREF(request);
@@ -312,7 +395,8 @@ exportable_dealloc(Exportable *self)
 }
 
 PyObject *
-new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, PyTypeObject *type)
+new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, ImportEntry *e,
+               PyObject *hold)
 {
     Exportable *self = (Exportable *)state.exportable_class->tp_alloc(state.exportable_class, 0);
     if (self == NULL)
@@ -330,17 +414,10 @@ new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObje
     if (plan == PLAN_NUMPY) {
         self->plan_dtype = Py_NewRef(dtype);
     } else {
-        PyObject *hold;
-        ImportEntry *e = import_entry(type, &hold);  /* known: the caller looked it up */
-        if (e == NULL || (PyObject *)e == Py_None) {
-            Py_XDECREF(hold);
-            Py_DECREF(self);
-            PyObject *a[2] = {x, Py_False};
-            return e == NULL ? NULL : delegate("wrap", a, 2);
-        }
+        /* the entry the caller looked up, and what keeps it alive */
         self->api = e->api;
         self->guards = e;
-        self->guards_owner = hold;
+        self->guards_owner = Py_NewRef(hold);
     }
     return (PyObject *)self;
 }
@@ -445,12 +522,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
         void *ptr = capsule != NULL ? claim(capsule, 1) : NULL;
         Py_XDECREF(capsule);
         if (ptr != NULL) {
-            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
-            if (request == NULL) {
-                release_tensor(ptr, 1);
-                return -1;
-            }
-            Py_XSETREF(self->request, request);
+            /* the request of the exchange: one tuple, made at configure */
+            Py_XSETREF(self->request, Py_NewRef(state.produced_request));
             *out = ptr;
             return 0;
         }
@@ -458,12 +531,8 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     if (plain && self->plan == PLAN_EXCHANGE) {
         DLManagedTensorVersioned *m = exchange_export(self);
         if (m != NULL) {
-            PyObject *request = PyTuple_Pack(4, Py_None, state.produced_version, Py_None, Py_None);
-            if (request == NULL) {
-                release_tensor(m, 1);
-                return -1;
-            }
-            Py_XSETREF(self->request, request);
+            /* the request of the exchange: one tuple, made at configure */
+            Py_XSETREF(self->request, Py_NewRef(state.produced_request));
             *out = m;
             return 0;
         }

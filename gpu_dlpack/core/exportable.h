@@ -3,9 +3,10 @@
 #ifndef GPU_DLPACK_CORE_EXPORTABLE_H
 #define GPU_DLPACK_CORE_EXPORTABLE_H
 
+#include "adapt.h"
 #include "consumer.h"
 
-enum { PLAN_GENERAL = 0, PLAN_NUMPY = 1, PLAN_EXCHANGE = 2 };
+enum { PLAN_GENERAL = 0, PLAN_NUMPY = 1, PLAN_EXCHANGE = 2, PLAN_CAPSULE = 3 };
 
 typedef struct {
     PyObject_HEAD
@@ -21,7 +22,7 @@ typedef struct {
     PyObject *plan_type;    /* the type of x the plan was made for */
     PyObject *weakrefs;
     const DLPackExchangeAPI *api;  /* PLAN_EXCHANGE */
-    ImportEntry *guards;           /* PLAN_EXCHANGE: the producer's guards */
+    ImportEntry *guards;           /* PLAN_EXCHANGE, PLAN_CAPSULE: the producer type's entry */
     PyObject *guards_owner;
     int plan;
 } Exportable;
@@ -32,8 +33,9 @@ extern DLPackExchangeAPI exportable_api;
 int accepted_versioned(PyObject *max_version);
 DLManagedTensorVersioned *exchange_export_of(PyObject *x, ImportEntry *e);
 PyObject *numpy_capsule(PyObject *x, int versioned);
-PyObject *new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype,
-                         PyTypeObject *type);
+PyObject *capsule_export(PyObject *x, PyObject *max_version, int versioned);
+PyObject *new_exportable(PyObject *x, PyObject *source, PyObject *device, int plan, PyObject *dtype, ImportEntry *e,
+                         PyObject *hold);
 
 static inline int
 is_plain(PyObject *dtype)

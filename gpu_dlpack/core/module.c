@@ -2,6 +2,7 @@
  * the module, its methods and its types. */
 
 #include "export.h"
+#include "info.h"
 #include "runtime.h"
 
 /* --- configure ------------------------------------------------------------ */
@@ -12,16 +13,33 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     static char *kw[] = {"impl", "header_type", "device_types", "host_types", "known",
                          "numpy_dtypes", "numpy_api", "versions", "produced", "version_word",
                          "learn_import", "exportable_fallback", "exportable_class", "cpu_device",
-                         "cpu_dlpack", "plain_dtypes", "numpy_strides_after_shape", NULL};
+                         "cpu_dlpack", "plain_dtypes", "numpy_strides_after_shape", "capsule_info", "device_class",
+                         "numpy_maxdims", "numpy_layout", NULL};
     PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback, *ecls,
-        *cpu, *cpudl, *plain;
+        *cpu, *cpudl, *plain, *info = NULL, *devcls = NULL;
+    int maxdims = 32;  /* NumPy 1.x's; NumPy 2 takes 64 */
+    int layout = 0;
     unsigned long long devs, hosts, word;
     int strides_after_shape = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|p", kw, &PyDict_Type, &impl,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|pO!Oip", kw, &PyDict_Type, &impl,
                                      &PyType_Type, &htype, &devs, &hosts, &known, &npd, &npapi,
                                      &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
-                                     &cpu, &cpudl, &PyDict_Type, &plain, &strides_after_shape))
+                                     &cpu, &cpudl, &PyDict_Type, &plain, &strides_after_shape,
+                                     &PyType_Type, &info, &devcls, &maxdims, &layout))
         return NULL;
+    /* inspect in C: without them, the Python read (configure's callers may
+     * predate them) */
+    if (maxdims < 1 || maxdims > MAX_NDIM) {
+        PyErr_Format(PyExc_ValueError, "numpy_maxdims must be within [1, %d]", MAX_NDIM);
+        return NULL;
+    }
+    state.numpy_maxdims = maxdims;
+    state.numpy_layout = layout;
+    Py_XSETREF(state.info_type, (PyTypeObject *)Py_XNewRef(info));
+    Py_XSETREF(state.device_class, Py_XNewRef(devcls));
+    for (int t = 0; t < 64; t++)
+        for (int i = 0; i < 16; i++)
+            Py_CLEAR(state.devices[t][i]);
     if (!PyType_IsSubtype((PyTypeObject *)ecls, &ExportableType)) {
         PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
         return NULL;
@@ -95,6 +113,9 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
     Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(state.versions_dict, Py_NewRef(versions));
     Py_XSETREF(state.produced_version, Py_NewRef(produced));
+    Py_XSETREF(state.produced_request, PyTuple_Pack(4, Py_None, produced, Py_None, Py_None));
+    if (state.produced_request == NULL)
+        return NULL;
     Py_XSETREF(state.learn_import, Py_NewRef(learn));
     Py_XSETREF(state.exportable_fallback, Py_NewRef(fallback));
     state.device_types = devs;
@@ -117,7 +138,7 @@ core_forget(PyObject *mod, PyObject *unused)
 
 static PyMethodDef core_methods[] = {
     {"forget", (PyCFunction)core_forget, METH_NOARGS, "forget($module, /)\n--\n\nForget what Python said of each producer type."},
-    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, numpy_strides_after_shape=False)\n--\n\nWhat Python tells the core, once every module is loaded."},
+    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, numpy_strides_after_shape=False, capsule_info=None, device_class=None, numpy_maxdims=32, numpy_layout=False)\n--\n\nWhat Python tells the core, once every module is loaded."},
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, "header($module, ptr, versioned, /)\n--\n\nThe Header of a capsule's tensor."},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, "checked($module, capsule, likely=True, check_dtype=None, /)\n--\n\n(versioned, Header) of a capsule, checked."},
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},
@@ -129,6 +150,8 @@ static PyMethodDef core_methods[] = {
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, "set_flags($module, ptr, flags, /)\n--\n\nWrite a versioned tensor's flags."},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, "set_version($module, ptr, version, /)\n--\n\nWrite a versioned tensor's version."},
     {"import_host", (PyCFunction)core_import_host, METH_O, "import_host($module, x, /)\n--\n\nA NumPy array of a producer's C exchange API, or None."},
+    {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, "rebuild($module, capsule, versioned, header, want_versioned, read_only, device=None, /)\n--\n\nThe capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild)."},
+    {"read", (PyCFunction)core_read, METH_O, "read($module, capsule, /)\n--\n\nThe CapsuleInfo of an unconsumed capsule (inspect), read in one step."},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
     {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, "set_runtime($module, get_device, set_device, event_record, stream_wait, /)\n--\n\nThe CUDA runtime calls of the stream hand-off."},
     {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
@@ -178,10 +201,25 @@ PyInit__core(void)
     state.str_floor = PyUnicode_InternFromString("_floor");
     state.str_dlpack = PyUnicode_InternFromString("__dlpack__");
     state.str_dtype = PyUnicode_InternFromString("dtype");
+    state.str_view = PyUnicode_InternFromString("view");
     state.str_max_version = PyUnicode_InternFromString("max_version");
     state.kw_max_version = state.str_max_version ? PyTuple_Pack(1, state.str_max_version) : NULL;
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
-    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.kw_max_version || !state.ask_versioned)
+    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.str_view || !state.kw_max_version || !state.ask_versioned)
+        goto fail;
+    static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dl_dtype", "shape",
+                                        "strides", "byte_offset", "data"};
+    for (int i = 0; i < 10; i++)
+        if ((state.info_keys[i] = PyUnicode_InternFromString(info_keys[i])) == NULL)
+            goto fail;
+    if ((state.info_template = PyDict_New()) == NULL)
+        goto fail;
+    for (int i = 0; i < 10; i++)
+        if (PyDict_SetItem(state.info_template, state.info_keys[i], Py_None) < 0)
+            goto fail;
+    state.str_legacy = PyUnicode_InternFromString(LEGACY);
+    state.str_versioned = PyUnicode_InternFromString(VERSIONED);
+    if (!state.str_legacy || !state.str_versioned)
         goto fail;
     /* The addresses of the core's owning capsule destructors, by kind. */
     PyObject *destructors = Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
@@ -193,7 +231,8 @@ PyInit__core(void)
     Py_DECREF(destructors);
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
-        PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0)
+        PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0 ||
+        PyModule_AddIntConstant(m, "PLAN_CAPSULE", PLAN_CAPSULE) < 0)
         goto fail;
     return m;
 fail:

@@ -31,6 +31,7 @@ typedef struct {
     void **numpy_api;
     PyObject *versions_dict;      /* _versions.__dict__ (its verdict cache) */
     PyObject *produced_version;   /* DLPACK_VERSION, as Python has it */
+    PyObject *produced_request;   /* (None, DLPACK_VERSION, None, None): last_request of the C exchange */
     uint64_t version_word;        /* DLPACK_VERSION as written in a capsule */
     int numpy_strides_after_shape;/* NumPy leaves C-order strides out, after the shape */
     int32_t cpu_type;
@@ -41,15 +42,26 @@ typedef struct {
     PyObject *plain_dtypes;          /* NumPy dtypes of PLAN_NUMPY (a dict) */
     PyObject *plain_list[32];        /* the same, compared by identity */
     int n_plain;
+    int numpy_maxdims;            /* the most dimensions the NumPy in use takes (32 before 2.0) */
+    int numpy_layout;             /* NumPy lays out imports and exports as the core does (2.4 and later) */
+
+    PyTypeObject *info_type;      /* _capsule.CapsuleInfo (inspect) */
+    PyObject *device_class;       /* _devices.Device */
 
     /* what the core keeps of it */
+    PyObject *devices[64][16];    /* [type][id]: the Device, made once by device_class */
+    PyObject *versions_seen[16];  /* [minor]: (1, minor), made once */
+    PyObject *dtypes_seen[32][17];/* [code][bytes]: (code, bits, 1), made once */
     PyObject *import_types;       /* dict: type -> ImportEntry capsule or None */
     PyObject *produced_floor;     /* the floor DLPACK_VERSION was accepted under */
 
     /* names and arguments made once (module setup) */
-    PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version;
+    PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version, *str_view;
     PyObject *kw_max_version;     /* ("max_version",) */
     PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
+    PyObject *info_keys[10];      /* CapsuleInfo's fields, in order */
+    PyObject *info_template;      /* a dict of those keys (values None) */
+    PyObject *str_legacy, *str_versioned;  /* "dltensor", "dltensor_versioned" */
 
     /* the CUDA runtime calls (set_runtime: all or none; set_copy_runtime: both or neither) */
     get_device_t rt_get_device;
