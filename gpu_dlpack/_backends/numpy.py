@@ -74,6 +74,15 @@ def _versioned_numpy() -> tuple[bool, bool]:
 VERSIONED_NUMPY, STRIDES_AFTER_SHAPE = _versioned_numpy()
 
 
+def _relabel(capsule) -> None:
+    """NumPy's versioned capsule as the layer's: stamped DLPACK_VERSION, with
+    the strides DLPack 1.2 requires pointed at where NumPy 2.1 to 2.3 wrote
+    them."""
+    _capsule.stamp_version(capsule, _STAMP)
+    if STRIDES_AFTER_SHAPE:
+        _capsule.point_strides_after_shape(capsule)
+
+
 def owns(x) -> bool:
     return isinstance(x, np.ndarray) and type(x).__dlpack__ is _ndarray_dlpack
 
@@ -99,9 +108,7 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
         max_version=_ASK if plan.versioned else None, copy=True if plan.copy else None
     )
     if plan.versioned:
-        _capsule.stamp_version(capsule, _STAMP)
-        if STRIDES_AFTER_SHAPE:
-            _capsule.point_strides_after_shape(capsule)
+        _relabel(capsule)
         if dtype.carrier is not None:
             ptr = _capsule.pointer(capsule, True)
             _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
@@ -159,9 +166,7 @@ def export_in_place(arr: np.ndarray, versioned: bool):
     except BufferError:
         return None
     if versioned:
-        _capsule.stamp_version(capsule, _STAMP)
-        if STRIDES_AFTER_SHAPE:
-            _capsule.point_strides_after_shape(capsule)
+        _relabel(capsule)
     return capsule
 
 

@@ -194,26 +194,29 @@ exchange_export(Exportable *self)
     return m;
 }
 
-/* Since DLPack 1.2 a versioned tensor with dimensions carries strides.
- * NumPy 2.1 to 2.3 write a C-contiguous array's right after the shape, in
- * the same allocation, then leave them out (NULL): pointed at there where
- * Python confirmed that (numpy_strides_after_shape). -1 (no error set) when
- * they are left out and not known to be there: the general path builds the
- * capsule, as _backends/numpy.py says. */
+/* NumPy's versioned capsule stamped DLPACK_VERSION, in one read of its
+ * pointer. Since DLPack 1.2 a versioned tensor with dimensions carries
+ * strides: NumPy 2.1 to 2.3 write a C-contiguous array's right after the
+ * shape, in the same allocation, then leave them out (NULL), and they are
+ * pointed at there where Python confirmed that (numpy_strides_after_shape).
+ * -1 (no error set) when the capsule is not one to stamp, or its strides are
+ * left out and not known to be there: the general path builds the capsule,
+ * as _backends/numpy.py says. */
 static int
-numpy_strides(PyObject *capsule)
+stamp_numpy(PyObject *capsule)
 {
     DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, VERSIONED);
-    if (m == NULL) {
+    if (m == NULL || ((uintptr_t)m & 7)) {
         PyErr_Clear();
         return -1;
     }
     DLTensor *t = &m->dl_tensor;
-    if (t->ndim <= 0 || t->strides != NULL)
-        return 0;
-    if (!state.numpy_strides_after_shape || t->shape == NULL)
-        return -1;
-    t->strides = t->shape + t->ndim;
+    if (t->ndim > 0 && t->strides == NULL) {
+        if (!state.numpy_strides_after_shape || t->shape == NULL)
+            return -1;
+        t->strides = t->shape + t->ndim;
+    }
+    *(uint64_t *)m = state.version_word;
     return 0;
 }
 
@@ -230,7 +233,7 @@ numpy_capsule(PyObject *x, int versioned)
         PyObject *a[1] = {x};
         capsule = PyObject_VectorcallMethod(state.str_dlpack, a, 1, NULL);
     }
-    if (capsule == NULL || (versioned && (stamp(capsule, state.version_word) != 0 || numpy_strides(capsule) != 0))) {
+    if (capsule == NULL || (versioned && stamp_numpy(capsule) != 0)) {
         Py_XDECREF(capsule);
         PyErr_Clear();
         return NULL;
