@@ -298,6 +298,71 @@ def test_every_listed_exchange_gives_the_same_result_or_error_on_both_paths():
     assert pure["export t grad"][0] == "error" and pure["wrap x dlpack positional"][0] == "error"
 
 
+# Every field of the record inspect gives, as each path builds it, with what
+# reads it (attribute, vars, equality, hash, repr, replace): NumPy alone, so
+# that it runs on every interpreter of the matrix (JAX's capsule where JAX is).
+_INFO_CASES = r'''
+import dataclasses, json, numpy as np, gpu_dlpack
+from tests import capsules
+x = np.arange(6.0).reshape(2, 3)
+ro = np.arange(4, dtype=np.int16); ro.flags.writeable = False
+made = {
+    "legacy": lambda: x.__dlpack__(),
+    "versioned": lambda: gpu_dlpack.export(x, max_version=(1, 0)),
+    "read-only": lambda: gpu_dlpack.export(ro, max_version=(1, 0)),
+    "fortran": lambda: gpu_dlpack.export(np.asfortranarray(x), max_version=(1, 0)),
+    "strided": lambda: gpu_dlpack.export(x[:, ::2], max_version=(1, 0)),
+    "0-d": lambda: gpu_dlpack.export(np.ones(()), max_version=(1, 0)),
+    "empty": lambda: gpu_dlpack.export(np.ones((0, 3), np.uint8), max_version=(1, 0)),
+    "bool": lambda: gpu_dlpack.export(np.array([True]), max_version=(1, 0)),
+    "complex": lambda: gpu_dlpack.export(np.ones(2, np.complex64), max_version=(1, 0)),
+    "null strides": lambda: capsules.make(x, null_strides=True)[0],
+    "offset": lambda: capsules.make(x, byte_offset=8)[0],
+    "cuda": lambda: capsules.make(x, device=(2, 1))[0],
+    "flags": lambda: capsules.make(x, flags=6)[0],
+    "bfloat16": lambda: capsules.make(x, dtype=(4, 16, 1))[0],
+}
+try:
+    import jax.numpy as jnp
+    made["jax"] = lambda: jnp.arange(3.0).__dlpack__()
+except ImportError:
+    pass
+out = {}
+for name, make in made.items():
+    cap = make()
+    info = gpu_dlpack.inspect(cap)
+    fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+    rebuilt = gpu_dlpack.CapsuleInfo(**fields)
+    out[name] = {
+        "fields": {k: repr(v) for k, v in fields.items()},
+        "vars": sorted(vars(info)),
+        "dtype": repr(info.dtype),
+        "repr": repr(info).replace(hex(fields["data"]), "DATA").replace(str(fields["data"]), "DATA"),
+        "equal, same hash": [info == rebuilt, hash(info) == hash(rebuilt)],
+        "replaced": repr(dataclasses.replace(info, flags=0).flags),
+    }
+    try:
+        info.shape = ()
+        out[name]["frozen"] = "writeable"
+    except dataclasses.FrozenInstanceError:
+        out[name]["frozen"] = "frozen"
+    out[name]["fields"]["data"] = "DATA"  # a fresh capsule each run
+print(json.dumps(out, sort_keys=True))
+'''
+
+
+@compiled
+def test_the_cores_capsule_info_is_the_pure_paths_field_by_field():
+    # The core fills the record's dict itself. On CPython 3.13, where a plain
+    # class keeps attributes in inline values, a dict set the 3.12 way had
+    # none of the fields: every attribute read failed on the core alone.
+    fast = json.loads(_run(_INFO_CASES, pure=False))
+    pure = json.loads(_run(_INFO_CASES, pure=True))
+    assert fast == pure
+    assert pure["versioned"]["vars"] == sorted(f.name for f in gpu_dlpack.CapsuleInfo.__dataclass_fields__.values())
+    assert pure["versioned"]["equal, same hash"] == [True, True] and pure["versioned"]["frozen"] == "frozen"
+
+
 # -- the consumer side: a producer's C exchange API -----------------------------
 
 @compiled

@@ -135,20 +135,21 @@ core_read(PyObject *mod, PyObject *capsule)
     for (int i = 0; i < 10; i++)
         ok = ok && v[i] != NULL;
     /* What _capsule._capsule_info makes: the dataclass's fields in the new
-     * instance's dict, without its __init__. The dict is a copy of one that
-     * holds the keys already (a copy of a dict is one allocation: no
-     * insertion grows it). */
-    PyObject *fields = ok ? PyDict_Copy(state.info_template) : NULL;
-    for (int i = 0; i < 10 && fields != NULL; i++)
+     * instance's dict, without its __init__. The dict is the instance's own,
+     * asked of it (PyObject_GenericGetDict) and filled in place: from CPython
+     * 3.13 a plain class keeps its attributes in inline values, which a dict
+     * installed with PyObject_GenericSetDict would bypass, so that lookups
+     * found none of the fields there. */
+    if (ok)
+        info = state.info_type->tp_alloc(state.info_type, 0);
+    PyObject *fields = info == NULL ? NULL : PyObject_GenericGetDict(info, NULL);
+    if (fields == NULL)
+        Py_CLEAR(info);
+    for (int i = 0; i < 10 && info != NULL; i++)
         if (PyDict_SetItem(fields, state.info_keys[i], v[i]) < 0)
-            Py_CLEAR(fields);
+            Py_CLEAR(info);
+    Py_XDECREF(fields);
     for (int i = 0; i < 10; i++)
         Py_XDECREF(v[i]);
-    if (fields != NULL) {
-        info = state.info_type->tp_alloc(state.info_type, 0);
-        if (info != NULL && PyObject_GenericSetDict(info, fields, NULL) < 0)
-            Py_CLEAR(info);
-        Py_DECREF(fields);
-    }
     return info;
 }

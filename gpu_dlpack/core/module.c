@@ -212,11 +212,6 @@ PyInit__core(void)
     for (int i = 0; i < 10; i++)
         if ((state.info_keys[i] = PyUnicode_InternFromString(info_keys[i])) == NULL)
             goto fail;
-    if ((state.info_template = PyDict_New()) == NULL)
-        goto fail;
-    for (int i = 0; i < 10; i++)
-        if (PyDict_SetItem(state.info_template, state.info_keys[i], Py_None) < 0)
-            goto fail;
     state.str_legacy = PyUnicode_InternFromString(LEGACY);
     state.str_versioned = PyUnicode_InternFromString(VERSIONED);
     if (!state.str_legacy || !state.str_versioned)

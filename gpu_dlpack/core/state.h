@@ -60,7 +60,6 @@ typedef struct {
     PyObject *kw_max_version;     /* ("max_version",) */
     PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
     PyObject *info_keys[10];      /* CapsuleInfo's fields, in order */
-    PyObject *info_template;      /* a dict of those keys (values None) */
     PyObject *str_legacy, *str_versioned;  /* "dltensor", "dltensor_versioned" */
 
     /* the CUDA runtime calls (set_runtime: all or none; set_copy_runtime: both or neither) */
