@@ -380,6 +380,15 @@ def subinterpreter() -> ImportError:
     )
 
 
+def gil_disabled(version) -> ImportError:
+    return ImportError(
+        f"gpu_dlpack needs the GIL, and this free-threaded CPython {version} runs without it: "
+        "a claim of a capsule (its name checked, then renamed) and the compiled core's caches "
+        "are one step only under the GIL, so two threads could take one tensor and free it twice. "
+        "Run with the GIL on (PYTHON_GIL=1 or python -X gil=1), or use a default (GIL) build of CPython."
+    )
+
+
 def unsupported_platform(what) -> ImportError:
     return ImportError(
         f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "

@@ -1,10 +1,16 @@
-"""The interpreter gpu_dlpack runs in: the main interpreter of the process.
+"""The interpreter gpu_dlpack runs in: the main interpreter of the process,
+with the GIL.
 
 Subinterpreters are refused at import, whichever interpreter imports the
 package first: the compiled core keeps its state in C globals that one
 interpreter owns, the capsule destructors and deleters the layer lends are
 called from any interpreter, and NumPy, which every exchange needs, does not
 support subinterpreters either (imported first in one, it may hang).
+
+A free-threaded CPython (3.13t and later) running without its GIL is refused
+too: the pure path's claim of a capsule is two C calls (read the name,
+rename it) that only the GIL makes one step, and the core's caches are
+unsynchronized (docs/internals/core.md, "Interpreters").
 """
 
 from __future__ import annotations
@@ -48,5 +54,14 @@ def check(current, main) -> None:
 
 
 def check_main() -> None:
-    """ImportError in a subinterpreter (before anything else is imported)."""
+    """ImportError in a subinterpreter, or without the GIL (before anything
+    else is imported)."""
     check(*interpreters())
+    check_gil()
+
+
+def check_gil() -> None:
+    """ImportError on a free-threaded CPython whose GIL is off."""
+    enabled = getattr(sys, "_is_gil_enabled", None)  # CPython 3.13+, on every build
+    if enabled is not None and not enabled():
+        raise _errors.gil_disabled(sys.version.split()[0])

@@ -1,0 +1,53 @@
+"""The interpreters gpu_dlpack runs on: a free-threaded CPython without its
+GIL is refused at import with the layer's ImportError (none is on these
+machines: its answer is given by sys._is_gil_enabled, set here as such a
+build sets it), and the interpreter the suite runs on is one the package
+claims."""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _child(code):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_free_threaded_python_without_its_gil_is_refused_at_import():
+    done = _child("""
+import sys
+sys._is_gil_enabled = lambda: False  # as a free-threaded build with PYTHON_GIL=0 answers
+try:
+    import gpu_dlpack
+except ImportError as exc:
+    print("refused:", exc)
+    print("numpy loaded:", "numpy" in sys.modules, "core loaded:", "gpu_dlpack._core" in sys.modules)
+else:
+    print("imported")
+""")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused: gpu_dlpack needs the GIL, and this free-threaded CPython"), done.stdout
+    assert "PYTHON_GIL=1" in lines[0] and "-X gil=1" in lines[0]
+    assert lines[1] == "numpy loaded: False core loaded: False"  # refused before anything is loaded
+
+
+def test_a_python_with_its_gil_imports():
+    done = _child("""
+import sys
+sys._is_gil_enabled = lambda: True  # a free-threaded build with PYTHON_GIL=1, or any default build
+import numpy as np, gpu_dlpack
+print(gpu_dlpack.from_dlpack(np.arange(3.0)).tolist())
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0.0, 1.0, 2.0]"
+
+
+def test_this_interpreter_is_one_the_package_claims():
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+        claimed = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', f.read())
+    assert "%d.%d" % sys.version_info[:2] in claimed, claimed
