@@ -217,6 +217,21 @@ def _forked_after_gpu():
         _handoff._forked[:] = before
 
 
+def _gil_off_check():
+    # As a free-threaded build with its GIL off answers.
+    import sys
+
+    had = getattr(sys, "_is_gil_enabled", None)
+    sys._is_gil_enabled = lambda: False
+    try:
+        gpu_dlpack._interpreter.check_gil()
+    finally:
+        if had is None:
+            del sys._is_gil_enabled
+        else:
+            sys._is_gil_enabled = had
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
     "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
@@ -279,6 +294,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-malformed": lambda: raised(lambda: gpu_dlpack.from_dlpack(numpy_capsule(ndim=-1))),
     "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
     "gpu_dlpack-subinterpreter": lambda: raised(lambda: gpu_dlpack._interpreter.check(2, 1)),
+    "gpu_dlpack-gil-disabled": lambda: raised(_gil_off_check),
     "gpu_dlpack-forked-after-gpu": lambda: raised(_forked_after_gpu),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
@@ -835,6 +851,7 @@ BUILDER_ARGS = {
     "malformed": ("ndim=-1",),
     "unsupported_platform": ("big-endian, 32-bit",),
     "subinterpreter": (),
+    "gil_disabled": ("3.13.0",),
     "forked_after_gpu": (4242,),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),
