@@ -569,8 +569,10 @@ def nomemory_child(kind, start, stop, streak):
 # Where a signal's Python handler runs: after a call returns, at a backward
 # jump, when a function starts (CPython's eval-breaker checks); raising just
 # after such an instruction is raising where an interrupt lands.
-_LANDINGS = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX", "RESUME", "JUMP_BACKWARD")
-                      if name in dis.opmap)
+_LANDINGS = frozenset(dis.opmap[name] for name in (
+    "CALL", "CALL_FUNCTION_EX", "RESUME", "JUMP_BACKWARD",  # CPython 3.11+
+    "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_METHOD", "JUMP_ABSOLUTE",  # 3.10
+) if name in dis.opmap)
 
 
 _HANDLERS: dict = {}
@@ -580,7 +582,12 @@ def _handlers(code) -> frozenset:
     """The offsets where ``code``'s exception handlers start."""
     found = _HANDLERS.get(code)
     if found is None:
-        found = _HANDLERS[code] = frozenset(e.target for e in dis._parse_exception_table(code))
+        if hasattr(dis, "_parse_exception_table"):  # CPython 3.11+: the exception table
+            found = frozenset(e.target for e in dis._parse_exception_table(code))
+        else:  # 3.10: where the blocks its SETUP_ instructions push go on
+            found = frozenset(i.argval for i in dis.get_instructions(code)
+                              if i.opname in ("SETUP_FINALLY", "SETUP_WITH", "SETUP_ASYNC_WITH"))
+        _HANDLERS[code] = found
     return found
 
 

@@ -120,3 +120,14 @@ class Handing:
 
     def __dlpack_device__(self):
         return (1, 0)
+
+
+def load_toml(path):
+    """A TOML file as a dict: tomllib (CPython 3.11+), or tomli, its
+    backport, on 3.10 (pytest needs it there, so it is installed)."""
+    try:
+        import tomllib
+    except ImportError:  # CPython 3.10
+        import tomli as tomllib
+    with open(path, "rb") as f:
+        return tomllib.load(f)

@@ -234,6 +234,7 @@ def test_a_raw_capsule_for_a_gpu_target_without_a_gpu_is_refused_and_freed():
 
 def test_host_paths_work_with_cupy_imported_and_no_gpu():
     pytest.importorskip("cupy")
+    pytest.importorskip("torch")
     code = (
         "import cupy, numpy as np, torch, gpu_dlpack\n"
         "from gpu_dlpack import Device\n"

@@ -19,6 +19,8 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _export
 
+from .helpers import load_toml
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -178,10 +180,7 @@ def test_every_install_advice_works_from_where_the_user_stands():
 
 
 def _pyproject():
-    import tomllib
-
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)
+    return load_toml(os.path.join(ROOT, "pyproject.toml"))
 
 
 def test_the_wheels_for_pypi_are_manylinux_x86_64_and_aarch64_for_cpython_3_10_to_3_13():

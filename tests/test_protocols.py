@@ -197,6 +197,7 @@ def test_dlpack_wins_over_the_other_protocols():
 
 def test_numba_simulator_arrays_are_producers():
     pytest.importorskip("numba.cuda")
+    pytest.importorskip("torch")
     script = textwrap.dedent(
         """
         import numpy as np, torch, gpu_dlpack

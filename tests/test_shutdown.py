@@ -52,7 +52,8 @@ CASES = {
         del J
     """,
     "JAX's capsules taken, passed on and adapted by the core": """
-        import jax.numpy as jnp, torch
+        import jax.numpy as jnp
+        import torch
         J = jnp.arange(1000.0)
         W = gpu_dlpack.wrap(J)
         VERSIONED = W.__dlpack__(max_version=(1, 0))  # adapted around JAX's legacy struct, unconsumed
