@@ -29,7 +29,7 @@ READ_ONLY = ("read-only-ignored", "always-writeable", "legacy-only", "read-only-
 _READ_ONLY = frozenset(READ_ONLY)
 
 #: Faults of layout: the consumer cannot import some strides.
-LAYOUT = frozenset({"negative-strides", "non-compact-strides"})
+LAYOUT = frozenset({"negative-strides", "non-compact-strides", "c-order-only"})
 
 
 class Fix(NamedTuple):
@@ -94,6 +94,19 @@ def is_compact(shape, strides) -> bool:
     return True
 
 
+def is_c_order(shape, strides) -> bool:
+    """Whether the layout is C order: each axis longer than one steps over
+    the lengths after it. None (C order by definition) is."""
+    if strides is None or 0 in shape:
+        return True
+    expect = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != expect:
+            return False
+        expect *= n
+    return True
+
+
 def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, strides, host: bool,
         address: int, copy, on_readonly: str) -> Fix:
     """What to do with a capsule of these facts for ``consumer`` (its name,
@@ -135,6 +148,13 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
         copies = True
         applied.append("non-compact-strides")
         reasons.append(f"copied: {consumer} {FAULTS['non-compact-strides'][0]}")
+    if "c-order-only" in faults and not copies and not is_c_order(shape, strides):
+        why = f"{consumer} {FAULTS['c-order-only'][0]}"
+        if copy is False:
+            raise _errors.layout_needs_copy(consumer, shape, strides, why)
+        copies = True
+        applied.append("c-order-only")
+        reasons.append(f"copied in C order: {why}")
     align = False
     consumer_copies = None
     if "unaligned-copies" in faults and host and copies:

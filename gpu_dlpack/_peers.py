@@ -111,7 +111,12 @@ FAULTS = {
         "imports only compact layouts (a transposition of a dense buffer): steps and negative "
         "strides raise", "from_dlpack"),
     "unaligned-copies": (
-        "copies host data not aligned to 64 bytes (and raises for copy=False)", "from_dlpack"),
+        "copies host data not aligned to 64 bytes (even for copy=False in some versions, which others "
+        "refuse)", "from_dlpack"),
+    "c-order-only": (
+        "takes a transposed layout (Fortran order) as if only C order existed: it reads it in place "
+        "with the values in the wrong places, with no error (or, in some versions, refuses it)",
+        "from_dlpack"),
 }
 
 #: The alignment the "unaligned-copies" consumers import in place.
@@ -195,13 +200,19 @@ PEERS = (
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",
         ),
         consumer=("dlpack.from_dlpack",), submodules=("jax.dlpack",),
+        # Measured on each release from 0.6.2 (the newest for CPython 3.10)
+        # to 0.12.0.1 (docs/internals/faults.md, "JAX by release").
         faults=(
-            Fault("legacy-only", seen=("0.10.2",)),
+            # From 0.12 it asks for versioned capsules (max_version=(1, 3)).
+            Fault("legacy-only", until=(0, 12), seen=("0.6.2", "0.10.2", "0.11.2")),
             # copy=True reaches dlpack_managed_tensor_to_buffer, which shares
-            # host memory anyway.
-            Fault("copy-shares", seen=("0.10.2",)),
-            Fault("non-compact-strides", seen=("0.10.2",)),
-            Fault("unaligned-copies", seen=("0.10.2",)),
+            # host memory anyway (0.8.0 still copied).
+            Fault("copy-shares", since=(0, 9), seen=("0.9.0", "0.10.2", "0.12.0.1")),
+            Fault("non-compact-strides", seen=("0.6.2", "0.10.2", "0.12.0.1")),
+            Fault("unaligned-copies", seen=("0.6.2", "0.10.2", "0.12.0.1")),
+            # 0.6.2 and 0.7.0 read a transposed aligned array in place as C
+            # order (wrong values), 0.7.2 refuses it; 0.8.0 reads it right.
+            Fault("c-order-only", until=(0, 8), seen=("0.6.2", "0.7.0", "0.7.2")),
         ),
     ),
     # Numba's device arrays take the CUDA Array Interface, and cannot be

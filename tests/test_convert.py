@@ -228,9 +228,37 @@ def test_layouts_jax_cannot_import_are_made_compact(jax):
         assert "non-compact-strides" in done.faults
         with pytest.raises(gpu_dlpack.CopyRequiredError, match="jax cannot import an array of shape"):
             gpu_dlpack.convert(a, "jax", copy=False)
-    # a transposition of a dense buffer is compact
+    # A transposition of a dense buffer is compact: JAX takes it in place,
+    # and from 0.8 reads it in its own order. JAX 0.6 (the newest on CPython
+    # 3.10) reads it as C order, the values in the wrong places: copied.
     t = aligned(np.arange(12, dtype=np.float32)).reshape(3, 4).T
-    assert jax_pointer(gpu_dlpack.convert(t, "jax")) == t.ctypes.data
+    done = gpu_dlpack.convert(t, "jax", report=True)
+    assert done.array.tolist() == t.tolist()
+    if "c-order-only" in _convert.consumer_of("jax").faults:
+        assert done.copied_by == "gpu_dlpack" and done.faults == ("c-order-only",)
+        try:
+            assert jax.dlpack.from_dlpack(t).tolist() != t.tolist()  # JAX alone: wrong values (0.6, 0.7.0)
+        except Exception as exc:  # or refused (0.7.2)
+            assert "layout" in str(exc)
+        with pytest.raises(gpu_dlpack.CopyRequiredError, match="the values in the wrong places"):
+            gpu_dlpack.convert(t, "jax", copy=False)
+    else:
+        assert jax_pointer(done.array) == t.ctypes.data and not done.copied
+        assert jax.dlpack.from_dlpack(t).tolist() == t.tolist()
+
+
+def test_a_consumer_that_reads_every_layout_as_c_order_gets_a_c_order_copy():
+    faults = frozenset({"c-order-only"})
+    facts = dict(read_only=False, host=True, address=0, on_readonly="copy")
+    for shape, strides in (((4, 3), (1, 4)), ((2, 3, 4), (1, 2, 6)), ((3, 4), (4, 1)), ((1, 4), (99, 1)),
+                           ((4, 1), (1, 99)), ((0, 3), (1, 0)), ((5,), None)):
+        fix = _faults.fix("lib", faults, shape=shape, strides=strides, copy=None, **facts)
+        c_order = strides is None or 0 in shape or shape == (3, 4) or 1 in shape
+        assert (fix is _faults.PLAIN) is c_order, (shape, strides)
+        if not c_order:
+            assert fix.copy and fix.applied == ("c-order-only",) and "C order" in fix.reasons[0]
+            with pytest.raises(gpu_dlpack.CopyRequiredError):
+                _faults.fix("lib", faults, shape=shape, strides=strides, copy=False, **facts)
 
 
 def test_a_torch_tensor_reaches_jax_zero_copy(torch, jax):

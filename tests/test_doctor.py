@@ -137,7 +137,7 @@ def check_library(r):
             assert set(f) == {"measured", "table", "unknown", "gone"}
             assert all(x in FAULTS for v in f.values() for x in v)
             assert set(f["unknown"]) <= set(f["measured"]) and set(f["gone"]) <= set(f["table"])
-            assert set(cons["strides"]) == {"negative", "stepped"}
+            assert set(cons["strides"]) == {"negative", "stepped", "transposed"}
             assert all(_is(o, str) for o in cons["strides"].values())
     elif cons is not None:
         assert _is(cons["reason"], str)
@@ -531,7 +531,8 @@ def test_a_stride_probe_that_kills_the_child_goes_on_with_the_rest(libdir):
     rep = doctor.run(extra=[name])
     cons = row(rep, name)["consumer"]
     assert cons["strides"] == {"negative": "kills the process (exit status 3)",
-                               "stepped": "kills the process (exit status 3)"}
+                               "stepped": "kills the process (exit status 3)",
+                               "transposed": "kills the process (exit status 3)"}
     # the consumers after it were probed (NumPy before 2.1 copies these layouts)
     assert set(row(rep, "numpy")["consumer"]["strides"].values()) <= {"zero-copy", "copies"}
     assert any(f.get("hazard") == "consumer-aborts" and f["subject"] == name for f in rep["findings"])

@@ -64,7 +64,7 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
           "raw_capsules": {"legacy": true | str, "versioned": true | str},  # str: the error
           "takes": "producers" | "capsules",  # what the exchanges feed it
           # host consumers only: layouts probed in a child process, and its faults
-          "strides": {"negative": OUTCOME, "stepped": OUTCOME} | null,
+          "strides": {"negative": OUTCOME, "stepped": OUTCOME, "transposed": OUTCOME} | null,
           "faults": {"measured": [FAULT], "table": [FAULT],   # table: gpu_dlpack._peers, this version
                      "unknown": [FAULT],    # measured, not in the table
                      "gone": [FAULT]}       # in the table, judged by a probe, not measured

@@ -32,16 +32,24 @@ from ._measure import _err, _host_values, _pointer_or_none, _resolve
 #: The faults the doctor measures on the host.
 MEASURED = frozenset({
     "read-only-ignored", "legacy-only", "copy-shares", "unaligned-copies", "negative-strides",
-    "non-compact-strides",
+    "non-compact-strides", "c-order-only",
 })
 
-#: The layouts the child probes: a negative stride, and a step.
-CASES = {"negative": (slice(None, None, -1),), "stepped": (slice(None, None, 2),)}
+#: The layouts the child probes: a negative stride, a step, and a
+#: transposition (Fortran order) of an aligned dense buffer, which a
+#: consumer that copies unaligned data takes in place.
+CASES = {"negative": (slice(None, None, -1),), "stepped": (slice(None, None, 2),), "transposed": None}
 
 _CHILD_TIMEOUT = 240  # seconds, for all the consumers together
 
 
 def _sample(case):
+    if case == "transposed":
+        raw = np.empty(48 + _peers.ALIGNMENT, np.uint8)
+        start = (-raw.ctypes.data) % _peers.ALIGNMENT
+        base = raw[start:start + 48].view(np.float32)
+        base[...] = np.arange(12, dtype=np.float32)
+        return base.reshape(3, 4).T
     base = np.arange(12, dtype=np.float32)
     return base[CASES[case]]
 
@@ -219,12 +227,14 @@ def measured(cons: dict) -> tuple:
             found.add("unaligned-copies")
     strides = cons.get("strides") or {}
     if strides and not any(o.startswith("not probed") for o in strides.values()):
-        judged |= {"negative-strides", "non-compact-strides"}
+        judged |= {"negative-strides", "non-compact-strides", "c-order-only"}
         negative, stepped = _fails(strides["negative"]), _fails(strides["stepped"])
         if stepped:
             found.add("non-compact-strides")
         elif negative:
             found.add("negative-strides")
+        if _fails(strides.get("transposed") or "zero-copy"):  # wrong values, or refused
+            found.add("c-order-only")
     return found, judged
 
 
@@ -264,6 +274,8 @@ def detail(cons: dict, fault: str) -> str:
     if fault in ("negative-strides", "non-compact-strides"):
         s = cons.get("strides") or {}
         return f"a negative stride: {s.get('negative')}; a step of 2: {s.get('stepped')}"
+    if fault == "c-order-only":
+        return f"a transposed aligned array: {(cons.get('strides') or {}).get('transposed')}"
     if fault == "read-only-ignored":
         return (cons.get("read_only") or {}).get("detail") or "?"
     if fault == "legacy-only":
@@ -282,4 +294,5 @@ HINTS = {
     "unaligned-copies": "data aligned to 64 bytes",
     "negative-strides": "compact arrays (numpy.ascontiguousarray)",
     "non-compact-strides": "compact arrays (numpy.ascontiguousarray)",
+    "c-order-only": "C-order arrays (numpy.ascontiguousarray)",
 }

@@ -70,7 +70,8 @@ def _fault_findings(row, cons):
     name, version = row["name"], row.get("version") or ""
     for case, outcome in (cons.get("strides") or {}).items():
         if outcome.startswith(("aborts", "kills", "hangs")):
-            what = "an array with a negative stride" if case == "negative" else "an array with a step of 2"
+            what = {"negative": "an array with a negative stride", "stepped": "an array with a step of 2",
+                    "transposed": "a transposed array"}[case]
             out.append(_hazard("consumer-aborts", name, consumer=name, version=version, case=what,
                                detail=f"{cons['call']}(gpu_dlpack.wrap(a)) {outcome}", call=cons["call"]))
     faults = cons.get("faults") or {}
