@@ -17,15 +17,15 @@
 # mutant's combined status) and MODULE/survivors.txt (each surviving mutant
 # and its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
 # MUTATION_TIMEOUT (seconds per module, default 1800), GPU_DLPACK_PYTHON (an
-# interpreter that already has the test extra and mutmut; otherwise the
-# project's .venv is made with the test and mutation extras).
+# interpreter that already has the test environment and mutmut; otherwise
+# the project's .venv is made with the mutation dependency group too).
 # Not part of scripts/test.sh: a full run takes tens of minutes.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -n "${GPU_DLPACK_PYTHON:-}" ]; then
   py=$GPU_DLPACK_PYTHON
 else
-  GPU_DLPACK_EXTRAS="test,mutation" source "$root/scripts/_venv.sh"
+  GPU_DLPACK_GROUPS=mutation source "$root/scripts/_venv.sh"
   py=python
 fi
 mutmut=("$py" -c "import sys; from mutmut.__main__ import cli; sys.argv[0] = 'mutmut'; cli()")

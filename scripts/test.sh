@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: scripts/test.sh [pytest args for the main runs]
 #
-# In .venv (made on the first run, with the test extra):
+# In .venv, CPython 3.11, the main interpreter (made on the first run from
+# requirements/test-py3.11.txt, pinned by scripts/lock.sh from pyproject.toml's
+# `test` dependency group):
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
 #   2. the compiled core built in place (gpu_dlpack/core/);
@@ -31,10 +33,19 @@
 #       minutes, making the environment included).
 # 10. The release artefacts: build, twine check, the wheel tested in a fresh
 #    venv (scripts/release-check.sh, about a minute).
-# Stops at the first step that fails. About 21 minutes on a fresh machine,
-# 15 once the environments exist.
+# 11. The matrix (scripts/matrix.sh): every other CPython the package claims
+#    (3.10, 3.12, 3.13), each in .venv-py3.X from requirements/test-py3.X.txt
+#    with the newest NumPy, JAX and (3.13) torch it admits: the core built
+#    for it, the suite on the core and on the pure path, the long sweeps
+#    shortened. A claimed CPython missing here fails the run under CI=true.
+# At the end, whether it passed or not, the summary of every suite run
+# (interpreter, path, peers, counts: scripts/matrix_summary.py).
+# Stops at the first step that fails. About NN minutes on a fresh machine,
+# MM once the environments exist.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 step() { echo "== scripts/test.sh: $*" >&2; }
+rm -rf build/matrix
+trap 'python scripts/matrix_summary.py >&2 || true' EXIT
 step "1. peers installed"
 python -c "import torch, jax, cupy, ml_dtypes, array_api_strict, numba, tvm_ffi, mypy"
 step "2. the compiled core"
@@ -51,16 +62,16 @@ lint-imports --no-cache
 step "4c. the documentation (scripts/docs.sh)"
 GPU_DLPACK_EXPECT_CORE=1 bash scripts/docs.sh
 step "5. the suite on the compiled core"
-GPU_DLPACK_EXPECT_CORE=1 GPU_DLPACK_FUZZ_CASES=4000 python -m pytest tests "$@"
+GPU_DLPACK_FUZZ_CASES=4000 bash scripts/suite.sh py3.11-core "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
-GPU_DLPACK_PURE_PYTHON=1 GPU_DLPACK_EXPECT_CORE=0 python -m pytest tests "$@"
+bash scripts/suite.sh py3.11-pure "$@"
 step "7. the suite without the optional peers"
 GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba,tvm_ffi python -m pytest tests -q
 step "8. the core under ASan and UBSan (scripts/sanitize.sh --quick)"
 bash scripts/sanitize.sh --quick
 step "9. the suite on the NumPy floor"
 (
-  export GPU_DLPACK_VENV="$root/.venv-numpy-floor" GPU_DLPACK_EXTRAS=bf16
+  export GPU_DLPACK_VENV="$root/.venv-numpy-floor" GPU_DLPACK_LOCK="" GPU_DLPACK_EXTRAS=bf16
   export GPU_DLPACK_PIP="numpy==1.26.4 pytest hypothesis"
   source scripts/_venv.sh
   python -c 'import numpy; assert numpy.__version__ == "1.26.4", numpy.__version__'
@@ -68,7 +79,7 @@ step "9. the suite on the NumPy floor"
 )
 step "9b. the suite on the compiled core under NumPy 2.2"
 (
-  export GPU_DLPACK_VENV="$root/.venv-numpy-2.2" GPU_DLPACK_EXTRAS=bf16
+  export GPU_DLPACK_VENV="$root/.venv-numpy-2.2" GPU_DLPACK_LOCK="" GPU_DLPACK_EXTRAS=bf16
   export GPU_DLPACK_PIP="numpy==2.2.6 pytest hypothesis"
   source scripts/_venv.sh
   python -c 'import numpy; assert numpy.__version__ == "2.2.6", numpy.__version__'
@@ -76,3 +87,5 @@ step "9b. the suite on the compiled core under NumPy 2.2"
 )
 step "10. the release artefacts (scripts/release-check.sh)"
 bash scripts/release-check.sh
+step "11. the other CPythons the package claims (scripts/matrix.sh)"
+bash scripts/matrix.sh
