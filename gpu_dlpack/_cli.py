@@ -25,6 +25,10 @@ def _demo(args) -> int:
 
 
 def _doctor(args) -> int:
+    # The probes hand JAX unaligned data on purpose; jaxlib before 0.9 logs a
+    # warning for each copy it then makes (its C++ logging, which reads this
+    # variable when it loads). The report says what was copied.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from . import doctor
 
     try:
