@@ -816,8 +816,12 @@ def test_the_plain_jax_exchanges_run_in_the_core(jax, torch):
 
 @compiled
 def test_an_adapted_jax_capsule_holds_the_legacy_struct_in_its_manager_ctx(jax):
-    from gpu_dlpack import _capsule
+    from gpu_dlpack import _capsule, _peers
 
+    if _peers.release(jax.__version__) >= (0, 12):
+        pytest.skip(f"JAX {jax.__version__} gives a versioned capsule itself: nothing is adapted")
+    if numpy_backend.STRIDES_AFTER_SHAPE or not numpy_backend.VERSIONED_NUMPY:
+        pytest.skip(f"NumPy {np.__version__}: the adaptation rebuilds through NumPy (docs/internals/core.md)")
     j = jax.numpy.arange(6.0)
     cap = gpu_dlpack.export(j, max_version=(1, 0))
     info = gpu_dlpack.inspect(cap)

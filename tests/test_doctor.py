@@ -222,6 +222,8 @@ def test_a_sharded_jax_array_is_a_producer_row_the_layer_fixes(report, jax):
     m = host(report)
     assert "jax (sharded)" in m["producers"]
     for consumer in ("numpy", "torch", "jax"):
+        if importlib.util.find_spec(consumer) is None:
+            continue  # torch is not installed on every interpreter of the matrix
         c = cell(report, "jax (sharded)", consumer)
         assert c["direct"]["outcome"] == "error"
         assert c["direct"]["explain"] in ("jax-unsharded-only", "jax-singular-device")
