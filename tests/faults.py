@@ -570,7 +570,7 @@ def nomemory_child(kind, start, stop, streak):
 # jump, when a function starts (CPython's eval-breaker checks); raising just
 # after such an instruction is raising where an interrupt lands.
 _LANDINGS = frozenset(dis.opmap[name] for name in (
-    "CALL", "CALL_FUNCTION_EX", "RESUME", "JUMP_BACKWARD",  # CPython 3.11+
+    "CALL", "CALL_KW", "CALL_FUNCTION_EX", "RESUME", "JUMP_BACKWARD",  # CPython 3.11+ (CALL_KW: 3.13+)
     "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_METHOD", "JUMP_ABSOLUTE",  # 3.10
 ) if name in dis.opmap)
 
@@ -607,8 +607,6 @@ class _Stepper:
         code = frame.f_code
         if code.co_filename == CAPSULES or (code.co_filename, code.co_name) in self.skip:
             return None
-        frame.f_trace_opcodes = True
-        frame.f_trace_lines = False
         previous = [None]
         handlers = _handlers(code)
 
@@ -624,6 +622,12 @@ class _Stepper:
                 previous[0] = frame.f_code.co_code[frame.f_lasti]
             return local
 
+        # The frame's trace function first: CPython 3.12 and 3.13 turn on
+        # opcode events for a frame that has one only (set in the call event
+        # before it, f_trace_opcodes is ignored: no interrupt point at all).
+        frame.f_trace = local
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
         return local
 
 
