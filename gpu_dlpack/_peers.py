@@ -177,10 +177,10 @@ PEERS = (
             # Before 2.9 torch asked for legacy capsules; since, it reads
             # versioned ones and ignores their READ_ONLY flag.
             Fault("legacy-only", until=(2, 9)),
-            Fault("read-only-ignored", since=(2, 9), seen=("2.13.0",)),
+            Fault("read-only-ignored", since=(2, 9), seen=("2.13.0", "2.14.1")),
             # Tensors have no negative strides: 2.12.1 and 2.13.0 abort on
-            # them (a noexcept function throws), trunk raises RuntimeError.
-            Fault("negative-strides", seen=("2.12.1", "2.13.0"), see="pytorch/pytorch#188023"),
+            # them (a noexcept function throws), 2.14.1 raises RuntimeError.
+            Fault("negative-strides", seen=("2.12.1", "2.13.0", "2.14.1"), see="pytorch/pytorch#188023"),
         ),
     ),
     Peer(

@@ -481,9 +481,17 @@ def test_each_consumers_faults_are_measured_and_match_the_table(report, torch, j
 
 
 def test_a_consumer_that_aborts_is_probed_in_a_child_and_is_a_hazard(report, torch):
+    from gpu_dlpack import _peers
+
     cons = row(report, "torch")["consumer"]
-    assert cons["strides"]["negative"].startswith("aborts the process")
     assert cons["strides"]["stepped"] == "zero-copy"
+    if _peers.release(torch.__version__) >= (2, 14):
+        # 2.14 raises instead of aborting: still the fault, no longer a dead process.
+        assert cons["strides"]["negative"].startswith("raises: RuntimeError: Storage size calculation overflowed")
+        assert not [f for f in report["findings"] if f.get("hazard") == "consumer-aborts"]
+        assert "negative-strides" in cons["faults"]["measured"]
+        return
+    assert cons["strides"]["negative"].startswith("aborts the process")
     (f,) = [f for f in report["findings"] if f.get("hazard") == "consumer-aborts"]
     assert f["severity"] == "hazard" and "negative stride" in f["problem"]
     assert "gpu_dlpack.convert(x, 'torch')" in f["remedy"]
@@ -502,7 +510,8 @@ def test_a_fault_the_table_does_not_know_is_a_hazard(monkeypatch, torch):
     f = row(rep, "torch")["consumer"]["faults"]
     assert f["unknown"] == ["read-only-ignored"] and f["gone"] == []
     (h,) = [h for h in rep["findings"] if h.get("hazard") == "consumer-fault-unknown"]
-    assert h["severity"] == "hazard" and "does not say so" in h["problem"] and "2.13" in h["problem"]
+    assert h["severity"] == "hazard" and "does not say so" in h["problem"]
+    assert f"torch {torch.__version__} " in h["problem"]
     assert "{" not in h["problem"] + h["remedy"]
 
 
