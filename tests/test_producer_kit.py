@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
+from gpu_dlpack import _convert
 
 from .helpers import aligned, refcount, released
 
@@ -93,8 +94,12 @@ def test_read_only_memory_is_read_only_where_the_consumer_honours_it(example, to
     assert not a.flags.writeable and a.ctypes.data == _memory(producer)
     info = gpu_dlpack.inspect(producer.__dlpack__(max_version=(1, 0)))
     assert info.read_only and info.data == _memory(producer)  # what torch is given (it ignores the flag)
-    with pytest.raises(gpu_dlpack.ReadOnlyError):  # JAX asks for a legacy capsule, which cannot say it
-        jax.numpy.from_dlpack(producer)
+    if "legacy-only" in _convert.consumer_of("jax").faults:
+        with pytest.raises(gpu_dlpack.ReadOnlyError):  # JAX asks for a legacy capsule, which cannot say it
+            jax.numpy.from_dlpack(producer)
+    else:  # from 0.12 it asks for a versioned one; its arrays are immutable
+        j = jax.numpy.from_dlpack(producer)
+        assert j.tolist() == [1.0, 2.0] and j.unsafe_buffer_pointer() == _memory(producer)
 
 
 @pytest.mark.parametrize("consumer", ["numpy", "torch", "jax", "gpu_dlpack"])
@@ -106,12 +111,13 @@ def test_c_memory_is_freed_once_when_the_last_consumer_lets_go(consumer, torch, 
     out = take(producer)
     del producer
     gc.collect()
-    assert FREED == []  # the consumer still holds the memory
+    # (FREED may hold memory of an earlier test's producers, collected now.)
+    assert ptr not in FREED  # the consumer still holds the memory
     assert [float(v) for v in out.tolist()] == [4.0, 5.0]
     del out
     for _ in range(3):
         gc.collect()
-    assert FREED == [ptr]
+    assert FREED.count(ptr) == 1
 
 
 def test_an_unconsumed_capsule_frees_the_c_memory_once_too():
@@ -121,10 +127,10 @@ def test_an_unconsumed_capsule_frees_the_c_memory_once_too():
     cap = producer.__dlpack__(max_version=(1, 0))
     del producer
     gc.collect()
-    assert FREED == []
+    assert ptr not in FREED
     del cap
     gc.collect()
-    assert FREED == [ptr]
+    assert FREED.count(ptr) == 1
 
 
 def test_the_producer_follows_every_rule_of_the_layer():
