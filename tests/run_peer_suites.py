@@ -1,0 +1,57 @@
+"""PyTorch's and JAX's own DLPack tests run through the layer
+(``tests/peer_suites.py`` says how): ``scripts/peer-suites.sh DIR...``, or
+
+    GPU_DLPACK_PEER_TESTS=DIR[:DIR...] python -m pytest tests/run_peer_suites.py
+
+Collected only when named (not a ``test_*`` file): the peers' files are not
+installable, so the test command does not run it. ``GPU_DLPACK_PEER_ROLES``
+(default ``consumer,producer``) names the roles, from ``consumer``,
+``producer`` and ``itself``; ``GPU_DLPACK_PEER_SUITES`` (default: every file
+found) the suites, ``torch`` and ``jax``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from . import peer_suites
+from .peer_differences import DIFFERENCES
+
+_DIRS = [d for d in os.environ.get("GPU_DLPACK_PEER_TESTS", "").split(os.pathsep) if d]
+if not _DIRS:
+    pytest.skip("GPU_DLPACK_PEER_TESTS names no directory of the peers' test files "
+                "(scripts/peer-suites.sh DIR...)", allow_module_level=True)
+_ROLES = os.environ.get("GPU_DLPACK_PEER_ROLES", "consumer,producer").split(",")
+_FILES = peer_suites.find(_DIRS)
+_SUITES = os.environ.get("GPU_DLPACK_PEER_SUITES")
+if _SUITES:
+    _FILES = {suite: path for suite, path in _FILES.items() if suite in _SUITES.split(",")}
+if not _FILES:
+    pytest.skip(f"no file of {sorted(s.path for s in peer_suites.SUITES.values())} in {_DIRS}",
+                allow_module_level=True)
+
+LOADED = {(one.suite, one.role): one for one in peer_suites.load_all(_FILES, _ROLES)}
+for _one in LOADED.values():
+    globals().update(_one.tests())
+del _one
+
+
+def test_the_path_is_the_one_asked_for():
+    expected = os.environ.get("GPU_DLPACK_EXPECT_CORE")
+    if expected is None:
+        pytest.skip("GPU_DLPACK_EXPECT_CORE is not set")
+    from gpu_dlpack import _fastpath
+
+    assert _fastpath.active() == ("compiled" if expected == "1" else "pure Python"), _fastpath.describe()
+
+
+_ROWS = sorted(row for row in DIFFERENCES if row[:2] in LOADED)
+
+
+@pytest.mark.skipif(not _ROWS, reason="no row of the table is for the suites and roles loaded")
+@pytest.mark.parametrize("suite, role, row", _ROWS or [("", "", "")])
+def test_each_listed_difference_names_a_case(suite, role, row):
+    assert peer_suites.names_a_case(row, LOADED[(suite, role)].cases), (
+        f"no case of the {suite} suite in the {role} role is {row!r}: the row is stale")

@@ -1,0 +1,289 @@
+"""The runner of the peers' own DLPack suites (tests/peer_suites.py), on
+small files of their shape: the peers' files are not installable, so the
+runner itself is checked here, where no peer file is needed."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import pytest
+
+import gpu_dlpack
+from tests import peer_suites
+from tests.peer_differences import DIFFERENCES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The calls of torch's test/test_dlpack.py that each role rewrites, and those
+# it leaves alone (a wrapper's own self.tensor.__dlpack__, TensorFlow's
+# consumer, a class statement).
+TORCH_SHAPED = textwrap.dedent("""\
+    import unittest
+    import numpy as np
+    import torch
+    from torch.utils.dlpack import from_dlpack, to_dlpack
+
+
+    class TensorDLPackWrapper:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def __dlpack__(self, *args, **kwargs):
+            return self.tensor.__dlpack__(*args, **kwargs)
+
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+
+
+    class TestShaped(unittest.TestCase):
+        def test_capsule(self):
+            x = torch.arange(4.0)
+            self.assertEqual(from_dlpack(to_dlpack(x)).tolist(), x.tolist())
+
+        def test_protocol(self):
+            x = torch.arange(4.0)
+            self.assertEqual(torch.from_dlpack(x, copy=None).data_ptr(), x.data_ptr())
+
+        def test_numpy(self):
+            x = torch.arange(4.0)
+            self.assertEqual(np.from_dlpack(x).ctypes.data, x.data_ptr())
+
+        def test_dunder(self):
+            x = torch.arange(4.0)
+            self.assertIn("dltensor_versioned", repr(x.__dlpack__(max_version=(1, 0))))
+
+        def test_wrapper(self):
+            x = torch.arange(4.0)
+            self.assertEqual(torch.tensor(TensorDLPackWrapper(x)).tolist(), x.tolist())
+
+
+    def tf_only(x):
+        return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
+""")
+
+
+def _lines(source: str) -> list[str]:
+    """The lines of ``source`` where TORCH_SHAPED speaks DLPack."""
+    where = [i for i, line in enumerate(TORCH_SHAPED.splitlines()) if "dlpack" in line.lower() or "Wrapper(" in line]
+    lines = source.splitlines()
+    return [lines[i].strip() for i in where]
+
+
+def test_the_consumer_role_puts_the_layer_in_each_consumers_place():
+    source, counts = peer_suites.rewrite(TORCH_SHAPED, "torch", "consumer")
+    assert _lines(source) == [
+        "from torch.utils.dlpack import from_dlpack, to_dlpack",
+        "class TensorDLPackWrapper:",
+        "def __dlpack__(self, *args, **kwargs):",
+        "return self.tensor.__dlpack__(*args, **kwargs)",
+        "def __dlpack_device__(self):",
+        "return self.tensor.__dlpack_device__()",
+        "self.assertEqual(_consume(to_dlpack(x)).tolist(), x.tolist())",
+        "self.assertEqual(_consume(x, copy=None).data_ptr(), x.data_ptr())",
+        "self.assertEqual(_gpu_dlpack.from_dlpack(x).ctypes.data, x.data_ptr())",
+        'self.assertIn("dltensor_versioned", repr(x.__dlpack__(max_version=(1, 0))))',
+        "self.assertEqual(torch.tensor(TensorDLPackWrapper(x)).tolist(), x.tolist())",
+        "return tf.experimental.dlpack.from_dlpack(x.__dlpack__())",
+    ]
+    assert sum(counts.values()) == 3
+
+
+def test_the_producer_role_hands_every_producer_over_through_wrap():
+    source, counts = peer_suites.rewrite(TORCH_SHAPED, "torch", "producer")
+    assert _lines(source) == [
+        "from torch.utils.dlpack import from_dlpack, to_dlpack",
+        "class TensorDLPackWrapper:",
+        "def __dlpack__(self, *args, **kwargs):",
+        "return self.tensor.__dlpack__(*args, **kwargs)",
+        "def __dlpack_device__(self):",
+        "return self.tensor.__dlpack_device__()",
+        "self.assertEqual(_handed(from_dlpack, _gpu_dlpack.export(x)).tolist(), x.tolist())",
+        "self.assertEqual(_handed(torch.from_dlpack, x, copy=None).data_ptr(), x.data_ptr())",
+        "self.assertEqual(_handed(np.from_dlpack, x).ctypes.data, x.data_ptr())",
+        'self.assertIn("dltensor_versioned", repr(_gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0))))',
+        "self.assertEqual(torch.tensor(_gpu_dlpack.wrap(x)).tolist(), x.tolist())",
+        "return tf.experimental.dlpack.from_dlpack(_gpu_dlpack.wrap(x).__dlpack__())",
+    ]
+    assert sum(counts.values()) == 7
+
+
+def test_jax_s_consumers_are_rewritten_and_tensorflow_s_are_not():
+    source = textwrap.dedent("""\
+        a = jax.dlpack.from_dlpack(y)
+        b = jnp.from_dlpack(x_np, device=device, copy=copy)
+        c = np.from_dlpack(x_jax)
+        d = tf.experimental.dlpack.from_dlpack(x.__dlpack__())
+        e = self.arr.__dlpack__(stream=stream)
+    """)
+    consumer, _ = peer_suites.rewrite(source, "jax", "consumer")
+    assert consumer.splitlines() == [
+        "a = _consume(y)",
+        "b = _consume(x_np, device=device, copy=copy)",
+        "c = _gpu_dlpack.from_dlpack(x_jax)",
+        "d = tf.experimental.dlpack.from_dlpack(x.__dlpack__())",
+        "e = self.arr.__dlpack__(stream=stream)",
+    ]
+    producer, _ = peer_suites.rewrite(source, "jax", "producer")
+    assert producer.splitlines() == [
+        "a = _handed(jax.dlpack.from_dlpack, y)",
+        "b = _handed(jnp.from_dlpack, x_np, device=device, copy=copy)",
+        "c = _handed(np.from_dlpack, x_jax)",
+        "d = tf.experimental.dlpack.from_dlpack(_gpu_dlpack.wrap(x).__dlpack__())",
+        "e = self.arr.__dlpack__(stream=stream)",
+    ]
+
+
+def test_the_file_itself_is_run_as_it_is():
+    assert peer_suites.rewrite(TORCH_SHAPED, "torch", "itself") == (TORCH_SHAPED, {})
+    with pytest.raises(ValueError, match="role 'both' is not one of"):
+        peer_suites.rewrite(TORCH_SHAPED, "torch", "both")
+
+
+class _Calls:
+    """The layer's entry points, each call recorded and passed on."""
+
+    def __init__(self, monkeypatch):
+        self.names = []
+        for name in ("convert", "from_dlpack", "wrap", "export"):
+            real = getattr(gpu_dlpack, name)
+            monkeypatch.setattr(gpu_dlpack, name, self._recording(name, real))
+
+    def _recording(self, name, real):
+        def call(*args, **kwargs):
+            self.names.append(name if name != "convert" else f"convert to {args[1]}")
+            return real(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize("role, calls", [
+    ("consumer", {"test_capsule": ["convert to torch"], "test_protocol": ["convert to torch"],
+                  "test_numpy": ["from_dlpack"], "test_dunder": [], "test_wrapper": []}),
+    ("producer", {"test_capsule": ["export"], "test_protocol": ["wrap"], "test_numpy": ["wrap"],
+                  "test_dunder": ["wrap"], "test_wrapper": ["wrap"]}),
+    ("itself", {"test_capsule": [], "test_protocol": [], "test_numpy": [], "test_dunder": [],
+                "test_wrapper": []}),
+])
+def test_each_role_runs_through_the_layer_where_it_says(tmp_path, monkeypatch, role, calls):
+    pytest.importorskip("torch")
+    path = tmp_path / "test" / "test_dlpack.py"
+    path.parent.mkdir()
+    path.write_text(TORCH_SHAPED)
+    assert peer_suites.find([str(tmp_path)]) == {"torch": str(path)}
+    module = peer_suites.load(str(path), "torch", role)
+    assert sorted(peer_suites.cases(module)) == [f"TestShaped::{name}" for name in sorted(calls)]
+    recorded = _Calls(monkeypatch)
+    for name, expected in calls.items():
+        result = unittest.TextTestRunner(stream=open(os.devnull, "w")).run(module.TestShaped(name))
+        assert result.wasSuccessful(), (result.failures, result.errors)
+        assert recorded.names == expected, name
+        recorded.names.clear()
+
+
+def test_a_file_given_twice_is_an_error(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d / "tests").mkdir(parents=True)
+        (tmp_path / d / "tests" / "array_interoperability_test.py").write_text("")
+    with pytest.raises(ValueError, match="more than one of the directories"):
+        peer_suites.find([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert peer_suites.find([str(tmp_path / "a")]) == {
+        "jax": str(tmp_path / "a" / "tests" / "array_interoperability_test.py")}
+
+
+def test_the_cases_of_a_product_are_named_with_their_parameters():
+    class Product(unittest.TestCase):
+        def test_plain(self):
+            pass
+
+        def testMany0(self):
+            raise AssertionError("copy=False")
+
+    # absl's parameterized names a case of a product testMany0, testMany1...
+    # and keeps its parameters in this attribute.
+    Product.testMany0.__x_params_repr__ = "(shape=(4,), copy=False, aligned=False)"
+    module = type(sys)("tests._peer_shaped")
+    Product.__module__ = module.__name__
+    module.Product = Product
+    assert peer_suites.cases(module) == {
+        "Product::test_plain": (Product, "test_plain"),
+        "Product::testMany0(shape=(4,), copy=False, aligned=False)": (Product, "testMany0"),
+    }
+    peer_suites.mark(Product, "testMany0", "why")
+    (xfail,) = Product.testMany0.pytestmark
+    assert (xfail.name, xfail.kwargs) == ("xfail", {"reason": "why", "strict": True})
+    with pytest.raises(AssertionError, match="copy=False"):
+        Product("testMany0").testMany0()
+
+
+def test_a_row_s_only_wildcard_is_the_star():
+    name = "DLPackTest::testNumpyToJax12(shape=(3, 0), dtype=<class 'numpy.float32'>, copy=False, aligned=False)"
+    assert peer_suites.decided("jax", "consumer", name) == ["DLPackTest::testNumpyToJax*(*copy=False, aligned=False)"]
+    assert peer_suites.decided("jax", "consumer", name.replace("copy=False", "copy=None")) == []
+    assert peer_suites.decided("jax", "producer", name) == []
+    assert not peer_suites.names_a_case("Test::test_x[1]", ["Test::test_x1"])  # no character classes
+
+
+@pytest.mark.parametrize("row", sorted(DIFFERENCES))
+def test_each_row_of_the_table_is_a_decision_with_its_reason(row):
+    suite, role, case = row
+    assert suite in peer_suites.SUITES and role in ("consumer", "producer")
+    assert "::" in case and not case.startswith("*")
+    assert isinstance(DIFFERENCES[row], str) and len(DIFFERENCES[row]) > 40
+
+
+def test_the_figures_of_a_run_are_counted_per_suite_and_role(tmp_path):
+    report = tmp_path / "run.xml"
+    report.write_text("""<testsuites><testsuite>
+        <testcase classname="tests.run_peer_suites.torch_consumer__TestTorchDlPackCPU" name="test_a"/>
+        <testcase classname="tests.run_peer_suites.torch_consumer__TestTorchDlPackCPU" name="test_b">
+          <skipped type="pytest.xfail" message="why"/></testcase>
+        <testcase classname="tests.run_peer_suites.jax_producer__DLPackTest" name="testX0">
+          <skipped type="pytest.skip" message="gpu"/></testcase>
+        <testcase classname="tests.run_peer_suites" name="test_jax_producer__test_ensure_alignment">
+          <failure message="no"/></testcase>
+        <testcase classname="tests.run_peer_suites" name="test_the_path_is_the_one_asked_for"/>
+        </testsuite></testsuites>""")
+    assert peer_suites.tally(str(report)) == {
+        ("torch", "consumer"): {"passed": 1, "xfailed": 1, "skipped": 0, "failed": 0},
+        ("jax", "producer"): {"passed": 0, "xfailed": 0, "skipped": 1, "failed": 1},
+        ("runner", ""): {"passed": 1, "xfailed": 0, "skipped": 0, "failed": 0},
+    }
+
+
+def _pytest(env_extra, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_DLPACK_PEER")}
+    env.update(env_extra)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/run_peer_suites.py", "-q", "-p", "no:cacheprovider",
+         f"--junitxml={tmp_path / 'run.xml'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_the_runner_runs_nothing_without_a_directory(monkeypatch):
+    monkeypatch.delenv("GPU_DLPACK_PEER_TESTS", raising=False)
+    monkeypatch.delitem(sys.modules, "tests.run_peer_suites", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="GPU_DLPACK_PEER_TESTS names no directory"):
+        importlib.import_module("tests.run_peer_suites")
+
+
+def test_the_runner_collects_a_file_s_tests_under_its_suite_and_role(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_dlpack.py").write_text(TORCH_SHAPED + textwrap.dedent("""\
+
+
+        def test_a_function():
+            pass
+    """))
+    # (The table's rows are for the consumer and producer roles: in those the
+    # shaped file would leave them naming no case.)
+    out = _pytest({"GPU_DLPACK_PEER_TESTS": str(tmp_path), "GPU_DLPACK_PEER_ROLES": "itself"}, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert peer_suites.tally(str(tmp_path / "run.xml"))[("torch", "itself")] == {
+        "passed": 6, "xfailed": 0, "skipped": 0, "failed": 0}
