@@ -23,6 +23,7 @@ scales them); the counts generated are printed when the module ends.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 
@@ -278,8 +279,19 @@ CONSUMERS = {
 # are always there): a random case never picks one that is missing.
 INSTALLED_CONSUMERS = [c for c in CONSUMERS if c in ("numpy", "gpu_dlpack") or importlib.util.find_spec(c)]
 # What each consumer asks for (SPEC §5): the capsule kind decides the rules.
-ASKS = {"numpy": (1, 0), "torch": (1, 0), "jax": None, "array_api_strict": (1, 0),
+def _jax_asks():
+    """JAX asks for legacy capsules before 0.12, and for DLPack 1.3 from 0.12."""
+    if importlib.util.find_spec("jax") is None:
+        return None
+    from gpu_dlpack import _peers
+
+    return None if _peers.release(importlib.metadata.version("jax")) < (0, 12) else (1, 3)
+
+
+ASKS = {"numpy": (1, 0), "torch": (1, 0), "jax": _jax_asks(), "array_api_strict": (1, 0),
         "gpu_dlpack": gpu_dlpack.DLPACK_VERSION}
+#: Whether JAX's own capsules say READ_ONLY (from 0.12, versioned); None: they cannot say.
+JAX_SAYS_READ_ONLY = True if ASKS["jax"] is not None else None
 
 
 def _numpy_holds(dtype) -> bool:
@@ -292,6 +304,14 @@ def _numpy_holds(dtype) -> bool:
     return True
 
 
+def _jax_runtime_error() -> tuple:
+    if importlib.util.find_spec("jax") is None:
+        return ()
+    import jax
+
+    return (jax.errors.JaxRuntimeError,)
+
+
 # Dtypes a consumer itself cannot hold, and the exceptions it then raises.
 PEER_DTYPES = {
     "numpy": ({d for d in ALL_DTYPES if _numpy_holds(d)}, (BufferError, RuntimeError, TypeError)),
@@ -299,9 +319,11 @@ PEER_DTYPES = {
     "torch": (set(NUMPY_DTYPES) | {np.dtype(getattr(ml_dtypes, n)) for n in (
         "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
         "float8_e8m0fnu")}, (BufferError,)),
+    # JAX 0.12, which asks for DLPack 1.3, is handed the sub-byte codes and
+    # refuses them as XLA's UNIMPLEMENTED (JaxRuntimeError), no value read.
     "jax": (set(ALL_DTYPES) - {np.dtype(getattr(ml_dtypes, n)) for n in
                                ("int4", "uint4", "int2", "uint2", "float4_e2m1fn",
-                                "float6_e2m3fn", "float6_e3m2fn")}, (BufferError,)),
+                                "float6_e2m3fn", "float6_e3m2fn")}, (BufferError, *_jax_runtime_error())),
     "array_api_strict": (set(NUMPY_DTYPES) - {np.dtype("float16")}, (BufferError, RuntimeError, TypeError)),
     "gpu_dlpack": (set(ALL_DTYPES), ()),
 }
@@ -449,7 +471,7 @@ def test_other_peers_through_wrap_reach_each_consumer_intact(
         ptr, readonly = src.data_ptr(), False
     elif source == "jax":
         src = jax.numpy.asarray(x)
-        ptr, readonly = src.unsafe_buffer_pointer(), None  # JAX's legacy capsules cannot say
+        ptr, readonly = src.unsafe_buffer_pointer(), JAX_SAYS_READ_ONLY  # legacy capsules cannot say
     else:
         src = xp_strict.asarray(x)
         ptr, readonly = np.from_dlpack(src).ctypes.data, not x.flags.writeable
