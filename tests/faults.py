@@ -527,7 +527,7 @@ def _classify(exc) -> tuple:
     return text, _origin(exc)
 
 
-def nomemory_child(kind, start, stop, streak):
+def nomemory_child(kind, start, stop, streak, stride=1):
     """Fail the n-th allocation of one exchange, for n from ``start``; stop
     after ``streak`` clean runs in a row (the exchange no longer reaches n)
     or at ``stop``."""
@@ -536,7 +536,7 @@ def nomemory_child(kind, start, stop, streak):
     import gpu_dlpack  # noqa: F401  (imported before any allocation fails)
 
     clean = 0
-    for n in range(start, stop):
+    for n in range(start, stop, stride):
         run, check, watch = KINDS[kind]()
         result = error = None
         gc.collect(1)
@@ -562,7 +562,7 @@ def nomemory_child(kind, start, stop, streak):
         del result, run
         _settle(kind, watch, outcome, detail, n=n, origin=origin)
         clean = clean + 1 if outcome == "ok" else 0
-        if clean >= streak:
+        if clean * stride >= streak:
             return
 
 
@@ -647,7 +647,7 @@ def _python_callbacks():
     return ((_destructor.__file__, "_destructor"),)
 
 
-def step_child(kind, start, stop):
+def step_child(kind, start, stop, stride=1):
     """Interrupt one exchange at its k-th instruction in the layer, for k from
     ``start``, until a run ends before instruction k (every point is done)."""
     import gpu_dlpack  # noqa: F401
@@ -657,7 +657,7 @@ def step_child(kind, start, stop):
     # call event (``_Stepper``) only where a frame asked before sys.settrace
     # was called; 3.11 and 3.13 emit them in any case.
     sys._getframe().f_trace_opcodes = True
-    for k in range(start, stop):
+    for k in range(start, stop, stride):
         run, check, watch = KINDS[kind]()
         result = error = None
         stepper = _Stepper(k, skip)
@@ -826,6 +826,12 @@ def _child(code, pure, timeout):
     return lines, rc, err
 
 
+#: Every STRIDE-th point of the allocation and interrupt sweeps
+#: (GPU_DLPACK_FAULT_STRIDE, default 1: every point): the matrix's runs off the
+#: main interpreter take every 4th (scripts/matrix.sh).
+STRIDE = max(1, int(os.environ.get("GPU_DLPACK_FAULT_STRIDE", "1")))
+
+
 def _sweep(kind, pure, first, stop, make_code, timeout):
     """Runs a sweep child from ``first``, restarting it after a crash at the
     next point; returns the result lines plus a line for each crash."""
@@ -837,10 +843,10 @@ def _sweep(kind, pure, first, stop, make_code, timeout):
         runs = [line for line in got if "n" in line]
         if rc == 0:
             return lines
-        at = runs[-1]["n"] + 1 if runs else n
+        at = runs[-1]["n"] + STRIDE if runs else n
         why = "hung" if rc is None else f"exit status {rc}"
         lines.append(dict(kind=kind, n=at, outcome=f"crashed ({why}): {err.strip()[-300:]}", leaked=0, twice=0))
-        n = at + 1
+        n = at + STRIDE
     return lines
 
 
@@ -858,12 +864,14 @@ def interpreter_survives_nomemory() -> bool:
 
 
 def nomemory(kind, pure, stop=2000, streak=60, timeout=300):
-    code = lambda kind, n: f"from tests import faults; faults.nomemory_child({kind!r}, {n}, {stop}, {streak})"  # noqa: E731
+    code = lambda kind, n: (  # noqa: E731
+        f"from tests import faults; faults.nomemory_child({kind!r}, {n}, {stop}, {streak}, {STRIDE})")
     return _sweep(kind, pure, 0, stop, code, timeout)
 
 
 def stepped(kind, pure, stop=20000, timeout=300):
-    code = lambda kind, n: f"from tests import faults; faults.step_child({kind!r}, {max(n, 1)}, {stop})"  # noqa: E731
+    code = lambda kind, n: (  # noqa: E731
+        f"from tests import faults; faults.step_child({kind!r}, {max(n, 1)}, {stop}, {STRIDE})")
     return _sweep(kind, pure, 1, stop, code, timeout)
 
 
