@@ -22,6 +22,7 @@ The long forms (all kinds on both paths, 20,000 interrupts, 1,000 forks):
 from __future__ import annotations
 
 import gc
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -362,12 +363,12 @@ def test_the_core_refuses_every_call_before_it_is_configured():
     # it (the core loaded on its own), they crashed the process.
     import glob
 
-    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core*.so")):
+    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core" + importlib.machinery.EXTENSION_SUFFIXES[0])):
         pytest.skip("the compiled core is not built")
     done = _in_child("""
 import glob, importlib.machinery, importlib.util, os
 import numpy as np
-path = glob.glob(os.path.join("gpu_dlpack", "_core*.so"))[0]
+path = os.path.join("gpu_dlpack", "_core" + importlib.machinery.EXTENSION_SUFFIXES[0])  # this interpreter's
 loader = importlib.machinery.ExtensionFileLoader("gpu_dlpack._core", path)
 core = importlib.util.module_from_spec(importlib.util.spec_from_file_location("gpu_dlpack._core", path, loader=loader))
 loader.exec_module(core)  # the core alone: gpu_dlpack (which configures it) is not imported
@@ -410,14 +411,14 @@ def test_the_core_is_refused_in_a_subinterpreter_on_its_own():
     pytest.importorskip("_xxsubinterpreters")
     import glob
 
-    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core*.so")):
+    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core" + importlib.machinery.EXTENSION_SUFFIXES[0])):
         pytest.skip("the compiled core is not built")
     done = _in_child("""
 import _xxsubinterpreters as interpreters
 interp = interpreters.create()
 code = '''
 import glob, importlib.machinery, importlib.util, os
-path = glob.glob(os.path.join("gpu_dlpack", "_core*.so"))[0]
+path = os.path.join("gpu_dlpack", "_core" + importlib.machinery.EXTENSION_SUFFIXES[0])  # this interpreter's
 loader = importlib.machinery.ExtensionFileLoader("gpu_dlpack._core", path)
 loader.exec_module(importlib.util.module_from_spec(importlib.util.spec_from_file_location("gpu_dlpack._core", path, loader=loader)))
 '''
