@@ -27,8 +27,11 @@ def _demo(args) -> int:
 def _doctor(args) -> int:
     # The probes hand JAX unaligned data on purpose; jaxlib before 0.9 logs a
     # warning for each copy it then makes (its C++ logging, which reads this
-    # variable when it loads). The report says what was copied.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # variable when it loads). The report says what was copied. "1" is what
+    # importing jax sets when it finds none (a parent that imported it
+    # passes that on); a level the user chose otherwise is kept.
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "") in ("", "1"):
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     from . import doctor
 
     try:
