@@ -106,12 +106,22 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         Py_XSETREF(state.ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)state.numpy_api[2]));
     }
+    /* The calls under way with a floor of their own (export(x,
+     * min_version=...)): while there is one, the cached verdicts of the
+     * floor in force are not used. */
+    PyObject *under_floor = PyDict_Check(versions) ? PyDict_GetItemWithError(versions, state.str_under_floor) : NULL;
+    if (under_floor == NULL || !PyList_CheckExact(under_floor)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "versions must hold _under_floor, a list");
+        return NULL;
+    }
     PyObject *types = PyDict_New();
     if (types == NULL)
         return NULL;
     Py_XSETREF(state.import_types, types);
     Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(state.versions_dict, Py_NewRef(versions));
+    Py_XSETREF(state.under_floor, Py_NewRef(under_floor));
     Py_XSETREF(state.produced_version, Py_NewRef(produced));
     Py_XSETREF(state.produced_request, PyTuple_Pack(4, Py_None, produced, Py_None, Py_None));
     if (state.produced_request == NULL)
@@ -199,13 +209,14 @@ PyInit__core(void)
         goto fail;
     state.str_accepted = PyUnicode_InternFromString("_accepted");
     state.str_floor = PyUnicode_InternFromString("_floor");
+    state.str_under_floor = PyUnicode_InternFromString("_under_floor");
     state.str_dlpack = PyUnicode_InternFromString("__dlpack__");
     state.str_dtype = PyUnicode_InternFromString("dtype");
     state.str_view = PyUnicode_InternFromString("view");
     state.str_max_version = PyUnicode_InternFromString("max_version");
     state.kw_max_version = state.str_max_version ? PyTuple_Pack(1, state.str_max_version) : NULL;
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
-    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.str_view || !state.kw_max_version || !state.ask_versioned)
+    if (!state.str_accepted || !state.str_floor || !state.str_under_floor || !state.str_dlpack || !state.str_dtype || !state.str_view || !state.kw_max_version || !state.ask_versioned)
         goto fail;
     static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dl_dtype", "shape",
                                         "strides", "byte_offset", "data"};
