@@ -12,7 +12,8 @@ exchanges give there what they give with NumPy alone. A child interpreter,
 on the path of the run, imports them all first, then runs the tests of the
 common exchanges and of the rules of each direction, then exchanges with
 each library loaded (TensorFlow's own DLPack among them, where it is
-installed: the test extra has ``tensorflow-cpu`` where it has wheels).
+installed: the test extra leaves it out, since ``gpu-dlpack doctor``
+probes it where it is installed, and its import logs to stderr).
 """
 
 import importlib.util
