@@ -164,9 +164,10 @@ def host_refused(x, error, max_version):
     from the error producer ``x`` raised to the request it makes: the
     compiled core asks the producers it was told about (JAX) itself, and
     hands their errors here, to go on as the Python path does without
-    asking the producer the same again."""
-    ask_versioned = _versions.check_max_version(max_version)
-    capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION if ask_versioned else None)
+    asking the producer the same again. (The core asks only for a legacy
+    capsule, or for a versioned one where it took ``max_version``: checked
+    once before the request, as here, and again with the answer.)"""
+    capsule, _ = answer_after(x, error, None if max_version is None else _versions.DLPACK_VERSION)
     return host_answer(x, CPU, capsule, False, None, max_version, None, None)
 
 

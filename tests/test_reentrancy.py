@@ -261,3 +261,35 @@ def test_a_producer_taken_for_jax_is_read_alike_on_both_paths():
     assert got["__dlpack__ raises", "import"].startswith(
         "BufferError: jaxlib.xla_extension.ArrayImpl.__dlpack__ refused the export: RuntimeError: __dlpack__")
     assert got["__dlpack__ refuses max_version", "export"] == "dltensor_versioned"  # asked again as an old producer
+
+
+def test_an_error_of_a_producer_that_sets_a_floor_is_its_own(floor):
+    # The core handed the producer's error on, then checked max_version
+    # again, under the floor the producer had set meanwhile: a
+    # DLPackVersionError where the Python path, which checks before it asks,
+    # raises the producer's own error.
+    import gpu_dlpack
+
+    class ArrayImpl:  # taken for JAX's by its name
+        _arrays = property(lambda self: [self])
+
+        def platform(self):
+            return "cpu"
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            gpu_dlpack.set_min_dlpack_version((1, 1))
+            raise BufferError("the producer's own refusal")
+
+    ArrayImpl.__module__, ArrayImpl.__qualname__ = "jaxlib.xla_extension", "ArrayImpl"
+    for call in (lambda x: gpu_dlpack.export(x, max_version=(1, 0)),
+                 lambda x: gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0))):
+        gpu_dlpack.set_min_dlpack_version((0, 5))
+        import numpy as np
+
+        gpu_dlpack.export(np.arange(1.0), max_version=(1, 0))  # the verdict cached, as after any exchange
+        with pytest.raises(BufferError, match="^the producer's own refusal$") as err:
+            call(ArrayImpl())
+        assert type(err.value) is BufferError
