@@ -39,21 +39,15 @@ IS_SUBBYTE_TYPE_PADDED = 1 << 2
 #: The capsule type (types.CapsuleType from Python 3.13 on).
 CapsuleType: Any = type(datetime.datetime_CAPI)
 
+# The C API through function objects of the layer's own, each with its own
+# prototype: ctypes.pythonapi's attributes are shared objects whose argtypes
+# and restype any library in the process may set (its own way, or back to
+# ctypes' default of a C int, which cuts a pointer in half).
 _api = ctypes.pythonapi
-_GetName = _api.PyCapsule_GetName
-_GetName.argtypes = [ctypes.py_object]
-_GetName.restype = ctypes.c_char_p
-_GetPointer = _api.PyCapsule_GetPointer
-_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_GetPointer.restype = ctypes.c_void_p
-_SetName = _api.PyCapsule_SetName
-_SetName.argtypes = [ctypes.py_object, ctypes.c_void_p]
-_SetName.restype = ctypes.c_int
-_RawMalloc = _api.PyMem_RawMalloc
-_RawMalloc.argtypes = [ctypes.c_size_t]
-_RawMalloc.restype = ctypes.c_void_p
-# A prototype of its own: ctypes.pythonapi's function objects are shared,
-# and anyone may set their argtypes.
+_GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
+_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_SetName = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_SetName", _api))
+_RawMalloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(("PyMem_RawMalloc", _api))
 _New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
     ("PyCapsule_New", _api)
 )

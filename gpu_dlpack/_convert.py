@@ -28,6 +28,7 @@ directions.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
@@ -146,15 +147,25 @@ def _read_consumer(to) -> Consumer:
         raise _errors.bad_consumer(to)
     peer = _peers.by_name(name)
     top = name.partition(".")[0]
-    version = _version_of(top)
+    version = _version_of(top, module)
     call = _from_dlpack_of(module, name, peer)
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
     label = peer.name if peer is not None else name
     return Consumer(label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults))
 
 
-def _version_of(top: str) -> str | None:
-    module = importlib.import_module(top)
+def _version_of(top: str, module: ModuleType) -> str | None:
+    """The version of the distribution ``module`` comes from (its top-level
+    package's), or None where none can be read: a module made at run time,
+    in no package sys.modules holds, has none."""
+    if module.__name__ != top:
+        held = sys.modules.get(top)
+        if held is None:
+            try:
+                held = importlib.import_module(top)
+            except ImportError:
+                return None
+        module = held
     v = getattr(module, "__version__", None)
     if isinstance(v, str):
         return v

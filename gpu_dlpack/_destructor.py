@@ -15,13 +15,11 @@ _VERSIONED = b"dltensor_versioned"
 _DELETER_AT = 16  # DLManagedTensorVersioned.deleter
 
 _api = ctypes.pythonapi
-# Fresh function objects (``pythonapi[...]``), so their argtypes are ours.
-_IsValid = _api["PyCapsule_IsValid"]
-_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_IsValid.restype = ctypes.c_int
-_GetPointer = _api["PyCapsule_GetPointer"]
-_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_GetPointer.restype = ctypes.c_void_p
+# Function objects of the layer's own, each with its own prototype (those
+# of ctypes.pythonapi are shared: any library may set their argtypes).
+_IsValid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_IncRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", _api))
 
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -40,7 +38,7 @@ def _destructor(capsule):
 
 # Never freed: a capsule may call them during shutdown.
 for _keep in (_destructor, _IsValid, _GetPointer):
-    _api.Py_IncRef(ctypes.py_object(_keep))
+    _IncRef(_keep)
 
 #: A versioned capsule destructor that frees an unconsumed capsule's tensor,
 #: for any producer's tensor (NumPy before 2.1 has none to lend).

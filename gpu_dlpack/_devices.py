@@ -340,6 +340,26 @@ def _passes(test, x) -> bool:
         return False
 
 
+def host_tested(x) -> bool:
+    """True when ``x`` passes its library's host test (``_peers.HostTest``):
+    memory of the CPU on one device, known without ``__dlpack_device__``.
+    An export and a wrap of such an array read its device so, as its
+    import does (``known_on_host``), and as the compiled core reads it on
+    each of the three."""
+    t = type(x)
+    try:
+        test = _CPU_TESTS[t]
+    except KeyError:
+        peer = _peers.of_array_type(t)
+        test = _CPU_TESTS[t] = None if peer is None or peer.host_test is None else functools.partial(
+            _passes, peer.host_test)
+    return test is not None and test(x) is True
+
+
+# Array types with a host test (type -> test, or None: none).
+_CPU_TESTS: dict = {}
+
+
 def known_on_host(x) -> bool:
     """True when ``x`` is cheaply known to hold host memory (CPU, pinned or
     managed); False means unknown: ask ``__dlpack_device__``."""

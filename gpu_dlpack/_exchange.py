@@ -22,8 +22,8 @@ import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions
 from ._backends import cupy_backend, numpy_backend
-from ._devices import CPU, Device, DLDeviceType
-from ._producer import AskedAgain, gave_legacy, request
+from ._devices import CPU, Device, DLDeviceType, host_tested
+from ._producer import AskedAgain, answer_after, gave_legacy, request
 from ._producer import producer_name as _producer_name
 
 _ndarray = np.ndarray
@@ -59,7 +59,8 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     try:
         if source is None:
             try:
-                source = Device.of(x)
+                # A host test (JAX) stands for __dlpack_device__ where it passes.
+                source = CPU if host_tested(x) else Device.of(x)
             except BufferError:
                 if not _shards.spread(x):
                     raise
@@ -148,6 +149,26 @@ def _export_host_producer(x, source, readonly, stream, max_version, dl_device, c
     ask_versioned = want_versioned or copy is True
     capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
     return host_answer(x, source, capsule, readonly, stream, max_version, dl_device, copy)
+
+
+def host_export(x, max_version):
+    """``_export_host_producer`` for a request of nothing but ``max_version``
+    of producer ``x``, on the host by its host test: the compiled core's
+    export of such a producer (JAX) hands it here where the verdict on
+    ``max_version`` it read no longer holds (a floor set meanwhile)."""
+    return _export_host_producer(x, CPU, False, None, max_version, None, None)
+
+
+def host_refused(x, error, max_version):
+    """``_export_host_producer`` for a request of nothing but ``max_version``,
+    from the error producer ``x`` raised to the request it makes: the
+    compiled core asks the producers it was told about (JAX) itself, and
+    hands their errors here, to go on as the Python path does without
+    asking the producer the same again. (The core asks only for a legacy
+    capsule, or for a versioned one where it took ``max_version``: checked
+    once before the request, as here, and again with the answer.)"""
+    capsule, _ = answer_after(x, error, None if max_version is None else _versions.DLPACK_VERSION)
+    return host_answer(x, CPU, capsule, False, None, max_version, None, None)
 
 
 def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, copy):

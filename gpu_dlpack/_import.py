@@ -23,7 +23,7 @@ from . import (
 )
 from ._backends import numpy_backend
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import AskedAgain, gave_legacy, producer_name, request
+from ._producer import AskedAgain, answer_after, gave_legacy, producer_name, request
 from ._shards import Shard
 from ._typing import Array, DeviceLike, StreamLike
 
@@ -248,6 +248,15 @@ def host_capsule(x, capsule):
     if not versioned:
         gave_legacy.add(type(x))
     return _land_on_host(capsule, versioned, header, False)
+
+
+def host_refused_import(x, error):
+    """``_import_host`` from the error host producer ``x`` raised to the
+    request it makes: the compiled core asks the producers it was told
+    about (JAX) itself, and hands their errors here, to go on as the Python
+    path does without asking the producer the same again."""
+    capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION)
+    return host_capsule(x, capsule)
 
 
 # Producers whose host capsules NumPy's own importer reads exactly as the

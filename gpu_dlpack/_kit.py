@@ -209,6 +209,7 @@ def from_pointer(
         size *= n
     if address == 0 and size:
         raise _errors.bad_pointer_argument("ptr", ptr, f"it is NULL but the shape {tuple(dims)} has elements")
+    _check_extent(ptr, address, shape, dims, strides, steps, itemsize)
     where = Device(device)
     handle = None
     if stream is not None:
@@ -222,6 +223,45 @@ def from_pointer(
         # Host memory is a NumPy array over it: every rule of host data applies.
         return wrap(_protocols.host_array(info, owner), readonly=readonly)
     return wrap(_protocols.Lent(owner, info, where), readonly=readonly)
+
+
+def _check_extent(ptr, address, shape, dims, strides, steps, itemsize) -> None:
+    """ValueError for memory no 64-bit address space holds, as DLPack
+    describes it (int64 dimensions and byte steps, from an address below
+    2**64; extents of 0 counted as 1, as every importer counts them): the
+    checks an importer makes of a capsule, made here before NumPy (or a
+    consumer) meets the numbers as an OverflowError."""
+    if address >= 2**64:
+        raise _errors.bad_pointer_argument("ptr", ptr, "an address is below 2**64")
+    count = 1
+    for n in dims:
+        if n >= 2**63:
+            raise _errors.bad_pointer_argument("shape", shape, "each dimension is below 2**63")
+        count *= n or 1
+    if count * itemsize > _MAX_BYTES:
+        raise _errors.bad_pointer_argument(
+            "shape", shape, f"its extents of {itemsize}-byte elements hold more than 2**63 - 1 bytes"
+        )
+    if steps is None:
+        low, high = 0, (count - 1) * itemsize
+    else:
+        if any(not -_MAX_BYTES - 1 <= s * itemsize <= _MAX_BYTES for s in steps):
+            raise _errors.bad_pointer_argument(
+                "strides", strides, f"each step of {itemsize}-byte elements is within an int64 count of bytes"
+            )
+        low = high = 0
+        for n, s in zip(dims, steps):
+            if n:
+                reach = (n - 1) * s * itemsize
+                low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    if 0 not in dims and (address + low < 0 or address + high + itemsize > 2**64):
+        raise _errors.bad_pointer_argument(
+            "strides" if steps is not None else "shape", strides if steps is not None else shape,
+            f"the memory it describes from {address:#x} reaches outside the 64-bit address space",
+        )
+
+
+_MAX_BYTES = 2**63 - 1
 
 
 def _index(name, value) -> int:

@@ -9,12 +9,13 @@ the package (a leaf: the device parser reads it too).
 - ``on_host``: an attribute of its arrays that is True when their memory is
   host memory (CPU or pinned), read where ``__dlpack_device__`` costs more
   (``_devices.known_on_host``);
-- ``host_test``: how an array is cheaply known to hold host memory where
-  no attribute says it: an attribute whose ``len()`` is 1 for an array on
-  one device (read first), a method called without arguments, and its
-  answer for host memory (``_devices.known_on_host``). The compiled core reads it too, and
-  asks such an array's ``__dlpack__`` itself for the plain cases
-  (``_wiring``);
+- ``host_test``: how an array is cheaply known to hold memory of the CPU
+  where no attribute says it: an attribute whose ``len()`` is 1 for an
+  array on one device (read first), a method called without arguments, and
+  its answer for the CPU (``_devices.host_tested``), read in place of
+  ``__dlpack_device__`` by an import, an export and a wrap alike. The
+  compiled core reads it too, and asks such an array's ``__dlpack__``
+  itself for the plain cases (``_wiring``);
 - ``numpy_reads``: its dtypes whose host capsules ``numpy.from_dlpack``
   reads exactly as the rules say (well-formed, versioned, honest flags):
   the common import of such an array goes straight to NumPy (``_import``);
@@ -51,17 +52,18 @@ class Exchange(NamedTuple):
 
 
 class HostTest(NamedTuple):
-    """An array holds host memory, on one device, when ``len()`` of its
-    ``pieces`` attribute is 1 and then ``method()`` answers ``answer``.
-    ``deleted()`` answers True once its memory is gone: the compiled core's
-    import asks it before ``method()`` in place of the pieces (an array
-    over several devices refuses the export that follows, and the general
-    path then gathers it)."""
+    """An array holds memory of the CPU, on one device, when ``len()`` of
+    its ``pieces`` attribute is 1 and then ``method()`` answers ``answer``
+    (``==``; a deleted JAX array's pieces are None, and ``method`` is never
+    asked of it). Both paths read it at the same points, the same way: an
+    import, an export and a wrap of such an array take its device from it,
+    without ``__dlpack_device__`` (``_devices``); where it fails or raises,
+    ``__dlpack_device__`` is asked (an array over several devices then
+    refuses, and the layer gathers it)."""
 
     method: str
     answer: str
     pieces: str
-    deleted: str
 
 
 class Devices(NamedTuple):
@@ -192,9 +194,9 @@ PEERS = (
         "jax", "jax", array="ArrayImpl", array_module="jaxlib",
         # Its __dlpack_device__ is Python code (900 ns, half of __dlpack__):
         # it reads the per-device _arrays (one, or it refuses; None once the
-        # array is deleted) and platform() (C, 30 ns), as this test does;
-        # _arrays makes a list of new arrays (50 ns), is_deleted() is C.
-        host_test=HostTest("platform", "cpu", "_arrays", "is_deleted"),
+        # array is deleted) and platform() (C, 30 ns), as this test does
+        # (_arrays makes a list of new arrays: 50 ns).
+        host_test=HostTest("platform", "cpu", "_arrays"),
         devices=Devices(
             None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform",

@@ -175,6 +175,26 @@ def _ask(x, stream, max_version, dl_device, copy):
         raise _errors.producer_refused(producer_name(x), exc) from exc
 
 
+def answer_after(x, error, max_version):
+    """What ``request(x, max_version=max_version)`` answers when the
+    producer's ``__dlpack__``, asked as ``request`` asks it first (with
+    ``max_version=`` alone, or with no keyword for None), raised ``error``:
+    the compiled core asks the producers it was told about (JAX) itself,
+    and hands their error here, so that the producer is not asked the same
+    again and the error is not dropped. A ``TypeError`` of a versioned
+    request is an old producer's, asked again without the keyword, as
+    ``request`` asks it; any other error is raised as ``request`` raises it."""
+    method = type(x).__dlpack__
+    try:
+        if max_version is not None and isinstance(error, TypeError):
+            return _retry(x, method, None, error), False
+        raise error
+    except (BufferError, TypeError, MemoryError):
+        raise
+    except Exception as exc:
+        raise _errors.producer_refused(producer_name(x), exc) from exc
+
+
 def _retry(x, method, stream, first):
     try:
         capsule = method(x) if stream is None else method(x, stream=stream)

@@ -309,13 +309,15 @@ def host_array(info, owner) -> np.ndarray:
         view = view if carrier is None else view.view(dtype)
         view.flags.writeable = not info["readonly"]
         return view
-    holder = _HostHolder(
-        {
-            "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
-            "data": (info["ptr"], info["readonly"]), "strides": info["strides"],
-        },
-        owner,
-    )
+    interface = {
+        "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
+        "data": (info["ptr"], info["readonly"]),
+    }
+    if info["strides"] is not None:
+        # Left out for C order: NumPy (2.4.6) leaks a reference to None for
+        # each "strides": None it reads.
+        interface["strides"] = info["strides"]
+    holder = _HostHolder(interface, owner)
     view = np.asarray(holder)
     if carrier is not None:
         view = view.view(dtype)
@@ -375,6 +377,8 @@ def array_interface(capsule, readonly: bool) -> tuple:
     info = _capsule.read(capsule)
     out = _interface_of(info, readonly, None)
     del out["stream"]
+    if out["strides"] is None:
+        del out["strides"]  # C order, as NumPy reads it without a None it leaks (as in host_array)
     return out, _capsule.take(capsule, info.versioned)
 
 

@@ -88,9 +88,20 @@ _floor = None
 # floor is a new object. The compiled core reads both.
 _accepted = (None, None)
 
-# The floor of the call under way on this thread (export(min_version=),
-# wrap(min_version=)), when it has one.
-_local = threading.local()
+class _CallFloor(threading.local):
+    #: The floor of the call under way on this thread (export(min_version=),
+    #: wrap(min_version=)), when it has one.
+    floor = None
+
+
+_local = _CallFloor()
+
+# One entry per call under way, on any thread, that has a floor of its own
+# (``under_floor``): while there is one, the verdict cached above (the floor
+# in force's) is not used, and the thread's floor decides. A list, whose
+# append and remove are one step each (and the compiled core reads its
+# length).
+_under_floor: list = []
 
 
 def min_version():
@@ -130,13 +141,18 @@ def under_floor(floor, call, *args):
     leaves no floor behind (not a ``with`` block or a finally: CPython runs
     their normal exit as code outside the try, which an interrupt landing
     after the call skips)."""
-    outer = getattr(_local, "floor", None)
+    outer = _local.floor
+    mark = object()  # this call's entry (compared by identity)
     try:
         _local.floor = floor
+        _under_floor.append(mark)
         answer = call(*args)
         _local.floor = outer
+        _under_floor.remove(mark)
     except BaseException:
         _local.floor = outer
+        if mark in _under_floor:
+            _under_floor.remove(mark)
         raise
     return answer
 
@@ -150,14 +166,14 @@ def check_max_version(max_version, floor=None):
     if max_version is None:
         return False
     accepted = _accepted
-    if floor is None and max_version is accepted[0] and accepted[1] is _floor:
+    if floor is None and max_version is accepted[0] and accepted[1] is _floor and not _under_floor:
         return True
     if type(max_version) is not tuple or len(max_version) != 2 or type(
         max_version[0]
     ) is not int or type(max_version[1]) is not int:
         raise _errors.bad_max_version(max_version)
     if floor is None:
-        floor = getattr(_local, "floor", None)
+        floor = _local.floor
     in_force = floor is None
     if in_force:
         floor = min_version()

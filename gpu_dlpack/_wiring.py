@@ -35,10 +35,11 @@ def _import_plan(t):
     and methods (of arrays of the dtype codes ``codes``) that must be false
     for the exchange to be the plain one (else the general path runs, and
     says what the producer refuses); None when it is not read. ``host`` is
-    ``(method, answer, pieces, deleted)``, the type's host test (``_peers.HostTest``),
+    ``(method, answer, pieces)``, the type's host test (``_peers.HostTest``),
     when the core may ask the producer's ``__dlpack__`` itself for host
     memory: it takes the plain capsules, and hands every other one to the
-    Python functions that would have received them."""
+    Python functions that would have received them (an error the producer
+    raises, to the ones that go on from it)."""
     peer = _peers.of_array_type(t) if isinstance(t, type) else None
     if peer is None:
         return None
@@ -81,7 +82,10 @@ def install(capsule_impl: dict) -> None:
         from_dlpack=_import.from_dlpack,
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,
+        host_refused_import=_import.host_refused_import,
         host_answer=_exchange.host_answer,
+        host_refused=_exchange.host_refused,
+        host_export=_exchange.host_export,
         rebuild=_exchange.python_rebuild,
     )
     host = 0

@@ -4,7 +4,8 @@
 #                                without ASan's quarantine, then valgrind on
 #                                the hot paths (the long form)
 #   scripts/sanitize.sh --quick  the tests of what the layer accepts and
-#                                frees, and 1,000 fuzz cases (scripts/test.sh)
+#                                frees, 1,000 fuzz cases and 300 reentrancy
+#                                cases (scripts/test.sh)
 #   scripts/sanitize.sh [--quick] -- PYTEST ARGS   other tests
 #
 # The tree is copied to build/sanitize (tracked and untracked files, not the
@@ -55,14 +56,17 @@ if [ "$#" -gt 0 ]; then
   step "the tests asked for"
   sanitized python -m pytest -q -p no:cacheprovider --capture=sys "$@"
 elif [ "$quick" = 1 ]; then
-  step "the tests of what the layer accepts and frees, 1,000 fuzz cases"
-  GPU_DLPACK_FUZZ_CASES=1000 sanitized python -m pytest -q -p no:cacheprovider --capture=sys tests/test_malformed.py \
+  step "the tests of what the layer accepts and frees, 1,000 fuzz cases, 300 reentrancy cases"
+  GPU_DLPACK_FUZZ_CASES=1000 GPU_DLPACK_REENTRANCY_CASES=300 sanitized python -m pytest -q -p no:cacheprovider \
+    --capture=sys tests/test_malformed.py \
     tests/test_core.py tests/test_reliability.py tests/test_threads.py tests/test_inspect.py \
     tests/test_bad_arguments.py tests/test_import_rules.py tests/test_export_rules.py tests/test_fuzz.py \
+    tests/test_reentrancy.py \
     --deselect tests/test_core.py::test_exchanges_through_the_c_api_leak_nothing  # RSS-based
 else
   step "the suite"
-  GPU_DLPACK_FUZZ_CASES=${GPU_DLPACK_FUZZ_CASES:-5000} sanitized python -m pytest -q -p no:cacheprovider --capture=sys tests \
+  GPU_DLPACK_FUZZ_CASES=${GPU_DLPACK_FUZZ_CASES:-5000} GPU_DLPACK_REENTRANCY_CASES=${GPU_DLPACK_REENTRANCY_CASES:-2000} \
+    sanitized python -m pytest -q -p no:cacheprovider --capture=sys tests \
     --deselect tests/test_leaks.py --deselect tests/test_core.py::test_exchanges_through_the_c_api_leak_nothing
   step "the RSS-based leak tests, without ASan's quarantine"
   ASAN_EXTRA="quarantine_size_mb=0:thread_local_quarantine_size_kb=0" \

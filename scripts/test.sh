@@ -16,13 +16,15 @@
 #       and every example of the pages run as a doctest (about 20 s);
 #   5. the suite on the compiled core (the run fails if it is not active),
 #      the README's blocks and the modules' doctests included, and 4,000 cases
-#      of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the other runs);
+#      of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the other runs)
+#      and 2,000 of its reentrancy cases (200 in the other runs);
 #   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
 #   7. the suite again without the optional peers (CuPy, PyTorch, JAX,
 #      ml_dtypes, array-api-strict, Numba hidden from import: GPU_DLPACK_TEST_HIDE);
 #   8. the core built with ASan and UBSan, and the tests of what the layer
-#      accepts and frees run on it, 1,000 fuzz cases included
-#      (scripts/sanitize.sh --quick; the long form is scripts/sanitize.sh).
+#      accepts and frees run on it, 1,000 fuzz cases and 300 reentrancy
+#      cases included (scripts/sanitize.sh --quick; the long form is
+#      scripts/sanitize.sh).
 # In .venv-numpy-floor (numpy 1.26.4, the oldest NumPy numpy>=1.26 admits,
 # with ml_dtypes, pytest and hypothesis; no other peer):
 #   9. the suite.
@@ -62,7 +64,7 @@ lint-imports --no-cache
 step "4c. the documentation (scripts/docs.sh)"
 GPU_DLPACK_EXPECT_CORE=1 bash scripts/docs.sh
 step "5. the suite on the compiled core"
-GPU_DLPACK_FUZZ_CASES=4000 bash scripts/suite.sh py3.11-core "$@"
+GPU_DLPACK_FUZZ_CASES=4000 GPU_DLPACK_REENTRANCY_CASES=2000 bash scripts/suite.sh py3.11-core "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
 bash scripts/suite.sh py3.11-pure "$@"
 step "7. the suite without the optional peers"

@@ -248,7 +248,7 @@ def _floor_left():
     """The floor an earlier call left on this thread (None: none, as it must)."""
     from gpu_dlpack import _versions
 
-    return getattr(_versions._local, "floor", None)
+    return _versions._local.floor
 
 
 def _values_no_floor(result):

@@ -27,8 +27,21 @@ and wrapped: the compiled core asks that one's ``__dlpack__`` itself.
 The parent then compares the two children's outcomes, case by case: the
 same result or the same error and message on both paths.
 
-``python -m tests.fuzz_capsules --cases N [--seed S]`` runs it from the
-command line (scripts/fuzz.sh); tests/test_fuzz.py runs it in the suite.
+Its reentrancy cases (``family="reentrancy"``) run Python code inside the
+layer's calls instead (tests/reentrant.py): a producer that calls back into
+the layer, raises, answers with another capsule, a consumed one, none, or
+the same one twice, and a finalizer (``gc.callbacks``, ``__del__`` in a
+reference cycle, ``weakref.finalize``) that changes the wrapper, the
+producer, the capsule in flight or the floor while the call runs, each
+where both paths reach alike. Checked: the standard's exception types (and
+the ``AttributeError`` of a deleted member, a ``MemoryError``); every
+capsule's deleter once, none on a freed tensor; nothing left behind (no
+floor of a call, no producer marked as asked); the same outcome on both
+paths.
+
+``python -m tests.fuzz_capsules --cases N [--seed S] [--family reentrancy]``
+runs it from the command line (scripts/fuzz.sh); tests/test_fuzz.py runs it
+in the suite.
 """
 
 from __future__ import annotations
@@ -112,8 +125,40 @@ def strategy():
     })
 
 
-def draw(n: int, seed: int) -> list:
-    """``n`` cases drawn by hypothesis with ``seed``."""
+REENTRANT_ENTRIES = ("import", "export", "wrap numpy", "wrap gpu_dlpack", "wrap dlpack", "torch")
+
+
+def reentrant_strategy():
+    """The hypothesis strategy of one reentrancy case (tests/reentrant.py):
+    a producer, what it does inside its calls and answers, a finalizer and
+    what it changes, where it runs, and the entry point."""
+    from hypothesis import strategies as st
+
+    return st.fixed_dictionaries({
+        "producer": st.sampled_from(["plain"] * 3 + ["host-tested"] * 3 + ["numpy", "torch", "jax"]),
+        "answer": st.sampled_from(["own"] * 4 + ["own legacy", "own versioned", "same twice", "consumed",
+                                                 "wrong device", "not a capsule", "raises",
+                                                 "TypeError on keywords"]),
+        "raises": st.sampled_from(["BufferError", "TypeError", "ValueError", "RuntimeError", "KeyError",
+                                   "MemoryError"]),
+        "callback": st.sampled_from(["none"] * 3 + ["export other", "import other", "inspect own",
+                                                    "import itself", "export itself", "wrap itself", "collect"]),
+        "finalizer": st.sampled_from(["none", "gc.callbacks", "__del__ in a cycle", "weakref.finalize"]),
+        "action": st.sampled_from(["delete array", "replace array", "read-only", "floor", "take the capsule",
+                                   "steal the capsule", "exchange"]),
+        "when": st.sampled_from(["in __dlpack__", "in __dlpack__", "first allocation", "in __dlpack_device__",
+                                 "in host test"]),
+        "entry": st.sampled_from(REENTRANT_ENTRIES),
+        "max_version": st.sampled_from([None, (1, 0), (1, 0), (1, 2), (0, 8)]),
+        "dtype": st.sampled_from(list(range(5))),
+        "shape": st.sampled_from(list(range(5))),
+        "readonly": st.sampled_from([False] * 4 + [True]),
+    })
+
+
+def draw(n: int, seed: int, family: str = "capsules") -> list:
+    """``n`` cases of ``family`` ("capsules", "reentrancy") drawn by
+    hypothesis with ``seed``."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as with_seed
 
@@ -122,7 +167,7 @@ def draw(n: int, seed: int) -> list:
     @with_seed(seed)
     @settings(max_examples=n, database=None, deadline=None, derandomize=False,
               suppress_health_check=list(HealthCheck), phases=[Phase.generate])
-    @given(strategy())
+    @given(strategy() if family == "capsules" else reentrant_strategy())
     def collect(case):
         cases.append(json.loads(json.dumps(case)))  # tuples as lists, as the children read them
 
@@ -137,13 +182,13 @@ def _host_tested():
     from gpu_dlpack import _peers
 
     return _peers.Peer("fuzzed producer", "tests.capsules", array="HostProducer",
-                       host_test=_peers.HostTest("platform", "cpu", "pieces", "is_deleted"))
+                       host_test=_peers.HostTest("platform", "cpu", "pieces"))
 
 
 class _Env:
     """What the child holds for all cases: the library, the buffer."""
 
-    def __init__(self, with_torch):
+    def __init__(self, with_torch, jax=False):
         import numpy as np
 
         import gpu_dlpack
@@ -153,18 +198,50 @@ class _Env:
         self.np, self.g, self.capsules = np, gpu_dlpack, capsules
         from gpu_dlpack import _peers
 
-        _peers.PEERS = _peers.PEERS + (_host_tested(),)  # before the layer first meets the type
-        self.torch = None
+        from . import reentrant
+
+        # before the layer first meets the types
+        _peers.PEERS = _peers.PEERS + (_host_tested(), reentrant.peer())
+        self.torch = self.jnp = None
         if with_torch:
             import torch
 
             self.torch = torch
+        if jax:
+            try:
+                import jax.numpy as jnp
+
+                self.jnp = jnp
+            except ImportError:
+                pass
         raw = np.empty(BUFFER + 64, np.uint8)
         start = (-raw.ctypes.data) % 64
         self.raw = raw
         self.buf = raw[start:start + BUFFER]
         self.buf[:] = np.arange(BUFFER) % 251
         self.base = self.buf.ctypes.data
+        if jax:
+            self._meet_the_types()
+
+    def _meet_the_types(self):
+        """Each type of the reentrancy cases exchanged once, so that no case
+        is the first the layer meets of its type (the compiled core then
+        asks Python about the type, which runs code, and a collection, at a
+        point the Python path does not have)."""
+        from . import reentrant
+
+        g, np = self.g, self.np
+        case = {"answer": "own", "callback": "none"}
+        for kind in (reentrant.Hostile, reentrant.HostTested):
+            for call in (g.from_dlpack, lambda x: g.export(x, max_version=(1, 0)), lambda x: g.wrap(x)):
+                call(kind(case, np.arange(2.0), "none"))
+        arrays = [np.arange(2.0)] + ([self.torch.arange(2.0)] if self.torch is not None else []) + (
+            [self.jnp.arange(2.0)] if self.jnp is not None else [])
+        for a in arrays:
+            w = g.wrap(a)
+            g.from_dlpack(w), np.from_dlpack(w), w.__dlpack__(max_version=(1, 0)), g.export(a, max_version=(1, 0))
+            if self.torch is not None:
+                self.torch.from_dlpack(w)
 
     def address(self, data):
         return self.base + data[1] if isinstance(data, list) else data
@@ -395,12 +472,158 @@ def _check_array(env, case, kw, arr, is_backed, result):
         result["ok"].append(np.ascontiguousarray(arr).view(np.uint8).sum(dtype=np.uint64).item())
 
 
-def child(path, start, entries, with_torch, progress):
+# -- reentrancy cases, run in a child ------------------------------------------------
+
+
+def _values(v):
+    """A small array's values, as text (complex and bool alike)."""
+    return [repr(e) for e in v.ravel().tolist()] if v.size <= 64 else int(v.view("u1").sum())
+
+
+def _r_summary(env, v, source):
+    """What a reentrancy case gave: the same record on both paths (no
+    address, only whether the memory is the source's)."""
+    np_, g = env.np, env.g
+    if isinstance(v, np_.ndarray):
+        shares = None if v.size == 0 or source is None else v.ctypes.data == source
+        return ["array", list(v.shape), v.dtype.str, _values(v), bool(v.flags.writeable), shares]
+    if env.torch is not None and isinstance(v, env.torch.Tensor):
+        return ["tensor", list(v.shape), str(v.dtype), _values(v.numpy()),
+                None if v.numel() == 0 or source is None else v.data_ptr() == source]
+    if type(v).__name__ == "PyCapsule":
+        i = g.inspect(v)
+        head = ["capsule", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dl_dtype), list(i.shape),
+                None if i.strides is None else list(i.strides), i.byte_offset,
+                None if source is None else i.data + i.byte_offset == source]
+        try:
+            return head + [_r_summary(env, g.from_dlpack(v), source)]
+        except STANDARD as exc:
+            return head + [["error", type(exc).__name__, _addresses_out(str(exc))]]
+    return ["other", type(v).__name__]
+
+
+def _addresses_out(text):
+    return re.sub(r"0x[0-9a-f]+", "0x?", text)
+
+
+def _source_array(env, case):
+    """The case's array: (the object to export, NumPy's view of it, its address)."""
+    np_ = env.np
+    from . import reentrant
+
+    dtype = reentrant.DTYPES[case["dtype"]]
+    shape = reentrant.SHAPES[case["shape"]]
+    a = (np_.arange(max(1, int(np_.prod(shape)))) % 3).astype(dtype)[: int(np_.prod(shape))].reshape(shape)
+    if case["readonly"]:
+        a.flags.writeable = False
+    kind = case["producer"]
+    if kind == "torch" and env.torch is not None:
+        t = env.torch.from_numpy(a.copy())
+        return t, a, t.data_ptr() if t.numel() else None
+    if kind == "jax" and env.jnp is not None:
+        j = env.jnp.asarray(a)
+        return j, a, j.unsafe_buffer_pointer() if j.size else None
+    return a, a, a.ctypes.data if a.size else None
+
+
+def run_reentrant_case(env, case, keep):
+    """The outcome of one reentrancy case: a dict entry -> record (one
+    entry per case), the records of its capsules appended to ``keep``."""
+    from gpu_dlpack import _producer, _versions
+
+    from . import reentrant
+
+    g, np_ = env.g, env.np
+    kind = case["producer"]
+    entry = case["entry"]
+    if kind in ("torch", "jax") and (env.torch is None if kind == "torch" else env.jnp is None):
+        kind = "numpy"
+    obj, array, source = _source_array(env, dict(case, producer=kind))
+    if entry == "torch" and env.torch is None:
+        entry = "wrap numpy"
+    # Where the finalizer runs: at a point both paths reach alike. The first
+    # allocation of a call is one only where the call is the wrapper's
+    # __dlpack__ (its request, which both paths make first), or a consumer
+    # library's (which allocates before it asks); an array of a library
+    # runs no code of the case's, and has no other point.
+    when = case["when"]
+    wrapped = entry.startswith("wrap") or entry == "torch"
+    if kind in ("numpy", "torch", "jax"):
+        entry = entry if wrapped else "wrap dlpack"
+        when = "first allocation"
+    elif when == "first allocation" and not wrapped:
+        when = "in __dlpack__"
+    elif when == "in host test" and kind == "plain":
+        when = "in __dlpack__"
+    if when == "first allocation":
+        case = dict(case, action="equal copy")
+        source = None  # the memory may be the copy's: compared by value
+    producer = None
+    if kind in ("plain", "host-tested"):
+        producer = (reentrant.Hostile if kind == "plain" else reentrant.HostTested)(case, array, when)
+        obj = producer
+    mv = None if case["max_version"] is None else tuple(case["max_version"])
+    _producer._old_producers.clear()  # each case as the first of its type: the same calls on both paths
+    state = {"producer": producer, "array": array, "when": when}
+    result = {}
+    try:
+        wrapper = g.wrap(obj) if entry.startswith("wrap") or entry == "torch" else None
+    except Exception as exc:
+        wrapper, result = None, {"error": ["wrap: " + type(exc).__name__, _addresses_out(str(exc))]}
+    state["wrapper"] = wrapper
+    if wrapper is not None and when == "first allocation":
+        del obj, array, state["array"]  # the wrapper holds the only reference
+    if not result:
+        undo = reentrant.arm(case, state)
+        value = error = None
+        try:
+            reentrant.start(state)
+            if entry == "import":
+                value = g.from_dlpack(obj)
+            elif entry == "export":
+                value = g.export(obj, max_version=mv)
+            elif entry == "wrap numpy":
+                value = np_.from_dlpack(wrapper)
+            elif entry == "wrap gpu_dlpack":
+                value = g.from_dlpack(wrapper)
+            elif entry == "wrap dlpack":
+                value = wrapper.__dlpack__(max_version=mv)
+            else:
+                value = env.torch.from_dlpack(wrapper)
+        except Exception as exc:
+            error = exc
+        finally:
+            undo()
+        if error is not None:
+            result["error"] = [type(error).__name__, _addresses_out(str(error))]
+            consumer = entry in ("wrap numpy", "torch") and not _raised_by_the_layer(error)
+            if not (isinstance(error, STANDARD + (AttributeError, MemoryError)) or consumer):
+                result["violation"] = f"{type(error).__name__} is not a type the standard names"
+            error = None
+        else:
+            result["ok"] = _r_summary(env, value, source)
+        del value
+    # Nothing of the call is left behind: no floor of a call, no producer
+    # marked as asked.
+    left = [what for what, there in (("a floor of a call", _versions._local.floor is not None or
+                                      bool(_versions._under_floor)),
+                                     ("a producer marked as asked", bool(_producer.asked.ids))) if there]
+    if left:
+        result["violation"] = "left behind: " + ", ".join(left)
+        _versions._local.floor = None
+        del _versions._under_floor[:], _producer.asked.ids[:]
+    if producer is not None:
+        keep.extend((entry, rec, 1) for rec in producer.records)
+        producer.trigger = None
+    return {entry: result}
+
+
+def child(path, start, entries, with_torch, progress, family="capsules"):
     """Run the cases of ``path`` from ``start``, printing one JSON line per
     case (and one per batch with the final deleter counts)."""
     import gc
 
-    env = _Env(with_torch)
+    env = _Env(with_torch, jax=family == "reentrancy")
     with open(path) as f:
         cases = json.load(f)
     fd = os.open(progress, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -425,7 +648,10 @@ def child(path, start, entries, with_torch, progress):
     for i in range(start, len(cases)):
         os.pwrite(fd, f"{i:>12}".encode(), 0)
         made = []
-        outcome = run_case(env, cases[i], entries, made)
+        if family == "capsules":
+            outcome = run_case(env, cases[i], entries, made)
+        else:
+            outcome = run_reentrant_case(env, cases[i], made)
         keep.extend((i, e, r, w) for e, r, w in made)
         batch.append(i)
         print(json.dumps({"i": i, "outcome": outcome}), flush=True)
@@ -439,7 +665,7 @@ def child(path, start, entries, with_torch, progress):
 # -- the parent: run both paths, compare ----------------------------------------
 
 
-def _run_path(cases_file, n, pure, entries, with_torch, env_extra, timeout):
+def _run_path(cases_file, n, pure, entries, with_torch, env_extra, timeout, family="capsules"):
     """Outcomes, crashes and per-batch findings of one path."""
     outcomes, crashes, findings = {}, [], []
     start = 0
@@ -454,7 +680,7 @@ def _run_path(cases_file, n, pure, entries, with_torch, env_extra, timeout):
             progress = p.name
         cmd = [sys.executable, "-c",
                "import sys; from tests.fuzz_capsules import child; "
-               f"child({cases_file!r}, {start}, {list(entries)!r}, {with_torch!r}, {progress!r})"]
+               f"child({cases_file!r}, {start}, {list(entries)!r}, {with_torch!r}, {progress!r}, {family!r})"]
         try:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
             rc, stdout, stderr = done.returncode, done.stdout, done.stderr
@@ -488,10 +714,12 @@ def _run_path(cases_file, n, pure, entries, with_torch, env_extra, timeout):
     return outcomes, crashes, findings
 
 
-def fuzz(n=2000, seed=None, entries=ENTRIES, with_torch=None, env=None, timeout=900, paths=(False, True)):
-    """Draw ``n`` cases and run them on the core and on the pure path.
-    Returns a report dict: cases, seed, runs per entry, crashes, violations,
-    disagreements (each with the case)."""
+def fuzz(n=2000, seed=None, entries=ENTRIES, with_torch=None, env=None, timeout=900, paths=(False, True),
+         family="capsules"):
+    """Draw ``n`` cases of ``family`` ("capsules": crafted structs;
+    "reentrancy": Python code run inside the layer's calls) and run them on
+    the core and on the pure path. Returns a report dict: cases, seed, runs
+    per entry, crashes, violations, disagreements (each with the case)."""
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     if with_torch is None:
@@ -501,16 +729,17 @@ def fuzz(n=2000, seed=None, entries=ENTRIES, with_torch=None, env=None, timeout=
         except ImportError:
             with_torch = False
     started = time.perf_counter()
-    cases = draw(n, seed)
+    cases = draw(n, seed, family)
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="fuzz-cases-", delete=False) as f:
         json.dump(cases, f)
         cases_file = f.name
     try:
-        results = {pure: _run_path(cases_file, len(cases), pure, entries, with_torch, env, timeout) for pure in paths}
+        results = {pure: _run_path(cases_file, len(cases), pure, entries, with_torch, env, timeout, family)
+                   for pure in paths}
     finally:
         os.unlink(cases_file)
-    report = {"cases": len(cases), "seed": seed, "seconds": 0.0, "runs": {}, "crashes": [], "violations": [],
-              "disagreements": []}
+    report = {"family": family, "cases": len(cases), "seed": seed, "seconds": 0.0, "runs": {}, "crashes": [],
+              "violations": [], "disagreements": []}
     names = {False: "core", True: "pure"}
     for pure, (outcomes, crashes, findings) in results.items():
         for at, rc, err in crashes:
@@ -541,7 +770,9 @@ def fuzz(n=2000, seed=None, entries=ENTRIES, with_torch=None, env=None, timeout=
 def describe(report, limit=5) -> str:
     """A few lines: the counts, then the first findings of each kind."""
     runs = ", ".join(f"{k}: {v}" for k, v in sorted(report["runs"].items()))
-    lines = [f"{report['cases']} cases (seed {report['seed']}) in {report['seconds']} s; runs per path: {runs}",
+    family = "" if report.get("family", "capsules") == "capsules" else f" of {report['family']}"
+    lines = [f"{report['cases']} cases{family} (seed {report['seed']}) in {report['seconds']} s; "
+             f"runs per path: {runs}",
              f"crashes: {len(report['crashes'])}, violations: {len(report['violations'])}, "
              f"core/pure disagreements: {len(report['disagreements'])}"]
     for kind in ("crashes", "violations", "disagreements"):
@@ -560,9 +791,11 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--path", choices=["both", "core", "pure"], default="both")
+    parser.add_argument("--family", choices=["capsules", "reentrancy"], default="capsules")
     args = parser.parse_args(argv)
     paths = {"both": (False, True), "core": (False,), "pure": (True,)}[args.path]
-    report = fuzz(args.cases, args.seed, with_torch=False if args.no_torch else None, paths=paths)
+    report = fuzz(args.cases, args.seed, with_torch=False if args.no_torch else None, paths=paths,
+                  family=args.family)
     print(describe(report))
     return 1 if report["crashes"] or report["violations"] or report["disagreements"] else 0
 

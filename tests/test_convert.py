@@ -343,6 +343,21 @@ def test_a_library_without_a_row_gets_copies_of_read_only_data(library):
     assert r[0] == 0.0
 
 
+@pytest.mark.parametrize("name", ["made_at_run_time", "made_at_run_time_pkg.sub"])
+def test_a_module_object_sys_modules_does_not_hold_is_a_consumer(name):
+    # Its version was looked up by importing its name: ModuleNotFoundError.
+    import types
+
+    module = types.ModuleType(name)
+    module.from_dlpack = np.from_dlpack
+    assert name not in sys.modules and name.partition(".")[0] not in sys.modules
+    a = np.arange(3.0)
+    done = gpu_dlpack.convert(a, module, report=True)
+    assert done.array.tolist() == [0.0, 1.0, 2.0] and done.array.ctypes.data == a.ctypes.data
+    assert done.library == name and done.version is None and done.faults == ()
+    _convert._consumers.pop(module, None)
+
+
 def test_the_consumer_forms(torch, jax):
     a = np.arange(3.0)
     assert type(gpu_dlpack.convert(a, torch)) is torch.Tensor

@@ -407,6 +407,71 @@ print("Exporter:", core.Exporter(lambda x, **kw: "python")(a))  # hands every ca
     assert lines[-1] == "Exporter: python"
 
 
+_SUBINTERPRETER = r'''
+import sys
+try:  # CPython 3.13+
+    import _interpreters as interpreters
+
+    def run(code):
+        interp = interpreters.create("legacy")  # the configuration of the C API's Py_NewInterpreter
+        try:
+            exc = interpreters.run_string(interp, code)
+            return None if exc is None else f"{exc.type.__name__}: {exc.msg}"
+        finally:
+            interpreters.destroy(interp)
+except ImportError:
+    import _xxsubinterpreters as interpreters
+
+    def run(code):
+        interp = interpreters.create(isolated=False) if sys.version_info >= (3, 12) else interpreters.create()
+        try:
+            interpreters.run_string(interp, code)
+        except interpreters.RunFailedError as exc:
+            return str(exc)
+        finally:
+            interpreters.destroy(interp)
+
+
+import numpy as np, gpu_dlpack, gpu_dlpack._core as core
+LOAD_THE_FILE = """
+import importlib.machinery, importlib.util
+loader = importlib.machinery.ExtensionFileLoader("gpu_dlpack._core", %r)
+m = importlib.util.module_from_spec(importlib.util.spec_from_file_location("gpu_dlpack._core", %r, loader=loader))
+loader.exec_module(m)
+class T: pass
+print("ran in a subinterpreter:", m.import_host(T()), m.wrap(T(), False))
+""" % (core.__file__, core.__file__)
+load = "import gpu_dlpack" if sys.argv[1] == "the package" else LOAD_THE_FILE
+for _ in range(2):
+    print("refused:", run(load))
+print(gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__()).tolist(), gpu_dlpack._fastpath.active())
+'''
+
+
+@pytest.mark.parametrize("loads", ["the file", "the package"])
+def test_the_core_is_refused_in_a_subinterpreter_after_the_main_interpreter_loaded_it(loads):
+    # A single-phase module loaded by the main interpreter was copied into
+    # a subinterpreter that loaded the same file, without PyInit__core
+    # running again: the main interpreter's functions, types and caches,
+    # called from the subinterpreter (and its classes kept in them).
+    import glob
+    import importlib.util
+
+    if importlib.util.find_spec("_interpreters") is None and importlib.util.find_spec("_xxsubinterpreters") is None:
+        pytest.skip("this interpreter has no module to make subinterpreters")
+    if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core*.so")):
+        pytest.skip("the compiled core is not built")
+    env = faults._env(PURE)
+    done = subprocess.run([sys.executable, "-c", _SUBINTERPRETER, loads], cwd=faults.ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and all(
+        line.startswith("refused: ") and "ImportError" in line and REFUSED in line for line in lines[:2]
+    ), done.stdout
+    assert lines[2] == "[0.0, 1.0, 2.0] " + ("pure Python" if PURE else "compiled")
+
+
 def test_the_core_is_refused_in_a_subinterpreter_on_its_own():
     pytest.importorskip("_xxsubinterpreters")
     import glob

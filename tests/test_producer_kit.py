@@ -6,6 +6,7 @@ is consumed by NumPy, PyTorch and JAX."""
 
 import ctypes
 import gc
+import sys
 import traceback
 import weakref
 
@@ -268,6 +269,75 @@ def test_the_consumer_stream_waits_for_the_stream_named_with_the_pointer(monkeyp
 def test_from_pointer_refuses_what_cannot_describe_memory(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         gpu_dlpack.from_pointer(*args, **kwargs)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0", "cuda_host"])
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((2**64, (2,), np.float64), {}, "an address is below 2"),
+        ((2**70, (2,), np.float64), {}, "an address is below 2"),
+        ((4096, (2**63,), np.float64), {}, "each dimension is below 2"),
+        ((4096, (2**63, 0), np.float64), {}, "each dimension is below 2"),
+        ((4096, (2**62,), np.float64), {}, "hold more than 2"),
+        ((4096, (2**32, 2**32), np.float64), {}, "hold more than 2"),
+        ((4096, (2,), np.float64), {"strides": (2**60,)}, "each step of 8-byte elements"),
+        ((4096, (2,), np.float64), {"strides": (2**63,)}, "each step of 8-byte elements"),
+        ((4096, (2,), np.float64), {"strides": (-(2**63),)}, "each step of 8-byte elements"),
+        ((4096, (3,), np.float64), {"strides": (-(2**59),)}, "outside the 64-bit address space"),
+        ((2**64 - 8, (2,), np.float64), {}, "outside the 64-bit address space"),
+    ],
+)
+def test_from_pointer_refuses_numbers_past_64_bits_as_a_value_error(args, kwargs, match, device):
+    # NumPy's OverflowError, a type from_pointer does not document, came
+    # out of the host array (and, for device memory, a BufferError of the
+    # first export).
+    with pytest.raises(ValueError, match=match) as err:
+        gpu_dlpack.from_pointer(*args, device=device, **kwargs)
+    assert type(err.value) is ValueError and str(err.value).startswith("from_pointer: ")
+
+
+def test_from_pointer_takes_the_largest_numbers_that_fit():
+    buf = np.arange(4.0)
+    p = buf.ctypes.data
+    # A broadcast over one element, and the highest stride an int64 counts.
+    assert np.from_dlpack(gpu_dlpack.from_pointer(p, (2**40,), np.float64, strides=(0,))).shape == (2**40,)
+    one = gpu_dlpack.from_pointer(p, (1,), np.float64, strides=((2**63 - 1) // 8,))
+    assert np.from_dlpack(one).tolist() == [0.0]
+    assert np.from_dlpack(gpu_dlpack.from_pointer(p + 24, (4,), np.float64, strides=(-1,))).tolist() == [
+        3.0, 2.0, 1.0, 0.0]
+
+
+def test_from_pointer_in_c_order_lends_numpy_no_strides_entry():
+    # NumPy 2.4.6 leaks a reference to None for each "strides": None of an
+    # __array_interface__ it reads: one per from_pointer of host memory.
+    from gpu_dlpack import _protocols
+
+    buf = np.arange(6.0)
+    seen = []
+    real = _protocols._HostHolder.__init__
+
+    def watch(self, interface, owner):
+        seen.append(dict(interface))
+        real(self, interface, owner)
+
+    _protocols._HostHolder.__init__ = watch
+    try:
+        gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64)
+        gpu_dlpack.from_pointer(buf.ctypes.data, (3,), np.float64, strides=(2,))
+    finally:
+        _protocols._HostHolder.__init__ = real
+    assert "strides" not in seen[0] and seen[1]["strides"] == (16,)
+    # So does the array interface of a wrapper over a capsule without
+    # strides (a 0-d one: every other capsule the layer exports has them).
+    interface = gpu_dlpack.wrap(np.array(5.0)).__array_interface__
+    assert "strides" not in interface and np.asarray(gpu_dlpack.wrap(np.array(5.0))).tolist() == 5.0
+    if sys.implementation.name == "cpython" and sys.version_info < (3, 12):  # None is immortal from 3.12 on
+        gc.collect()
+        before = sys.getrefcount(None)
+        for _ in range(1000):
+            gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64)
+        assert sys.getrefcount(None) - before < 100
 
 
 def test_an_empty_array_may_have_a_null_pointer():

@@ -106,6 +106,59 @@ def test_a_floor_of_the_call_above_the_floor_in_force_refuses(torch):
         assert inspect(wrap(x, min_version=(1, 1)).__dlpack__(max_version=(1, 2))).versioned
 
 
+class _Nested:
+    """A host producer whose __dlpack__ exports another array through the
+    layer, as a consumer asking for ``max_version`` would."""
+
+    def __init__(self, inner, max_version):
+        self.inner, self.max_version = inner, max_version
+
+    def __dlpack__(self, **kwargs):
+        return export(self.inner, max_version=self.max_version)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.parametrize("how", ["export", "wrap"])
+@pytest.mark.parametrize("same_object", [True, False])
+@pytest.mark.parametrize("inner", ["numpy", "torch", "jax"])
+def test_the_floor_of_a_call_reaches_the_exchanges_made_inside_it(how, same_object, inner, torch, jax):
+    # The compiled export checked max_version against the verdict cached for
+    # the floor in force, by value, and so did the Python check's shortcut,
+    # by identity: a nested export below the call's floor was served.
+    x = {"numpy": np.arange(3.0), "torch": torch.arange(3.0), "jax": jax.numpy.arange(3.0)}[inner]
+    asked = (1, 0)
+    assert inspect(export(x, max_version=asked)).versioned  # accepted, and cached, under (0, 5)
+    nested = _Nested(x, asked if same_object else tuple([1, 0]))
+    with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\), but max_version=\(1, 0\)"):
+        if how == "export":
+            export(nested, max_version=(1, 2), min_version=(1, 1))
+        else:
+            wrap(nested, min_version=(1, 1)).__dlpack__(max_version=(1, 2))
+    # The floor of the call is gone with it: the cached verdict serves again.
+    assert inspect(export(nested, max_version=(1, 2))).versioned
+    assert inspect(export(x, max_version=asked)).versioned
+
+
+def test_the_floor_of_a_call_reaches_an_exchange_through_the_c_api(torch):
+    # torch.from_dlpack(wrap(a)) takes the wrapper's C exchange API on the
+    # compiled core, whose check of DLPACK_VERSION was cached for the floor
+    # in force: under a call's floor above it, refused as on the Python path.
+    a = np.arange(3.0)
+    assert torch.from_dlpack(wrap(a)).tolist() == [0.0, 1.0, 2.0]
+
+    class Nested:
+        def __dlpack__(self, **kwargs):
+            return export(torch.from_dlpack(wrap(a)), max_version=(1, 3))
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 3\)"):
+        export(Nested(), max_version=(1, 3), min_version=(1, 3))
+
+
 @pytest.mark.parametrize("bad", [(2, 0), (-1, 0), "x", (0,), 5])
 def test_a_bad_floor_of_a_call_or_a_wrap_is_a_value_error(bad):
     with pytest.raises(ValueError, match="min_version must be a DLPack version"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from .. import _errors, _handoff
-from .._devices import CPU, Device, DLDeviceType
+from .._devices import CPU, Device, DLDeviceType, host_tested
 from . import cupy as cupy_backend
 from . import numpy as numpy_backend
 from ._reach import addressable, can_copy
@@ -36,12 +36,15 @@ def for_array(x):
 
 def device_of(x) -> Device:
     """The device ``x`` reports through ``__dlpack_device__``, as its backend
-    corrects it (CuPy: managed memory, ROCm builds)."""
+    corrects it (CuPy: managed memory, ROCm builds), or its host test says
+    (JAX: ``_devices.host_tested``)."""
     backend = for_array(x)
     if backend is numpy_backend:
         return CPU
     if backend is not None:
         return backend.device_of(x)
+    if host_tested(x):  # a host test (JAX) stands for __dlpack_device__ where it passes
+        return CPU
     return Device.of(x)
 
 

@@ -36,10 +36,10 @@ _HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTen
 _HEAD_SIZE = _HEAD.size  # 80
 
 _api = ctypes.pythonapi
-# A fresh function object (``pythonapi[...]``), so its argtypes are ours.
-_New = _api["PyCapsule_New"]
-_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_New.restype = ctypes.py_object
+# Function objects of the layer's own, each with its own prototype (those
+# of ctypes.pythonapi are shared: any library may set their argtypes).
+_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_New", _api))
+_IncRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", _api))
 
 # struct address -> (its memory, the array): what a capsule keeps alive.
 _live: dict = {}
@@ -56,7 +56,7 @@ _deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_live.pop)
 
 # Never freed: a capsule or a consumer may call them during shutdown.
 for _keep in (_deleter, _live, _name, _no_elements):
-    _api.Py_IncRef(ctypes.py_object(_keep))
+    _IncRef(_keep)
 _DELETER = ctypes.cast(_deleter, ctypes.c_void_p).value
 
 

@@ -19,7 +19,6 @@ entry_destructor(PyObject *capsule)
         Py_XDECREF(e->host_method);
         Py_XDECREF(e->host_answer);
         Py_XDECREF(e->host_pieces);
-        Py_XDECREF(e->host_deleted);
         PyMem_Free(e);
     } else {
         PyErr_Clear();
@@ -89,8 +88,8 @@ import_entry(PyTypeObject *type, PyObject **hold)
                 return NULL;
             }
             const DLPackExchangeAPI *api = cap == Py_None ? NULL : api_of(cap);
-            PyObject *hm = NULL, *ha = NULL, *hp = NULL, *hd = NULL;
-            if (host != Py_None && !PyArg_ParseTuple(host, "UUUU", &hm, &ha, &hp, &hd)) {
+            PyObject *hm = NULL, *ha = NULL, *hp = NULL;
+            if (host != Py_None && !PyArg_ParseTuple(host, "UUU", &hm, &ha, &hp)) {
                 Py_DECREF(plan);
                 return NULL;
             }
@@ -109,7 +108,6 @@ import_entry(PyTypeObject *type, PyObject **hold)
                 e->host_method = Py_XNewRef(hm);
                 e->host_answer = Py_XNewRef(ha);
                 e->host_pieces = Py_XNewRef(hp);
-                e->host_deleted = Py_XNewRef(hd);
                 got = PyCapsule_New(e, "gpu_dlpack.import_entry", entry_destructor);
                 if (got == NULL) {
                     Py_XDECREF(e->api_owner);
@@ -118,7 +116,6 @@ import_entry(PyTypeObject *type, PyObject **hold)
                     Py_XDECREF(hm);
                     Py_XDECREF(ha);
                     Py_XDECREF(hp);
-                    Py_XDECREF(hd);
                     PyMem_Free(e);
                     Py_DECREF(plan);
                     return NULL;
@@ -182,52 +179,65 @@ guards_pass(ImportEntry *e, PyObject *x, int code)
 }
 
 /* 1 when x passes its type's host test (told by Python: _peers.HostTest),
- * 0 when it does not or the test cannot say (the error cleared: the general
- * path asks __dlpack_device__, which reports it), -1 with an interrupt
- * pending. Before platform() (which crashes the process on a deleted JAX
- * array), the pieces are read, as JAX's __dlpack_device__ reads them
- * (None once deleted; one_device: one of them), or else deleted() asked. */
+ * as _devices reads it: len(x.<pieces>) == 1 and x.<method>() == answer is
+ * True (one device, host memory; a deleted JAX array's pieces are None, and
+ * platform() is never asked of it: it crashes the process). 0 when it does
+ * not, or the test cannot say (the error cleared, as Python clears it: then
+ * __dlpack_device__ says where the memory is); -1 with an error that is no
+ * Exception (an interrupt) pending. */
 int
-host_test(ImportEntry *e, PyObject *x, int one_device)
+host_test(ImportEntry *e, PyObject *x)
 {
     if (e->host_method == NULL)
         return 0;
-    if (one_device) {
-        PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
-        if (pieces == NULL)
-            return cleared();
-        Py_ssize_t n = PyObject_Length(pieces);
-        Py_DECREF(pieces);
-        if (n < 0)
-            return cleared();
-        if (n != 1)
-            return 0;
-    } else {
-        PyObject *gone = PyObject_CallMethodNoArgs(x, e->host_deleted);
-        if (gone == NULL)
-            return cleared();
-        Py_DECREF(gone);
-        if (gone != Py_False)
-            return 0;
-    }
+    PyObject *pieces = PyObject_GetAttr(x, e->host_pieces);
+    if (pieces == NULL)
+        return cleared();
+    Py_ssize_t n = PyObject_Length(pieces);
+    Py_DECREF(pieces);
+    if (n < 0)
+        return cleared();
+    if (n != 1)
+        return 0;
     PyObject *r = PyObject_CallMethodNoArgs(x, e->host_method);
     if (r == NULL)
         return cleared();
-    /* An answer of another type may still compare equal in Python: that
-     * case is the general path's. */
-    int host = PyUnicode_CheckExact(r) && PyUnicode_Compare(r, e->host_answer) == 0;
+    PyObject *eq = PyObject_RichCompare(r, e->host_answer, Py_EQ);
     Py_DECREF(r);
+    if (eq == NULL)
+        return cleared();
+    int host = eq == Py_True;
+    Py_DECREF(eq);
     return host;
 }
 
-/* x.__dlpack__(max_version=DLPACK_VERSION), or max_version=None for a
- * legacy request: the call the Python path makes (_producer.request). A new
- * reference, or NULL with the producer's error set. */
+/* x.__dlpack__(max_version=DLPACK_VERSION), or x.__dlpack__() for a legacy
+ * request: the call the Python path makes (_producer.request, which asks
+ * for nothing with no keyword at all). A new reference, or NULL with the
+ * producer's error set. */
 PyObject *
 ask_capsule(PyObject *x, int versioned)
 {
-    PyObject *a[2] = {x, versioned ? state.produced_version : Py_None};
-    return PyObject_VectorcallMethod(state.str_dlpack, a, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, state.kw_max_version);
+    PyObject *a[2] = {x, state.produced_version};
+    return PyObject_VectorcallMethod(state.str_dlpack, a, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     versioned ? state.kw_max_version : NULL);
+}
+
+PyObject *
+taken_error(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    if (value == NULL)  /* cannot be: a normalized exception has a value */
+        PyErr_SetString(PyExc_SystemError, "gpu_dlpack._core lost a producer's error");
+    return value;
 }
 
 /* 1 when an unconsumed tensor of the given kind is one whose NumPy import
@@ -312,21 +322,31 @@ ndarray_over(DLManagedTensorVersioned *m)
 
 /* from_dlpack(x) of a producer with a host test (JAX): its capsule for the
  * request the Python path makes, imported here when it is the plain case,
- * else handed to _import.host_capsule with x. None when the test fails or
- * the producer raised (the general path asks again and reports it). */
+ * else handed to _import.host_capsule with x (an error it raised to
+ * _import.host_refused_import). None when the test fails (an array over
+ * several devices among them: the general path gathers it). */
 static PyObject *
 capsule_import(PyObject *x, ImportEntry *e)
 {
-    /* An array over several devices refuses the export: the general path
-     * then gathers it (the test of one device costs more than the export). */
     if (!state.numpy_layout)
         return Py_NewRef(Py_None);  /* the Python import, which older NumPy's rules shape */
-    int host = host_test(e, x, 0);
+    int host = host_test(e, x);
     if (host <= 0)
         return host < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *capsule = ask_capsule(x, 1);
-    if (capsule == NULL)
-        return cleared() < 0 ? NULL : Py_NewRef(Py_None);
+    if (capsule == NULL) {
+        /* The producer's error, to _import.host_refused, which goes on from
+         * it as the Python path does: never asked the same again (a
+         * producer that imports itself would be asked twice at every
+         * level of its recursion), never dropped. */
+        PyObject *error = taken_error();
+        if (error == NULL)
+            return NULL;
+        PyObject *a[2] = {x, error};
+        PyObject *arr = delegate("host_refused_import", a, 2);
+        Py_DECREF(error);
+        return arr;
+    }
     int versioned = kind_of(capsule);
     void *ptr = versioned < 0 ? NULL : PyCapsule_GetPointer(capsule, versioned ? VERSIONED : LEGACY);
     PyObject *arr = NULL;

@@ -16,8 +16,7 @@ typedef struct {
     uint32_t method_codes; /* ... for these dtype codes (bit per code) */
     PyObject *host_method;  /* the host test (_peers.HostTest), or NULL: len() of ... */
     PyObject *host_pieces;  /* ... this attribute is 1 (one device), and ... */
-    PyObject *host_answer;  /* ... method() answers this for host memory; */
-    PyObject *host_deleted; /* a method answering True once the memory is gone */
+    PyObject *host_answer;  /* ... method() answers this for host memory */
 } ImportEntry;
 
 /* After a failed call into Python: 0 with the error cleared when it is an
@@ -39,8 +38,13 @@ cleared(void)
  * (core.forget()). NULL with an error set on failure. */
 ImportEntry *import_entry(PyTypeObject *type, PyObject **hold);
 int guards_pass(ImportEntry *e, PyObject *x, int code);
-int host_test(ImportEntry *e, PyObject *x, int one_device);
+int host_test(ImportEntry *e, PyObject *x);
 PyObject *ask_capsule(PyObject *x, int versioned);
+/* After a producer's __dlpack__ raised: its exception taken (a new
+ * reference, with its traceback) when it is an Exception, for the Python
+ * function that goes on from it as the Python path does; NULL with it left
+ * set when it is not (an interrupt: the caller raises it as it is). */
+PyObject *taken_error(void);
 PyObject *core_import_host(PyObject *mod, PyObject *x);
 PyObject *core_exchange(PyObject *mod, PyObject *x);
 

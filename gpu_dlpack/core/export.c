@@ -38,7 +38,7 @@ core_wrap(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     } else if ((PyObject *)e != Py_None && e->api == NULL) {
         /* Host memory on one device by its type's host test: the device the
          * Python wrap reads (the CPU, as its __dlpack_device__ says). */
-        int host = host_test(e, x, 1);
+        int host = host_test(e, x);
         if (host != 0) {
             PyObject *w = host < 0 ? NULL
                                    : new_exportable(x, state.cpu_device, state.cpu_dlpack, PLAN_CAPSULE, NULL, e, hold);
@@ -116,7 +116,7 @@ exporter_call(Exporter *self, PyObject *const *args, size_t nargsf, PyObject *kw
             return NULL;
         if ((PyObject *)e != Py_None && e->api == NULL) {
             /* A producer with a host test (JAX), on the host by it. */
-            int host = host_test(e, x, 1);
+            int host = host_test(e, x);
             PyObject *capsule = host > 0 ? capsule_export(x, max_version, versioned) : NULL;
             Py_DECREF(hold);
             if (capsule != NULL || host < 0 || PyErr_Occurred())

@@ -51,6 +51,17 @@ int_pair(PyObject *o)
            PyLong_CheckExact(PyTuple_GET_ITEM(o, 1));
 }
 
+/* 1 when no call under way, on any thread, has put a floor of its own on
+ * the exchanges made inside it (export(x, min_version=...), a wrapper's
+ * floor: _versions.under_floor, which lists them), else 0: the verdicts
+ * cached below are those of the floor in force, and the general path then
+ * checks against the floor of the call. */
+static inline int
+no_call_floor(void)
+{
+    return PyList_GET_SIZE(state.under_floor) == 0;
+}
+
 /* 1 when max_version is the one the version policy last accepted against the
  * floor in force (what _versions.check_max_version caches), or a pair of
  * exact ints equal to it (the verdict depends on the values only: callers
@@ -58,6 +69,8 @@ int_pair(PyObject *o)
 int
 accepted_versioned(PyObject *max_version)
 {
+    if (!no_call_floor())
+        return 0;
     PyObject *acc = PyDict_GetItem(state.versions_dict, state.str_accepted);
     PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
     if (acc == NULL || !PyTuple_CheckExact(acc) || PyTuple_GET_SIZE(acc) != 2 || PyTuple_GET_ITEM(acc, 1) != floor)
@@ -85,13 +98,17 @@ accepted_versioned(PyObject *max_version)
 static int
 produced_accepted(void)
 {
+    if (!no_call_floor())
+        return 0;
     PyObject *floor = PyDict_GetItem(state.versions_dict, state.str_floor);
     if (floor == NULL)
         return 0;
     if (floor == state.produced_floor)
         return 1;
-    PyObject *check = PyDict_GetItemString(state.versions_dict, "check_max_version");
+    /* Held for the call: the module's dict may drop it meanwhile. */
+    PyObject *check = Py_XNewRef(PyDict_GetItemString(state.versions_dict, "check_max_version"));
     PyObject *r = check ? PyObject_CallOneArg(check, state.produced_version) : NULL;
+    Py_XDECREF(check);
     int ok = r == Py_True;
     Py_XDECREF(r);
     PyErr_Clear();  /* refused: the general path raises it */
@@ -130,18 +147,32 @@ exchange_export_of(PyObject *x, ImportEntry *e)
  * producer with a host test (JAX), on the host by that test: its answer to
  * the request the Python path makes, passed on as it came where it already
  * obeys the rules, adapted where it is of the other kind, and handed with
- * every other answer to _exchange.host_answer. NULL with no error set when
- * the producer raised (the error cleared: the general path asks again and
- * reports it), or with one set. */
+ * every other answer to _exchange.host_answer; an error the producer raised
+ * to _exchange.host_refused, which goes on from it as the Python path does
+ * (the producer is not asked the same again, and the error is not dropped).
+ * NULL with an error set on failure. */
 PyObject *
 capsule_export(PyObject *x, PyObject *max_version, int versioned)
 {
+    /* The verdict on max_version, read again before and after the producer
+     * runs, as the Python path checks it before the request and again with
+     * the answer: the host test and the producer run Python, which may set
+     * another floor meanwhile. */
+    if (versioned && !accepted_versioned(max_version)) {
+        PyObject *a[2] = {x, max_version};
+        return delegate("host_export", a, 2);
+    }
     PyObject *answer = ask_capsule(x, versioned);
     if (answer == NULL) {
-        cleared();
-        return NULL;
+        PyObject *error = taken_error();
+        if (error == NULL)
+            return NULL;  /* not an Exception (an interrupt): raised as it is, as in Python */
+        PyObject *a[3] = {x, error, max_version};
+        PyObject *out = delegate("host_refused", a, 3);
+        Py_DECREF(error);
+        return out;
     }
-    int kind = kind_of(answer);
+    int kind = (versioned && !accepted_versioned(max_version)) ? -1 : kind_of(answer);
     void *ptr = kind < 0 ? NULL : PyCapsule_GetPointer(answer, kind ? VERSIONED : LEGACY);
     if (ptr == NULL)
         PyErr_Clear();
@@ -173,25 +204,64 @@ capsule_export(PyObject *x, PyObject *max_version, int versioned)
     return out;
 }
 
-/* 1 when the members the plain plans read are set and x is of the type
- * its plan was made for (Python may have deleted or replaced them: the
- * general path then reads them as Python does, and raises what it raises). */
+/* 1 when the plain plan may run now: its members are as the plan was made
+ * (set, x of the type its plan was made for, not read-only, no floor of its
+ * own, no device reported apart), else 0. Python may delete or replace them
+ * (the general path then reads them as Python does, and raises what it
+ * raises), also while this call runs: wherever Python code can run, an
+ * allocation (the cyclic GC runs finalizers) or a call out, what is checked
+ * here is checked again after it, or held (Plan). */
 static inline int
 plan_holds(Exportable *self)
 {
-    return self->x != NULL && self->readonly != NULL && self->reported != NULL &&
-           (PyObject *)Py_TYPE(self->x) == self->plan_type;
+    return self->plan != PLAN_GENERAL && self->x != NULL && self->readonly == Py_False &&
+           self->reported == Py_None && self->floor == Py_None && self->plan_type != NULL &&
+           (PyObject *)Py_TYPE(self->x) == self->plan_type &&
+           (self->plan != PLAN_NUMPY || self->plan_dtype != NULL) &&
+           (self->plan == PLAN_NUMPY || (self->guards != NULL && self->guards_owner != NULL));
 }
 
-static inline DLManagedTensorVersioned *
-exchange_export(Exportable *self)
+/* What a plain plan reads, held for the whole call: strong references to
+ * the array, the dtype the plan was made for and what keeps the producer
+ * type's entry alive (Python code run meanwhile may drop the members). */
+typedef struct {
+    int plan;
+    PyObject *x;
+    PyObject *dtype;        /* PLAN_NUMPY */
+    ImportEntry *guards;    /* PLAN_EXCHANGE, PLAN_CAPSULE ... */
+    PyObject *guards_owner; /* ... and what keeps it alive */
+} Plan;
+
+/* The plan held, once plan_holds() said it may run (no Python runs here). */
+static inline Plan
+hold_plan(Exportable *self)
 {
-    /* The guards run Python, which may drop the plan (and its entry) meanwhile. */
-    PyObject *hold = Py_NewRef(self->guards_owner), *x = Py_NewRef(self->x);
-    DLManagedTensorVersioned *m = exchange_export_of(x, self->guards);
-    Py_DECREF(x);
-    Py_DECREF(hold);
-    return m;
+    Plan p = {self->plan, Py_NewRef(self->x), Py_XNewRef(self->plan_dtype), self->guards,
+              Py_XNewRef(self->guards_owner)};
+    return p;
+}
+
+static inline void
+release_plan(Plan *p)
+{
+    Py_CLEAR(p->x);
+    Py_CLEAR(p->dtype);
+    Py_CLEAR(p->guards_owner);
+}
+
+/* NumPy's capsule of a held PLAN_NUMPY, when x still has the dtype the plan
+ * was made for (compared by identity); NULL with no error set when it has
+ * another or NumPy refuses (the general path says why). */
+static PyObject *
+plan_numpy_capsule(Plan *p, int versioned)
+{
+    PyObject *dtype = PyObject_GetAttr(p->x, state.str_dtype);
+    if (dtype == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(dtype);  /* compared by identity only: p->dtype holds one */
+    return dtype == p->dtype ? numpy_capsule(p->x, versioned) : NULL;
 }
 
 /* NumPy's versioned capsule stamped DLPACK_VERSION, in one read of its
@@ -266,8 +336,7 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
     if (!configured())
         return NULL;
-    if (nargs != 0 || self->plan == PLAN_GENERAL || !plan_holds(self) || self->readonly != Py_False ||
-        self->reported != Py_None)
+    if (nargs != 0 || !plan_holds(self))
         return exportable_general(self, args, nargsf, kwnames);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -288,57 +357,54 @@ exportable_dlpack(Exportable *self, PyObject *const *args, Py_ssize_t nargsf, Py
     int versioned = max_version != Py_None;
     if (versioned && !accepted_versioned(max_version))
         return exportable_general(self, args, nargsf, kwnames);
+    /* The request first, as the Python method sets it first: the allocation
+     * may run the cyclic GC, whose finalizers may delete or replace the
+     * members checked above, so they are checked again after it, and held. */
     PyObject *request = PyTuple_Pack(4, stream, max_version, dl_device, copy);
     if (request == NULL)
         return NULL;
-    if (self->plan == PLAN_NUMPY) {
-        PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
-        if (dtype == NULL) {
+    if (!plan_holds(self) || (versioned && !accepted_versioned(max_version))) {
+        Py_DECREF(request);
+        return exportable_general(self, args, nargsf, kwnames);
+    }
+    Plan p = hold_plan(self);
+    PyObject *capsule = NULL;
+    if (p.plan == PLAN_NUMPY) {
+        capsule = plan_numpy_capsule(&p, versioned);
+        if (capsule != NULL)
+            Py_XSETREF(self->request, request);
+        else
+            /* NumPy refused (a read-only array as legacy...), or the dtype
+             * changed: the general path says why, in gpu_dlpack's words. */
             Py_DECREF(request);
+    } else if (p.plan == PLAN_CAPSULE) {
+        Py_XSETREF(self->request, request);  /* also when the export raises, as in Python */
+        capsule = capsule_export(p.x, max_version, versioned);
+        if (capsule == NULL && PyErr_Occurred()) {
+            release_plan(&p);
             return NULL;
         }
-        Py_DECREF(dtype);  /* compared by identity only */
-        if (dtype != self->plan_dtype) {
+    } else if (versioned) {  /* PLAN_EXCHANGE, asked for a versioned capsule */
+        DLManagedTensorVersioned *m = exchange_export_of(p.x, p.guards);
+        if (m != NULL) {
+            capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
+            if (capsule == NULL) {
+                release_tensor(m, 1);
+                Py_DECREF(request);
+                release_plan(&p);
+                return NULL;
+            }
+            Py_XSETREF(self->request, request);
+        } else {
             Py_DECREF(request);
-            return exportable_general(self, args, nargsf, kwnames);
         }
-        PyObject *capsule = numpy_capsule(self->x, versioned);
-        if (capsule == NULL) {
-            /* NumPy refused (a read-only array as legacy...): the general
-             * path says why, in gpu_dlpack's words. */
-            Py_DECREF(request);
-            return exportable_general(self, args, nargsf, kwnames);
-        }
-        Py_XSETREF(self->request, request);
+    } else {
+        Py_DECREF(request);
+    }
+    release_plan(&p);
+    if (capsule != NULL)
         return capsule;
-    }
-    if (self->plan == PLAN_CAPSULE) {
-        Py_XSETREF(self->request, request);  /* also when the export raises, as in Python */
-        PyObject *x = Py_NewRef(self->x);
-        PyObject *capsule = capsule_export(x, max_version, versioned);
-        Py_DECREF(x);
-        if (capsule != NULL || PyErr_Occurred())
-            return capsule;
-        return exportable_general(self, args, nargsf, kwnames);
-    }
-    /* PLAN_EXCHANGE */
-    if (!versioned) {
-        Py_DECREF(request);
-        return exportable_general(self, args, nargsf, kwnames);
-    }
-    DLManagedTensorVersioned *m = exchange_export(self);
-    if (m == NULL) {
-        Py_DECREF(request);
-        return exportable_general(self, args, nargsf, kwnames);
-    }
-    PyObject *capsule = PyCapsule_New(m, VERSIONED, capsule_destructor);
-    if (capsule == NULL) {
-        release_tensor(m, 1);
-        Py_DECREF(request);
-        return NULL;
-    }
-    Py_XSETREF(self->request, request);
-    return capsule;
+    return exportable_general(self, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -513,26 +579,19 @@ exportable_from_py(void *obj, DLManagedTensorVersioned **out)
     Exportable *self = (Exportable *)x;
     /* The request is max_version=DLPACK_VERSION and nothing else: the plain
      * plans run when the version policy has accepted it against the floor in
-     * force (else the general path checks it, and caches its verdict). */
-    int plain = plan_holds(self) && self->readonly == Py_False && self->reported == Py_None &&
-                produced_accepted();
-    if (plain && self->plan == PLAN_NUMPY) {
-        PyObject *dtype = PyObject_GetAttr(self->x, state.str_dtype);
-        if (dtype == NULL)
-            return -1;
-        Py_DECREF(dtype);
-        PyObject *capsule = dtype == self->plan_dtype ? numpy_capsule(self->x, 1) : NULL;
-        void *ptr = capsule != NULL ? claim(capsule, 1) : NULL;
-        Py_XDECREF(capsule);
-        if (ptr != NULL) {
-            /* the request of the exchange: one tuple, made at configure */
-            Py_XSETREF(self->request, Py_NewRef(state.produced_request));
-            *out = ptr;
-            return 0;
+     * force (else the general path checks it, and caches its verdict). That
+     * check may run Python: the plan is checked after it, then held. */
+    if (produced_accepted() && plan_holds(self) && self->plan != PLAN_CAPSULE) {
+        Plan p = hold_plan(self);
+        DLManagedTensorVersioned *m = NULL;
+        if (p.plan == PLAN_NUMPY) {
+            PyObject *capsule = plan_numpy_capsule(&p, 1);
+            m = capsule != NULL ? claim(capsule, 1) : NULL;
+            Py_XDECREF(capsule);  /* renamed used_*: frees nothing */
+        } else {
+            m = exchange_export_of(p.x, p.guards);
         }
-    }
-    if (plain && self->plan == PLAN_EXCHANGE) {
-        DLManagedTensorVersioned *m = exchange_export(self);
+        release_plan(&p);
         if (m != NULL) {
             /* the request of the exchange: one tuple, made at configure */
             Py_XSETREF(self->request, Py_NewRef(state.produced_request));

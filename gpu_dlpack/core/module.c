@@ -5,6 +5,10 @@
 #include "info.h"
 #include "runtime.h"
 
+/* The words of _errors.subinterpreter(), which the package raises first. */
+#define SUBINTERPRETER_REFUSED                                                                                         \
+    "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): import it in the main interpreter"
+
 /* --- configure ------------------------------------------------------------ */
 
 static PyObject *
@@ -106,12 +110,22 @@ core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
             return NULL;
         Py_XSETREF(state.ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)state.numpy_api[2]));
     }
+    /* The calls under way with a floor of their own (export(x,
+     * min_version=...)): while there is one, the cached verdicts of the
+     * floor in force are not used. */
+    PyObject *under_floor = PyDict_Check(versions) ? PyDict_GetItemWithError(versions, state.str_under_floor) : NULL;
+    if (under_floor == NULL || !PyList_CheckExact(under_floor)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "versions must hold _under_floor, a list");
+        return NULL;
+    }
     PyObject *types = PyDict_New();
     if (types == NULL)
         return NULL;
     Py_XSETREF(state.import_types, types);
     Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
     Py_XSETREF(state.versions_dict, Py_NewRef(versions));
+    Py_XSETREF(state.under_floor, Py_NewRef(under_floor));
     Py_XSETREF(state.produced_version, Py_NewRef(produced));
     Py_XSETREF(state.produced_request, PyTuple_Pack(4, Py_None, produced, Py_None, Py_None));
     if (state.produced_request == NULL)
@@ -161,76 +175,107 @@ static PyMethodDef core_methods[] = {
     {NULL}
 };
 
-static struct PyModuleDef core_module = {
-    PyModuleDef_HEAD_INIT, "gpu_dlpack._core", "The compiled hot path of gpu_dlpack.", -1, core_methods,
-};
-
-PyMODINIT_FUNC
-PyInit__core(void)
+/* Made once per process, in the main interpreter: the names and arguments
+ * the calls use, and the exporter types. A second load of the module in the
+ * main interpreter (its entry dropped from sys.modules) finds them made. */
+static int
+setup_once(void)
 {
-    /* The core keeps its state in C globals, which one interpreter owns:
-     * a subinterpreter is refused before anything is made (the package
-     * refuses them too, with the same words, before it loads the core). */
-    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
-        PyErr_SetString(PyExc_ImportError,
-                        "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): "
-                        "import it in the main interpreter");
-        return NULL;
-    }
-    PyObject *m = PyModule_Create(&core_module);
-    if (m == NULL)
-        return NULL;
-    if (PyType_Ready(&ExportableType) < 0)
-        goto fail;
-    PyObject *api = PyCapsule_New(&exportable_api, EXCHANGE_API, NULL);
-    if (api == NULL || PyDict_SetItemString(ExportableType.tp_dict, "__dlpack_c_exchange_api__", api) < 0) {
-        Py_XDECREF(api);
-        goto fail;
-    }
-    PyType_Modified(&ExportableType);
-    if (PyModule_AddObjectRef(m, "EXCHANGE_API", api) < 0) {
-        Py_DECREF(api);
-        goto fail;
-    }
-    Py_DECREF(api);
-    if (PyModule_AddObjectRef(m, "ExportableBase", (PyObject *)&ExportableType) < 0)
-        goto fail;
-    if (PyType_Ready(&ExporterType) < 0 || PyModule_AddObjectRef(m, "Exporter", (PyObject *)&ExporterType) < 0)
-        goto fail;
+    if (state.set_up)
+        return 0;
+    if (PyType_Ready(&ExportableType) < 0 || PyType_Ready(&ExporterType) < 0)
+        return -1;
     state.str_accepted = PyUnicode_InternFromString("_accepted");
     state.str_floor = PyUnicode_InternFromString("_floor");
+    state.str_under_floor = PyUnicode_InternFromString("_under_floor");
     state.str_dlpack = PyUnicode_InternFromString("__dlpack__");
     state.str_dtype = PyUnicode_InternFromString("dtype");
     state.str_view = PyUnicode_InternFromString("view");
     state.str_max_version = PyUnicode_InternFromString("max_version");
     state.kw_max_version = state.str_max_version ? PyTuple_Pack(1, state.str_max_version) : NULL;
     state.ask_versioned = Py_BuildValue("(ii)", 1, 0);
-    if (!state.str_accepted || !state.str_floor || !state.str_dlpack || !state.str_dtype || !state.str_view || !state.kw_max_version || !state.ask_versioned)
-        goto fail;
+    state.str_legacy = PyUnicode_InternFromString(LEGACY);
+    state.str_versioned = PyUnicode_InternFromString(VERSIONED);
+    if (!state.str_accepted || !state.str_floor || !state.str_under_floor || !state.str_dlpack || !state.str_dtype ||
+        !state.str_view || !state.kw_max_version || !state.ask_versioned || !state.str_legacy || !state.str_versioned)
+        return -1;
     static const char *info_keys[10] = {"name", "versioned", "version", "flags", "device", "dl_dtype", "shape",
                                         "strides", "byte_offset", "data"};
     for (int i = 0; i < 10; i++)
         if ((state.info_keys[i] = PyUnicode_InternFromString(info_keys[i])) == NULL)
-            goto fail;
-    state.str_legacy = PyUnicode_InternFromString(LEGACY);
-    state.str_versioned = PyUnicode_InternFromString(VERSIONED);
-    if (!state.str_legacy || !state.str_versioned)
-        goto fail;
+            return -1;
+    PyObject *api = PyCapsule_New(&exportable_api, EXCHANGE_API, NULL);
+    if (api == NULL || PyDict_SetItemString(ExportableType.tp_dict, "__dlpack_c_exchange_api__", api) < 0) {
+        Py_XDECREF(api);
+        return -1;
+    }
+    Py_DECREF(api);
+    PyType_Modified(&ExportableType);
+    state.set_up = 1;  /* last: what says it is done */
+    return 0;
+}
+
+/* The module's body, run for each module object made (PEP 489). */
+static int
+core_exec(PyObject *m)
+{
+    /* Refused where it cannot run (PyInit__core refuses first): the core's
+     * state is C globals, the main interpreter's. */
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError, SUBINTERPRETER_REFUSED);
+        return -1;
+    }
+    if (setup_once() < 0)
+        return -1;
+    PyObject *api = PyDict_GetItemString(ExportableType.tp_dict, "__dlpack_c_exchange_api__");
+    if (api == NULL || PyModule_AddObjectRef(m, "EXCHANGE_API", api) < 0 ||
+        PyModule_AddObjectRef(m, "ExportableBase", (PyObject *)&ExportableType) < 0 ||
+        PyModule_AddObjectRef(m, "Exporter", (PyObject *)&ExporterType) < 0)
+        return -1;
     /* The addresses of the core's owning capsule destructors, by kind. */
     PyObject *destructors = Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
                                           PyLong_FromVoidPtr((void *)capsule_destructor));
     if (destructors == NULL || PyModule_AddObjectRef(m, "OWNING_DESTRUCTORS", destructors) < 0) {
         Py_XDECREF(destructors);
-        goto fail;
+        return -1;
     }
     Py_DECREF(destructors);
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_CAPSULE", PLAN_CAPSULE) < 0)
-        goto fail;
-    return m;
-fail:
-    Py_DECREF(m);
-    return NULL;
+        return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, core_exec},
+#ifdef Py_mod_multiple_interpreters
+    /* CPython 3.12+ refuses it in every subinterpreter itself. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+/* Multi-phase initialization (PEP 489): every interpreter that loads the
+ * file runs PyInit__core and the exec slot, where a single-phase module
+ * loaded by the main interpreter first would be copied into a
+ * subinterpreter without either running, on the main interpreter's state
+ * (docs/internals/core.md). The state stays the process's C globals, the
+ * main interpreter's: no per-module state (m_size 0), since no other
+ * interpreter ever gets a module. */
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "gpu_dlpack._core", "The compiled hot path of gpu_dlpack.", 0, core_methods, core_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    /* A subinterpreter is refused before anything is made (the package
+     * refuses them too, with the same words, before it loads the core). */
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_SetString(PyExc_ImportError, SUBINTERPRETER_REFUSED);
+        return NULL;
+    }
+    return PyModuleDef_Init(&core_module);
 }

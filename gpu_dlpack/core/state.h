@@ -30,6 +30,7 @@ typedef struct {
     PyTypeObject *ndarray_type;
     void **numpy_api;
     PyObject *versions_dict;      /* _versions.__dict__ (its verdict cache) */
+    PyObject *under_floor;        /* _versions._under_floor: the calls under way with a floor of their own */
     PyObject *produced_version;   /* DLPACK_VERSION, as Python has it */
     PyObject *produced_request;   /* (None, DLPACK_VERSION, None, None): last_request of the C exchange */
     uint64_t version_word;        /* DLPACK_VERSION as written in a capsule */
@@ -56,10 +57,11 @@ typedef struct {
     PyObject *produced_floor;     /* the floor DLPACK_VERSION was accepted under */
 
     /* names and arguments made once (module setup) */
-    PyObject *str_accepted, *str_floor, *str_dlpack, *str_dtype, *str_max_version, *str_view;
+    PyObject *str_accepted, *str_floor, *str_under_floor, *str_dlpack, *str_dtype, *str_max_version, *str_view;
     PyObject *kw_max_version;     /* ("max_version",) */
     PyObject *ask_versioned;      /* (1, 0): what NumPy is asked */
     PyObject *info_keys[10];      /* CapsuleInfo's fields, in order */
+    int set_up;                   /* the above made (setup_once) */
     PyObject *str_legacy, *str_versioned;  /* "dltensor", "dltensor_versioned" */
 
     /* the CUDA runtime calls (set_runtime: all or none; set_copy_runtime: both or neither) */

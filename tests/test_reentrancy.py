@@ -1,0 +1,295 @@
+"""Python code run inside the layer's own calls.
+
+Finalizers that the cyclic GC runs in the middle of a call (an allocation
+is enough) and change what the call works on; producers that call back into
+the layer from their ``__dlpack__``; producers the layer takes for JAX's
+(by their type's name) whose methods raise. Each gives what the
+pure-Python path gives, on both paths, with no crash and no hang. The cases
+that could crash or hang run in a child interpreter on the path of the run
+(a crash is then a failed test, not a dead suite), and are compared with the
+same child on the pure-Python path.
+
+State the layer shares with the other libraries of the process:
+tests/test_shared_process.py.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PURE = os.environ.get("GPU_DLPACK_PURE_PYTHON") == "1"
+
+
+def _child(code, *args, pure=PURE, timeout=120):
+    """The JSON lines ``code`` prints, run in a child on one path."""
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    env.pop("GPU_DLPACK_PURE_PYTHON", None)
+    if pure:
+        env["GPU_DLPACK_PURE_PYTHON"] = "1"
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+    assert done.returncode == 0, f"exit status {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith(("[", "{"))]
+
+
+def _here_and_pure(code, *args, timeout=120):
+    """(this run's path, the pure-Python path): the same child on each."""
+    here = _child(code, *args, timeout=timeout)
+    return here, (here if PURE else _child(code, *args, pure=True, timeout=timeout))
+
+
+# -- finalizers that change a wrapper in the middle of its __dlpack__ ------------
+
+FINALIZER = r"""
+import gc, json
+import numpy as np, torch, jax.numpy as jnp, gpu_dlpack
+MAKE = {"numpy": lambda: np.arange(3.0), "torch": lambda: torch.arange(3.0), "jax": lambda: jnp.arange(3.0)}
+MV = (1, 0)
+other = np.arange(5, dtype=np.int32)
+w = act = None
+
+
+class Finalizer:
+    def __del__(self):
+        gc.set_threshold(700)  # one collection inside the call is enough
+        try:
+            if act == "delete":
+                del w._x
+            elif act == "readonly":
+                w._readonly = True
+            elif act == "replace":
+                w._x = other
+            elif act == "floor":
+                w._floor = (1, 1)
+        except AttributeError:
+            pass
+
+
+def ask(request):
+    if request == "legacy":
+        return w.__dlpack__()
+    if request == "versioned":
+        return w.__dlpack__(max_version=MV)
+    return torch.from_dlpack(w)  # the wrapper's C exchange API, on the core
+
+
+def describe(out):
+    if type(out).__name__ == "PyCapsule":
+        i = gpu_dlpack.inspect(out)
+        return [i.name, i.read_only, list(i.shape), list(i.dl_dtype), gpu_dlpack.from_dlpack(out).tolist()]
+    return out.tolist()
+
+
+for plan in MAKE:
+    for request in ("legacy", "versioned", "exchange api"):
+        for act in ("delete", "readonly", "replace", "floor"):
+            for attempt in range(2):  # with the verdict for MV cached or not
+                if attempt:
+                    gpu_dlpack.export(np.arange(1.0), max_version=MV)
+                w = gpu_dlpack.wrap(MAKE[plan]())
+                gc.collect()
+                a = Finalizer(); b = [a]; a.b = b  # a cycle with a finalizer, garbage once dropped
+                del a, b
+                gc.set_threshold(1)  # collected at the next allocation: inside the call
+                try:
+                    got = ["ok", describe(ask(request))]
+                except Exception as exc:
+                    got = [type(exc).__name__, str(exc)]
+                finally:
+                    gc.set_threshold(700)
+                print(json.dumps([plan, request, act, attempt, got]))
+"""
+
+
+def test_a_finalizer_that_changes_the_wrapper_mid_call_gets_what_python_gives():
+    # The compiled __dlpack__ checked its plan, allocated (the GC ran a
+    # finalizer that deleted w._x), then read the member it had checked: a
+    # NULL pointer (SIGSEGV), for NumPy's plan, JAX's and torch's. Each
+    # plan, each request (legacy, versioned, the C exchange API), each
+    # change, with the version verdict cached and not.
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    here, pure = _here_and_pure(FINALIZER, timeout=300)
+    assert len(here) == 3 * 3 * 4 * 2 and here == pure
+    for plan, request, act, attempt, got in here:
+        if act == "delete":
+            assert got == ["AttributeError", "'Exportable' object has no attribute '_x'"], (plan, request, got)
+
+
+# -- a producer that exports or imports itself -------------------------------------
+
+SELF_EXCHANGE = r"""
+import json, sys
+import numpy as np, gpu_dlpack
+calls = 0
+entry = None
+
+
+class ArrayImpl:  # what the layer takes for JAX's array type, by its name
+    def __init__(self):
+        self._arrays = [self]
+
+    def platform(self):
+        return "cpu"
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        global calls
+        calls += 1
+        return exchange(self)
+
+
+ArrayImpl.__module__ = "jaxlib.xla_extension"
+
+
+def exchange(x):
+    if entry == "import":
+        return gpu_dlpack.from_dlpack(x)
+    if entry == "export":
+        return gpu_dlpack.export(x, max_version=(1, 0))
+    if entry == "export legacy":
+        return gpu_dlpack.export(x)
+    if entry == "wrap":
+        return gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0))
+    return np.from_dlpack(gpu_dlpack.wrap(x))
+
+
+for entry in ("import", "export", "export legacy", "wrap", "wrap numpy"):
+    calls = 0
+    try:
+        exchange(ArrayImpl())
+        got = "ok"
+    except Exception as exc:
+        got = f"{type(exc).__name__}: {exc}"
+    print(json.dumps([entry, got, calls, sys.getrecursionlimit()]))
+"""
+
+
+def test_a_producer_that_exchanges_itself_is_asked_once_per_level():
+    # The compiled import dropped the producer's error (RecursionError, deep
+    # down) and the Python path asked __dlpack__ again, at every level: the
+    # calls doubled every few frames, and at the default recursion limit
+    # the import never returned.
+    here, pure = _here_and_pure(SELF_EXCHANGE, timeout=120)
+    said = "BufferError: jaxlib.xla_extension.ArrayImpl.__dlpack__ refused the export: RecursionError: "
+    assert [e for e, *_ in here] == [e for e, *_ in pure] == ["import", "export", "export legacy", "wrap",
+                                                               "wrap numpy"]
+    for (entry, got, calls, limit), (_, pure_got, pure_calls, _) in zip(here, pure):
+        assert got.startswith(said) and pure_got.startswith(said), (entry, got, pure_got)
+        assert 0 < calls <= limit and 0 < pure_calls <= limit, (entry, calls, pure_calls)
+
+
+# -- producers taken for JAX's whose methods raise ------------------------------------
+
+HOST_TESTED = r"""
+import json
+import numpy as np, gpu_dlpack
+
+
+class ArrayImpl:  # taken for JAX's by its name: the layer reads its host test
+    def __init__(self, bad):
+        self.bad, self.a = bad, np.arange(3.0)
+
+    @property
+    def _arrays(self):
+        if self.bad == "_arrays raises":
+            raise RuntimeError("_arrays")
+        return [self, self] if self.bad == "two devices" else [self]
+
+    def platform(self):
+        if self.bad == "platform raises":
+            raise RuntimeError("platform")
+        return "gpu" if self.bad == "on a gpu" else "cpu"
+
+    def is_deleted(self):
+        if self.bad == "is_deleted raises":
+            raise RuntimeError("is_deleted")
+        return False
+
+    def __dlpack_device__(self):
+        if self.bad in ("__dlpack_device__ raises", "two devices"):
+            raise BufferError("__dlpack_device__: " + self.bad)
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        if self.bad == "__dlpack__ raises":
+            raise RuntimeError("__dlpack__")
+        if self.bad == "__dlpack__ refuses max_version" and kwargs:
+            raise TypeError("no keywords")
+        return self.a.__dlpack__()
+
+
+ArrayImpl.__module__ = "jaxlib.xla_extension"
+ENTRIES = {
+    "import": lambda x: gpu_dlpack.from_dlpack(x).tolist(),
+    "export": lambda x: gpu_dlpack.inspect(gpu_dlpack.export(x, max_version=(1, 0))).name,
+    "export legacy": lambda x: gpu_dlpack.inspect(gpu_dlpack.export(x)).name,
+    "wrap": lambda x: np.from_dlpack(gpu_dlpack.wrap(x)).tolist(),
+}
+for bad in ("nothing", "__dlpack_device__ raises", "_arrays raises", "platform raises", "is_deleted raises",
+            "two devices", "on a gpu", "__dlpack__ raises", "__dlpack__ refuses max_version"):
+    for entry, call in ENTRIES.items():
+        try:
+            got = call(ArrayImpl(bad))
+        except Exception as exc:
+            got = f"{type(exc).__name__}: {exc}"
+        print(json.dumps([bad, entry, got]))
+"""
+
+
+def test_a_producer_taken_for_jax_is_read_alike_on_both_paths():
+    # The core's wrap and export never asked __dlpack_device__ (its host
+    # test stood for it, not on the Python path), and its import read
+    # is_deleted() where the Python path reads _arrays: an exception raised
+    # in one of them surfaced on different entries on each path.
+    here, pure = _here_and_pure(HOST_TESTED)
+    assert here == pure
+    got = {(bad, entry): out for bad, entry, out in here}
+    for entry in ("import", "export", "wrap"):
+        # The host test stands for __dlpack_device__ on every entry; where it
+        # cannot say, __dlpack_device__ is asked.
+        assert not str(got["__dlpack_device__ raises", entry]).startswith("BufferError")
+        assert got["two devices", entry].startswith("BufferError: __dlpack_device__: two devices")
+        assert got["_arrays raises", entry] == got["nothing", entry] == got["is_deleted raises", entry]
+    assert got["__dlpack__ raises", "import"].startswith(
+        "BufferError: jaxlib.xla_extension.ArrayImpl.__dlpack__ refused the export: RuntimeError: __dlpack__")
+    assert got["__dlpack__ refuses max_version", "export"] == "dltensor_versioned"  # asked again as an old producer
+
+
+def test_an_error_of_a_producer_that_sets_a_floor_is_its_own(floor):
+    # The core handed the producer's error on, then checked max_version
+    # again, under the floor the producer had set meanwhile: a
+    # DLPackVersionError where the Python path, which checks before it asks,
+    # raises the producer's own error.
+    import gpu_dlpack
+
+    class ArrayImpl:  # taken for JAX's by its name
+        _arrays = property(lambda self: [self])
+
+        def platform(self):
+            return "cpu"
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            gpu_dlpack.set_min_dlpack_version((1, 1))
+            raise BufferError("the producer's own refusal")
+
+    ArrayImpl.__module__, ArrayImpl.__qualname__ = "jaxlib.xla_extension", "ArrayImpl"
+    for call in (lambda x: gpu_dlpack.export(x, max_version=(1, 0)),
+                 lambda x: gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0))):
+        gpu_dlpack.set_min_dlpack_version((0, 5))
+        import numpy as np
+
+        gpu_dlpack.export(np.arange(1.0), max_version=(1, 0))  # the verdict cached, as after any exchange
+        with pytest.raises(BufferError, match="^the producer's own refusal$") as err:
+            call(ArrayImpl())
+        assert type(err.value) is BufferError
