@@ -84,7 +84,6 @@ numpydoc_xref_aliases = {word: word for word in numpydoc.xref.DEFAULT_LINKS}
 numpydoc_xref_aliases.update({
     name: f"gpu_dlpack.{name}" for name in gpu_dlpack.__all__ if isinstance(getattr(gpu_dlpack, name), type)
 })
-numpydoc_xref_aliases["Explanation"] = "gpu_dlpack._explain.Explanation"
 numpydoc_xref_aliases["Match"] = "gpu_dlpack._explain.Match"
 # Each public docstring has its sections: an undocumented or unknown
 # parameter, a function without Returns, is a build error. (That every

@@ -27,6 +27,7 @@ from ._errors import (  # noqa: E402
     CopyRequiredError,
     DeviceUnreachableError,
     DLPackVersionError,
+    GpuDlpackError,
     InvalidStreamError,
     NotDLPackError,
     ReadOnlyError,
@@ -34,15 +35,13 @@ from ._errors import (  # noqa: E402
     StreamTypeError,
     StreamWarning,
 )
+from ._explain import Explanation  # noqa: E402  (the knowledge file is read at the first explain)
 from ._export import Exportable, export, wrap  # noqa: E402
 from ._import import from_dlpack, shards  # noqa: E402
 from ._kit import Producer, from_pointer  # noqa: E402
 from ._shards import Shard  # noqa: E402
 from ._streams import use_stream  # noqa: E402
 from ._typing import Capsule, Version  # noqa: E402
-
-if TYPE_CHECKING:
-    from ._explain import Explanation
 from ._view import ArrayView, view  # noqa: E402
 
 __version__ = "0.1.0"
@@ -201,10 +200,12 @@ __all__ = [
     "DLPackVersionError",
     "Device",
     "DeviceUnreachableError",
+    "Explanation",
     "Exportable",
     "FLAG_IS_COPIED",
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
+    "GpuDlpackError",
     "InvalidStreamError",
     "NotDLPackError",
     "Producer",

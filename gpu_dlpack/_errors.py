@@ -14,10 +14,39 @@ its cause and still a subclass of the standard's type, so that
 (``ValueError``: a value the memory's device does not take) and
 ``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
 
+Every error the layer raises itself is also a ``GpuDlpackError``, so that
+``except gpu_dlpack.GpuDlpackError`` catches them all and nothing a peer
+raised (torch's, JAX's own errors, passed on where the layer has nothing to
+add). The refusals without a class of their own are of the classes named
+``BufferError``, ``TypeError``, ``ValueError``... defined below: in this
+module those names are the layer's (each the builtin of its name and a
+``GpuDlpackError``), so that every message here builds the layer's error.
+
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
 
 from __future__ import annotations
+
+import builtins
+
+
+class GpuDlpackError(Exception):
+    """The base class of every error gpu_dlpack raises itself.
+
+    Each is also the standard's type (``BufferError``, ``TypeError``,
+    ``ValueError``; ``ImportError`` for a library ``convert`` cannot import),
+    so ``except BufferError`` keeps working; ``except GpuDlpackError`` tells
+    the layer's refusals from what a peer library raised.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> try:
+    ...     gpu_dlpack.export(np.arange(3), copy="yes")
+    ... except gpu_dlpack.GpuDlpackError as e:
+    ...     print(isinstance(e, TypeError), str(e)[:40])
+    True copy must be True, False or None; go
+    """
 
 
 class StreamWarning(UserWarning):
@@ -28,7 +57,7 @@ class StreamWarning(UserWarning):
     """
 
 
-class ConsumedCapsuleError(ValueError, BufferError):
+class ConsumedCapsuleError(GpuDlpackError, builtins.ValueError, builtins.BufferError):
     """The capsule was already consumed (renamed ``used_dltensor*``).
 
     A ``ValueError`` for `inspect` and a ``BufferError`` for an import, so
@@ -48,7 +77,7 @@ class ConsumedCapsuleError(ValueError, BufferError):
     """
 
 
-class NotDLPackError(TypeError, AttributeError):
+class NotDLPackError(GpuDlpackError, builtins.TypeError, builtins.AttributeError):
     """The object speaks no DLPack, nor another array protocol.
 
     No ``__dlpack__`` and ``__dlpack_device__``, no array interface, no buffer.
@@ -57,7 +86,7 @@ class NotDLPackError(TypeError, AttributeError):
     """
 
 
-class DLPackVersionError(BufferError):
+class DLPackVersionError(GpuDlpackError, builtins.BufferError):
     """The DLPack version asked for is below the floor, or too old for the data.
 
     Raised for a ``max_version`` below the floor in force (`MIN_DLPACK_VERSION`,
@@ -76,7 +105,7 @@ class DLPackVersionError(BufferError):
     """
 
 
-class CopyRequiredError(BufferError):
+class CopyRequiredError(GpuDlpackError, builtins.BufferError):
     """``copy=False``, but the exchange needs a copy.
 
     Another device, a gather of shards, a layout the consumer cannot import,
@@ -84,7 +113,7 @@ class CopyRequiredError(BufferError):
     """
 
 
-class ReadOnlyError(BufferError):
+class ReadOnlyError(GpuDlpackError, builtins.BufferError):
     """Read-only data for a consumer that cannot hold it read-only.
 
     A legacy capsule cannot say READ_ONLY, and some libraries' arrays cannot be
@@ -92,7 +121,7 @@ class ReadOnlyError(BufferError):
     """
 
 
-class DeviceUnreachableError(BufferError):
+class DeviceUnreachableError(GpuDlpackError, builtins.BufferError):
     """The device asked for cannot be reached from the data's, or served.
 
     No installed backend can make the move (no CuPy, no GPU), or the memory
@@ -100,7 +129,7 @@ class DeviceUnreachableError(BufferError):
     """
 
 
-class StreamError(Exception):
+class StreamError(GpuDlpackError):
     """A stream refused for the memory it goes with.
 
     Never raised itself, but as `InvalidStreamError` (a ``ValueError``) or
@@ -118,16 +147,45 @@ class StreamError(Exception):
     """
 
 
-class InvalidStreamError(StreamError, ValueError):
+class InvalidStreamError(StreamError, builtins.ValueError):
     """A stream value the memory's device does not take.
 
     ``stream=1`` for host memory, a negative handle... A ``ValueError``.
     """
 
 
-class StreamTypeError(StreamError, TypeError):
+class StreamTypeError(StreamError, builtins.TypeError):
     """An object that is no stream, nor a stream object's handle. A ``TypeError``.
     """
+
+
+# The standard's types as the layer raises them, for the messages below that
+# have no class of their own: each is the builtin of its name and a
+# GpuDlpackError (a traceback names it gpu_dlpack._errors.BufferError).
+
+
+class BufferError(GpuDlpackError, builtins.BufferError):
+    """An exchange gpu_dlpack cannot make: the standard's ``BufferError``."""
+
+
+class TypeError(GpuDlpackError, builtins.TypeError):
+    """An argument of the wrong type: the standard's ``TypeError``."""
+
+
+class ValueError(GpuDlpackError, builtins.ValueError):
+    """An argument of the right type but a wrong value: the standard's ``ValueError``."""
+
+
+class NotImplementedError(GpuDlpackError, builtins.NotImplementedError):
+    """A hook a subclass must define."""
+
+
+class ImportError(GpuDlpackError, builtins.ImportError):
+    """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support)."""
+
+
+class ModuleNotFoundError(ImportError, builtins.ModuleNotFoundError):
+    """A library asked for by name that cannot be imported."""
 
 
 def _fmt_version(v) -> str:
@@ -225,11 +283,22 @@ def array_not_device(value) -> TypeError:
 
 
 def not_dlpack(obj) -> NotDLPackError:
+    if isinstance(obj, type):
+        return class_not_array(obj)
     return NotDLPackError(
         f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack: "
         "it has no __dlpack__ and __dlpack_device__ methods, and it is not a "
         "DLPack capsule. Pass an array from a DLPack library (NumPy, PyTorch, "
         "JAX, CuPy, ...) or a capsule named 'dltensor' or 'dltensor_versioned'."
+    )
+
+
+def class_not_array(cls) -> NotDLPackError:
+    return NotDLPackError(
+        f"{cls.__module__}.{cls.__qualname__} is a class, not an array: gpu_dlpack "
+        "exchanges arrays (instances of it), whose __dlpack__ and __dlpack_device__ "
+        "are bound to their data. Pass an array, such as numpy.arange(3) or "
+        "torch.zeros(3), not its type."
     )
 
 
@@ -299,6 +368,8 @@ def producer_not_a_capsule(producer, obj) -> TypeError:
 
 
 def producer_bad_device(producer, answer, error=ValueError):
+    # The reading failed with ``error``: the layer's error of that standard type.
+    error = TypeError if issubclass(error, builtins.TypeError) else ValueError
     return error(
         f"{producer}.__dlpack_device__() returned {answer!r}, which names no DLPack "
         "device: it must return a (device_type, device_id) pair of ints such as "
@@ -544,10 +615,16 @@ def bad_consumer(to) -> TypeError:
     )
 
 
-def consumer_not_importable(name, exc) -> ModuleNotFoundError:
+def consumer_not_importable(name, exc, meant=()) -> ModuleNotFoundError:
+    if len(meant) == 1:
+        hint = f" Did you mean {meant[0]!r}?"
+    elif meant:
+        hint = " Did you mean one of " + ", ".join(repr(m) for m in meant) + "?"
+    else:
+        hint = ""
     return ModuleNotFoundError(
         f"convert(x, {name!r}): no module named {name!r} can be imported here "
-        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        f"({type(exc).__name__}: {exc}).{hint} Check the spelling, or install the library into "
         "this Python.",
         name=name,
     )
@@ -595,6 +672,26 @@ def unaligned_needs_copy(consumer, address, alignment) -> CopyRequiredError:
     )
 
 
+def bad_alignment(value) -> TypeError | ValueError:
+    error = ValueError if type(value) is int else TypeError
+    return error(
+        "require_alignment must be a number of bytes the first element's address is a "
+        f"multiple of, an int such as 64 (0: none); got {value!r}."
+    )
+
+
+def requirement_needs_copy(what, address, alignment, shape, strides) -> CopyRequiredError:
+    if what == "alignment":
+        why = (f"require_alignment={alignment}, and the data starts at 0x{address:x}, "
+               f"{address % alignment} bytes past a {alignment}-byte boundary")
+    else:
+        why = f"require_contiguous=True, and the data of shape {shape} has strides {strides} (in elements), not C order"
+    return CopyRequiredError(
+        f"copy=False, but {why}: only a copy meets the requirement. Pass copy=None for a "
+        "compact copy aligned as asked (made only where it is needed), or drop the requirement."
+    )
+
+
 def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
     return DeviceUnreachableError(
         f"convert(x, {consumer!r}): {consumer} arrays live on a GPU, and gpu_dlpack cannot "
@@ -610,4 +707,11 @@ def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
         f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
         "this Python.",
         name=name,
+    )
+
+
+def explain_takes(obj) -> TypeError:
+    return TypeError(
+        "gpu_dlpack.explain takes an exception or an error message (str); got "
+        f"{type(obj).__name__} {obj!r}."
     )

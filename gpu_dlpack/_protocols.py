@@ -49,6 +49,8 @@ def producer(x):
     view = BUFFER_VIEWS.get(type(x))
     if view is not None:
         return view(x)
+    if isinstance(x, type):
+        return None  # an array type, not an array: its methods are unbound
     if type(x) is _capsule.CapsuleType:
         return OneCapsule(x)
     if _has(x, "__dlpack__") and _has(x, "__dlpack_device__"):

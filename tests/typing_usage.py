@@ -20,7 +20,9 @@ from gpu_dlpack import (
     DeviceUnreachableError,
     DLDeviceType,
     DLPackVersionError,
+    Explanation,
     Exportable,
+    GpuDlpackError,
     InvalidStreamError,
     NotDLPackError,
     Producer,
@@ -55,7 +57,8 @@ def use(x: npt.NDArray[np.float64]) -> None:
     floor: tuple[int, int] | None = w.min_version
     dev: tuple[int, int] = w.__dlpack_device__()
     again: Any = w.__dlpack__(max_version=(1, 0))
-    back = gpu_dlpack.from_dlpack(w, device="cpu", copy=False, stream=None)
+    back = gpu_dlpack.from_dlpack(w, device="cpu", copy=False, stream=None, require_alignment=64,
+                                  require_contiguous=True)
     host: npt.NDArray[Any] = back if isinstance(back, np.ndarray) else np.asarray(back.get())
     d: Device = Device.of(x)
     kind: DLDeviceType = d.type
@@ -85,8 +88,10 @@ def use(x: npt.NDArray[np.float64]) -> None:
     on: tuple[int, int] = s.__dlpack_device__()
     errors: tuple[type[Exception], ...] = (
         ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, InvalidStreamError,
-        NotDLPackError, ReadOnlyError, StreamError, StreamTypeError,
+        NotDLPackError, ReadOnlyError, StreamError, StreamTypeError, GpuDlpackError,
     )
+    found: Explanation = gpu_dlpack.explain("BufferError: ...")
+    remedies: list[str] = found.remedies
     warning: type[Warning] = StreamWarning
     try:
         gpu_dlpack.export(x, max_version=(0, 1))
@@ -94,5 +99,5 @@ def use(x: npt.NDArray[np.float64]) -> None:
         message: str = str(exc)
         print(message)
     print(shape, strides, read_only, dtype, dl_dtype, version, floor, dev, again, host, kind, index, pair, old,
-          current, newest, flags, where, ptr, view_dtype, ready_on, p, made, on, errors, warning,
+          current, newest, flags, where, ptr, view_dtype, ready_on, p, made, on, errors, warning, remedies,
           gpu_dlpack.__version__)
