@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import math
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
@@ -90,8 +91,9 @@ class Conversion:
     copied_by : str or None
         Who copied: ``"gpu_dlpack"`` or the consumer's name (JAX copies
         unaligned host data itself); None when nothing was copied.
-    shared_read_only : bool
-        Read-only data handed over writeable (``on_readonly="share"``).
+    shared_readonly : bool
+        Read-only data handed over writeable (``on_readonly="share"``;
+        ``shared_read_only`` is its deprecated alias).
     faults : tuple of str
         The consumer's faults the layer acted on (``"read-only-ignored"``...).
     reasons : tuple of str
@@ -110,9 +112,15 @@ class Conversion:
     version: str | None
     copied: bool | None      # the result holds memory of its own (None: unknown)
     copied_by: str | None    # "gpu_dlpack" or the consumer's name, when copied
-    shared_read_only: bool   # read-only data handed over writeable (on_readonly='share')
+    shared_readonly: bool    # read-only data handed over writeable (on_readonly='share')
     faults: tuple[str, ...]  # the consumer's faults the layer acted on
     reasons: tuple[str, ...]  # what was done and why, a sentence each
+
+    @property
+    def shared_read_only(self) -> bool:
+        """Deprecated: `shared_readonly`."""
+        warnings.warn(_errors.renamed("Conversion", "shared_read_only", "shared_readonly"), stacklevel=2)
+        return self.shared_readonly
 
     def __str__(self) -> str:
         how = "zero-copy" if self.copied is False else (
@@ -273,7 +281,7 @@ class Served:
         address = info.data + info.byte_offset
         moves = self.lands_on is not None and info.device != self.lands_on
         fix = _faults.fix(
-            c.name, c.faults, read_only=info.read_only and not moves, shape=info.shape, strides=info.strides,
+            c.name, c.faults, read_only=info.readonly and not moves, shape=info.shape, strides=info.strides,
             host=info.device.is_host_accessible, address=address, copy=asked_copy, on_readonly=self._policy,
         )
         applied, reasons = list(fix.applied), list(fix.reasons)

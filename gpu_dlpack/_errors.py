@@ -266,8 +266,9 @@ def bad_flag(name, value) -> TypeError:
 
 def bad_dl_device_type(value) -> TypeError:
     return TypeError(
-        f"dl_device must be None or a (device_type, device_id) tuple such as "
-        f"(1, 0) for the CPU; got {type(value).__name__} {value!r}."
+        f"dl_device must be None, a (device_type, device_id) tuple such as (1, 0) "
+        f"for the CPU, or a device in any form gpu_dlpack.Device reads ('cpu', "
+        f"'cuda:0', a torch.device...); got {type(value).__name__} {value!r}."
     )
 
 
@@ -376,6 +377,20 @@ def producer_bad_device(producer, answer, error=ValueError):
         "(1, 0) for the CPU or (2, 0) for cuda:0. The producer breaks the DLPack "
         "protocol: fix its __dlpack_device__, or convert the array with its own "
         "library first (for example to NumPy) and pass that."
+    )
+
+
+def renamed(record, old, new) -> DeprecationWarning:
+    return DeprecationWarning(
+        f"{record}.{old} is deprecated: read {record}.{new}, the same value under gpu_dlpack's one "
+        f"name for it; {old} goes in a later release."
+    )
+
+
+def bad_arg_indices(value) -> TypeError:
+    return TypeError(
+        "args_viewable takes the positions of the arguments to view, a tuple of ints such as "
+        f"(0, 2), as cuda.core's args_viewable_as_strided_memory does; got {value!r}."
     )
 
 

@@ -397,7 +397,7 @@ def _interface_of(info, readonly, stream) -> dict:
         # here: out of memory, that getter returns a list with an exception
         # still set (an unchecked item), which surfaces later as a SystemError.
         "descr": numpy_dtype.descr if numpy_dtype.fields is not None else [("", numpy_dtype.str)],
-        "data": (info.data + info.byte_offset, bool(readonly or info.read_only)),
+        "data": (info.data + info.byte_offset, bool(readonly or info.readonly)),
         "strides": strides,
         "stream": stream,
     }

@@ -76,7 +76,13 @@ def target_device(source: Device, dl_device) -> Device:
     if type(dl_device) is Device:
         return _host_id_zero(dl_device, dl_device)
     if not isinstance(dl_device, (tuple, list)):
-        raise _errors.bad_dl_device_type(dl_device)
+        # Any form Device reads ("cpu", "cuda:0", a torch device), as device=
+        # takes it everywhere else; the keyword keeps the standard's name.
+        try:
+            target = Device(dl_device)
+        except TypeError:
+            raise _errors.bad_dl_device_type(dl_device) from None
+        return _host_id_zero(target, dl_device)
     try:
         target = Device(tuple(dl_device))
     except ValueError as exc:

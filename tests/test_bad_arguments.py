@@ -510,7 +510,7 @@ def test_a_copy_of_a_wrapper_wraps_the_same_array():
         assert type(c) is type(w) and c is not w and c.array is a and c.readonly == w.readonly
         assert c.__dlpack_device__() == w.__dlpack_device__() and c.last_request is None
         info = gpu_dlpack.inspect(c.__dlpack__(max_version=(1, 0)))
-        assert info.data == a.ctypes.data and info.read_only == w.readonly
+        assert info.data == a.ctypes.data and info.readonly == w.readonly
         for d in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
             assert d.array is not a and d.array.tolist() == a.tolist() and d.readonly == w.readonly
             assert gpu_dlpack.from_dlpack(d).tolist() == a.tolist()

@@ -38,7 +38,9 @@ def test_exportable_dlpack_takes_keywords_only():
 
 def test_dir_shows_the_public_api_only():
     names = dir(gpu_dlpack)
-    assert set(names) == set(gpu_dlpack.__all__) | {"__version__"}
+    # and inspect, inspect_capsule's short name, kept out of __all__ (a star
+    # import would shadow the standard library's inspect)
+    assert set(names) == set(gpu_dlpack.__all__) | {"__version__", "inspect"}
     for hidden in ("sys", "types", "annotations", "_Module", "_capsule", "_export", "_core", "TYPE_CHECKING"):
         assert hidden not in names
     for name in names:
@@ -51,7 +53,8 @@ def test_help_shows_the_public_api_with_signatures():
     data = text[text.index("\nDATA\n"):text.index("\nVERSION\n")]
     # export and wrap are functions, with their signatures, on both paths.
     assert "    export(x: 'Any', /, *, stream:" in functions and "    wrap(x: 'Any', /, *, readonly:" in functions
-    for name in ("from_dlpack", "from_pointer", "view", "inspect", "shards", "set_min_dlpack_version"):
+    for name in ("from_dlpack", "from_pointer", "view", "inspect_capsule", "shards", "set_min_dlpack_version",
+                 "args_viewable"):
         assert f"    {name}(" in functions
     assert "MIN_DLPACK_VERSION = (0, 5)" in data and "DLPACK_VERSION = (1, 2)" in data
     import re
@@ -159,7 +162,7 @@ def test_the_public_functions_look_the_same_on_both_paths():
     if not seen["compiled"]["core"]:
         pytest.skip("the compiled core is not built here")
     compiled, pure = seen["compiled"]["functions"], seen["pure"]["functions"]
-    fronted = {"export", "wrap", "from_dlpack", "inspect"}
+    fronted = {"export", "wrap", "from_dlpack", "inspect_capsule"}
     assert fronted <= set(pure) and set(compiled) == set(pure)
     for name in sorted(pure):
         assert compiled[name] == pure[name], name

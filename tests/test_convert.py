@@ -69,7 +69,10 @@ def test_read_only_shared_knowingly_is_zero_copy(torch):
     done = gpu_dlpack.convert(r, "torch", on_readonly="share", report=True)
     t = done.array
     assert t.data_ptr() == r.ctypes.data
-    assert done.copied is False and done.shared_read_only and done.faults == ("read-only-ignored",)
+    assert done.copied is False and done.shared_readonly and done.faults == ("read-only-ignored",)
+    with pytest.warns(DeprecationWarning, match=r"^Conversion\.shared_read_only is deprecated: read "
+                      r"Conversion\.shared_readonly"):
+        assert done.shared_read_only is True
     t[0] = 42
     assert r[0] == 42  # the caller chose this
 
@@ -113,7 +116,7 @@ def test_a_copy_the_layer_makes_for_a_fault_is_flagged_is_copied(torch):
     served = _convert.Served(r, _convert.consumer_of("torch"), None, None, None, "copy")
     cap = served.__dlpack__(max_version=(1, 0))
     info = _capsule.read(cap)
-    assert info.is_copied and not info.read_only and info.data != r.ctypes.data
+    assert info.is_copied and not info.readonly and info.data != r.ctypes.data
     assert served.record["copied"] and served.record["applied"] == ("read-only-ignored",)
 
 

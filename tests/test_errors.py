@@ -108,6 +108,8 @@ def test_every_message_of_the_layer_is_a_gpu_dlpack_error_of_the_standards_type(
 
     for builder, args in BUILDER_ARGS.items():
         exc = getattr(_errors, builder)(*args)
+        if isinstance(exc, Warning):
+            continue  # a warning (DeprecationWarning), not an error
         assert isinstance(exc, gpu_dlpack.GpuDlpackError), builder
         assert isinstance(exc, _STANDARD), builder
         # A message without a cause of its own keeps the standard's name

@@ -237,6 +237,8 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.from_dlpack(_unaligned_view(), require_alignment=64, copy=False)
     ),
     "gpu_dlpack-explain-takes": lambda: raised(lambda: gpu_dlpack.explain(3)),
+    "gpu_dlpack-renamed": lambda: warned(lambda: gpu_dlpack.inspect(np.arange(3).__dlpack__()).read_only),
+    "gpu_dlpack-bad-arg-indices": lambda: raised(lambda: gpu_dlpack.args_viewable(0)),
     "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
     "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
     "gpu_dlpack-needs-version": lambda: raised(
@@ -250,7 +252,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-producer-bad-device": lambda: raised(lambda: gpu_dlpack.from_dlpack(Producer("cpu"))),
     "gpu_dlpack-bad-device-type": lambda: raised(lambda: gpu_dlpack.Device(0.5)),
     "gpu_dlpack-array-not-device": lambda: raised(lambda: gpu_dlpack.Device(np.arange(3))),
-    "gpu_dlpack-bad-dl-device": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device="cpu")),
+    "gpu_dlpack-bad-dl-device": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=1)),
     "gpu_dlpack-readonly-flag-type": lambda: raised(lambda: gpu_dlpack.wrap(np.arange(3), readonly=1)),
     "gpu_dlpack-not-dlpack": lambda: raised(lambda: gpu_dlpack.from_dlpack([1, 2, 3])),
     "gpu_dlpack-readonly-legacy": lambda: raised(
@@ -855,6 +857,8 @@ BUILDER_ARGS = {
     "bad_alignment": (-1,),
     "requirement_needs_copy": ("contiguous", 0x1000, 0, (3, 2), (4, 2)),
     "explain_takes": (3,),
+    "renamed": ("ArrayView", "obj", "exporting_obj"),
+    "bad_arg_indices": ([0],),
     "bad_max_version": ([1, 0],),
     "bad_floor": ("x", "GPU_DLPACK_MIN_VERSION"),
     "needs_version": ("dtype bool", (0, 8), (0, 6)),
@@ -905,7 +909,7 @@ BUILDER_ARGS = {
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
     "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
     "bad_flag": ("readonly", 1),
-    "bad_dl_device_type": ("cpu",),
+    "bad_dl_device_type": (1,),
     "bad_dl_device": ("x", "99 is not a valid DLDeviceType"),
     "array_not_device": (__import__("numpy").zeros(1),),
     "bad_cuda_stream_protocol": (object(),),

@@ -92,7 +92,7 @@ def test_read_only_memory_is_read_only_where_the_consumer_honours_it(example, to
     a = np.from_dlpack(producer)  # NumPy honours READ_ONLY
     assert not a.flags.writeable and a.ctypes.data == _memory(producer)
     info = gpu_dlpack.inspect(producer.__dlpack__(max_version=(1, 0)))
-    assert info.read_only and info.data == _memory(producer)  # what torch is given (it ignores the flag)
+    assert info.readonly and info.data == _memory(producer)  # what torch is given (it ignores the flag)
     with pytest.raises(gpu_dlpack.ReadOnlyError):  # JAX asks for a legacy capsule, which cannot say it
         jax.numpy.from_dlpack(producer)
 
@@ -226,9 +226,9 @@ def test_from_pointer_labels_memory_with_its_device(device, dl):
     p = gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64, device=device, owner=buf)
     info = gpu_dlpack.inspect(p.__dlpack__(max_version=(1, 0)))
     assert info.device.dlpack == dl and info.data == buf.ctypes.data and info.shape == (2, 3)
-    assert info.strides == (3, 1) and not info.read_only
+    assert info.strides == (3, 1) and not info.readonly
     ro = gpu_dlpack.from_pointer(buf.ctypes.data, (6,), np.float64, device=device, readonly=True)
-    assert gpu_dlpack.inspect(ro.__dlpack__(max_version=(1, 0))).read_only
+    assert gpu_dlpack.inspect(ro.__dlpack__(max_version=(1, 0))).readonly
     with pytest.raises(gpu_dlpack.ReadOnlyError):
         ro.__dlpack__()
 
@@ -274,13 +274,13 @@ def test_an_empty_array_may_have_a_null_pointer():
 def test_export_readonly_marks_the_capsule_read_only(torch):
     for x in (np.arange(3.0), torch.arange(3.0)):
         info = gpu_dlpack.inspect(gpu_dlpack.export(x, max_version=(1, 0), readonly=True))
-        assert info.read_only and not info.is_copied
+        assert info.readonly and not info.is_copied
         assert not np.from_dlpack(gpu_dlpack.wrap(x, readonly=True)).flags.writeable
         with pytest.raises(gpu_dlpack.ReadOnlyError):
             gpu_dlpack.export(x, readonly=True)  # a legacy capsule cannot say it
         copied = gpu_dlpack.inspect(gpu_dlpack.export(x, readonly=True, copy=True, max_version=(1, 0)))
-        assert copied.is_copied and not copied.read_only
-    assert not gpu_dlpack.inspect(gpu_dlpack.export(np.arange(3.0), max_version=(1, 0))).read_only
+        assert copied.is_copied and not copied.readonly
+    assert not gpu_dlpack.inspect(gpu_dlpack.export(np.arange(3.0), max_version=(1, 0))).readonly
     with pytest.raises(TypeError, match="readonly must be True or False"):
         gpu_dlpack.export(np.arange(3.0), readonly="yes")
 
