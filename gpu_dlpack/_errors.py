@@ -396,6 +396,22 @@ def bad_arg_indices(value) -> TypeError:
 
 # -- the producer kit ---------------------------------------------------------
 
+def not_on_host(obj, device) -> TypeError:
+    return TypeError(
+        f"{type(obj).__module__}.{type(obj).__qualname__} holds its memory on {device}, which the "
+        "host cannot address: NumPy cannot take it in place. Copy it to the host: "
+        "gpu_dlpack.from_dlpack(obj, device='cpu'), or convert it to a GPU library: "
+        "gpu_dlpack.convert(obj, 'cupy')."
+    )
+
+
+def array_copy_forbidden(obj, dtype, wanted) -> ValueError:
+    return ValueError(
+        f"copy=False, but {type(obj).__module__}.{type(obj).__qualname__} holds {dtype} data and "
+        f"{wanted} was asked for: only a copy converts it. Pass copy=None, or ask for {dtype}."
+    )
+
+
 def no_dlpack_memory(obj) -> NotImplementedError:
     t = f"{type(obj).__module__}.{type(obj).__qualname__}"
     return NotImplementedError(

@@ -117,6 +117,21 @@ def _jax():
     return jax
 
 
+class _LentOnGpu(gpu_dlpack.Producer):
+    """The producer kit's class over memory it says is on cuda:0 (the layer reads only the pointer)."""
+
+    def __init__(self):
+        self.base = np.arange(3.0)
+
+    def dlpack_memory(self):
+        return gpu_dlpack.from_pointer(self.base.ctypes.data, (3,), np.float64, device="cuda:0", owner=self.base)
+
+
+class _KitSamples(gpu_dlpack.Producer):
+    def dlpack_memory(self):
+        return np.arange(3.0)
+
+
 def _tvm_ffi():
     return pytest.importorskip("tvm_ffi")
 
@@ -239,6 +254,8 @@ REAL_MESSAGES = {
     "gpu_dlpack-explain-takes": lambda: raised(lambda: gpu_dlpack.explain(3)),
     "gpu_dlpack-renamed": lambda: warned(lambda: gpu_dlpack.inspect(np.arange(3).__dlpack__()).read_only),
     "gpu_dlpack-bad-arg-indices": lambda: raised(lambda: gpu_dlpack.args_viewable(0)),
+    "gpu_dlpack-not-on-host": lambda: raised(lambda: np.asarray(_LentOnGpu())),
+    "gpu_dlpack-array-copy-forbidden": lambda: raised(lambda: _KitSamples().__array__(np.float32, copy=False)),
     "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
     "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
     "gpu_dlpack-needs-version": lambda: raised(
@@ -859,6 +876,8 @@ BUILDER_ARGS = {
     "explain_takes": (3,),
     "renamed": ("ArrayView", "obj", "exporting_obj"),
     "bad_arg_indices": ([0],),
+    "not_on_host": (object(), "cuda:0"),
+    "array_copy_forbidden": (object(), "float64", "float32"),
     "bad_max_version": ([1, 0],),
     "bad_floor": ("x", "GPU_DLPACK_MIN_VERSION"),
     "needs_version": ("dtype bool", (0, 8), (0, 6)),

@@ -396,3 +396,96 @@ def test_asking_a_producer_leaves_no_mark_behind(torch):
     before = refcount(t)
     gpu_dlpack.export(t, max_version=(1, 0))
     assert refcount(t) == before
+
+
+# -- NumPy's array interface: np.asarray(obj) --------------------------------------
+
+class Fresh(gpu_dlpack.Producer):
+    """Memory made afresh at each request: what an interface names must be
+    kept by the interface itself."""
+
+    def dlpack_memory(self):
+        return np.arange(12.0).reshape(3, 4)[::-1, ::2] * 2
+
+
+class Lent(gpu_dlpack.Producer):
+    def __init__(self, base, device):
+        self.base, self.device = base, device
+
+    def dlpack_memory(self):
+        return gpu_dlpack.from_pointer(self.base.ctypes.data, (3,), np.float64, device=self.device, owner=self.base)
+
+
+@pytest.mark.parametrize("example", ["Samples", "CBuffer"])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_np_asarray_is_the_memory_itself_read_only_where_it_is(example, readonly):
+    producer = (Samples if example == "Samples" else CBuffer)([1.5, 2.5, 3.5], readonly=readonly)
+    for make in (np.asarray, lambda p: p.__array__(), lambda p: np.array(p, copy=False)):
+        a = make(producer)
+        assert a.dtype == np.float64 and a.tolist() == [1.5, 2.5, 3.5]
+        assert a.ctypes.data == _memory(producer) and a.flags.writeable is not readonly
+    if not readonly:
+        np.asarray(producer)[0] = 42.0  # a write reaches the memory
+        assert np.from_dlpack(producer)[0] == 42.0
+    else:
+        with pytest.raises(ValueError, match="read-only"):
+            np.asarray(producer)[0] = 42.0
+
+
+def test_a_read_only_export_of_writeable_memory_is_read_only_through_numpy_too():
+    class ReadOnlyView(gpu_dlpack.Producer):
+        def __init__(self):
+            self.data = np.arange(3.0)
+
+        def dlpack_memory(self):
+            return gpu_dlpack.wrap(self.data, readonly=True)
+
+    p = ReadOnlyView()
+    assert not np.asarray(p).flags.writeable and not p.__array__().flags.writeable
+    assert np.shares_memory(np.asarray(p), p.data) and p.data.flags.writeable  # the source stays writeable
+
+
+def test_array_takes_numpys_dtype_and_copy():
+    p = Samples([1.0, 2.0])
+    assert p.__array__(np.float32).dtype == np.float32 and np.array(p, dtype=np.int64).tolist() == [1, 2]
+    copied = np.array(p, copy=True)
+    assert copied.ctypes.data != _memory(p) and copied.flags.writeable
+    assert p.__array__(copy=True).ctypes.data != _memory(p)
+    assert p.__array__(np.float64, copy=False).ctypes.data == _memory(p)
+    with pytest.raises(ValueError, match=r"copy=False, but .*Samples holds float64 data and float32 was asked for"):
+        p.__array__(np.float32, copy=False)
+
+
+def test_memory_made_afresh_stays_valid_as_long_as_numpy_holds_it():
+    p = Fresh()
+    arrays = [np.asarray(p) for _ in range(3)]
+    del p
+    gc.collect()
+    for a in arrays:
+        assert a.tolist() == [[16.0, 20.0], [8.0, 12.0], [0.0, 4.0]]
+
+
+def test_an_owner_the_interface_names_is_freed_once_with_the_last_array():
+    FREED.clear()
+    c = CBuffer([1.0, 2.0])
+    ptr = c.ptr
+    a = np.asarray(c)
+    del c
+    gc.collect()
+    assert FREED == [] and a.tolist() == [1.0, 2.0]
+    del a
+    gc.collect()
+    assert FREED == [ptr]
+
+
+def test_memory_the_host_cannot_address_has_no_interface_and_numpy_says_how_to_copy_it():
+    base = np.arange(3.0)
+    gpu = Lent(base, "cuda:0")
+    assert not hasattr(gpu, "__array_interface__")
+    with pytest.raises(TypeError, match=r"holds its memory on cuda:0, which the host cannot address") as info:
+        np.asarray(gpu)
+    assert isinstance(info.value, gpu_dlpack.GpuDlpackError)
+    # pinned and managed memory are host memory
+    for device in ("cuda_host", "cuda_managed"):
+        a = np.asarray(Lent(base, device))
+        assert a.ctypes.data == base.ctypes.data and a.tolist() == [0.0, 1.0, 2.0]
