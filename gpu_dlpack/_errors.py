@@ -44,8 +44,8 @@ class GpuDlpackError(Exception):
     >>> try:
     ...     gpu_dlpack.export(np.arange(3), copy="yes")
     ... except gpu_dlpack.GpuDlpackError as e:
-    ...     print(isinstance(e, TypeError), str(e)[:40])
-    True copy must be True, False or None; go
+    ...     print(isinstance(e, TypeError), e)
+    True copy must be True, False or None; got 'yes'.
     """
 
 
