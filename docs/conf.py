@@ -59,6 +59,13 @@ templates_path: list[str] = []
 # Every cross-reference must resolve (-n). Nothing is fetched from the
 # network (no intersphinx): names of other projects are written as literals.
 nitpicky = True
+# The standard's types as the layer raises them (gpu_dlpack._errors.BufferError...),
+# the bases the error classes show: internal, named as text.
+nitpick_ignore = [
+    ("py:class", f"gpu_dlpack._errors.{name}")
+    for name in ("BufferError", "TypeError", "ValueError", "NotImplementedError", "ImportError",
+                 "ModuleNotFoundError")
+]
 
 # -- MyST ---------------------------------------------------------------------
 

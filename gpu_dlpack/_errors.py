@@ -17,10 +17,10 @@ its cause and still a subclass of the standard's type, so that
 Every error the layer raises itself is also a ``GpuDlpackError``, so that
 ``except gpu_dlpack.GpuDlpackError`` catches them all and nothing a peer
 raised (torch's, JAX's own errors, passed on where the layer has nothing to
-add). The refusals without a class of their own are of the classes named
-``BufferError``, ``TypeError``, ``ValueError``... defined below: in this
-module those names are the layer's (each the builtin of its name and a
-``GpuDlpackError``), so that every message here builds the layer's error.
+add). In this module the names ``BufferError``, ``TypeError``,
+``ValueError``... are the layer's classes of those types (each the builtin
+of its name and a ``GpuDlpackError``), defined below: the causes are of
+them, and every message without a cause of its own builds one.
 
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
@@ -49,6 +49,36 @@ class GpuDlpackError(Exception):
     """
 
 
+# The standard's types as the layer raises them: each is the builtin of its
+# name and a GpuDlpackError (a traceback names it gpu_dlpack._errors.BufferError).
+# The causes below are of them, and the messages without a cause of their
+# own build them.
+
+
+class BufferError(GpuDlpackError, builtins.BufferError):
+    """An exchange gpu_dlpack cannot make: the standard's ``BufferError``."""
+
+
+class TypeError(GpuDlpackError, builtins.TypeError):
+    """An argument of the wrong type: the standard's ``TypeError``."""
+
+
+class ValueError(GpuDlpackError, builtins.ValueError):
+    """An argument of the right type but a wrong value: the standard's ``ValueError``."""
+
+
+class NotImplementedError(GpuDlpackError, builtins.NotImplementedError):
+    """A hook a subclass must define."""
+
+
+class ImportError(GpuDlpackError, builtins.ImportError):
+    """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support)."""
+
+
+class ModuleNotFoundError(ImportError, builtins.ModuleNotFoundError):
+    """A library asked for by name that cannot be imported."""
+
+
 class StreamWarning(UserWarning):
     """A stream value accepted but ambiguous: CUDA stream ``0``.
 
@@ -57,7 +87,7 @@ class StreamWarning(UserWarning):
     """
 
 
-class ConsumedCapsuleError(GpuDlpackError, builtins.ValueError, builtins.BufferError):
+class ConsumedCapsuleError(ValueError, BufferError):
     """The capsule was already consumed (renamed ``used_dltensor*``).
 
     A ``ValueError`` for `inspect` and a ``BufferError`` for an import, so
@@ -77,7 +107,7 @@ class ConsumedCapsuleError(GpuDlpackError, builtins.ValueError, builtins.BufferE
     """
 
 
-class NotDLPackError(GpuDlpackError, builtins.TypeError, builtins.AttributeError):
+class NotDLPackError(TypeError, builtins.AttributeError):
     """The object speaks no DLPack, nor another array protocol.
 
     No ``__dlpack__`` and ``__dlpack_device__``, no array interface, no buffer.
@@ -86,7 +116,7 @@ class NotDLPackError(GpuDlpackError, builtins.TypeError, builtins.AttributeError
     """
 
 
-class DLPackVersionError(GpuDlpackError, builtins.BufferError):
+class DLPackVersionError(BufferError):
     """The DLPack version asked for is below the floor, or too old for the data.
 
     Raised for a ``max_version`` below the floor in force (`MIN_DLPACK_VERSION`,
@@ -105,7 +135,7 @@ class DLPackVersionError(GpuDlpackError, builtins.BufferError):
     """
 
 
-class CopyRequiredError(GpuDlpackError, builtins.BufferError):
+class CopyRequiredError(BufferError):
     """``copy=False``, but the exchange needs a copy.
 
     Another device, a gather of shards, a layout the consumer cannot import,
@@ -113,7 +143,7 @@ class CopyRequiredError(GpuDlpackError, builtins.BufferError):
     """
 
 
-class ReadOnlyError(GpuDlpackError, builtins.BufferError):
+class ReadOnlyError(BufferError):
     """Read-only data for a consumer that cannot hold it read-only.
 
     A legacy capsule cannot say READ_ONLY, and some libraries' arrays cannot be
@@ -121,7 +151,7 @@ class ReadOnlyError(GpuDlpackError, builtins.BufferError):
     """
 
 
-class DeviceUnreachableError(GpuDlpackError, builtins.BufferError):
+class DeviceUnreachableError(BufferError):
     """The device asked for cannot be reached from the data's, or served.
 
     No installed backend can make the move (no CuPy, no GPU), or the memory
@@ -147,45 +177,16 @@ class StreamError(GpuDlpackError):
     """
 
 
-class InvalidStreamError(StreamError, builtins.ValueError):
+class InvalidStreamError(StreamError, ValueError):
     """A stream value the memory's device does not take.
 
     ``stream=1`` for host memory, a negative handle... A ``ValueError``.
     """
 
 
-class StreamTypeError(StreamError, builtins.TypeError):
+class StreamTypeError(StreamError, TypeError):
     """An object that is no stream, nor a stream object's handle. A ``TypeError``.
     """
-
-
-# The standard's types as the layer raises them, for the messages below that
-# have no class of their own: each is the builtin of its name and a
-# GpuDlpackError (a traceback names it gpu_dlpack._errors.BufferError).
-
-
-class BufferError(GpuDlpackError, builtins.BufferError):
-    """An exchange gpu_dlpack cannot make: the standard's ``BufferError``."""
-
-
-class TypeError(GpuDlpackError, builtins.TypeError):
-    """An argument of the wrong type: the standard's ``TypeError``."""
-
-
-class ValueError(GpuDlpackError, builtins.ValueError):
-    """An argument of the right type but a wrong value: the standard's ``ValueError``."""
-
-
-class NotImplementedError(GpuDlpackError, builtins.NotImplementedError):
-    """A hook a subclass must define."""
-
-
-class ImportError(GpuDlpackError, builtins.ImportError):
-    """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support)."""
-
-
-class ModuleNotFoundError(ImportError, builtins.ModuleNotFoundError):
-    """A library asked for by name that cannot be imported."""
 
 
 def _fmt_version(v) -> str:

@@ -69,7 +69,10 @@ def from_dlpack(
         refuses it (`CopyRequiredError`).
     require_contiguous : bool, default False
         The same for a C-order layout (an empty array, and an axis of length
-        1 with any stride, are): a compact copy where the data is not.
+        1 with any stride, are): a compact copy where the data is not. The
+        copy is made where the result is: a CuPy array on its GPU, a NumPy
+        array in host memory (pageable, also for a result over pinned
+        memory that needed one).
 
     Returns
     -------
@@ -226,6 +229,8 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
         return out
     if copy is False:
         raise _errors.requirement_needs_copy(what, address, alignment, out.shape, strides)
+    if stream is not None and type(stream) is not int:
+        stream = _streams.handle_of(stream)
     return backend.aligned_copy(out, alignment, stream)
 
 

@@ -115,7 +115,7 @@ BAD_EXPORT = [
     ({"max_version": (1, None)}, TypeError, "max_version"),
     ({"max_version": (0, 4)}, BufferError, "below"),
     ({"max_version": (-1, 0)}, BufferError, "below"),
-    ({"dl_device": "cpu"}, TypeError, "dl_device"),
+    ({"dl_device": b"cpu"}, TypeError, "dl_device"),  # "cpu" is a device (any form Device reads)
     ({"dl_device": 1}, TypeError, "dl_device"),
     ({"dl_device": (1,)}, BufferError, "dl_device"),
     ({"dl_device": (1, 0, 0)}, BufferError, "dl_device"),
