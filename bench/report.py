@@ -23,7 +23,7 @@ pinned-copy ceiling, and each gpu_dlpack copy against its peer and the
 ceiling with the targets it records (``target``, ``ceiling_share``).
 
 ``--compare`` sets each gpu_dlpack figure beside the same benchmark of an
-earlier run (the last one kept on the same runner, in the GPU job). A
+earlier run (the last run of main kept, in the GPU job). A
 figure regresses when its ratio to its peer, both measured in the same run,
 grew by more than ``--max-regression`` percent (default 25): judged against
 the peer, a slower machine or a peer's own change moves both and is not
@@ -658,7 +658,7 @@ def main(argv=None):
                         help="a suite in which no test ran does not fail the verdict")
     parser.add_argument("--fail-on-missed-target", action="store_true", help="a missed target fails the verdict")
     parser.add_argument("--compare", metavar="EARLIER.json", help="an earlier run to compare with")
-    parser.add_argument("--compare-name", default="the last run kept on this runner",
+    parser.add_argument("--compare-name", default="the earlier run",
                         help="what the earlier run is, in words")
     parser.add_argument("--max-regression", type=_percent, default=0.25, metavar="PCT",
                         help="the percent a figure may grow by before it regresses (default 25)")

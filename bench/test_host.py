@@ -255,7 +255,7 @@ def test_export_jax(measure, j):
         role="gpu_dlpack", peer="j.__dlpack__()", target=1.3,
     )
     info = gpu_dlpack.inspect(cap)
-    assert info.versioned and info.read_only and info.data == pointer(j)
+    assert info.versioned and info.readonly and info.data == pointer(j)
 
 
 @_bench("numpy consumes a jax array")

@@ -27,6 +27,7 @@ from ._errors import (  # noqa: E402
     CopyRequiredError,
     DeviceUnreachableError,
     DLPackVersionError,
+    GpuDlpackError,
     InvalidStreamError,
     NotDLPackError,
     ReadOnlyError,
@@ -34,16 +35,14 @@ from ._errors import (  # noqa: E402
     StreamTypeError,
     StreamWarning,
 )
+from ._explain import Explanation  # noqa: E402  (the knowledge file is read at the first explain)
 from ._export import Exportable, export, wrap  # noqa: E402
 from ._import import from_dlpack, shards  # noqa: E402
 from ._kit import Producer, from_pointer  # noqa: E402
 from ._shards import Shard  # noqa: E402
 from ._streams import use_stream  # noqa: E402
 from ._typing import Capsule, Version  # noqa: E402
-
-if TYPE_CHECKING:
-    from ._explain import Explanation
-from ._view import ArrayView, view  # noqa: E402
+from ._view import ArrayView, args_viewable, view  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -70,12 +69,16 @@ if TYPE_CHECKING:
     MIN_DLPACK_VERSION: Version
 
 
-def inspect(capsule: Capsule) -> CapsuleInfo:
+def inspect_capsule(capsule: Capsule) -> CapsuleInfo:
     """Read an unconsumed DLPack capsule without consuming it.
 
     The capsule's header is read in one step: a thread that consumes it
     through the layer meanwhile gives `ConsumedCapsuleError`, never fields of
     a freed tensor. The capsule stays as it was, for its consumer.
+
+    ``gpu_dlpack.inspect`` is the same function under a shorter name, not in
+    ``__all__``: ``from gpu_dlpack import *`` leaves the standard library's
+    ``inspect`` alone.
 
     Parameters
     ----------
@@ -103,9 +106,11 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
     Examples
     --------
     >>> import numpy as np, gpu_dlpack
-    >>> info = gpu_dlpack.inspect(np.zeros((2, 3), np.float32).__dlpack__())
+    >>> info = gpu_dlpack.inspect_capsule(np.zeros((2, 3), np.float32).__dlpack__())
     >>> info.name, info.shape, info.dtype, info.dl_dtype
     ('dltensor', (2, 3), dtype('float32'), (2, 32, 1))
+    >>> gpu_dlpack.inspect is gpu_dlpack.inspect_capsule
+    True
     """
     return _capsule.read(capsule)
 
@@ -113,7 +118,10 @@ def inspect(capsule: Capsule) -> CapsuleInfo:
 if _fastpath.core is not None:
     # The core's read from the first call (no Python frame between); help()
     # and inspect see the function above.
-    inspect = _functools.update_wrapper(_fastpath.core.Exporter(inspect, 3), inspect)
+    inspect_capsule = _functools.update_wrapper(_fastpath.core.Exporter(inspect_capsule, 3), inspect_capsule)
+
+#: `inspect_capsule`, by its short name (an attribute, not in ``__all__``).
+inspect = inspect_capsule
 
 
 def explain(exc_or_message: BaseException | str, /) -> Explanation:
@@ -201,10 +209,12 @@ __all__ = [
     "DLPackVersionError",
     "Device",
     "DeviceUnreachableError",
+    "Explanation",
     "Exportable",
     "FLAG_IS_COPIED",
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
+    "GpuDlpackError",
     "InvalidStreamError",
     "NotDLPackError",
     "Producer",
@@ -213,12 +223,13 @@ __all__ = [
     "StreamError",
     "StreamTypeError",
     "StreamWarning",
+    "args_viewable",
     "convert",
     "explain",
     "export",
     "from_dlpack",
     "from_pointer",
-    "inspect",
+    "inspect_capsule",
     "set_min_dlpack_version",
     "shards",
     "use_stream",
@@ -226,8 +237,10 @@ __all__ = [
     "wrap",
 ]
 
-# dir() and help() show the public API: the names above and the version.
-_PUBLIC = frozenset(__all__) | {"__version__"}
+# dir() and help() show the public API: the names above, the version, and
+# inspect_capsule's short name (kept out of __all__: a star import would
+# shadow the standard library's inspect).
+_PUBLIC = frozenset(__all__) | {"__version__", "inspect"}
 
 
 class _Module(_types.ModuleType):

@@ -17,6 +17,7 @@ import os
 import struct
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -181,11 +182,14 @@ class CapsuleInfo:
     byte_offset : int
         The offset of the first element from ``data``, in bytes.
     data : int
-        The data pointer, as the capsule gives it.
+        The data pointer, as the capsule gives it (DLTensor's ``data``).
+    ptr : int
+        The address of the first element, ``data + byte_offset``: what
+        `ArrayView` calls ``ptr`` too.
     ndim : int
         The number of dimensions.
-    read_only : bool
-        Whether READ_ONLY is set.
+    readonly : bool
+        Whether READ_ONLY is set (``read_only`` is its deprecated alias).
     is_copied : bool
         Whether IS_COPIED is set.
 
@@ -218,7 +222,17 @@ class CapsuleInfo:
             return None
 
     @property
+    def ptr(self) -> int:
+        return self.data + self.byte_offset
+
+    @property
+    def readonly(self) -> bool:
+        return bool(self.flags & READ_ONLY)
+
+    @property
     def read_only(self) -> bool:
+        """Deprecated: `readonly`."""
+        warnings.warn(_errors.renamed("CapsuleInfo", "read_only", "readonly"), stacklevel=2)
         return bool(self.flags & READ_ONLY)
 
     @property

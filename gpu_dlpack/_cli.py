@@ -1,5 +1,10 @@
 """The ``gpu-dlpack`` command (also ``python -m gpu_dlpack``).
 
+A setting read from the environment that the layer cannot take
+(``GPU_DLPACK_MIN_VERSION=zero``) stops ``demo`` and ``doctor`` before they
+run, with the layer's own message and exit status 2, as a bad argument
+does; ``explain`` reads no setting.
+
 When the reader of standard output goes away (``gpu-dlpack doctor | head``),
 the command stops quietly with exit status 141, the status a shell gives a
 program ended by SIGPIPE, as ``cat`` or ``yes`` would.
@@ -60,6 +65,18 @@ def _explain(args) -> int:
     return status
 
 
+def _settings_refused() -> str | None:
+    """The layer's refusal of a setting in the environment, or None: each
+    setting is read as an exchange would read it."""
+    from . import _versions
+
+    try:
+        _versions.min_version()
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _asks_version(argv=None) -> bool:
     return "--version" in (sys.argv[1:] if argv is None else argv)
 
@@ -73,7 +90,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=not _asks_version(argv))
     demo = sub.add_parser("demo", help="exchange arrays between NumPy, PyTorch and JAX and say what happened")
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_demo, reads_settings=True)
 
     doctor = sub.add_parser(
         "doctor",
@@ -93,7 +110,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
         help="exit status 1 on hazards too (a consumer writing through READ_ONLY, a fault the table "
         "does not know, a probe that aborts), not only on failed exchanges",
     )
-    doctor.set_defaults(func=_doctor)
+    doctor.set_defaults(func=_doctor, reads_settings=True)
 
     explain = sub.add_parser(
         "explain",
@@ -117,6 +134,9 @@ def main(argv=None) -> int:
 
             print(f"gpu-dlpack {__version__}")
             status = 0
+        elif getattr(args, "reads_settings", False) and (refused := _settings_refused()) is not None:
+            print(f"gpu-dlpack {args.command}: error: {refused}", file=sys.stderr)
+            status = 2
         else:
             status = args.func(args)
         sys.stdout.flush()  # here, not at exit, where a closed pipe cannot be caught

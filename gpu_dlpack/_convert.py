@@ -27,15 +27,18 @@ directions.
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import math
 import sys
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _streams, _versions
+from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _rules, _streams, _versions
 from ._devices import CPU, Device, DLDeviceType, cupy_is_rocm, known_on_host
 from ._export import export, wrap
 from ._import import from_dlpack
@@ -53,6 +56,9 @@ _VERSION = _versions.DLPACK_VERSION
 _GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM, DLDeviceType.CUDA_MANAGED})
 
 OnReadOnly = Literal["copy", "share", "refuse"]
+#: The libraries ``convert`` knows by name (its type checkers' view of ``to``:
+#: any other importable module is passed as the module itself).
+Library = Literal["numpy", "torch", "jax", "cupy", "array_api_strict", "numba"]
 
 
 class Consumer(NamedTuple):
@@ -86,8 +92,9 @@ class Conversion:
     copied_by : str or None
         Who copied: ``"gpu_dlpack"`` or the consumer's name (JAX copies
         unaligned host data itself); None when nothing was copied.
-    shared_read_only : bool
-        Read-only data handed over writeable (``on_readonly="share"``).
+    shared_readonly : bool
+        Read-only data handed over writeable (``on_readonly="share"``;
+        ``shared_read_only`` is its deprecated alias).
     faults : tuple of str
         The consumer's faults the layer acted on (``"read-only-ignored"``...).
     reasons : tuple of str
@@ -106,9 +113,15 @@ class Conversion:
     version: str | None
     copied: bool | None      # the result holds memory of its own (None: unknown)
     copied_by: str | None    # "gpu_dlpack" or the consumer's name, when copied
-    shared_read_only: bool   # read-only data handed over writeable (on_readonly='share')
+    shared_readonly: bool    # read-only data handed over writeable (on_readonly='share')
     faults: tuple[str, ...]  # the consumer's faults the layer acted on
     reasons: tuple[str, ...]  # what was done and why, a sentence each
+
+    @property
+    def shared_read_only(self) -> bool:
+        """Deprecated: `shared_readonly`."""
+        warnings.warn(_errors.renamed("Conversion", "shared_read_only", "shared_readonly"), stacklevel=2)
+        return self.shared_readonly
 
     def __str__(self) -> str:
         how = "zero-copy" if self.copied is False else (
@@ -139,8 +152,8 @@ def _read_consumer(to) -> Consumer:
         name = to
         try:
             module = importlib.import_module(to)
-        except ImportError as exc:
-            raise _errors.consumer_not_importable(to, exc) from None
+        except (ImportError, ValueError) as exc:  # ValueError: an empty name
+            raise _errors.consumer_not_importable(to, exc, _meant(to)) from None
     elif isinstance(to, ModuleType):
         module, name = to, to.__name__
     else:
@@ -152,6 +165,17 @@ def _read_consumer(to) -> Consumer:
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
     label = peer.name if peer is not None else name
     return Consumer(label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults))
+
+
+def _meant(name: str) -> tuple[str, ...]:
+    """The libraries of ``_peers`` a name that cannot be imported may mean:
+    the same name in another case, else the closest spelling; every one
+    for an empty name."""
+    known = [peer.name for peer in _peers.PEERS]
+    if not name.strip():
+        return tuple(known)
+    same = [k for k in known if k.casefold() == name.casefold()]
+    return tuple(same or difflib.get_close_matches(name.casefold(), known, n=1, cutoff=0.6))
 
 
 def _version_of(top: str, module: ModuleType) -> str | None:
@@ -229,10 +253,11 @@ class Served:
     """``x`` served to one consumer: a versioned capsule under the rules,
     then what the consumer cannot honour handled (``_faults.fix``)."""
 
-    __slots__ = ("_w", "_consumer", "_target", "_copy", "_stream", "_policy", "lands_on", "record")
+    __slots__ = ("_w", "_consumer", "_target", "_copy", "_stream", "_policy", "_required", "lands_on", "record")
 
-    def __init__(self, x, consumer: Consumer, target: Device | None, copy, stream, policy):
+    def __init__(self, x, consumer: Consumer, target: Device | None, copy, stream, policy, required=(0, False)):
         self._w = wrap(x)
+        self._required = required
         self._consumer = consumer
         self._target = target
         self._copy = copy
@@ -267,22 +292,36 @@ class Served:
         address = info.data + info.byte_offset
         moves = self.lands_on is not None and info.device != self.lands_on
         fix = _faults.fix(
-            c.name, c.faults, read_only=info.read_only and not moves, shape=info.shape, strides=info.strides,
+            c.name, c.faults, read_only=info.readonly and not moves, shape=info.shape, strides=info.strides,
             host=info.device.is_host_accessible, address=address, copy=asked_copy, on_readonly=self._policy,
         )
         applied, reasons = list(fix.applied), list(fix.reasons)
+        alignment, contiguous = self._required
+        unmet = None
+        if self.lands_on is None and (alignment or contiguous):
+            # What the consumer imports meets the kernel's requirements (a
+            # consumer the layer lands data in gets them from from_dlpack).
+            unmet = _rules.unmet(address, info.shape, info.strides, alignment, contiguous)
+            if unmet is not None:
+                if asked_copy is False:
+                    raise _errors.requirement_needs_copy(unmet, address, alignment, info.shape, info.strides)
+                reasons.append(_required_reason(unmet, address, alignment, info.shape, info.strides))
         if asked_copy is True:
             if "copy-shares" in c.faults:
                 applied.append("copy-shares")
             reasons.append(f"copied by gpu_dlpack, as copy=True asked ({c.name} is not asked to copy)")
-        if fix.copy or own_copy:
-            capsule = _copy_of(capsule, info, fix.align or own_copy, s)
+        if fix.copy or own_copy or unmet is not None:
+            need = _peers.ALIGNMENT if fix.align or own_copy else 0
+            if self.lands_on is None and alignment:
+                need = math.lcm(need, alignment) if need else alignment
+            capsule = _copy_of(capsule, info, need, s)
             info = _capsule.read(capsule)
         elif fix.share:
             ptr = _capsule.pointer(capsule, True)
             _capsule.set_flags(ptr, info.flags & ~_capsule.READ_ONLY)
         self.record = {
             "address": info.data + info.byte_offset, "dtype": info.dl_dtype, "copied": info.is_copied,
+            "shape": info.shape, "strides": info.strides, "required": self._required,
             "share": fix.share,
             "applied": tuple(applied), "reasons": tuple(reasons), "consumer_copies": fix.consumer_copies,
         }
@@ -292,23 +331,18 @@ class Served:
         return capsule
 
 
-def _copy_of(capsule, info, align: bool, stream):
+def _copy_of(capsule, info, alignment: int, stream):
     """A versioned capsule of a compact, writeable copy of what ``capsule``
     holds (consumed here), flagged IS_COPIED, on the same kind of memory:
-    host memory to the CPU (aligned to ``_peers.ALIGNMENT`` if asked), GPU
-    memory on its own device, the copy queued on ``stream``."""
+    host memory to the CPU, GPU memory on its own device, the copy queued
+    on ``stream``; its first element at a multiple of ``alignment`` bytes
+    (0: as allocated)."""
     if info.device.is_host_accessible:
-        view = from_dlpack(capsule)
-        if align:
-            raw = np.empty(view.nbytes + _peers.ALIGNMENT, np.uint8)
-            start = (-raw.ctypes.data) % _peers.ALIGNMENT
-            out = raw[start:start + view.nbytes].view(view.dtype).reshape(view.shape)
-        else:
-            out = np.empty(view.shape, view.dtype)
-        np.copyto(out, view)
+        out = from_dlpack(capsule, copy=True, require_alignment=alignment, require_contiguous=True)
         copied = export(out, max_version=_VERSION)
     else:
-        fresh = from_dlpack(capsule, device=info.device, copy=True, stream=stream)
+        fresh = from_dlpack(capsule, device=info.device, copy=True, stream=stream, require_alignment=alignment,
+                            require_contiguous=True)
         copied = export(fresh, max_version=_VERSION, stream=stream)
     ptr = _capsule.pointer(copied, True)
     code, bits, _lanes = info.dl_dtype
@@ -323,38 +357,47 @@ def _copy_of(capsule, info, align: bool, stream):
 @overload
 def convert(x: Any, to: Literal["numpy"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[False] = ...) -> np.ndarray: ...
 @overload
 def convert(x: Any, to: Literal["torch"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[False] = ...) -> torch.Tensor: ...
 @overload
 def convert(x: Any, to: Literal["jax"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[False] = ...) -> jax.Array: ...
 @overload
 def convert(x: Any, to: Literal["cupy"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[False] = ...) -> cupy.ndarray: ...
 @overload
 def convert(x: Any, to: Literal["array_api_strict"], /, *, device: DeviceLike | None = ...,
             copy: bool | None = ..., stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[False] = ...) -> array_api_strict._array_object.Array: ...
 @overload
 def convert(x: Any, to: Literal["numba"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[False] = ...) -> DeviceNDArray: ...
 @overload
-def convert(x: Any, to: str | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+def convert(x: Any, to: Library | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: Literal[True]) -> Conversion: ...
 @overload
-def convert(x: Any, to: str | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
+def convert(x: Any, to: Library | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
+            require_alignment: int = ..., require_contiguous: bool = ...,
             report: bool = ...) -> Any: ...
 
 
-def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False):
+def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False,
+            require_alignment=0, require_contiguous=False):
     """``x`` as an array of library ``to``, exchanged as that library needs.
 
     It is ``to.from_dlpack(gpu_dlpack.wrap(x))`` with what that consumer cannot
@@ -372,7 +415,10 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     to : str or module
         The consumer: ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``,
         ``"array_api_strict"``, ``"numba"``, or any module with a
-        ``from_dlpack`` (the module itself, or its name).
+        ``from_dlpack`` (the module itself, or its name). Type checkers take
+        the six names (a misspelt one is an error there) and modules; a
+        name that cannot be imported is a ``ModuleNotFoundError`` that says
+        which library was meant.
     device : str, tuple, Device or device object, optional
         Where the result lives, in any form `Device` reads. Default: where
         ``x`` is; the current GPU for CuPy and Numba.
@@ -390,6 +436,13 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     report : bool, default False
         Return a `Conversion` (the result, whether it was copied and by whom,
         every fault acted on) instead of the bare result.
+    require_alignment : int, default 0
+        What a kernel asks of the data the consumer gets, as tvm-ffi's
+        ``from_dlpack`` does: the first element's address a multiple of this
+        many bytes (0: any). Data that is not is copied, aligned, by the
+        layer (``report=True`` says so); ``copy=False`` refuses it.
+    require_contiguous : bool, default False
+        The same for a C-order layout: a compact copy where the data is not.
 
     Returns
     -------
@@ -404,11 +457,13 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         for a consumer that would share it writeable.
     CopyRequiredError
         ``copy=False`` where the consumer needs a copy (a layout it cannot
-        import, another device).
+        import, another device, data that does not meet
+        ``require_alignment`` or ``require_contiguous``).
     DeviceUnreachableError
         No GPU for a GPU library, or a device the data cannot reach.
-    ImportError
-        ``to`` names a module that cannot be imported here.
+    ModuleNotFoundError
+        ``to`` names a module that cannot be imported here (an
+        ``ImportError``).
     TypeError
         ``to`` is no module or name, or one without a ``from_dlpack``.
     ValueError
@@ -432,6 +487,9 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     c = _consumers.get(to) if type(to) is str else None
     if c is None:
         c = consumer_of(to)
+    if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
+        _rules.check_requirements(require_alignment, require_contiguous)
+        return _convert(x, c, device, copy, stream, on_readonly, report, (require_alignment, require_contiguous))
     if (
         device is None and copy is None and stream is None and report is False and type(x) is _ndarray
         and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
@@ -440,13 +498,14 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
             return c.call(wrap(x))
         if c.lands == "host":
             return from_dlpack(x)
-    return _convert(x, c, device, copy, stream, on_readonly, report)
+    return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
 
 
 _POLICY_SET = frozenset(_faults.POLICIES)
+_NOTHING_REQUIRED = (0, False)
 
 
-def _convert(x, c: Consumer, device, copy, stream, on_readonly, report):
+def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     _faults.check_policy(on_readonly)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
@@ -456,22 +515,22 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report):
     if c.lands == "host":
         where = target if target is not None else CPU
         if report:
-            served = Served(x, c, None, None, None, on_readonly)
+            served = Served(x, c, None, None, None, on_readonly, required)
             served.lands_on = where
-            result = from_dlpack(served, device=where, copy=copy, stream=stream)
+            result = from_dlpack(served, device=where, copy=copy, stream=stream, **_keywords(required))
         elif target is None and (type(x) is _ndarray or known_on_host(x)):
-            result = from_dlpack(x, copy=copy, stream=stream)
+            result = from_dlpack(x, copy=copy, stream=stream, **_keywords(required))
         else:
-            result = from_dlpack(x, device=where, copy=copy, stream=stream)
+            result = from_dlpack(x, device=where, copy=copy, stream=stream, **_keywords(required))
     elif c.lands == "gpu":
-        served = Served(x, c, None, None, None, on_readonly)
+        served = Served(x, c, None, None, None, on_readonly, required)
         gpu = target if target is not None else _gpu_for(served, c)
         served.lands_on = gpu if gpu is not None else Device(served.__dlpack_device__())
-        result = from_dlpack(served, device=gpu, copy=copy, stream=stream)
+        result = from_dlpack(served, device=gpu, copy=copy, stream=stream, **_keywords(required))
         if c.name == "numba":
             result = c.call(result)
     else:
-        served = Served(x, c, target, copy, handle, on_readonly)
+        served = Served(x, c, target, copy, handle, on_readonly, required)
         if target is not None and target.dlpack != served._w.__dlpack_device__():
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
@@ -480,6 +539,13 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report):
     if not report:
         return result
     return _conversion(result, c, served)
+
+
+def _keywords(required) -> dict:
+    """``from_dlpack``'s keywords for a kernel's requirements (none: none)."""
+    if required is _NOTHING_REQUIRED:
+        return {}
+    return {"require_alignment": required[0], "require_contiguous": required[1]}
 
 
 def _gpu_for(served: Served, c: Consumer) -> Device | None:
@@ -510,9 +576,15 @@ def _conversion(result, c: Consumer, served: Served | None) -> Conversion:
         who = c.name if c.lands is None else "gpu_dlpack"
         if who not in by:
             by.append(who)
-        reasons.append(
-            f"copied: {record['consumer_copies']}" if record["consumer_copies"] else f"copied by {who} on import"
-        )
+        alignment, contiguous = record["required"]
+        unmet = c.lands is not None and _rules.unmet(
+            record["address"], record["shape"], record["strides"], alignment, contiguous)
+        if unmet:  # the landing met the kernel's requirements by a copy
+            reasons.append(_required_reason(unmet, record["address"], alignment, record["shape"], record["strides"]))
+        else:
+            reasons.append(
+                f"copied: {record['consumer_copies']}" if record["consumer_copies"] else f"copied by {who} on import"
+            )
     if landed is not None and landed[1] != record["dtype"]:
         reasons.append(f"{c.name} changed the dtype from {_dtype_name(record['dtype'])} to {_dtype_name(landed[1])}")
     copied = True if by else (None if landed is None else False)
@@ -520,6 +592,13 @@ def _conversion(result, c: Consumer, served: Served | None) -> Conversion:
         result, c.name, c.version, copied, " and ".join(by) or None, record["share"], record["applied"],
         tuple(reasons),
     )
+
+
+def _required_reason(what, address, alignment, shape, strides) -> str:
+    if what == "alignment":
+        return (f"copied by gpu_dlpack: require_alignment={alignment}, and the data started "
+                f"{address % alignment} bytes past a {alignment}-byte boundary")
+    return f"copied by gpu_dlpack: require_contiguous=True, and the strides {strides} of shape {shape} are not C order"
 
 
 def _landed(result):

@@ -53,6 +53,12 @@ HOST_ACCESSIBLE = frozenset(
     {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
 )
 
+#: Memory a GPU reads and writes in place (cuda.core's ``is_device_accessible``):
+#: GPU memory, and the pinned and managed memory a GPU maps.
+DEVICE_ACCESSIBLE = frozenset(
+    {DLDeviceType.CUDA, DLDeviceType.CUDA_HOST, DLDeviceType.CUDA_MANAGED, DLDeviceType.ROCM, DLDeviceType.ROCM_HOST}
+)
+
 #: Device types whose id is always 0 (one address space on the host side).
 _SINGLE = frozenset(
     {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}

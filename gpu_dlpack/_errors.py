@@ -14,10 +14,69 @@ its cause and still a subclass of the standard's type, so that
 (``ValueError``: a value the memory's device does not take) and
 ``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
 
+Every error the layer raises itself is also a ``GpuDlpackError``, so that
+``except gpu_dlpack.GpuDlpackError`` catches them all and nothing a peer
+raised (torch's, JAX's own errors, passed on where the layer has nothing to
+add). In this module the names ``BufferError``, ``TypeError``,
+``ValueError``... are the layer's classes of those types (each the builtin
+of its name and a ``GpuDlpackError``), defined below: the causes are of
+them, and every message without a cause of its own builds one.
+
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
 
 from __future__ import annotations
+
+import builtins
+
+
+class GpuDlpackError(Exception):
+    """The base class of every error gpu_dlpack raises itself.
+
+    Each is also the standard's type (``BufferError``, ``TypeError``,
+    ``ValueError``; ``ImportError`` for a library ``convert`` cannot import),
+    so ``except BufferError`` keeps working; ``except GpuDlpackError`` tells
+    the layer's refusals from what a peer library raised.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> try:
+    ...     gpu_dlpack.export(np.arange(3), copy="yes")
+    ... except gpu_dlpack.GpuDlpackError as e:
+    ...     print(isinstance(e, TypeError), e)
+    True copy must be True, False or None; got 'yes'.
+    """
+
+
+# The standard's types as the layer raises them: each is the builtin of its
+# name and a GpuDlpackError (a traceback names it gpu_dlpack._errors.BufferError).
+# The causes below are of them, and the messages without a cause of their
+# own build them.
+
+
+class BufferError(GpuDlpackError, builtins.BufferError):
+    """An exchange gpu_dlpack cannot make: the standard's ``BufferError``."""
+
+
+class TypeError(GpuDlpackError, builtins.TypeError):
+    """An argument of the wrong type: the standard's ``TypeError``."""
+
+
+class ValueError(GpuDlpackError, builtins.ValueError):
+    """An argument of the right type but a wrong value: the standard's ``ValueError``."""
+
+
+class NotImplementedError(GpuDlpackError, builtins.NotImplementedError):
+    """A hook a subclass must define."""
+
+
+class ImportError(GpuDlpackError, builtins.ImportError):
+    """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support)."""
+
+
+class ModuleNotFoundError(ImportError, builtins.ModuleNotFoundError):
+    """A library asked for by name that cannot be imported."""
 
 
 class StreamWarning(UserWarning):
@@ -48,7 +107,7 @@ class ConsumedCapsuleError(ValueError, BufferError):
     """
 
 
-class NotDLPackError(TypeError, AttributeError):
+class NotDLPackError(TypeError, builtins.AttributeError):
     """The object speaks no DLPack, nor another array protocol.
 
     No ``__dlpack__`` and ``__dlpack_device__``, no array interface, no buffer.
@@ -100,7 +159,7 @@ class DeviceUnreachableError(BufferError):
     """
 
 
-class StreamError(Exception):
+class StreamError(GpuDlpackError):
     """A stream refused for the memory it goes with.
 
     Never raised itself, but as `InvalidStreamError` (a ``ValueError``) or
@@ -208,8 +267,9 @@ def bad_flag(name, value) -> TypeError:
 
 def bad_dl_device_type(value) -> TypeError:
     return TypeError(
-        f"dl_device must be None or a (device_type, device_id) tuple such as "
-        f"(1, 0) for the CPU; got {type(value).__name__} {value!r}."
+        f"dl_device must be None, a (device_type, device_id) tuple such as (1, 0) "
+        f"for the CPU, or a device in any form gpu_dlpack.Device reads ('cpu', "
+        f"'cuda:0', a torch.device...); got {type(value).__name__} {value!r}."
     )
 
 
@@ -225,11 +285,22 @@ def array_not_device(value) -> TypeError:
 
 
 def not_dlpack(obj) -> NotDLPackError:
+    if isinstance(obj, type):
+        return class_not_array(obj)
     return NotDLPackError(
         f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack: "
         "it has no __dlpack__ and __dlpack_device__ methods, and it is not a "
         "DLPack capsule. Pass an array from a DLPack library (NumPy, PyTorch, "
         "JAX, CuPy, ...) or a capsule named 'dltensor' or 'dltensor_versioned'."
+    )
+
+
+def class_not_array(cls) -> NotDLPackError:
+    return NotDLPackError(
+        f"{cls.__module__}.{cls.__qualname__} is a class, not an array: gpu_dlpack "
+        "exchanges arrays (instances of it), whose __dlpack__ and __dlpack_device__ "
+        "are bound to their data. Pass an array, such as numpy.arange(3) or "
+        "torch.zeros(3), not its type."
     )
 
 
@@ -299,6 +370,8 @@ def producer_not_a_capsule(producer, obj) -> TypeError:
 
 
 def producer_bad_device(producer, answer, error=ValueError):
+    # The reading failed with ``error``: the layer's error of that standard type.
+    error = TypeError if issubclass(error, builtins.TypeError) else ValueError
     return error(
         f"{producer}.__dlpack_device__() returned {answer!r}, which names no DLPack "
         "device: it must return a (device_type, device_id) pair of ints such as "
@@ -308,7 +381,37 @@ def producer_bad_device(producer, answer, error=ValueError):
     )
 
 
+def renamed(record, old, new) -> DeprecationWarning:
+    return DeprecationWarning(
+        f"{record}.{old} is deprecated: read {record}.{new}, the same value under gpu_dlpack's one "
+        f"name for it; {old} goes in a later release."
+    )
+
+
+def bad_arg_indices(value) -> TypeError:
+    return TypeError(
+        "args_viewable takes the positions of the arguments to view, a tuple of ints such as "
+        f"(0, 2), as cuda.core's args_viewable_as_strided_memory does; got {value!r}."
+    )
+
+
 # -- the producer kit ---------------------------------------------------------
+
+def not_on_host(obj, device) -> TypeError:
+    return TypeError(
+        f"{type(obj).__module__}.{type(obj).__qualname__} holds its memory on {device}, which the "
+        "host cannot address: NumPy cannot take it in place. Copy it to the host: "
+        "gpu_dlpack.from_dlpack(obj, device='cpu'), or convert it to a GPU library: "
+        "gpu_dlpack.convert(obj, 'cupy')."
+    )
+
+
+def array_copy_forbidden(obj, dtype, wanted) -> ValueError:
+    return ValueError(
+        f"copy=False, but {type(obj).__module__}.{type(obj).__qualname__} holds {dtype} data and "
+        f"{wanted} was asked for: only a copy converts it. Pass copy=None, or ask for {dtype}."
+    )
+
 
 def no_dlpack_memory(obj) -> NotImplementedError:
     t = f"{type(obj).__module__}.{type(obj).__qualname__}"
@@ -553,10 +656,16 @@ def bad_consumer(to) -> TypeError:
     )
 
 
-def consumer_not_importable(name, exc) -> ModuleNotFoundError:
+def consumer_not_importable(name, exc, meant=()) -> ModuleNotFoundError:
+    if len(meant) == 1:
+        hint = f" Did you mean {meant[0]!r}?"
+    elif meant:
+        hint = " Did you mean one of " + ", ".join(repr(m) for m in meant) + "?"
+    else:
+        hint = ""
     return ModuleNotFoundError(
         f"convert(x, {name!r}): no module named {name!r} can be imported here "
-        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
+        f"({type(exc).__name__}: {exc}).{hint} Check the spelling, or install the library into "
         "this Python.",
         name=name,
     )
@@ -604,6 +713,26 @@ def unaligned_needs_copy(consumer, address, alignment) -> CopyRequiredError:
     )
 
 
+def bad_alignment(value) -> TypeError | ValueError:
+    error = ValueError if type(value) is int else TypeError
+    return error(
+        "require_alignment must be a number of bytes the first element's address is a "
+        f"multiple of, an int such as 64 (0: none); got {value!r}."
+    )
+
+
+def requirement_needs_copy(what, address, alignment, shape, strides) -> CopyRequiredError:
+    if what == "alignment":
+        why = (f"require_alignment={alignment}, and the data starts at 0x{address:x}, "
+               f"{address % alignment} bytes past a {alignment}-byte boundary")
+    else:
+        why = f"require_contiguous=True, and the data of shape {shape} has strides {strides} (in elements), not C order"
+    return CopyRequiredError(
+        f"copy=False, but {why}: only a copy meets the requirement. Pass copy=None for a "
+        "compact copy aligned as asked (made only where it is needed), or drop the requirement."
+    )
+
+
 def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
     return DeviceUnreachableError(
         f"convert(x, {consumer!r}): {consumer} arrays live on a GPU, and gpu_dlpack cannot "
@@ -619,4 +748,11 @@ def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
         f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
         "this Python.",
         name=name,
+    )
+
+
+def explain_takes(obj) -> TypeError:
+    return TypeError(
+        "gpu_dlpack.explain takes an exception or an error message (str); got "
+        f"{type(obj).__name__} {obj!r}."
     )

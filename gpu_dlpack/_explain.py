@@ -10,8 +10,9 @@ JAX, CuPy and gpu_dlpack itself:
 ``library``, ``exception``
     who raises it, and with which exception type.
 ``pattern``
-    a regular expression searched for in the text once runs of white space
-    are folded into one space (so a wrapped traceback still matches). Named
+    a regular expression searched for in the text, ignoring case, once runs
+    of white space are folded into one space (so a wrapped traceback, or a
+    message a library or a log capitalised otherwise, still matches). Named
     groups, such as ``(?P<floor>...)``, can be quoted as ``{floor}`` in
     ``meaning`` and ``remedies``.
 ``meaning``, ``remedies``
@@ -36,18 +37,19 @@ the other fields the doctor passes.
 ...     "below (0, 5) but version ((0, 4)) was requested.")]
 ['jax-version-floor']
 
-Floor: the faces, read by the CLI and the doctor; it imports nothing of the
-package.
+Floor: the faces, read by the CLI and the doctor; of the package it imports
+only the messages (``_errors``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import json
 import re
 import textwrap
 from dataclasses import dataclass
+
+from . import _errors
 
 DATA_FILE = "explain.json"
 
@@ -156,7 +158,7 @@ class Explanation:
 
     A sequence of `Match` (``len``, iteration, indexing); true when something
     matched; ``str()`` of it is the terminal text of ``gpu-dlpack explain``.
-    Not importable from ``gpu_dlpack``: only `explain` makes one.
+    Made by `explain`; public for the annotations of code that passes one on.
 
     Attributes
     ----------
@@ -219,10 +221,7 @@ def explain(exc_or_message) -> Explanation:
     elif isinstance(exc_or_message, str):
         text = exc_or_message
     else:
-        raise TypeError(
-            "gpu_dlpack.explain takes an exception or an error message (str); got "
-            f"{type(exc_or_message).__name__} {exc_or_message!r}."
-        )
+        raise _errors.explain_takes(exc_or_message)
     return Explanation(text, tuple(match(text)))
 
 
@@ -245,6 +244,8 @@ def fill(template: str, fields: dict) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _data() -> dict:
+    import importlib.resources  # at the first explain, not at the package's import
+
     text = importlib.resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
     return json.loads(text)
 
@@ -259,7 +260,7 @@ def entries() -> tuple:
                 id=raw["id"],
                 library=raw["library"],
                 exception=raw["exception"],
-                pattern=re.compile(raw["pattern"]),
+                pattern=re.compile(raw["pattern"], re.IGNORECASE),
                 meaning=raw["meaning"],
                 remedies=tuple(raw["remedies"]),
                 avoid=dict(raw["avoid"]),

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _backends, _errors, _exchange, _fastpath, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._devices import CPU, Device
-from ._typing import Capsule, StreamLike, Version
+from ._typing import Capsule, DeviceLike, StreamLike, Version
 
 _ndarray = np.ndarray
 _asked = _producer.asked
@@ -27,7 +27,7 @@ _asks_back = _producer.ASKS_BACK
 
 def export(
     x: Any, /, *, stream: StreamLike | None = None, max_version: Version | None = None,
-    dl_device: tuple[int, int] | None = None, copy: bool | None = None, readonly: bool = False,
+    dl_device: DeviceLike | None = None, copy: bool | None = None, readonly: bool = False,
     min_version: Version | str | None = None,
 ) -> Capsule:
     """A DLPack capsule for ``x``, following the array API standard exactly.
@@ -53,10 +53,13 @@ def export(
         The newest ``(major, minor)`` the consumer reads. ``None`` or
         ``(0, m)`` gives a legacy ``dltensor`` capsule; ``(1, m)`` or more a
         ``dltensor_versioned`` one, which carries `DLPACK_VERSION`.
-    dl_device : tuple of int, optional
-        The ``(device_type, device_id)`` the consumer wants the data on.
-        ``None`` or the array's own device exports in place; ``(1, 0)`` (the
-        CPU) is reachable from any memory the host can address.
+    dl_device : tuple of int, str, Device or device object, optional
+        The ``(device_type, device_id)`` the consumer wants the data on, or
+        the same in any form `Device` reads (``"cpu"``, ``"cuda:0"``, a torch
+        device), as ``device=`` takes it elsewhere: the keyword keeps the
+        name the standard's ``__dlpack__`` gives it. ``None`` or the array's
+        own device exports in place; ``(1, 0)`` (the CPU) is reachable from
+        any memory the host can address.
     copy : bool, optional
         ``True`` always copies (and sets IS_COPIED), ``False`` never copies,
         ``None`` copies only when it must.
@@ -108,7 +111,7 @@ def export(
     >>> r = np.arange(3.0)
     >>> r.flags.writeable = False
     >>> info = gpu_dlpack.inspect(gpu_dlpack.export(r, max_version=(1, 0)))
-    >>> info.read_only, info.version == gpu_dlpack.DLPACK_VERSION
+    >>> info.readonly, info.version == gpu_dlpack.DLPACK_VERSION
     (True, True)
     >>> old = gpu_dlpack.export(r, max_version=(0, 4), min_version=(0, 4), copy=True)
     >>> gpu_dlpack.inspect(old).name
@@ -175,7 +178,7 @@ class Exportable(_Base):
     gpu_dlpack.wrap(numpy.ndarray, readonly=True)
     >>> w.__dlpack_device__(), w.readonly
     ((1, 0), True)
-    >>> gpu_dlpack.inspect(w.__dlpack__(max_version=(1, 0))).read_only
+    >>> gpu_dlpack.inspect(w.__dlpack__(max_version=(1, 0))).readonly
     True
     """
 
@@ -284,6 +287,12 @@ class Exportable(_Base):
             The DLPack device pair, as read when the wrapper was made.
         """
         return self._device
+
+    @property
+    def device(self) -> Device:
+        """Where the wrapped data is, as `__dlpack_device__` says it: the
+        array API's ``x.device``, which array-api-compat's ``device`` reads."""
+        return Device(self._device)
 
     @property
     def __cuda_array_interface__(self):

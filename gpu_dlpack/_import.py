@@ -34,7 +34,7 @@ _CapsuleType = _capsule.CapsuleType
 
 def from_dlpack(
     x: Any, /, *, device: DeviceLike | None = None, copy: bool | None = None,
-    stream: StreamLike | None = None,
+    stream: StreamLike | None = None, require_alignment: int = 0, require_contiguous: bool = False,
 ) -> Array:
     """Import ``x`` (any DLPack producer, or a raw capsule) as an array.
 
@@ -62,6 +62,17 @@ def from_dlpack(
         stream...). The producer makes it wait for its pending work, and any
         copy is queued on it. Default: the stream of an enclosing `use_stream`
         block, else CuPy's current stream on the target device.
+    require_alignment : int, default 0
+        What a kernel asks of the data, as tvm-ffi's ``from_dlpack`` does: the
+        address of the first element a multiple of this many bytes (0: any).
+        Data that is not gets an aligned copy, only then; ``copy=False``
+        refuses it (`CopyRequiredError`).
+    require_contiguous : bool, default False
+        The same for a C-order layout (an empty array, and an axis of length
+        1 with any stride, are): a compact copy where the data is not. The
+        copy is made where the result is: a CuPy array on its GPU, a NumPy
+        array in host memory (pageable, also for a result over pinned
+        memory that needed one).
 
     Returns
     -------
@@ -72,7 +83,8 @@ def from_dlpack(
     Raises
     ------
     CopyRequiredError
-        ``copy=False`` where the data must be copied.
+        ``copy=False`` where the data must be copied (to move it, or to meet
+        ``require_alignment`` or ``require_contiguous``).
     DeviceUnreachableError
         A ``device`` the data cannot reach, or no installed backend for it.
     ConsumedCapsuleError
@@ -99,7 +111,20 @@ def from_dlpack(
     >>> b = gpu_dlpack.from_dlpack(t, copy=True)
     >>> b.ctypes.data == t.data_ptr(), b.flags.writeable
     (False, True)
+
+    For a kernel that reads 64-byte aligned, compact data (a copy only where
+    the data is not):
+
+    >>> import numpy as np
+    >>> a = np.arange(17.0)[1:]                       # 8 bytes past a boundary
+    >>> c = gpu_dlpack.from_dlpack(a, require_alignment=64, require_contiguous=True)
+    >>> c.ctypes.data % 64, c.flags.c_contiguous, c.tolist() == a.tolist()
+    (0, True, True)
+    >>> gpu_dlpack.from_dlpack(c, require_alignment=64).ctypes.data == c.ctypes.data
+    True
     """
+    if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
+        return _meeting(x, device, copy, stream, require_alignment, require_contiguous)
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
             if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
@@ -188,6 +213,25 @@ if _fastpath.core is not None:
     # about (a C exchange API, JAX's capsules) before any Python runs; every
     # other case calls the function above. help() and inspect see it.
     from_dlpack = functools.update_wrapper(_fastpath.core.Exporter(from_dlpack, 2), from_dlpack)
+
+
+def _meeting(x, device, copy, stream, alignment, contiguous):
+    """``from_dlpack`` with a kernel's requirements: the import as asked
+    (zero-copy where it can be), then one copy, aligned and compact, where
+    the data does not meet them or ``copy=True`` asks for one."""
+    _rules.check_requirements(alignment, contiguous)
+    out = from_dlpack(x, device=device, copy=False if copy is False else None, stream=stream)
+    backend = _backends.for_array(out)
+    address = out.ctypes.data if backend is numpy_backend else out.data.ptr
+    strides = tuple(s // out.itemsize for s in out.strides) if out.itemsize else None
+    what = _rules.unmet(address, out.shape, strides, alignment, contiguous)
+    if what is None and copy is not True:
+        return out
+    if copy is False:
+        raise _errors.requirement_needs_copy(what, address, alignment, out.shape, strides)
+    if stream is not None and type(stream) is not int:
+        stream = _streams.handle_of(stream)
+    return backend.aligned_copy(out, alignment, stream)
 
 
 def _plain(x) -> bool:
@@ -372,7 +416,7 @@ def shards(x: Any, /, *, replicas: bool = False) -> list[Shard]:
         for s in gpu_dlpack.shards(j):
             t = torch.from_dlpack(gpu_dlpack.wrap(s.data))   # on s.device
     """
-    if not hasattr(x, "addressable_shards"):
+    if isinstance(x, type) or not hasattr(x, "addressable_shards"):
         data = from_dlpack(x)
         whole = tuple(slice(None) for _ in range(max(np.ndim(data), 1)))
         return [Shard(whole, _where(data), 0, data)]

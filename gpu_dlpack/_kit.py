@@ -4,8 +4,9 @@ DLPack, without writing any of the protocol.
 - ``Producer``, a mixin: the class names its memory in ``dlpack_memory()``
   and gets ``__dlpack__`` and ``__dlpack_device__`` under every rule of the
   layer (versions and the floor, copies, devices, streams, READ_ONLY), as
-  ``wrap`` serves them. Whatever else the class speaks (the array
-  interface, the buffer protocol), nothing recurses.
+  ``wrap`` serves them, and for host memory NumPy's ``__array_interface__``
+  and ``__array__`` (``np.asarray(obj)``, read-only where the memory is).
+  Whatever else the class speaks (the buffer protocol), nothing recurses.
 - ``from_pointer``: memory that C code owns, named by a pointer, a shape, a
   dtype, strides and a device, kept alive by an owner until the last
   consumer's deleter has run (as nanobind's ``nb::ndarray(ptr, shape,
@@ -31,7 +32,7 @@ _Exportable = Exportable
 
 class Producer:
     """A mixin that gives a class ``__dlpack__`` and ``__dlpack_device__`` from
-    one hook.
+    one hook, and NumPy's array interface for host memory.
 
     A subclass defines ``dlpack_memory()``, which names the memory to export,
     and writes none of the protocol. Every request is served as
@@ -39,6 +40,13 @@ class Producer:
     the standard says. The mixin has no state (``__slots__ = ()``); the memory
     is asked for at each request, so a class whose memory changes needs
     nothing more.
+
+    Host memory (the CPU, pinned and managed memory) also gives
+    ``__array_interface__`` and ``__array__``, so that ``np.asarray(obj)`` is
+    a NumPy array over it, read-only where the memory is (never a writeable
+    array over read-only memory). What the interface names stays valid while
+    the object lives; memory a GPU holds has no interface (``np.asarray``
+    then says how to copy it to the host).
 
     See Also
     --------
@@ -57,6 +65,8 @@ class Producer:
     [0.0, 1.0, 2.0]
     >>> s.__dlpack_device__()
     (1, 0)
+    >>> np.asarray(s).tolist(), np.shares_memory(np.asarray(s), s._data)
+    ([0.0, 1.0, 2.0], True)
     """
 
     __slots__ = ()
@@ -115,10 +125,89 @@ class Producer:
         """
         return _exportable(self).__dlpack_device__()
 
+    @property
+    def __array_interface__(self) -> dict:
+        """NumPy's array interface (version 3) of ``dlpack_memory()`` in host
+        memory, read-only where the memory is: what ``np.asarray`` reads. Its
+        ``data`` is a buffer over the memory that keeps it alive (NumPy keeps
+        that buffer), with the first element at ``offset``. AttributeError
+        (no interface) for memory the host cannot address."""
+        exportable = _exportable(self)
+        return _held_interface(exportable, exportable.__array_interface__)  # AttributeError off the host
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """``dlpack_memory()`` as a NumPy array (NumPy's ``__array__``).
+
+        Parameters
+        ----------
+        dtype : numpy.dtype or what it takes, optional
+            The dtype asked for: the data converted (a copy) when it is another.
+        copy : bool, optional
+            ``True`` a copy, ``False`` none (``ValueError`` where one is
+            needed), ``None`` a copy only for another dtype.
+
+        Returns
+        -------
+        numpy.ndarray
+            The array over the memory (read-only where the memory is), or a
+            copy of it.
+
+        Raises
+        ------
+        TypeError
+            Memory the host cannot address (on a GPU): copy it to the host
+            with ``gpu_dlpack.from_dlpack(obj, device="cpu")``.
+        """
+        exportable = _exportable(self)
+        if not exportable.device.is_host_accessible:
+            raise _errors.not_on_host(self, exportable.device)
+        out = np.asarray(exportable)  # over the memory, kept by the wrapper (its base)
+        wanted = None if dtype is None else np.dtype(dtype)
+        if wanted is not None and wanted != out.dtype:
+            if copy is False:
+                raise _errors.array_copy_forbidden(self, out.dtype, wanted)
+            return out.astype(wanted)
+        return out.copy() if copy is True else out
+
 
 def _exportable(producer) -> Exportable:
     memory = producer.dlpack_memory()
     return memory if type(memory) is _Exportable else wrap(memory)
+
+
+class _Span:
+    """The bytes ``[address, address + nbytes)`` that ``keep`` holds, as
+    NumPy's array interface of a flat uint8 array (read-only where asked)."""
+
+    __slots__ = ("keep", "__array_interface__")
+
+    def __init__(self, keep, address, nbytes, readonly):
+        self.keep = keep
+        self.__array_interface__ = {
+            "version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (address, readonly), "strides": None,
+        }
+
+
+def _held_interface(exportable, interface) -> dict:
+    """``interface`` with its memory held by what it names: ``data`` a flat
+    buffer over the bytes it spans (kept, through the array over them, by
+    the wrapper that exported them), ``offset`` the first element's place in
+    it. NumPy keeps a buffer given as ``data`` (its new array's base), not the
+    producer it asked: memory ``dlpack_memory()`` made afresh stays valid."""
+    address, readonly = interface["data"]
+    shape, strides = interface["shape"], interface["strides"]
+    itemsize = np.dtype(interface["descr"] if interface["typestr"][1] == "V" else interface["typestr"]).itemsize
+    if strides is None:
+        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * itemsize for i in range(len(shape)))
+    if 0 in shape or address == 0:
+        return interface  # no memory to keep
+    low = sum(st * (n - 1) for n, st in zip(shape, strides) if st < 0)
+    high = sum(st * (n - 1) for n, st in zip(shape, strides) if st > 0) + itemsize
+    over = np.asarray(exportable)  # the array over the memory; its base, the wrapper, holds it
+    span = np.asarray(_Span(over, address + low, high - low, readonly))
+    held = dict(interface)
+    held["data"], held["offset"] = span, -low
+    return held
 
 
 def from_pointer(

@@ -49,6 +49,8 @@ def producer(x):
     view = BUFFER_VIEWS.get(type(x))
     if view is not None:
         return view(x)
+    if isinstance(x, type):
+        return None  # an array type, not an array: its methods are unbound
     if type(x) is _capsule.CapsuleType:
         return OneCapsule(x)
     if _has(x, "__dlpack__") and _has(x, "__dlpack_device__"):
@@ -399,7 +401,7 @@ def _interface_of(info, readonly, stream) -> dict:
         # here: out of memory, that getter returns a list with an exception
         # still set (an unchecked item), which surfaces later as a SystemError.
         "descr": numpy_dtype.descr if numpy_dtype.fields is not None else [("", numpy_dtype.str)],
-        "data": (info.data + info.byte_offset, bool(readonly or info.read_only)),
+        "data": (info.data + info.byte_offset, bool(readonly or info.readonly)),
         "strides": strides,
         "stream": stream,
     }

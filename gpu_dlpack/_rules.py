@@ -76,7 +76,13 @@ def target_device(source: Device, dl_device) -> Device:
     if type(dl_device) is Device:
         return _host_id_zero(dl_device, dl_device)
     if not isinstance(dl_device, (tuple, list)):
-        raise _errors.bad_dl_device_type(dl_device)
+        # Any form Device reads ("cpu", "cuda:0", a torch device), as device=
+        # takes it everywhere else; the keyword keeps the standard's name.
+        try:
+            target = Device(dl_device)
+        except TypeError:
+            raise _errors.bad_dl_device_type(dl_device) from None
+        return _host_id_zero(target, dl_device)
     try:
         target = Device(tuple(dl_device))
     except ValueError as exc:
@@ -200,3 +206,39 @@ def readonly_import_copies(target: Device, read_only: bool, copy) -> bool:
     if copy is False:
         raise _errors.readonly_to_writeable(target)
     return True
+
+
+# -- what a kernel asks of the data (require_alignment, require_contiguous) ----
+
+def check_requirements(alignment, contiguous) -> None:
+    """TypeError or ValueError unless ``alignment`` is a number of bytes (an
+    int, 0 for none) and ``contiguous`` a bool."""
+    if type(alignment) is not int or alignment < 0:
+        raise _errors.bad_alignment(alignment)
+    if contiguous is not True and contiguous is not False:
+        raise _errors.bad_flag("require_contiguous", contiguous)
+
+
+def c_order(shape, strides) -> bool:
+    """Whether strides (in elements; None: C order) lay ``shape`` out in C
+    order, as tvm-ffi and NumPy's ``c_contiguous`` read it: an empty array
+    is, and an axis of length 1 may have any stride."""
+    if strides is None or 0 in shape:
+        return True
+    step = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1:
+            if stride != step:
+                return False
+            step *= n
+    return True
+
+
+def unmet(address, shape, strides, alignment, contiguous) -> str | None:
+    """Which requirement data at ``address`` laid out so does not meet:
+    ``"alignment"``, ``"contiguous"``, or None. Only a copy meets it."""
+    if alignment and address % alignment:
+        return "alignment"
+    if contiguous and not c_order(shape, strides):
+        return "contiguous"
+    return None

@@ -8,20 +8,33 @@ before ``view`` returns (its deleter runs then), and the record keeps the
 producer alive instead: the memory stays valid while the record and the
 producer live, as it does for the producer itself.
 
+The record speaks cuda.core's vocabulary (``ptr``, ``readonly``,
+``device_id``, ``is_device_accessible``, ``exporting_obj``), and
+``args_viewable`` is its ``args_viewable_as_strided_memory``: a kernel
+function's array arguments, viewed on the stream it names.
+
+What it is not: an array. It has no ``__array_namespace__`` (no operations
+to name), so array-api-compat's ``array_namespace`` refuses it, as it does
+a ``wrap(x)``; its ``device`` is what array-api-compat's ``device`` reads.
+
 Floor: the two directions, beside ``_export`` and ``_import``: it stands on
 the exchange they share and imports neither.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _exchange, _streams, _versions
-from ._devices import Device
+from . import _backends, _capsule, _dtypes, _errors, _exchange, _streams, _versions
+from ._devices import DEVICE_ACCESSIBLE, Device, DLDeviceType
 from ._typing import StreamLike
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -47,14 +60,20 @@ class ArrayView:
     dl_dtype : tuple of int
         The DLPack ``(code, bits, lanes)``.
     device : Device
-        Where the memory is.
+        Where the memory is (what array-api-compat's ``device`` reads).
     readonly : bool
         Whether the memory is read-only (READ_ONLY, or a read-only source).
     stream : int or None
         On a GPU, the stream handle the data is ready on (the producer ordered
         its pending work before it); None for memory without streams.
-    obj : object
-        The producer.
+    exporting_obj : object
+        The producer (cuda.core's name; ``obj`` is its deprecated alias).
+    device_id : int
+        The device's index, -1 for memory only the host reads (the CPU), as
+        cuda.core's ``StridedMemoryView`` says it.
+    is_device_accessible : bool
+        Whether a GPU reads the memory in place: GPU memory, pinned and
+        managed memory (cuda.core's name).
     ndim : int
         The number of dimensions.
     itemsize : int
@@ -76,11 +95,25 @@ class ArrayView:
     device: Device
     readonly: bool
     stream: int | None
-    obj: Any = field(repr=False)
+    exporting_obj: Any = field(repr=False)
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def device_id(self) -> int:
+        return -1 if self.device.type == DLDeviceType.CPU else self.device.index
+
+    @property
+    def is_device_accessible(self) -> bool:
+        return self.device.type in DEVICE_ACCESSIBLE
+
+    @property
+    def obj(self) -> Any:
+        """Deprecated: `exporting_obj`."""
+        warnings.warn(_errors.renamed("ArrayView", "obj", "exporting_obj"), stacklevel=2)
+        return self.exporting_obj
 
     @property
     def itemsize(self) -> int:
@@ -135,7 +168,7 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
         info = _capsule.read(x)
         # A legacy capsule cannot say its data may be written: read-only, as
         # its import is.
-        return _record(info, None, x, info.read_only or not info.versioned)
+        return _record(info, None, x, info.readonly or not info.versioned)
     if stream is not None and type(stream) is not int:
         stream = _streams.handle_of(stream)
     if stream is None:
@@ -152,7 +185,7 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
     ready_on = None
     if info.device.type in _streams.RULES:
         ready_on = _streams.resolve(stream, info.device.type)
-    return _record(info, ready_on, x, info.read_only)
+    return _record(info, ready_on, x, info.readonly)
 
 
 def _record(info, stream, obj, readonly) -> ArrayView:
@@ -166,7 +199,7 @@ def _record(info, stream, obj, readonly) -> ArrayView:
         dtype = None
     return ArrayView(
         ptr=info.data + info.byte_offset, shape=shape, strides=strides, dtype=dtype,
-        dl_dtype=info.dl_dtype, device=info.device, readonly=readonly, stream=stream, obj=obj,
+        dl_dtype=info.dl_dtype, device=info.device, readonly=readonly, stream=stream, exporting_obj=obj,
     )
 
 
@@ -177,3 +210,81 @@ def _c_strides(shape) -> tuple:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
+class _Viewable:
+    """An argument of a function decorated with `args_viewable`: the object
+    passed, viewed when the function says on which stream."""
+
+    __slots__ = ("exporting_obj",)
+
+    def __init__(self, obj):
+        self.exporting_obj = obj
+
+    def view(self, stream: StreamLike | None = None) -> ArrayView:
+        """``view(obj, stream=stream)``: the memory, ready on ``stream``."""
+        return view(self.exporting_obj, stream=stream)
+
+    def __repr__(self) -> str:
+        return f"args_viewable argument ({type(self.exporting_obj).__module__}.{type(self.exporting_obj).__qualname__})"
+
+
+def args_viewable(arg_indices: tuple[int, ...], /) -> Callable[[_F], _F]:
+    """A decorator for functions that read array memory (kernels): the
+    positional arguments at ``arg_indices`` reach the function as objects
+    whose ``view(stream)`` is `view` of what was passed.
+
+    cuda.core's ``args_viewable_as_strided_memory``, over `view`: the body
+    names the stream the memory is used on once it knows it, and any
+    producer a caller passes (NumPy, CuPy, PyTorch, JAX, a CUDA Array
+    Interface, a raw capsule...) is read the same way. The decorated function
+    keeps its name, docstring and signature; a position the call does not
+    fill is left to the function's own signature.
+
+    Parameters
+    ----------
+    arg_indices : tuple of int
+        The positions of the arguments to view (negative ones count from the
+        end, as in a list).
+
+    Returns
+    -------
+    callable
+        The decorator.
+
+    Raises
+    ------
+    TypeError
+        ``arg_indices`` is not a tuple of ints.
+
+    See Also
+    --------
+    view : What each argument's ``view()`` returns.
+
+    Examples
+    --------
+    >>> import numpy as np, gpu_dlpack
+    >>> @gpu_dlpack.args_viewable((0,))
+    ... def describe(x, scale, stream=None):
+    ...     v = x.view(stream)
+    ...     return v.shape, v.dtype, v.device_id, v.is_device_accessible, scale
+    >>> describe(np.zeros((2, 3), np.float32), 2.0)
+    ((2, 3), dtype('float32'), -1, False, 2.0)
+    >>> describe.__name__
+    'describe'
+    """
+    if type(arg_indices) is not tuple or not all(type(i) is int for i in arg_indices):
+        raise _errors.bad_arg_indices(arg_indices)
+
+    def decorate(func: _F) -> _F:
+        @functools.wraps(func)
+        def viewed(*args: Any, **kwargs: Any) -> Any:
+            given = list(args)
+            for i in arg_indices:
+                if -len(given) <= i < len(given):
+                    given[i] = _Viewable(given[i])
+            return func(*given, **kwargs)
+
+        return viewed  # type: ignore[return-value]
+
+    return decorate

@@ -8,8 +8,8 @@
 #   summary.md                      the verdict and why, what ran (passed, failed,
 #                                   skipped from the JUnit files), each target met or
 #                                   missed, ratios, bandwidths, the change against the
-#                                   last run kept on this runner (bench/report.py),
-#                                   and the copy phases
+#                                   last run of main kept (GPU_CI_BASELINE;
+#                                   bench/report.py), and the copy phases
 #   gpu-tests.xml, gpu-tests.log    JUnit XML and log of the GPU tests
 #   benchmarks.json                 pytest-benchmark's JSON, without each round's time
 #   benchmarks.xml, benchmarks.log  JUnit XML and log of the benchmark run
@@ -18,23 +18,23 @@
 #   bandwidth.png                   bandwidth against size (when matplotlib is there)
 #
 # Skipped is not passed: a run in which no GPU test ran (no GPU) fails.
+# It writes nothing outside OUTDIR: the results of main are kept by a job of
+# their own that no pull request's code runs in (the workflow's `history` job,
+# scripts/gpu-ci-history.sh; requirements/README.md), and only read here.
 # Settings, in the environment:
 #   GPU_TESTS_ALLOW_NO_GPU=1        run the GPU suite without a GPU (each test skips)
 #                                   instead of stopping before it
 #   GPU_CI_ALLOW_NOTHING_RAN=1      a suite in which no test ran does not fail the job
 #   GPU_CI_FAIL_ON_MISSED_TARGET=1  a missed benchmark target fails the job (default:
 #                                   shown, not failing: some targets are still open)
-#   GPU_CI_HISTORY=DIR              the results this runner keeps, one file per run
-#                                   (default ~/.cache/gpu_dlpack/gpu-ci-history/RUNNER_NAME);
-#                                   the run is compared with the newest
-#   GPU_CI_SAVE_HISTORY=1           add this run to the history if it passed (the
-#                                   workflow sets it on pushes to main only)
-#   GPU_CI_REGRESSION_MARGIN=25     percent a figure may grow by against the last run
+#   GPU_CI_BASELINE=FILE            the benchmarks.json of the last run of main that
+#                                   passed, to compare with (the workflow reads it from
+#                                   the gpu-ci-history branch); none: no comparison
+#   GPU_CI_REGRESSION_MARGIN=25     percent a figure may grow by against that run
 #   GPU_CI_FAIL_ON_REGRESSION=0     show regressions without failing the job
 #   GPU_CI_BENCH_ARGS="bench"       what the benchmark run collects
 #   GPU_CI_TESTS_ARGS=""            more pytest arguments for the GPU suite (a selection)
 #   GPU_CI_TESTS_TIMEOUT, GPU_CI_BENCH_TIMEOUT, GPU_CI_PHASES_TIMEOUT  seconds
-#   GPU_CI_RUN_LABEL                a name for this run in the history (event, commit)
 # Each step is time-boxed so the job ends in about 9 minutes at worst (about
 # 2 normally). Exits 0 when the summary's verdict is passed, 1 when failed, 2
 # on a usage error; the summary is written in every case.
@@ -78,7 +78,7 @@ timeout -k 5 "${GPU_CI_PHASES_TIMEOUT:-60}" "$py" bench/copy_phases.py -o "$out/
 phases_status=${PIPESTATUS[0]}
 
 echo "gpu-ci: summary"
-history=${GPU_CI_HISTORY:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu_dlpack/gpu-ci-history/${RUNNER_NAME:-$(hostname)}}
+baseline=${GPU_CI_BASELINE:-}
 args=(--suite "GPU tests" "$out/gpu-tests.xml" "$tests_status"
       --suite "benchmarks" "$out/benchmarks.xml" "$bench_status"
       --plot "$out/bandwidth.png" -o "$out/summary.md"
@@ -90,8 +90,8 @@ fi
 [ "${GPU_CI_ALLOW_NOTHING_RAN:-0}" = 1 ] && args+=(--allow-nothing-ran)
 [ "${GPU_CI_FAIL_ON_MISSED_TARGET:-0}" = 1 ] && args+=(--fail-on-missed-target)
 [ "${GPU_CI_FAIL_ON_REGRESSION:-1}" = 1 ] && args+=(--fail-on-regression)
-if [ -s "$history/latest.json" ]; then
-  args+=(--compare "$history/latest.json" --compare-name "the last run kept on this runner ($history)")
+if [ -n "$baseline" ] && [ -s "$baseline" ]; then
+  args+=(--compare "$baseline" --compare-name "the last run of main kept")
 fi
 "$py" bench/report.py "$out/benchmarks.json" "${args[@]}"
 status=$?
@@ -104,20 +104,6 @@ if [ -s "$out/copy-phases.md" ]; then
   { echo; cat "$out/copy-phases.md"; } >> "$out/summary.md"
 else
   printf '\nCopy phases: not measured (exit status %s).\n' "$phases_status" >> "$out/summary.md"
-fi
-if [ "${GPU_CI_SAVE_HISTORY:-0}" = 1 ]; then
-  if [ $status -eq 0 ] && [ -s "$out/benchmarks.json" ]; then
-    mkdir -p "$history"
-    label=$(printf '%s' "${GPU_CI_RUN_LABEL:-run}" | tr -c 'A-Za-z0-9_.-' '-' | cut -c1-60)
-    cp "$out/benchmarks.json" "$history/$(date -u +%Y%m%dT%H%M%SZ)-$label.json"
-    cp "$out/benchmarks.json" "$history/latest.json"
-    # Keep the newest 50 runs.
-    ls -1 "$history"/2*.json 2>/dev/null | sort | head -n -50 | xargs -r rm -f
-    printf '\nKept in the runner'"'"'s history (%s) as the run the next one is compared with.\n' "$history" \
-      >> "$out/summary.md"
-  else
-    printf '\nNot kept in the runner'"'"'s history: only a run that passed is compared against.\n' >> "$out/summary.md"
-  fi
 fi
 cat "$out/summary.md"
 exit $status

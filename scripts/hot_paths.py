@@ -45,7 +45,7 @@ for i in range(N):
     if jnp is not None:
         j = jnp.arange(12.0).reshape(3, 4)
         assert gpu_dlpack.from_dlpack(j)[2, 1] == 9.0  # JAX's legacy capsule into NumPy, in C
-        assert gpu_dlpack.inspect(gpu_dlpack.export(j, max_version=(1, 0))).read_only  # adapted in C
+        assert gpu_dlpack.inspect(gpu_dlpack.export(j, max_version=(1, 0))).readonly  # adapted in C
         assert np.from_dlpack(gpu_dlpack.wrap(j))[0, 2] == 2.0
     for versioned, device in ((False, (1, 0)), (True, (1, 0)), (False, (2, 0)), (True, (2, 0))):
         cap, rec = capsules.make(a, versioned=versioned, device=device, data=None if device == (1, 0) else 0x1000)

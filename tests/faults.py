@@ -177,7 +177,7 @@ def k_inspect():
 
     def run():
         info = gpu_dlpack.inspect(box[0])
-        if info.read_only or info.shape != (6,) or info.is_copied:
+        if info.readonly or info.shape != (6,) or info.is_copied:
             raise AssertionError(f"wrong fields: {info}")
         return gpu_dlpack.from_dlpack(box.pop())
 
@@ -348,7 +348,7 @@ def _device_adapted(versioned):
         info = _capsule.read(result)
         if info.versioned is versioned or tuple(info.device.dlpack) != (2, 0) or info.shape != (6,):
             raise AssertionError(f"wrong adaptation: {info}")
-        if versioned is False and not info.read_only:
+        if versioned is False and not info.readonly:
             raise AssertionError("a legacy tensor adapted to a versioned one is not READ_ONLY")
 
     return check

@@ -63,7 +63,7 @@ def test_read_only_array_exports_versioned_with_read_only(how):
     x = np.arange(3.0)
     x.flags.writeable = False
     info = gpu_dlpack.inspect(_exports(x)[how](max_version=(1, 0)))
-    assert info.read_only and info.version == gpu_dlpack.DLPACK_VERSION
+    assert info.readonly and info.version == gpu_dlpack.DLPACK_VERSION
 
 
 @pytest.mark.parametrize("how", ["export", "wrap"])
@@ -77,7 +77,7 @@ def test_read_only_array_refuses_a_legacy_export_with_the_remedy(how):
 def test_wrap_readonly_exports_read_only_from_a_writeable_array():
     x = np.arange(3.0)
     info = gpu_dlpack.inspect(gpu_dlpack.wrap(x, readonly=True).__dlpack__(max_version=(1, 0)))
-    assert info.read_only and x.flags.writeable
+    assert info.readonly and x.flags.writeable
 
 
 @pytest.mark.parametrize("how", ["export", "wrap"])

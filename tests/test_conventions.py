@@ -39,7 +39,9 @@ def test_exportable_dlpack_takes_keywords_only():
 
 def test_dir_shows_the_public_api_only():
     names = dir(gpu_dlpack)
-    assert set(names) == set(gpu_dlpack.__all__) | {"__version__"}
+    # and inspect, inspect_capsule's short name, kept out of __all__ (a star
+    # import would shadow the standard library's inspect)
+    assert set(names) == set(gpu_dlpack.__all__) | {"__version__", "inspect"}
     for hidden in ("sys", "types", "annotations", "_Module", "_capsule", "_export", "_core", "TYPE_CHECKING"):
         assert hidden not in names
     for name in names:
@@ -54,7 +56,8 @@ def test_help_shows_the_public_api_with_signatures():
     data = text[text.index("\nDATA\n"):text.index("\nVERSION\n")]
     # export and wrap are functions, with their signatures, on both paths.
     assert "    export(x: 'Any', /, *, stream:" in functions and "    wrap(x: 'Any', /, *, readonly:" in functions
-    for name in ("from_dlpack", "from_pointer", "view", "inspect", "shards", "set_min_dlpack_version"):
+    for name in ("from_dlpack", "from_pointer", "view", "inspect_capsule", "shards", "set_min_dlpack_version",
+                 "args_viewable"):
         assert f"    {name}(" in functions
     assert "MIN_DLPACK_VERSION = (0, 5)" in data and "DLPACK_VERSION = (1, 2)" in data
     entries = set(re.findall(r"^    (\w+)", functions + data, re.M))
@@ -109,12 +112,77 @@ def test_help_reads_the_same_on_either_path():
     assert all("Returns\n-------\n" in doc for doc in pure)
 
 
-def test_an_exporter_stays_itself_as_a_class_attribute():
+# What a reader of each public function sees, printed as JSON: its repr
+# (without the address), class, names, docstring, signature, help() text,
+# what inspect says of it, how it binds as a class attribute, whether it
+# pickles by name, and the function inspect.unwrap reaches.
+_LOOKS = """
+import inspect, json, pickle, pydoc, re, types, gpu_dlpack as g
+from gpu_dlpack import _fastpath
+out = {"core": _fastpath.core is not None, "functions": {}}
+for name in g.__all__:
+    f = getattr(g, name)
+    if not callable(f) or isinstance(f, type):
+        continue
     class Holder:
-        export = gpu_dlpack.export
+        m = f
+    bound = Holder().m
+    plain = inspect.unwrap(f)
+    out["functions"][name] = {
+        "repr": re.sub(r" at 0x[0-9a-f]+", "", repr(f)),
+        "class": f.__class__.__name__,
+        "names": [f.__name__, f.__qualname__, f.__module__],
+        "doc": f.__doc__,
+        "signature": str(inspect.signature(f)),
+        "help": pydoc.render_doc(f, renderer=pydoc.plaintext),
+        "inspect": [inspect.isfunction(f), inspect.isroutine(f), inspect.isbuiltin(f), callable(f)],
+        "binds": [type(bound).__name__, getattr(bound, "__func__", None) is f],
+        "pickles": pickle.loads(pickle.dumps(f)) is f,
+        "unwrapped": [type(plain).__name__, plain.__name__, plain.__qualname__, plain.__module__,
+                      plain.__doc__ == f.__doc__, str(inspect.signature(plain))],
+        "attributes": [repr(f.__defaults__), repr(f.__kwdefaults__), f.__code__.co_name,
+                       sorted(f.__annotations__)],
+    }
+print(json.dumps(out))
+"""
 
-    assert Holder().export is gpu_dlpack.export or not _fastpath.core  # bound like a builtin, not a method
-    cap = Holder.export(np.arange(3), max_version=(1, 0))
+
+def test_the_public_functions_look_the_same_on_both_paths():
+    # On the compiled path export, wrap, from_dlpack and inspect are the
+    # core's fronts over the Python functions: to help(), inspect, pydoc,
+    # pickle and a class body they are those functions, as on the pure path.
+    import json
+
+    from .interpreter import run_python
+
+    seen = {}
+    for path, env in (("compiled", {"GPU_DLPACK_PURE_PYTHON": "0"}), ("pure", {"GPU_DLPACK_PURE_PYTHON": "1"})):
+        done = run_python(_LOOKS, env=env)
+        assert done.returncode == 0, done.stderr
+        seen[path] = json.loads(done.stdout)
+    if not seen["compiled"]["core"]:
+        pytest.skip("the compiled core is not built here")
+    compiled, pure = seen["compiled"]["functions"], seen["pure"]["functions"]
+    fronted = {"export", "wrap", "from_dlpack", "inspect_capsule"}
+    assert fronted <= set(pure) and set(compiled) == set(pure)
+    for name in sorted(pure):
+        assert compiled[name] == pure[name], name
+        looks = pure[name]
+        assert looks["repr"] == f"<function {name}>" and looks["class"] == "function"
+        assert looks["names"][0] == name and looks["inspect"] == [True, True, False, True]
+        assert looks["help"].startswith(f"Python Library Documentation: function {name} in module ")
+        assert looks["binds"] == ["method", True] and looks["pickles"] is True
+    assert compiled["export"]["help"].splitlines()[2].startswith("export(x: 'Any', /, *, stream:")
+
+
+def test_a_front_of_the_core_is_its_python_function_to_a_reader():
+    if _fastpath.core is None:
+        pytest.skip("the compiled core is not active")
+    f = gpu_dlpack.export
+    assert type(f) is _fastpath.core.Exporter and f.__wrapped__.__code__ is f.__code__
+    with pytest.raises(AttributeError, match="'function' object has no attribute 'nothing'"):
+        f.nothing
+    cap = type("Holder", (), {"export": f}).export(np.arange(3), max_version=(1, 0))
     assert gpu_dlpack.inspect(cap).versioned
 
 

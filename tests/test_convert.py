@@ -69,7 +69,10 @@ def test_read_only_shared_knowingly_is_zero_copy(torch):
     done = gpu_dlpack.convert(r, "torch", on_readonly="share", report=True)
     t = done.array
     assert t.data_ptr() == r.ctypes.data
-    assert done.copied is False and done.shared_read_only and done.faults == ("read-only-ignored",)
+    assert done.copied is False and done.shared_readonly and done.faults == ("read-only-ignored",)
+    with pytest.warns(DeprecationWarning, match=r"^Conversion\.shared_read_only is deprecated: read "
+                      r"Conversion\.shared_readonly"):
+        assert done.shared_read_only is True
     t[0] = 42
     assert r[0] == 42  # the caller chose this
 
@@ -113,7 +116,7 @@ def test_a_copy_the_layer_makes_for_a_fault_is_flagged_is_copied(torch):
     served = _convert.Served(r, _convert.consumer_of("torch"), None, None, None, "copy")
     cap = served.__dlpack__(max_version=(1, 0))
     info = _capsule.read(cap)
-    assert info.is_copied and not info.read_only and info.data != r.ctypes.data
+    assert info.is_copied and not info.readonly and info.data != r.ctypes.data
     assert served.record["copied"] and served.record["applied"] == ("read-only-ignored",)
 
 
@@ -533,3 +536,38 @@ def test_the_guide_lists_every_fault_of_the_table():
         rows |= {(lib.strip(), fault) for lib in libs.split(",")}
     table = {(p.name, f.id) for p in _peers.PEERS for f in p.faults}
     assert rows == table
+
+
+# -- what a kernel requires --------------------------------------------------------
+
+def _offset(a, alignment, past):
+    raw = np.zeros(a.nbytes + 2 * alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment + past
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("to", ["torch", "numpy", "array_api_strict", "jax"])
+def test_a_requirement_the_data_does_not_meet_is_met_by_one_reported_copy(to, torch, jax, xp_strict):
+    a = _offset(np.arange(8.0), 64, 8)
+    done = gpu_dlpack.convert(a, to, require_alignment=64, report=True)
+    got = gpu_dlpack.view(done.array)
+    assert got.ptr % 64 == 0 and got.ptr != a.ctypes.data and done.copied and "gpu_dlpack" in done.copied_by
+    assert done.reasons[0] == (
+        "copied by gpu_dlpack: require_alignment=64, and the data started 8 bytes past a 64-byte boundary")
+    t = np.arange(12.0).reshape(3, 4).T
+    done = gpu_dlpack.convert(t, to, require_contiguous=True, report=True)
+    assert np.asarray(gpu_dlpack.from_dlpack(done.array)).tolist() == t.tolist()
+    assert any(r == "copied by gpu_dlpack: require_contiguous=True, and the strides (1, 4) of shape (4, 3) "
+               "are not C order" for r in done.reasons), done.reasons
+    with pytest.raises(gpu_dlpack.CopyRequiredError):
+        gpu_dlpack.convert(a, to, require_alignment=64, copy=False)
+
+
+def test_data_that_meets_the_requirement_is_handed_over_in_place(torch):
+    a = _offset(np.arange(8.0), 64, 0)
+    done = gpu_dlpack.convert(a, "torch", require_alignment=64, require_contiguous=True, report=True)
+    assert done.array.data_ptr() == a.ctypes.data and done.copied is False and done.reasons == ()
+    t = gpu_dlpack.convert(a, "torch", require_alignment=64, copy=False)
+    assert t.data_ptr() == a.ctypes.data

@@ -829,7 +829,7 @@ def test_an_adapted_jax_capsule_holds_the_legacy_struct_in_its_manager_ctx(jax):
     j = jax.numpy.arange(6.0)
     cap = gpu_dlpack.export(j, max_version=(1, 0))
     info = gpu_dlpack.inspect(cap)
-    assert info.versioned and info.read_only and info.version == gpu_dlpack.DLPACK_VERSION
+    assert info.versioned and info.readonly and info.version == gpu_dlpack.DLPACK_VERSION
     ctx = _void(_capsule.pointer(cap, True) + 8)
     # DLManagedTensor starts with its DLTensor, which starts with the data
     # pointer: JAX's struct, not an object of NumPy's (the Python rebuild's).
@@ -869,7 +869,7 @@ def test_the_legacy_to_versioned_adaptation_frees_the_legacy_tensor_once_on_ever
         cap, rec = _legacy_on(device)
         adapted = gpu_dlpack.export(Producer(cap, device=device), max_version=(1, 0))
         info = gpu_dlpack.inspect(adapted)
-        assert info.versioned and info.read_only and info.data == rec.struct.dl_tensor.data
+        assert info.versioned and info.readonly and info.data == rec.struct.dl_tensor.data
         assert info.device.dlpack == (device if device[0] != 1 else (1, 0))  # the host as NumPy labels it
         if _core_adapts():
             assert _void(_capsule.pointer(adapted, True) + 8) == rec.address

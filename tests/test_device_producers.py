@@ -35,7 +35,7 @@ def check_versioned_in_place(cap, producer):
     assert info.version == gpu_dlpack.DLPACK_VERSION
     assert info.device.dlpack == CUDA0
     assert info.data + info.byte_offset == UNMAPPED  # the same memory: zero-copy
-    assert info.read_only and not info.is_copied
+    assert info.readonly and not info.is_copied
     assert info.shape == (6,) and info.dl_dtype == (2, 64, 1) and info.strides == (1,)
     assert len(producer.records) == 1 and producer.records[0].calls == 0
     return info
@@ -133,7 +133,7 @@ def test_a_dtype_numpy_does_not_know_travels_through_the_carrier(ml_dtypes):
     p = jax_on_cuda(dtype=(4, 16, 1))  # bfloat16
     p.array = np.arange(6, dtype=np.uint16)
     info = inspect(export(p, max_version=(1, 0)))
-    assert info.dl_dtype == (4, 16, 1) and info.device.dlpack == CUDA0 and info.read_only
+    assert info.dl_dtype == (4, 16, 1) and info.device.dlpack == CUDA0 and info.readonly
     assert info.data + info.byte_offset == UNMAPPED
 
 

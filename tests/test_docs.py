@@ -113,7 +113,7 @@ def test_docstring_examples_run(test, floor):
 def test_every_public_function_has_an_example():
     assert {t.values[0].name for t in _doctests()} >= {
         "gpu_dlpack", "gpu_dlpack._export.export", "gpu_dlpack._export.wrap",
-        "gpu_dlpack._import.from_dlpack", "gpu_dlpack.inspect",
+        "gpu_dlpack._import.from_dlpack", "gpu_dlpack.inspect_capsule",
     }
 
 

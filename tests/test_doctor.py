@@ -406,6 +406,23 @@ def test_missing_library_gets_a_row():
     check_schema(rep)
 
 
+def test_the_tables_keep_their_columns_when_a_library_is_missing():
+    # A row of a library that is not installed has a name and a reason: its
+    # name, longer than any installed one's, widens the first column of
+    # every table it is in, and each column starts where its heading does.
+    absent = doctor.Peer("doctor_test_not_installed_anywhere", "doctor_test_not_installed_anywhere")
+    text = doctor.render(doctor.run(peers=[doctor.PEERS[0], absent]))
+    for heading in ("Producers:", "Consumers:"):
+        table = text[text.index(heading):].split("\n\n")[0].splitlines()[1:]
+        starts = [i + 2 for i in range(len(table[0]) - 2) if table[0][i:i + 2] == "  " and table[0][i + 2] != " "]
+        assert len(starts) >= 5, table[0]
+        for line in table[1:]:
+            name = line.split()[0]
+            column = starts[1]  # after the library's name, the next column
+            assert line[:column].rstrip() == "  " + name and line[column] != " ", (heading, line)
+        assert any("doctor_test_not_installed_anywhere  " in line and "not installed" in line for line in table)
+
+
 def test_library_that_fails_to_import_gets_a_row(libdir):
     name = libdir("doctor_test_broken_import", "raise RuntimeError('compiled for another Python')\n")
     rep = doctor.run(extra=[name])

@@ -1,6 +1,9 @@
 """Errors a caller can catch by cause (below the floor, copy needed,
 read-only, device unreachable, stream refused), each still the type the
-standard names, and raised by every message of that cause."""
+standard names, and raised by every message of that cause; every error the
+layer raises is a GpuDlpackError, and none a peer raised."""
+
+import pickle
 
 import numpy as np
 import pytest
@@ -93,3 +96,72 @@ def test_a_gpu_no_backend_serves_is_unreachable():
         gpu_dlpack.export(np.arange(3.0), dl_device=(2, 0))
     with pytest.raises(gpu_dlpack.DeviceUnreachableError):
         gpu_dlpack.from_dlpack(np.arange(3.0), device="cuda:0")
+
+
+# -- one base class of the layer's own errors ---------------------------------
+
+_STANDARD = (BufferError, TypeError, ValueError, ImportError, NotImplementedError)
+
+
+def test_every_message_of_the_layer_is_a_gpu_dlpack_error_of_the_standards_type():
+    from .test_explain import BUILDER_ARGS
+
+    for builder, args in BUILDER_ARGS.items():
+        exc = getattr(_errors, builder)(*args)
+        if isinstance(exc, Warning):
+            continue  # a warning (DeprecationWarning), not an error
+        assert isinstance(exc, gpu_dlpack.GpuDlpackError), builder
+        assert isinstance(exc, _STANDARD), builder
+        # A message without a cause of its own keeps the standard's name
+        # (tracebacks, explain and doctor read it): gpu_dlpack._errors.TypeError.
+        assert type(exc).__name__ in {c.__name__ for c in _STANDARD + (ModuleNotFoundError,)} or (
+            getattr(gpu_dlpack, type(exc).__name__) is type(exc)), builder
+        again = pickle.loads(pickle.dumps(exc))  # to a worker process and back
+        assert type(again) is type(exc) and str(again) == str(exc), builder
+
+
+def test_the_layers_refusals_are_caught_by_the_base_and_by_the_standards_type(torch):
+    cases = [
+        (lambda: gpu_dlpack.export(np.arange(3), copy="yes"), TypeError),
+        (lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4)), BufferError),
+        (lambda: gpu_dlpack.set_min_dlpack_version("zero"), ValueError),
+        (lambda: gpu_dlpack.from_dlpack(np.arange(3), require_alignment=-1), ValueError),
+        (lambda: gpu_dlpack.convert(np.arange(3), "torhc"), ImportError),
+        (lambda: gpu_dlpack.explain(3), TypeError),
+    ]
+    for call, standard in cases:
+        with pytest.raises(gpu_dlpack.GpuDlpackError) as info:
+            call()
+        assert isinstance(info.value, standard)
+    # What a peer raises and the layer passes on is the peer's own.
+    with pytest.raises(ValueError) as info:
+        gpu_dlpack.from_dlpack(torch.empty(3, device="meta"))
+    assert not isinstance(info.value, gpu_dlpack.GpuDlpackError)
+
+
+@pytest.mark.parametrize("entry", ["from_dlpack", "wrap", "export", "view", "shards", "convert", "Device.of"])
+def test_an_array_class_instead_of_an_array_gets_the_layers_error(entry, torch):
+    call = {
+        "from_dlpack": gpu_dlpack.from_dlpack, "wrap": gpu_dlpack.wrap, "export": gpu_dlpack.export,
+        "view": gpu_dlpack.view, "shards": gpu_dlpack.shards, "convert": lambda x: gpu_dlpack.convert(x, "torch"),
+        "Device.of": gpu_dlpack.Device.of,
+    }[entry]
+    for cls, name in ((np.ndarray, "numpy.ndarray"), (torch.Tensor, "torch.Tensor")):
+        with pytest.raises(gpu_dlpack.NotDLPackError, match=f"^{name} is a class, not an array: ") as info:
+            call(cls)
+        assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("to, meant", [
+    ("Torch", "Did you mean 'torch'?"), ("torhc", "Did you mean 'torch'?"), ("NumPy", "Did you mean 'numpy'?"),
+    ("", "Did you mean one of 'numpy', 'torch', 'cupy', 'jax', 'numba', 'array_api_strict'?"),
+    ("gpu_dlpack_test_nothing_like_it", None),
+])
+def test_a_library_name_convert_cannot_import_gets_what_was_meant(to, meant):
+    with pytest.raises(gpu_dlpack.GpuDlpackError) as info:
+        gpu_dlpack.convert(np.arange(3), to)
+    assert isinstance(info.value, ModuleNotFoundError) and info.value.name == to
+    message = str(info.value)
+    assert message.startswith(f"convert(x, {to!r}): no module named {to!r} can be imported here")
+    assert (meant in message) if meant else ("Did you mean" not in message), message
+    assert gpu_dlpack.explain(info.value)[0].id == "gpu_dlpack-convert-not-importable"

@@ -118,6 +118,25 @@ def _jax():
     return jax
 
 
+class _LentOnGpu(gpu_dlpack.Producer):
+    """The producer kit's class over memory it says is on cuda:0 (the layer reads only the pointer)."""
+
+    def __init__(self):
+        self.base = np.arange(3.0)
+
+    def dlpack_memory(self):
+        return gpu_dlpack.from_pointer(self.base.ctypes.data, (3,), np.float64, device="cuda:0", owner=self.base)
+
+
+class _KitSamples(gpu_dlpack.Producer):
+    def dlpack_memory(self):
+        return np.arange(3.0)
+
+
+def _tvm_ffi():
+    return pytest.importorskip("tvm_ffi")
+
+
 def _cupy():
     return pytest.importorskip("cupy")
 
@@ -246,6 +265,16 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.from_pointer(16, (2, 3), np.float32, strides=(12, 4, 1))
     ),
     "gpu_dlpack-below-floor": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=(0, 4))),
+    "gpu_dlpack-class-not-array": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.ndarray)),
+    "gpu_dlpack-bad-alignment": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), require_alignment="64")),
+    "gpu_dlpack-requirement-needs-copy": lambda: raised(
+        lambda: gpu_dlpack.from_dlpack(_unaligned_view(), require_alignment=64, copy=False)
+    ),
+    "gpu_dlpack-explain-takes": lambda: raised(lambda: gpu_dlpack.explain(3)),
+    "gpu_dlpack-renamed": lambda: warned(lambda: gpu_dlpack.inspect(np.arange(3).__dlpack__()).read_only),
+    "gpu_dlpack-bad-arg-indices": lambda: raised(lambda: gpu_dlpack.args_viewable(0)),
+    "gpu_dlpack-not-on-host": lambda: raised(lambda: np.asarray(_LentOnGpu())),
+    "gpu_dlpack-array-copy-forbidden": lambda: raised(lambda: _KitSamples().__array__(np.float32, copy=False)),
     "gpu_dlpack-bad-max-version": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), max_version=[1, 0])),
     "gpu_dlpack-bad-floor": lambda: raised(lambda: gpu_dlpack.set_min_dlpack_version("zero.eight")),
     "gpu_dlpack-needs-version": lambda: raised(
@@ -259,7 +288,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-producer-bad-device": lambda: raised(lambda: gpu_dlpack.from_dlpack(Producer("cpu"))),
     "gpu_dlpack-bad-device-type": lambda: raised(lambda: gpu_dlpack.Device(0.5)),
     "gpu_dlpack-array-not-device": lambda: raised(lambda: gpu_dlpack.Device(np.arange(3))),
-    "gpu_dlpack-bad-dl-device": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device="cpu")),
+    "gpu_dlpack-bad-dl-device": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=1)),
     "gpu_dlpack-readonly-flag-type": lambda: raised(lambda: gpu_dlpack.wrap(np.arange(3), readonly=1)),
     "gpu_dlpack-not-dlpack": lambda: raised(lambda: gpu_dlpack.from_dlpack([1, 2, 3])),
     # A legacy consumer (JAX before 0.12, or any that sends no max_version).
@@ -427,6 +456,13 @@ REAL_MESSAGES = {
     ),
     # Printed by the abort (torch 2.12, 2.13): run in a child, which dies.
     "torch-negative-strides": lambda: _torch_abort_message(),
+    "torch-meta-export": lambda: raised(lambda: _torch().empty(3, device="meta").__dlpack__()),
+    "torch-meta-device": lambda: raised(lambda: gpu_dlpack.from_dlpack(_torch().empty(3, device="meta"))),
+    # -- tvm-ffi: its from_dlpack makes no copy for what a kernel requires
+    "tvm-ffi-unaligned": lambda: raised(lambda: _tvm_ffi().from_dlpack(_unaligned_view(), require_alignment=64)),
+    "tvm-ffi-not-contiguous": lambda: raised(
+        lambda: _tvm_ffi().from_dlpack(np.arange(12.0).reshape(3, 4).T, require_contiguous=True)
+    ),
     # -- CuPy (installed, without a GPU)
     "cupy-cpu-import": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0))),
     "cupy-unsupported-array-type": lambda: raised(lambda: _cupy().from_dlpack(Producer(3))),
@@ -621,6 +657,29 @@ def test_named_groups_fill_the_meaning():
 
 def test_fill_leaves_unknown_braces():
     assert _explain.fill("{a} and {b} and {}", {"a": 1}) == "1 and {b} and {}"
+
+
+def test_a_message_matches_in_any_case():
+    # A log, a wrapper or another release may write the same words otherwise.
+    for text in ("runtimeerror: numpy only supports stream=None.", "NUMPY ONLY SUPPORTS STREAM=NONE",
+                 "bufferError: cannot PACK tensors on Meta"):
+        assert [m.id for m in gpu_dlpack.explain(text)][:1] in (["numpy-stream"], ["torch-meta-export"]), text
+    (m,) = gpu_dlpack.explain("BUFFERERROR: JAX DOES NOT SUPPORT ANY VERSION BELOW (0, 5) BUT VERSION ((0, 4)) "
+                              "WAS REQUESTED.")
+    assert m.id == "jax-version-floor" and m.groups == {"floor": "0, 5", "major": "0", "minor": "4"}, m.groups
+
+
+def test_the_remedy_for_tvm_ffis_requirements_works():
+    tvm_ffi = _tvm_ffi()
+    a, t = _unaligned_view(), np.arange(12.0).reshape(3, 4).T
+    aligned = tvm_ffi.from_dlpack(gpu_dlpack.from_dlpack(a, require_alignment=64), require_alignment=64)
+    compact = tvm_ffi.from_dlpack(gpu_dlpack.from_dlpack(t, require_contiguous=True), require_contiguous=True)
+    np.testing.assert_array_equal(np.from_dlpack(aligned), a)
+    np.testing.assert_array_equal(np.from_dlpack(compact), t)
+    for x, kw in ((a, {"require_alignment": 64}), (t, {"require_contiguous": True})):
+        done = gpu_dlpack.convert(x, tvm_ffi, report=True, **kw)
+        np.testing.assert_array_equal(np.from_dlpack(tvm_ffi.from_dlpack(done.array, **kw)), x)
+        assert done.copied and done.copied_by == "gpu_dlpack" and "require_" in done.reasons[-1]
 
 
 def test_wrapped_traceback_still_matches():
@@ -882,6 +941,14 @@ def test_explain_without_text_on_a_terminal_says_how(capsys, monkeypatch):
 # Sample arguments for every message builder in gpu_dlpack._errors.
 BUILDER_ARGS = {
     "below_floor": ((0, 4), (0, 5)),
+    "class_not_array": (np.ndarray,),
+    "bad_alignment": (-1,),
+    "requirement_needs_copy": ("contiguous", 0x1000, 0, (3, 2), (4, 2)),
+    "explain_takes": (3,),
+    "renamed": ("ArrayView", "obj", "exporting_obj"),
+    "bad_arg_indices": ([0],),
+    "not_on_host": (object(), "cuda:0"),
+    "array_copy_forbidden": (object(), "float64", "float32"),
     "bad_max_version": ([1, 0],),
     "bad_floor": ("x", "GPU_DLPACK_MIN_VERSION"),
     "needs_version": ("dtype bool", (0, 8), (0, 6)),
@@ -933,7 +1000,7 @@ BUILDER_ARGS = {
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
     "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
     "bad_flag": ("readonly", 1),
-    "bad_dl_device_type": ("cpu",),
+    "bad_dl_device_type": (1,),
     "bad_dl_device": ("x", "99 is not a valid DLDeviceType"),
     "array_not_device": (__import__("numpy").zeros(1),),
     "bad_cuda_stream_protocol": (object(),),

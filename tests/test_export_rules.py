@@ -284,7 +284,7 @@ def test_a_numpy_subclass_follows_every_export_rule():
     assert inspect(export(a, max_version=(1, 0))).data == a.ctypes.data
     copied = inspect(export(a, max_version=(1, 0), copy=True))
     assert copied.is_copied and copied.data != a.ctypes.data
-    assert inspect(wrap(a, readonly=True).__dlpack__(max_version=(1, 0))).read_only
+    assert inspect(wrap(a, readonly=True).__dlpack__(max_version=(1, 0))).readonly
     with pytest.raises(ValueError, match="stream=5 is not valid for CPU"):
         export(a, stream=5)
     with pytest.raises(BufferError, match="cuda:0"):
@@ -366,9 +366,10 @@ def test_a_device_that_does_not_exist_is_a_buffer_error():
         export(np.arange(3), dl_device=(99, 0))
 
 
-@pytest.mark.parametrize("bad", ["cpu", 1, 1.0])
+@pytest.mark.parametrize("bad", [b"cpu", 1, 1.0])
 def test_dl_device_of_the_wrong_type_is_a_type_error(bad):
-    with pytest.raises(TypeError, match=re.escape(f"(1, 0) for the CPU; got {type(bad).__name__} {bad!r}.")):
+    # ("cpu" is a device: dl_device takes every form Device reads, below.)
+    with pytest.raises(TypeError, match=re.escape(f"a torch.device...); got {type(bad).__name__} {bad!r}.")):
         export(np.arange(3), dl_device=bad)
 
 
@@ -398,13 +399,13 @@ def test_a_non_int_stream_is_a_type_error_naming_the_valid_values(stream):
 def test_a_read_only_source_exports_versioned_with_read_only():
     ro = _readonly(np.arange(3.0))
     info = inspect(export(ro, max_version=(1, 0)))
-    assert info.read_only and info.data == ro.ctypes.data
+    assert info.readonly and info.data == ro.ctypes.data
 
 
 def test_readonly_wrap_exports_a_read_only_view_of_a_writeable_array(torch):
     for x in (np.arange(3.0), torch.arange(3.0)):
         w = wrap(x, readonly=True)
-        assert inspect(w.__dlpack__(max_version=(1, 0))).read_only
+        assert inspect(w.__dlpack__(max_version=(1, 0))).readonly
         out = np.from_dlpack(w)
         assert not out.flags.writeable and pointer(out) == pointer(x)
     a = np.arange(3.0)
@@ -445,7 +446,7 @@ def test_a_legacy_only_producer_yields_versioned_zero_copy_and_read_only(jax):
     j = jax.numpy.arange(5.0)
     assert inspect(j.__dlpack__(max_version=(1, 0))).name == "dltensor"  # JAX's own answer
     info = inspect(export(j, max_version=(1, 0)))
-    assert info.name == "dltensor_versioned" and info.read_only
+    assert info.name == "dltensor_versioned" and info.readonly
     assert info.data == pointer(j)
     out = np.from_dlpack(wrap(j))
     assert out.tolist() == [0, 1, 2, 3, 4] and not out.flags.writeable and pointer(out) == pointer(j)
@@ -482,7 +483,7 @@ def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer
 
     monkeypatch.setattr(_rules, "plan_export", spy)
     j = jax.numpy.arange(5.0)
-    assert inspect(export(j, max_version=(1, 0))).read_only
+    assert inspect(export(j, max_version=(1, 0))).readonly
     assert inspect(export(j)).name == "dltensor"
     (known, versioned), (known_legacy, legacy) = plans
     assert known is None and known_legacy is None  # a legacy producer cannot say
@@ -517,7 +518,7 @@ def test_an_old_producer_that_takes_only_stream_is_adapted_too():
     a = np.arange(4.0)
     old = OldProducer(a)
     info = inspect(export(old, max_version=(1, 0)))
-    assert info.name == "dltensor_versioned" and info.data == a.ctypes.data and info.read_only
+    assert info.name == "dltensor_versioned" and info.data == a.ctypes.data and info.readonly
 
 
 def test_a_versioned_only_producer_serves_a_legacy_consumer(jax):
@@ -616,3 +617,22 @@ def test_a_request_of_nothing_asks_the_producer_for_nothing(xp_strict):
         assert gpu_dlpack.from_dlpack(export(a)).tolist() == [1.0, 2.0]
         with pytest.raises(BufferError, match="requires at least version 2023.12"):
             export(a, max_version=(1, 0))  # asked for a version: the producer's own refusal, named
+
+
+def test_dl_device_takes_every_form_device_takes_elsewhere(torch):
+    # export's keyword keeps the standard's name; its value is read as
+    # from_dlpack's and convert's device= is.
+    a = np.arange(3.0)
+    for form in ("cpu", (1, 0), [1, 0], gpu_dlpack.Device("cpu"), torch.device("cpu")):
+        for make in (lambda: export(a, dl_device=form, max_version=(1, 0)),
+                     lambda: wrap(a).__dlpack__(dl_device=form, max_version=(1, 0)),
+                     lambda: export(torch.arange(3.0), dl_device=form, max_version=(1, 0))):
+            info = inspect(make())
+            assert info.device == CPU and not info.is_copied, form
+    assert inspect(export(a, dl_device="cpu", copy=True, max_version=(1, 0))).is_copied
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError):
+        export(a, dl_device="vulkan")
+    with pytest.raises(ValueError, match="cannot read a device from 'cpux'"):
+        export(a, dl_device="cpux")
+    with pytest.raises(TypeError, match=r"^dl_device must be None, a \(device_type, device_id\) tuple"):
+        export(a, dl_device=1)

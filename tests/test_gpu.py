@@ -325,7 +325,7 @@ def test_a_jax_gpu_array_exports_versioned_zero_copy_read_only(cp, jgpu, kw):
     j = _jax_on_gpu(jgpu)
     info = inspect(export(j, max_version=(1, 0), **kw))
     assert info.name == "dltensor_versioned" and info.version == gpu_dlpack.DLPACK_VERSION
-    assert info.device == _gpu0() and info.read_only and not info.is_copied
+    assert info.device == _gpu0() and info.readonly and not info.is_copied
     assert info.data + info.byte_offset == j.unsafe_buffer_pointer()
 
 
@@ -390,7 +390,7 @@ def test_a_jax_gpu_capsule_is_adapted_in_c_around_its_legacy_struct(cp, jgpu):
     j = _jax_on_gpu(jgpu)
     cap = export(j, max_version=(1, 0))
     info = inspect(cap)
-    assert info.read_only and info.device == _gpu0()
+    assert info.readonly and info.device == _gpu0()
     if _fastpath.core is not None:
         ctx = ctypes.c_void_p.from_address(_capsule.pointer(cap, True) + 8).value
         assert ctypes.c_void_p.from_address(ctx).value == j.unsafe_buffer_pointer()  # JAX's DLTensor.data

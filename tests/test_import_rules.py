@@ -459,3 +459,76 @@ def test_device_memory_of_a_producer_that_cannot_move_it_needs_its_devices_backe
         from_dlpack(p, device="cpu")
     gc.collect()
     assert [r.calls for r in p.records] == [1]
+
+
+# -- what a kernel requires (require_alignment, require_contiguous) -----------
+
+def _offset(a, alignment, past):
+    """A view of ``a``'s buffer starting ``past`` bytes after an ``alignment`` boundary."""
+    raw = np.zeros(a.nbytes + 2 * alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment + past
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def test_data_that_meets_the_requirements_is_not_copied(torch):
+    a = _offset(np.arange(12.0), 64, 0)
+    for x in (a, torch.from_numpy(a), wrap(a)):
+        out = from_dlpack(x, require_alignment=64, require_contiguous=True)
+        assert pointer(out) == a.ctypes.data
+    # an empty array and an axis of length 1 are C order whatever their strides
+    for x in (np.zeros((0, 3))[:, ::2], np.arange(6.0).reshape(3, 2)[:1, :]):
+        assert pointer(from_dlpack(x, require_contiguous=True)) == pointer(x)
+
+
+@pytest.mark.parametrize("past", [8, 24, 56])
+def test_unaligned_data_gets_one_aligned_copy(past, torch):
+    a = _offset(np.arange(12.0), 64, past)
+    for x in (a, torch.from_numpy(a)):
+        out = from_dlpack(x, require_alignment=64)
+        assert pointer(out) % 64 == 0 and pointer(out) != pointer(a)
+        assert out.tolist() == a.tolist() and out.flags.writeable and out.flags.c_contiguous
+    assert pointer(from_dlpack(a, require_alignment=8)) == pointer(a)  # 8 bytes suffice there
+
+
+def test_a_layout_that_is_not_c_order_gets_a_compact_copy(torch, jax):
+    base = np.arange(24.0).reshape(4, 6)
+    t = torch.from_numpy(base)
+    j = jax.numpy.asarray(base)
+    for x, values in ((base.T, base.T), (base[:, ::2], base[:, ::2]), (base[::-1], base[::-1]),
+                      (t.T, base.T), (t[:, ::2], base[:, ::2]), (j.T, base.T)):
+        out = from_dlpack(x, require_contiguous=True)
+        assert out.flags.c_contiguous and out.tolist() == values.tolist()
+
+
+def test_copy_false_refuses_what_only_a_copy_meets():
+    a = _offset(np.arange(4.0), 64, 8)
+    with pytest.raises(gpu_dlpack.CopyRequiredError, match=r"copy=False, but require_alignment=64, and the data "
+                       r"starts at 0x[0-9a-f]+, 8 bytes past a 64-byte boundary"):
+        from_dlpack(a, require_alignment=64, copy=False)
+    with pytest.raises(gpu_dlpack.CopyRequiredError, match=r"require_contiguous=True, and the data of shape "
+                       r"\(2, 2\) has strides \(1, 2\) \(in elements\), not C order"):
+        from_dlpack(np.arange(4.0).reshape(2, 2).T, require_contiguous=True, copy=False)
+    # what meets them is shared, as copy=False asks
+    ok = _offset(np.arange(4.0), 64, 0)
+    assert pointer(from_dlpack(ok, require_alignment=64, require_contiguous=True, copy=False)) == pointer(ok)
+
+
+def test_copy_true_with_requirements_is_one_fresh_copy_that_meets_them():
+    a = _offset(np.arange(4.0), 128, 0)
+    out = from_dlpack(a, require_alignment=128, copy=True)
+    assert pointer(out) != pointer(a) and pointer(out) % 128 == 0 and out.tolist() == a.tolist()
+
+
+@pytest.mark.parametrize("kw, error", [
+    ({"require_alignment": -64}, ValueError), ({"require_alignment": True}, TypeError),
+    ({"require_alignment": 64.0}, TypeError), ({"require_alignment": None}, TypeError),
+    ({"require_contiguous": 1}, TypeError), ({"require_contiguous": None}, TypeError),
+])
+def test_a_requirement_that_is_no_requirement_is_refused(kw, error):
+    with pytest.raises(error) as info:
+        from_dlpack(np.arange(3.0), **kw)
+    assert isinstance(info.value, gpu_dlpack.GpuDlpackError)
+    with pytest.raises(error):
+        gpu_dlpack.convert(np.arange(3.0), "numpy", **kw)

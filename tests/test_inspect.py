@@ -16,7 +16,7 @@ def test_inspect_reads_a_legacy_capsule_without_consuming_it():
     cap = a.__dlpack__()
     info = inspect(cap)
     assert info.name == "dltensor" and not info.versioned and info.version is None
-    assert info.flags == 0 and not info.read_only and not info.is_copied
+    assert info.flags == 0 and not info.readonly and not info.is_copied
     assert info.device == Device("cpu")
     assert info.dl_dtype == (2, 32, 1)
     assert info.shape == (2, 2) and info.strides == (3, 2)
@@ -33,8 +33,8 @@ def test_inspect_reads_a_versioned_capsule(torch):
     ro = np.arange(3)
     ro.flags.writeable = False
     info = inspect(ro.__dlpack__(max_version=(1, 0), copy=True))
-    assert info.is_copied and not info.read_only
-    assert inspect(ro.__dlpack__(max_version=(1, 0))).read_only
+    assert info.is_copied and not info.readonly
+    assert inspect(ro.__dlpack__(max_version=(1, 0))).readonly
 
 
 def test_inspect_gives_none_strides_when_null():
@@ -78,3 +78,26 @@ def test_inspect_reads_a_0d_tensor_with_or_without_strides(torch):
         assert info.data == t.data_ptr() and info.dl_dtype == (2, 64, 1)
     info = inspect(np.array(2.5).__dlpack__())
     assert info.shape == () and info.strides is None
+
+
+# -- one vocabulary: the names ArrayView and wrap use --------------------------------
+
+def test_a_capsule_record_says_readonly_and_ptr_as_a_view_does():
+    r = np.arange(6.0)[2:]
+    r.flags.writeable = False
+    info = inspect(r.__dlpack__(max_version=(1, 0)))
+    v = gpu_dlpack.view(r)
+    assert info.readonly is v.readonly is True
+    assert info.ptr == v.ptr == r.ctypes.data == info.data + info.byte_offset
+    with pytest.warns(DeprecationWarning, match=r"^CapsuleInfo\.read_only is deprecated: read CapsuleInfo\.readonly"):
+        assert info.read_only is True
+
+
+def test_inspect_is_inspect_capsule_and_a_star_import_leaves_the_standard_librarys_inspect():
+    import inspect as stdlib_inspect
+
+    assert gpu_dlpack.inspect is gpu_dlpack.inspect_capsule and "inspect" in dir(gpu_dlpack)
+    assert "inspect" not in gpu_dlpack.__all__ and "inspect_capsule" in gpu_dlpack.__all__
+    names = {"inspect": stdlib_inspect}
+    exec("from gpu_dlpack import *", names)
+    assert names["inspect"] is stdlib_inspect and names["inspect_capsule"] is gpu_dlpack.inspect_capsule

@@ -103,7 +103,7 @@ def test_read_only_data_exports_versioned_with_read_only_and_imports_read_only(o
     a = np.arange(4.0)
     a.flags.writeable = False
     cap = gpu_dlpack.export(a, max_version=(1, 0))
-    assert gpu_dlpack.inspect(cap).read_only
+    assert gpu_dlpack.inspect(cap).readonly
     b = gpu_dlpack.from_dlpack(cap)
     assert not b.flags.writeable and b.ctypes.data == a.ctypes.data
     with pytest.raises(BufferError, match="read-only"):
@@ -181,7 +181,7 @@ def test_an_old_producer_is_still_asked_without_the_new_keywords():
     sub = a.view(OldDLPack)
     cap = gpu_dlpack.export(sub, max_version=(1, 0))
     info = gpu_dlpack.inspect(cap)
-    assert info.name == "dltensor_versioned" and info.read_only  # a legacy producer cannot say
+    assert info.name == "dltensor_versioned" and info.readonly  # a legacy producer cannot say
     assert gpu_dlpack.from_dlpack(cap).ctypes.data == a.ctypes.data
     assert gpu_dlpack.inspect(gpu_dlpack.wrap(OldProducer(a)).__dlpack__(max_version=(1, 0))).versioned
 

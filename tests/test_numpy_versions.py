@@ -71,7 +71,7 @@ def test_a_read_only_array_and_a_copy_carry_their_strides(shape):
     ro = a.view()
     ro.flags.writeable = False
     cap = gpu_dlpack.export(ro, max_version=(1, 0))
-    assert gpu_dlpack.inspect(cap).read_only
+    assert gpu_dlpack.inspect(cap).readonly
     _carries_its_strides(cap, ro)
     copied = gpu_dlpack.export(a, max_version=(1, 0), copy=True)
     assert gpu_dlpack.inspect(copied).is_copied

@@ -94,7 +94,7 @@ def test_read_only_memory_is_read_only_where_the_consumer_honours_it(example, to
     a = np.from_dlpack(producer)  # NumPy honours READ_ONLY
     assert not a.flags.writeable and a.ctypes.data == _memory(producer)
     info = gpu_dlpack.inspect(producer.__dlpack__(max_version=(1, 0)))
-    assert info.read_only and info.data == _memory(producer)  # what torch is given (it ignores the flag)
+    assert info.readonly and info.data == _memory(producer)  # what torch is given (it ignores the flag)
     if "legacy-only" in _convert.consumer_of("jax").faults:
         with pytest.raises(gpu_dlpack.ReadOnlyError):  # JAX asks for a legacy capsule, which cannot say it
             jax.numpy.from_dlpack(producer)
@@ -233,9 +233,9 @@ def test_from_pointer_labels_memory_with_its_device(device, dl):
     p = gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64, device=device, owner=buf)
     info = gpu_dlpack.inspect(p.__dlpack__(max_version=(1, 0)))
     assert info.device.dlpack == dl and info.data == buf.ctypes.data and info.shape == (2, 3)
-    assert info.strides == (3, 1) and not info.read_only
+    assert info.strides == (3, 1) and not info.readonly
     ro = gpu_dlpack.from_pointer(buf.ctypes.data, (6,), np.float64, device=device, readonly=True)
-    assert gpu_dlpack.inspect(ro.__dlpack__(max_version=(1, 0))).read_only
+    assert gpu_dlpack.inspect(ro.__dlpack__(max_version=(1, 0))).readonly
     with pytest.raises(gpu_dlpack.ReadOnlyError):
         ro.__dlpack__()
 
@@ -350,13 +350,13 @@ def test_an_empty_array_may_have_a_null_pointer():
 def test_export_readonly_marks_the_capsule_read_only(torch):
     for x in (np.arange(3.0), torch.arange(3.0)):
         info = gpu_dlpack.inspect(gpu_dlpack.export(x, max_version=(1, 0), readonly=True))
-        assert info.read_only and not info.is_copied
+        assert info.readonly and not info.is_copied
         assert not np.from_dlpack(gpu_dlpack.wrap(x, readonly=True)).flags.writeable
         with pytest.raises(gpu_dlpack.ReadOnlyError):
             gpu_dlpack.export(x, readonly=True)  # a legacy capsule cannot say it
         copied = gpu_dlpack.inspect(gpu_dlpack.export(x, readonly=True, copy=True, max_version=(1, 0)))
-        assert copied.is_copied and not copied.read_only
-    assert not gpu_dlpack.inspect(gpu_dlpack.export(np.arange(3.0), max_version=(1, 0))).read_only
+        assert copied.is_copied and not copied.readonly
+    assert not gpu_dlpack.inspect(gpu_dlpack.export(np.arange(3.0), max_version=(1, 0))).readonly
     with pytest.raises(TypeError, match="readonly must be True or False"):
         gpu_dlpack.export(np.arange(3.0), readonly="yes")
 
@@ -472,3 +472,96 @@ def test_asking_a_producer_leaves_no_mark_behind(torch):
     before = refcount(t)
     gpu_dlpack.export(t, max_version=(1, 0))
     assert refcount(t) == before
+
+
+# -- NumPy's array interface: np.asarray(obj) --------------------------------------
+
+class Fresh(gpu_dlpack.Producer):
+    """Memory made afresh at each request: what an interface names must be
+    kept by the interface itself."""
+
+    def dlpack_memory(self):
+        return np.arange(12.0).reshape(3, 4)[::-1, ::2] * 2
+
+
+class Lent(gpu_dlpack.Producer):
+    def __init__(self, base, device):
+        self.base, self.device = base, device
+
+    def dlpack_memory(self):
+        return gpu_dlpack.from_pointer(self.base.ctypes.data, (3,), np.float64, device=self.device, owner=self.base)
+
+
+@pytest.mark.parametrize("example", ["Samples", "CBuffer"])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_np_asarray_is_the_memory_itself_read_only_where_it_is(example, readonly):
+    producer = (Samples if example == "Samples" else CBuffer)([1.5, 2.5, 3.5], readonly=readonly)
+    for make in (np.asarray, lambda p: p.__array__(), lambda p: np.array(p, copy=False)):
+        a = make(producer)
+        assert a.dtype == np.float64 and a.tolist() == [1.5, 2.5, 3.5]
+        assert a.ctypes.data == _memory(producer) and a.flags.writeable is not readonly
+    if not readonly:
+        np.asarray(producer)[0] = 42.0  # a write reaches the memory
+        assert np.from_dlpack(producer)[0] == 42.0
+    else:
+        with pytest.raises(ValueError, match="read-only"):
+            np.asarray(producer)[0] = 42.0
+
+
+def test_a_read_only_export_of_writeable_memory_is_read_only_through_numpy_too():
+    class ReadOnlyView(gpu_dlpack.Producer):
+        def __init__(self):
+            self.data = np.arange(3.0)
+
+        def dlpack_memory(self):
+            return gpu_dlpack.wrap(self.data, readonly=True)
+
+    p = ReadOnlyView()
+    assert not np.asarray(p).flags.writeable and not p.__array__().flags.writeable
+    assert np.shares_memory(np.asarray(p), p.data) and p.data.flags.writeable  # the source stays writeable
+
+
+def test_array_takes_numpys_dtype_and_copy():
+    p = Samples([1.0, 2.0])
+    assert p.__array__(np.float32).dtype == np.float32 and np.array(p, dtype=np.int64).tolist() == [1, 2]
+    copied = np.array(p, copy=True)
+    assert copied.ctypes.data != _memory(p) and copied.flags.writeable
+    assert p.__array__(copy=True).ctypes.data != _memory(p)
+    assert p.__array__(np.float64, copy=False).ctypes.data == _memory(p)
+    with pytest.raises(ValueError, match=r"copy=False, but .*Samples holds float64 data and float32 was asked for"):
+        p.__array__(np.float32, copy=False)
+
+
+def test_memory_made_afresh_stays_valid_as_long_as_numpy_holds_it():
+    p = Fresh()
+    arrays = [np.asarray(p) for _ in range(3)]
+    del p
+    gc.collect()
+    for a in arrays:
+        assert a.tolist() == [[16.0, 20.0], [8.0, 12.0], [0.0, 4.0]]
+
+
+def test_an_owner_the_interface_names_is_freed_once_with_the_last_array():
+    FREED.clear()
+    c = CBuffer([1.0, 2.0])
+    ptr = c.ptr
+    a = np.asarray(c)
+    del c
+    gc.collect()
+    assert FREED == [] and a.tolist() == [1.0, 2.0]
+    del a
+    gc.collect()
+    assert FREED == [ptr]
+
+
+def test_memory_the_host_cannot_address_has_no_interface_and_numpy_says_how_to_copy_it():
+    base = np.arange(3.0)
+    gpu = Lent(base, "cuda:0")
+    assert not hasattr(gpu, "__array_interface__")
+    with pytest.raises(TypeError, match=r"holds its memory on cuda:0, which the host cannot address") as info:
+        np.asarray(gpu)
+    assert isinstance(info.value, gpu_dlpack.GpuDlpackError)
+    # pinned and managed memory are host memory
+    for device in ("cuda_host", "cuda_managed"):
+        a = np.asarray(Lent(base, device))
+        assert a.ctypes.data == base.ctypes.data and a.tolist() == [0.0, 1.0, 2.0]

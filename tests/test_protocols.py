@@ -38,7 +38,7 @@ def test_bytes_land_read_only():
     a = gpu_dlpack.from_dlpack(b"abcd")
     assert a.tolist() == [97, 98, 99, 100] and not a.flags.writeable
     info = gpu_dlpack.inspect(gpu_dlpack.export(b"abcd", max_version=(1, 0)))
-    assert info.read_only and not info.is_copied
+    assert info.readonly and not info.is_copied
     with pytest.raises(BufferError, match="read-only"):
         gpu_dlpack.export(b"abcd")  # a legacy capsule cannot say read-only
 
@@ -135,7 +135,7 @@ def test_a_read_only_array_interface_stays_read_only():
     x = np.arange(3.0)
     ai = ArrayInterface(x, data=(x.ctypes.data, True))
     assert not gpu_dlpack.from_dlpack(ai).flags.writeable
-    assert gpu_dlpack.inspect(gpu_dlpack.export(ai, max_version=(1, 0))).read_only
+    assert gpu_dlpack.inspect(gpu_dlpack.export(ai, max_version=(1, 0))).readonly
 
 
 def test_a_masked_array_interface_is_refused():
@@ -232,7 +232,7 @@ def test_a_raw_capsule_is_exported_under_the_rules():
     legacy = gpu_dlpack.export(x.__dlpack__())
     assert gpu_dlpack.inspect(legacy).data == x.ctypes.data
     info = gpu_dlpack.inspect(gpu_dlpack.export(x.__dlpack__(), max_version=(1, 0)))
-    assert info.name == "dltensor_versioned" and info.read_only  # a legacy capsule cannot say
+    assert info.name == "dltensor_versioned" and info.readonly  # a legacy capsule cannot say
     assert info.data == x.ctypes.data
 
 
@@ -303,13 +303,13 @@ def test_a_cuda_array_interface_becomes_a_capsule_of_the_same_memory(arr, versio
         assert info.strides == tuple(s // arr.itemsize for s in arr.strides)
     code = {"f": 2, "i": 0, "b": 6, "c": 5}[arr.dtype.kind]
     assert info.dl_dtype == (code, arr.itemsize * 8, 1)
-    assert not info.read_only
+    assert not info.readonly
 
 
 def test_a_read_only_cuda_array_interface_exports_read_only():
     arr = np.arange(3.0)
     producer = CudaArray(arr, data=(arr.ctypes.data, True))
-    assert gpu_dlpack.inspect(gpu_dlpack.export(producer, max_version=(1, 0))).read_only
+    assert gpu_dlpack.inspect(gpu_dlpack.export(producer, max_version=(1, 0))).readonly
     with pytest.raises(BufferError, match="read-only"):
         gpu_dlpack.export(producer)
 

@@ -771,7 +771,7 @@ def test_patching_a_capsule_writes_only_its_own_fields():
     changed = [i for i in range(len(raw)) if raw[i] != after[i]]
     assert changed == [4, 24]  # the minor version and the flags word
     info = gpu_dlpack.inspect(cap)
-    assert info.version == (1, 2) and info.read_only
+    assert info.version == (1, 2) and info.readonly
 
 
 @pytest.mark.parametrize("field, value, says", [

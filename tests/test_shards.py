@@ -84,7 +84,7 @@ def test_a_sharded_array_reaches_each_consumer_through_wrap(jax, torch, sharding
 def test_a_gathered_export_is_flagged_is_copied(jax, sharding):
     j = _put(jax, np.arange(16.0), sharding("1d", "x"))
     info = gpu_dlpack.inspect(gpu_dlpack.export(j, max_version=(1, 0)))
-    assert info.name == "dltensor_versioned" and info.is_copied and not info.read_only
+    assert info.name == "dltensor_versioned" and info.is_copied and not info.readonly
     assert info.shape == (16,) and info.device == gpu_dlpack.Device("cpu")
     assert info.data not in _pointers(j)
     legacy = gpu_dlpack.inspect(gpu_dlpack.export(j))
@@ -94,7 +94,7 @@ def test_a_gathered_export_is_flagged_is_copied(jax, sharding):
 def test_a_gathered_export_is_read_only_when_wrapped_so(jax, sharding):
     j = _put(jax, np.arange(16.0), sharding("1d", "x"))
     info = gpu_dlpack.inspect(gpu_dlpack.wrap(j, readonly=True).__dlpack__(max_version=(1, 0)))
-    assert info.read_only and info.is_copied
+    assert info.readonly and info.is_copied
 
 
 @pytest.mark.parametrize("how", ["from_dlpack", "wrap", "export"])
@@ -187,7 +187,7 @@ def test_a_replicated_array_reaches_consumers_zero_copy_through_wrap(jax, torch,
     assert torch.from_dlpack(w).data_ptr() == first
     assert np.from_dlpack(w).ctypes.data == first
     info = gpu_dlpack.inspect(gpu_dlpack.export(r, max_version=(1, 0)))
-    assert info.data == first and info.read_only and not info.is_copied
+    assert info.data == first and info.readonly and not info.is_copied
 
 
 def test_copy_false_takes_a_replica_zero_copy(jax, sharding):

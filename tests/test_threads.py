@@ -94,7 +94,7 @@ def test_eight_threads_exchange_on_every_path_at_once(figures, torch, jax):
                 check(gpu_dlpack.from_dlpack(gpu_dlpack.export(t_src, max_version=(1, 0))), t_src.data_ptr())
             elif path == 4:
                 cap = gpu_dlpack.export(j, max_version=(1, 0))
-                if not gpu_dlpack.inspect(cap).read_only:
+                if not gpu_dlpack.inspect(cap).readonly:
                     raise AssertionError("JAX data lost READ_ONLY")
                 check(gpu_dlpack.from_dlpack(cap), j.unsafe_buffer_pointer())
             elif path == 5:

@@ -1,6 +1,8 @@
 """Exporter rule 1: versions and the version floor."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -253,3 +255,23 @@ def test_float8_needs_a_versioned_capsule(ml_dtypes):
     for max_version in ((1, 0), (1, 1)):
         info = inspect(export(f8, max_version=max_version))
         assert info.dl_dtype == (10, 8, 1) and info.version == DLPACK_VERSION
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["doctor", "--json"], ["demo"]], ids=" ".join)
+def test_a_bad_floor_in_the_environment_stops_the_command_with_the_layers_message(command):
+    # As a bad argument does: exit status 2 and one line, the message the
+    # library raises at the first exchange, no traceback and no report.
+    done = subprocess.run([sys.executable, "-m", "gpu_dlpack", *command], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, GPU_DLPACK_MIN_VERSION="zero"))
+    assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr == (
+        f"gpu-dlpack {command[0]}: error: GPU_DLPACK_MIN_VERSION must be a DLPack version such as '0.8' or "
+        "(0, 8), with a major version of 0 or 1; got 'zero'.\n"
+    )
+
+
+def test_explain_reads_no_setting_and_runs_with_a_bad_floor_in_the_environment():
+    done = subprocess.run([sys.executable, "-m", "gpu_dlpack", "explain", "NumPy only supports stream=None."],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, GPU_DLPACK_MIN_VERSION="zero"))
+    assert done.returncode == 0 and done.stdout.startswith("numpy-stream:"), done.stderr

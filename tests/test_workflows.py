@@ -220,7 +220,8 @@ def test_the_gpu_runner_gets_only_trusted_code(case, context, runs):
 
 def test_the_gpu_job_checks_out_the_commit_the_event_names_and_only_a_labelled_fork_needs_the_unsafe_switch():
     _, job = _gpu_job()
-    (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")
+                   and "path" not in s["with"]]  # the code tested (the other: the history, read only)
     w = checkout["with"]
     assert w["persist-credentials"] is False
     cases = [
@@ -235,15 +236,54 @@ def test_the_gpu_job_checks_out_the_commit_the_event_names_and_only_a_labelled_f
         assert _interpolate(w["allow-unsafe-pr-checkout"], context) == unsafe
 
 
-def test_only_a_push_to_main_writes_the_runners_benchmark_history():
+# -- the benchmark history: written by a trusted job alone, read by every run -------
+
+def _history_job():
+    doc, _ = _load("gpu.yml")
+    return doc["jobs"]["history"]
+
+
+def test_the_benchmark_history_is_written_only_by_a_job_on_pushes_to_main_that_runs_no_pull_requests_code():
+    doc, _ = _load("gpu.yml")
+    job = _history_job()
+    # The workflow's one write permission is this job's, and it is for the branch only.
+    assert job["permissions"] == {"contents": "write"} and doc["permissions"] == {"contents": "read"}
+    assert [name for name, j in doc["jobs"].items() if "permissions" in j] == ["history"]
+    # Pushes to main only: never a pull request (from a fork or not, labelled or
+    # not), a manual run, or a push elsewhere.
+    runs = {case: _truthy(evaluate(job["if"], context)) for case, context, _ in GPU_RUNS}
+    assert runs == {case: case == "a push to main" for case, _, _ in GPU_RUNS}
+    assert not _truthy(evaluate(job["if"], _event("push", ref="refs/heads/topic")))
+    # After the GPU run of the same push passed (needs: its success), on a
+    # runner GitHub makes afresh, not the GPU runner a labelled fork ran on.
+    assert job["needs"] == "gpu" and job["runs-on"] == "ubuntu-latest"
+    assert job["concurrency"] == {"group": "gpu-ci-history", "cancel-in-progress": False}
+    (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"] == {"persist-credentials": False}  # main's own commit, no credentials left
+    (download,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert download["with"] == {"name": "gpu-ci-results", "path": "results/gpu-ci"}  # this run's results
+    (push,) = [s for s in job["steps"] if "run" in s]
+    assert push["run"] == "bash scripts/gpu-ci-history.sh results/gpu-ci/benchmarks.json"
+    assert push["env"]["GPU_CI_HISTORY_TOKEN"] == "${{ github.token }}"
+    assert _interpolate(push["env"]["GPU_CI_HISTORY_REMOTE"], _event("push")) == f"https://github.com/{REPO}.git"
+
+
+def test_every_gpu_run_reads_the_history_and_cannot_change_it():
     _, job = _gpu_job()
-    (step,) = [s for s in job["steps"] if "gpu-ci.sh" in s.get("run", "")]
-    save = step["env"]["GPU_CI_SAVE_HISTORY"]
-    assert _interpolate(save, _event("push")) == "1"
-    assert _interpolate(save, _event("push", ref="refs/heads/topic")) == "0"
-    assert _interpolate(save, _event("workflow_dispatch")) == "0"
-    for _, context, _ in GPU_RUNS[2:]:
-        assert _interpolate(save, context) == "0"
+    assert "permissions" not in job  # the workflow's: contents: read
+    (history,) = [s for s in job["steps"] if s.get("with", {}).get("ref") == "gpu-ci-history"]
+    assert history["uses"].startswith("actions/checkout@") and history["continue-on-error"] is True
+    assert history["with"] == {"ref": "gpu-ci-history", "path": ".gpu-ci-history", "persist-credentials": False}
+    (run,) = [s for s in job["steps"] if "gpu-ci.sh" in s.get("run", "")]
+    assert run["env"] == {"GPU_CI_BASELINE": ".gpu-ci-history/latest.json"}  # a file to read, nothing to save
+    steps = job["steps"]
+    assert steps.index(history) < steps.index(run)
+    # Nothing in the job or its script writes a history: gpu-ci.sh writes only
+    # into its output folder (tests/test_gpu_ci.py runs it).
+    with open(os.path.join(ROOT, "scripts", "gpu-ci.sh"), encoding="utf-8") as f:
+        script = f.read()
+    assert "SAVE_HISTORY" not in script and "GPU_CI_HISTORY" not in script and "git push" not in script
+    assert "token" not in str(job).lower()
 
 
 def test_a_run_whose_job_is_skipped_cancels_no_gpu_run():
@@ -261,7 +301,9 @@ def test_pull_requests_reach_the_gpu_job_only_through_mains_copy_of_the_workflow
     assert set(doc["on"]) == {"push", "pull_request_target", "workflow_dispatch"}
     assert doc["on"]["push"] == {"branches": ["main"]}
     assert doc["permissions"] == {"contents": "read"}
-    assert all("permissions" not in job for job in doc["jobs"].values())
+    # No job of a pull request writes: the one write permission is the
+    # history job's, which runs on pushes to main only (above).
+    assert all("permissions" not in job for name, job in doc["jobs"].items() if name != "history")
     assert "secrets." not in text and "actions/cache" not in text
 
 

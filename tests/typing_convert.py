@@ -4,6 +4,7 @@ the check unless the result type is exactly the one named."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import jax
@@ -12,7 +13,7 @@ import torch
 from typing_extensions import assert_type
 
 import gpu_dlpack
-from gpu_dlpack import Conversion
+from gpu_dlpack import Conversion, Explanation
 
 
 def use(x: np.ndarray, r: np.ndarray) -> None:
@@ -25,8 +26,12 @@ def use(x: np.ndarray, r: np.ndarray) -> None:
     copied: bool | None = done.copied
     faults: tuple[str, ...] = done.faults
     assert_type(gpu_dlpack.convert(x, torch), Any)  # a module: the type system cannot say
-    assert_type(gpu_dlpack.convert(x, "some_library"), Any)
+    # Another library by name is passed as its module (a name convert does
+    # not know is a type error: tests/test_typing.py).
+    assert_type(gpu_dlpack.convert(x, importlib.import_module("some_library")), Any)
+    assert_type(gpu_dlpack.convert(x, "torch", require_alignment=64, require_contiguous=True), torch.Tensor)
     found = gpu_dlpack.explain("BufferError: ...")
+    assert_type(found, Explanation)
     if found:
         print(found[0].remedies, str(found))
     print(copied, faults)

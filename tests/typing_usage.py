@@ -20,7 +20,9 @@ from gpu_dlpack import (
     DeviceUnreachableError,
     DLDeviceType,
     DLPackVersionError,
+    Explanation,
     Exportable,
+    GpuDlpackError,
     InvalidStreamError,
     NotDLPackError,
     Producer,
@@ -44,18 +46,22 @@ def use(x: npt.NDArray[np.float64]) -> None:
     cap = gpu_dlpack.export(
         x, max_version=(1, 0), copy=None, dl_device=(1, 0), stream=None, readonly=True, min_version=(0, 5),
     )
-    info: CapsuleInfo = gpu_dlpack.inspect(cap)
+    info: CapsuleInfo = gpu_dlpack.inspect_capsule(cap)
+    same: CapsuleInfo = gpu_dlpack.inspect(cap)
+    start: int = info.ptr + same.data
     shape: tuple[int, ...] = info.shape
     strides: tuple[int, ...] | None = info.strides
-    read_only: bool = info.read_only
+    read_only: bool = info.readonly
     dtype: np.dtype[Any] | None = info.dtype
     dl_dtype: tuple[int, int, int] = info.dl_dtype
     version: tuple[int, int] | None = info.version
     w: Exportable = gpu_dlpack.wrap(x, readonly=True, min_version="0.4")
     floor: tuple[int, int] | None = w.min_version
     dev: tuple[int, int] = w.__dlpack_device__()
+    on_device: Device = w.device
     again: Any = w.__dlpack__(max_version=(1, 0))
-    back = gpu_dlpack.from_dlpack(w, device="cpu", copy=False, stream=None)
+    back = gpu_dlpack.from_dlpack(w, device="cpu", copy=False, stream=None, require_alignment=64,
+                                  require_contiguous=True)
     host: npt.NDArray[Any] = back if isinstance(back, np.ndarray) else np.asarray(back.get())
     d: Device = Device.of(x)
     kind: DLDeviceType = d.type
@@ -74,6 +80,16 @@ def use(x: npt.NDArray[np.float64]) -> None:
     where: Device = first.device
     v: ArrayView = gpu_dlpack.view(x)
     ptr: int = v.ptr
+    device_id: int = v.device_id
+    reachable: bool = v.is_device_accessible
+    producer: Any = v.exporting_obj
+
+    @gpu_dlpack.args_viewable((0,))
+    def kernel(a: Any, stream: int | None = None) -> int:
+        seen: ArrayView = a.view(stream)
+        return seen.ptr
+
+    address: int = kernel(x)
     view_dtype: np.dtype[Any] | None = v.dtype
     ready_on: int | None = v.stream
     buf = (ctypes.c_double * 3)()
@@ -85,8 +101,10 @@ def use(x: npt.NDArray[np.float64]) -> None:
     on: tuple[int, int] = s.__dlpack_device__()
     errors: tuple[type[Exception], ...] = (
         ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, InvalidStreamError,
-        NotDLPackError, ReadOnlyError, StreamError, StreamTypeError,
+        NotDLPackError, ReadOnlyError, StreamError, StreamTypeError, GpuDlpackError,
     )
+    found: Explanation = gpu_dlpack.explain("BufferError: ...")
+    remedies: list[str] = found.remedies
     warning: type[Warning] = StreamWarning
     try:
         gpu_dlpack.export(x, max_version=(0, 1))
@@ -94,5 +112,6 @@ def use(x: npt.NDArray[np.float64]) -> None:
         message: str = str(exc)
         print(message)
     print(shape, strides, read_only, dtype, dl_dtype, version, floor, dev, again, host, kind, index, pair, old,
-          current, newest, flags, where, ptr, view_dtype, ready_on, p, made, on, errors, warning,
+          current, newest, flags, where, ptr, view_dtype, ready_on, p, made, on, errors, warning, remedies,
+          start, on_device, device_id, reachable, producer, address,
           gpu_dlpack.__version__)

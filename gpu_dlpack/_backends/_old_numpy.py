@@ -144,7 +144,7 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
         "typestr": dtype.str,
         "strides": strides,
         # No elements may come with no data pointer, which NumPy does not take.
-        "data": (info.data + info.byte_offset or _NO_ELEMENTS, info.read_only),
+        "data": (info.data + info.byte_offset or _NO_ELEMENTS, info.readonly),
     }
     if dtype.fields is None and dtype.str.startswith("|V"):
         interface["descr"] = [("", dtype.str)]

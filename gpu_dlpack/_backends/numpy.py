@@ -17,6 +17,8 @@ Floor: the backends, at the bottom of them with ``_old_numpy``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _capsule, _dtypes, _errors
@@ -223,4 +225,15 @@ def rebuild(capsule, versioned, header, plan, dtype: _dtypes.DType):
         raise
     out = export(arr, plan, dtype)
     _capsule.set_device(_capsule.pointer(out, plan.versioned), plan.versioned, *device)
+    return out
+
+
+def aligned_copy(arr: np.ndarray, alignment: int, stream=None) -> np.ndarray:
+    """A writeable C-order copy of ``arr`` whose first element is at a
+    multiple of ``alignment`` bytes (and of its dtype's alignment)."""
+    alignment = math.lcm(max(alignment, 1), arr.dtype.alignment)
+    raw = np.empty(arr.nbytes + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    np.copyto(out, arr)
     return out

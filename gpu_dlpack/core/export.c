@@ -261,18 +261,58 @@ exporter_dealloc(Exporter *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* An Exporter is a function to Python: as a class attribute it stays
- * itself, as a builtin function does, and pydoc and inspect list it among
- * functions, with the signature of the Python function it wraps
- * (__wrapped__, set by functools.update_wrapper). */
+/* An Exporter is the Python function it fronts, to every reader: the
+ * same repr, class (isinstance and inspect.isfunction: pydoc and Sphinx
+ * read it as that function), binding as a class attribute, pickling by
+ * name, and every attribute the front does not hold (__code__,
+ * __defaults__...) read from the function. functools.update_wrapper gives
+ * it __name__, __qualname__, __module__, __doc__ and __wrapped__, whose
+ * signature inspect reads. Only type() tells the two apart. */
 static PyObject *
 exporter_get(PyObject *self, PyObject *obj, PyObject *type)
 {
-    return Py_NewRef(self);
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
 }
+
+static PyObject *
+exporter_repr(Exporter *self)
+{
+    return PyObject_Repr(self->fallback);
+}
+
+static PyObject *
+exporter_getattro(Exporter *self, PyObject *name)
+{
+    PyObject *r = PyObject_GenericGetAttr((PyObject *)self, name);
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return r;
+    PyErr_Clear();
+    return PyObject_GetAttr(self->fallback, name);
+}
+
+static PyObject *
+exporter_class(Exporter *self, void *closure)
+{
+    return Py_NewRef((PyObject *)Py_TYPE(self->fallback));
+}
+
+/* Pickled by reference, as a function is: the name its module gives it. */
+static PyObject *
+exporter_reduce(Exporter *self, PyObject *unused)
+{
+    return PyObject_GetAttrString((PyObject *)self, "__qualname__");
+}
+
+static PyMethodDef exporter_methods[] = {
+    {"__reduce__", (PyCFunction)exporter_reduce, METH_NOARGS, NULL},
+    {NULL}
+};
 
 static PyGetSetDef exporter_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {"__class__", (getter)exporter_class, NULL, NULL, NULL},
     {NULL}
 };
 
@@ -289,6 +329,9 @@ PyTypeObject ExporterType = {
     .tp_dealloc = (destructor)exporter_dealloc,
     .tp_traverse = (traverseproc)exporter_traverse,
     .tp_clear = (inquiry)exporter_clear,
+    .tp_repr = (reprfunc)exporter_repr,
+    .tp_getattro = (getattrofunc)exporter_getattro,
+    .tp_methods = exporter_methods,
     .tp_getset = exporter_getset,
     .tp_descr_get = exporter_get,
 };

@@ -111,7 +111,7 @@ def _producer_read_only(peer, module):
     try:
         info = _capsule.read(type(r).__dlpack__(r, max_version=(1, 0)))
         if info.versioned:
-            result["flag"] = info.read_only
+            result["flag"] = info.readonly
         else:
             result["detail"] = "gives legacy capsules only"
     except Exception as exc:

@@ -13,11 +13,14 @@ class _Span(str):
 
 
 def _table(rows, indent="  "):
-    def spans(r):
-        return any(isinstance(c, _Span) for c in r)
-
-    full = [r for r in rows if not spans(r)]
-    widths = [max(len(str(r[i])) for r in full) for i in range(len(rows[0]))]
+    # A row whose reason spans the columns after it still sets the width of
+    # the columns before it (a library not installed has a name).
+    widths = [0] * len(rows[0])
+    for r in rows:
+        for i, c in enumerate(r):
+            if isinstance(c, _Span):
+                break
+            widths[i] = max(widths[i], len(str(c)))
     lines = []
     for r in rows:
         cells = []

@@ -25,9 +25,9 @@ layer above calls.
 from .copies import to_host
 from .exports import export_array, export_host
 from .gpus import DEVICE_TYPES, GPU_TYPES, INDEXED_TYPES, addressable, device_count, device_of, gpu_of, owns, serves
-from .imports import consume, gather, import_capsule, import_to
+from .imports import aligned_copy, consume, gather, import_capsule, import_to
 
 __all__ = [
-    "DEVICE_TYPES", "GPU_TYPES", "INDEXED_TYPES", "addressable", "consume", "device_count", "device_of",
+    "DEVICE_TYPES", "GPU_TYPES", "INDEXED_TYPES", "addressable", "aligned_copy", "consume", "device_count", "device_of",
     "export_array", "export_host", "gather", "gpu_of", "import_capsule", "import_to", "owns", "serves", "to_host",
 ]

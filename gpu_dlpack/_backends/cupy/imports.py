@@ -10,6 +10,8 @@ Floor: the backends, beside ``exports``, over ``copies`` and ``gpus``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ... import _capsule, _dtypes, _errors, _fastpath, _handoff, _rules, _streams, _versions
@@ -232,6 +234,26 @@ def gather(shape, dtype, pieces, target, stream):
             source = Device.of(shard.data)
             needs_copy = _rules.import_needs_copy(source, target, None, _reach.addressable)
             out[shard.index] = import_to(shard.data, source, target, None, needs_copy, consumer)
+    return out
+
+
+def aligned_copy(arr, alignment, stream=None):
+    """A C-order copy of CuPy array ``arr`` on its GPU whose first element is
+    at a multiple of ``alignment`` bytes, queued on the consumer's stream
+    (``stream``, else the enclosing ``use_stream`` block's, else CuPy's
+    current one)."""
+    import cupy
+
+    gpu = arr.device.id
+    alignment = math.lcm(max(alignment, 1), arr.dtype.itemsize or 1)
+    consumer = _consumer_stream(stream, Device.of(arr), gpu)
+    if consumer == -1:
+        consumer = _handoff.current_stream(gpu)
+    with _handoff.queue_on(consumer, gpu):
+        raw = cupy.empty(arr.nbytes + alignment, cupy.uint8)
+        start = (-raw.data.ptr) % alignment
+        out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+        out[...] = arr
     return out
 
 
