@@ -294,7 +294,8 @@ def test_from_pointer_refuses_numbers_past_64_bits_as_a_value_error(args, kwargs
     # first export).
     with pytest.raises(ValueError, match=match) as err:
         gpu_dlpack.from_pointer(*args, device=device, **kwargs)
-    assert type(err.value) is ValueError and str(err.value).startswith("from_pointer: ")
+    assert isinstance(err.value, ValueError) and isinstance(err.value, gpu_dlpack.GpuDlpackError)
+    assert str(err.value).startswith("from_pointer: ")
 
 
 def test_from_pointer_takes_the_largest_numbers_that_fit():
