@@ -19,7 +19,7 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _protocols
 
-from .helpers import Handing
+from .helpers import Handing, gpu_arange
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -504,7 +504,7 @@ def test_numba_consumes_wrapped_arrays(numba_cuda, cp, tc):
     d = numba_cuda.as_cuda_array(gpu_dlpack.wrap(t))
     assert d.device_ctypes_pointer.value == t.data_ptr()
     np.testing.assert_array_equal(d.copy_to_host(), np.arange(10, dtype=np.float32))
-    x = cp.arange(5.0)
+    x = gpu_arange(cp, 5.0)
     assert numba_cuda.as_cuda_array(gpu_dlpack.wrap(x)).device_ctypes_pointer.value == x.data.ptr
 
 
