@@ -67,6 +67,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """On the simulated CUDA: a report outside any test (at collection, or
+    of work a test left queued) fails the run too."""
+    if SIMCUDA:
+        reports = _simcuda.take_reports()
+        if reports:
+            print("\nthe simulated CUDA's checker reported outside the tests:\n" + "\n".join(reports))
+            session.exitstatus = 1
+
+
 @pytest.fixture(autouse=True)
 def _simcuda_checker():
     """On the simulated CUDA: a test fails on any report of its checker."""

@@ -633,6 +633,19 @@ def test_torch_on_its_own_stream_waits_for_the_cupy_producer(cp, tc, spin, strea
     assert float(total) == 7.0 * x.size
 
 
+def test_managed_memory_reaches_the_cpu_in_place_once_the_producer_stream_is_done(cp, spin, streams):
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("DLPack has no ROCm managed type")
+    producer, _ = streams
+    with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+        m = cp.zeros(1 << 16, dtype=cp.float32)
+    cp.cuda.Device().synchronize()
+    spin(m, 7.0, producer)  # the producer's work on the managed memory, still queued
+    with producer:
+        a = from_dlpack(export(m, max_version=(1, 0), dl_device=(1, 0)))
+    assert a.ctypes.data == m.data.ptr and (a == 7).all()  # read in place on the host: the final values
+
+
 def test_a_copy_to_the_cpu_is_complete_when_the_call_returns(cp, spin, streams):
     producer, _ = streams
     with producer:
