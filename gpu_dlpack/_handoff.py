@@ -397,7 +397,7 @@ def _bind_capi(runtime):
     module = sys.modules.get(CUPY_RUNTIME)
     capi = getattr(module, "__pyx_capi__", None)
     if not isinstance(capi, dict) or getattr(runtime, "getDevice", None) is not getattr(module, "getDevice", False):
-        return False, str(_errors.runtime_not_cupys(CUPY_RUNTIME))
+        return False, str(_errors.runtime_entry_differs(CUPY_RUNTIME, None))
     differs = core.bind_runtime(capi)
     if differs is not None:
         return False, str(_errors.runtime_entry_differs(CUPY_RUNTIME, *differs))

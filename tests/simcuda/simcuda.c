@@ -245,7 +245,7 @@ static int
 find_alloc(uintptr_t p)
 {
     for (int i = nallocs - 1; i >= 0; i--)
-        if (p >= allocs[i].base && p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1))
+        if (allocs[i].mapped && p >= allocs[i].base && p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1))
             return i;
     return -1;
 }
@@ -1073,7 +1073,9 @@ release(int ai, const char *call)
     lock();
     a->freed = 1;
     a->nacc = 0;
-    if (a->kind != K_REGISTERED) {
+    if (a->kind == K_REGISTERED) {
+        a->mapped = 0;  /* the program's own memory again: pageable, no longer known here */
+    } else {
         mprotect((void *)a->base, a->mapped, PROT_NONE);
         a->prot = PROT_NONE;
         if (a->backing)
