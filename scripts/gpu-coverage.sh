@@ -36,6 +36,9 @@ cat > .coveragerc <<'EOF'
 [run]
 branch = True
 parallel = True
+# Children too: forked ones (the fork handlers), interpreters the tests start,
+# and processes that leave by os._exit.
+patch = subprocess, fork, _exit
 include =
     gpu_dlpack/_backends/cupy/*.py
     gpu_dlpack/_handoff.py
@@ -45,7 +48,8 @@ include =
 EOF
 GPU_TESTS="tests/test_copies.py tests/test_copy_calls.py tests/test_core.py tests/test_streams.py \
   tests/test_protocols.py tests/test_gpu_rules.py tests/test_reliability.py tests/test_device_producers.py \
-  tests/test_simulated_cuda.py"
+  tests/test_producer_kit.py tests/test_faults.py tests/test_simulated_cuda.py"
+export GPU_DLPACK_SOAK_INTERRUPTS=${GPU_DLPACK_SOAK_INTERRUPTS:-300}
 if [ "$suite" = 1 ]; then
   selection=(tests)
 else
@@ -70,4 +74,8 @@ python -m coverage combine --rcfile=.coveragerc -q
 python -m coverage json --rcfile=.coveragerc -q -o coverage.json
 objdir=$(dirname "$(find build -name runtime.gcda | head -1)")
 gcov -b -c -f -o "$objdir" gpu_dlpack/core/runtime.c >gcov.txt 2>&1 || true
+out=${GPU_COVERAGE_OUT:-$root/build/coverage}
+mkdir -p "$out"
+cp coverage.json gcov.txt "$out"/ && cp runtime.c.gcov "$out"/ 2>/dev/null || true
 python "$root/scripts/gpu_coverage.py" coverage.json gcov.txt "${rev:-the working tree}"
+echo "(coverage.json, gcov.txt and runtime.c.gcov in $out)"

@@ -295,7 +295,7 @@ def test_a_large_copy_through_the_ring_refills_a_chunk_only_once_its_copy_is_don
 
     ring = _copies.Ring(_copies.Runtime(0), chunk_bytes=1 << 20, chunks=2, workers=2)
     monkeypatch.setattr(_copies, "plan", lambda nbytes, cores_available=None: 2)
-    monkeypatch.setattr(_copies, "ring_for", lambda gpu, workers: ring)
+    monkeypatch.setitem(_copies._rings, 0, ring)  # what ring_for finds for GPU 0
     monkeypatch.setattr(_copies, "RING_MIN_BYTES", 1 << 20)
     host = np.random.default_rng(2).random(1 << 20)  # 8 MiB
     expected = host.copy()

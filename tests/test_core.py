@@ -714,6 +714,113 @@ def test_handoff_converts_no_argument_after_one_that_failed(recording_runtime):
     assert not called and not recording_runtime.calls
 
 
+class _FailingRuntime:
+    """CuPy's runtime functions the core calls, on GPU 0 at first; the call
+    named ``fail`` raises (``setDevice`` the ``nth`` time), as CuPy's do."""
+
+    def __init__(self, fail=None, nth=1):
+        self.device, self.fail, self.nth, self.calls = 0, fail, nth, []
+
+    def _call(self, name, *args):
+        self.calls.append((name, *args))
+        if name == self.fail:
+            self.nth -= 1
+            if self.nth == 0:
+                raise RuntimeError(f"{name} failed (stand-in)")
+
+    def getDevice(self):
+        self._call("getDevice")
+        return self.device
+
+    def setDevice(self, device):
+        self._call("setDevice", device)
+        self.device = device
+
+    def eventRecord(self, event, stream):
+        self._call("eventRecord", event, stream)
+
+    def streamWaitEvent(self, stream, event, flags=0):
+        self._call("streamWaitEvent", stream, event)
+
+    def memcpyAsync(self, dst, src, n, kind, stream):
+        self._call("memcpyAsync", stream)
+
+    def streamSynchronize(self, stream):
+        self._call("streamSynchronize", stream)
+
+
+HANDOFF = (0x10, 0x20, 0x30, 1, 2)  # event, producer, consumer, device, consumer_device
+COPY = (0x1000, 0x2000, 8, 0x30, 1, 0x40, True)  # dst, src, nbytes, stream, device, event, synchronize
+
+
+@compiled
+@pytest.mark.parametrize("call, args, fail, nth, made, device", [
+    ("handoff", HANDOFF, "getDevice", 1, ["getDevice"], 0),
+    ("handoff", HANDOFF, "setDevice", 1, ["getDevice", "setDevice"], 0),
+    ("handoff", HANDOFF, "eventRecord", 1, ["getDevice", "setDevice", "eventRecord", "setDevice"], 0),
+    ("handoff", HANDOFF, "setDevice", 2, ["getDevice", "setDevice", "eventRecord", "setDevice", "setDevice"], 0),
+    ("handoff", HANDOFF, "streamWaitEvent", 1,
+     ["getDevice", "setDevice", "eventRecord", "setDevice", "streamWaitEvent", "setDevice"], 0),
+    ("handoff", HANDOFF, "setDevice", 3,  # the restore itself: raised, the device left as it is
+     ["getDevice", "setDevice", "eventRecord", "setDevice", "streamWaitEvent", "setDevice"], 2),
+    ("copy", COPY, "getDevice", 1, ["getDevice"], 0),
+    ("copy", COPY, "memcpyAsync", 1, ["getDevice", "setDevice", "memcpyAsync", "setDevice"], 0),
+    ("copy", COPY, "eventRecord", 1, ["getDevice", "setDevice", "memcpyAsync", "eventRecord", "setDevice"], 0),
+    ("copy", COPY, "streamSynchronize", 1,
+     ["getDevice", "setDevice", "memcpyAsync", "eventRecord", "streamSynchronize", "setDevice"], 0),
+    ("copy", COPY, "setDevice", 2,  # the restore itself
+     ["getDevice", "setDevice", "memcpyAsync", "eventRecord", "streamSynchronize", "setDevice"], 1),
+])
+def test_a_failed_runtime_call_raises_its_error_makes_no_later_call_and_restores_the_device(
+        call, args, fail, nth, made, device):
+    rt = _FailingRuntime(fail, nth)
+    _bind_stand_in(rt)
+    try:
+        with pytest.raises(RuntimeError, match=f"{fail} failed"):
+            getattr(_fastpath.core, call)(*args)
+    finally:
+        _unbind()
+    assert [c[0] for c in rt.calls] == made
+    assert rt.device == device
+
+
+@compiled
+@pytest.mark.parametrize("call, good", [("handoff", HANDOFF), ("copy", COPY)])
+def test_each_argument_is_converted_before_the_next_and_none_after_one_that_failed(call, good):
+    rt = _FailingRuntime()
+    _bind_stand_in(rt)
+    try:
+        for i in range(len(good)):
+            args = list(good)
+            args[i] = "not a number"
+            if call == "copy" and i == 6:
+                class Falsy:  # synchronize=: its truth fails
+                    def __bool__(self):
+                        raise ValueError("no truth")
+
+                args[i] = Falsy()
+            with pytest.raises((TypeError, ValueError)):
+                getattr(_fastpath.core, call)(*args)
+        with pytest.raises(TypeError):
+            getattr(_fastpath.core, call)(*good[:-1])
+        assert rt.calls == []  # nothing called the runtime
+        if call == "copy":  # no event and no wait asked: the copy alone
+            _fastpath.core.copy(*good[:5], 0, False)
+            assert [c[0] for c in rt.calls] == ["getDevice", "setDevice", "memcpyAsync", "setDevice"]
+    finally:
+        _unbind()
+
+
+@compiled
+def test_the_core_binds_only_a_dict_of_capsules_and_unbinds_with_none():
+    with pytest.raises(TypeError, match="__pyx_capi__ dict"):
+        _fastpath.core.bind_runtime([])
+    assert _fastpath.core.bind_runtime({"getDevice": 1})[:2] == ("getDevice", None)  # no capsule
+    _unbind()
+    with pytest.raises(RuntimeError, match="no CUDA runtime for the stream hand-off"):
+        _fastpath.core.handoff(*HANDOFF)
+
+
 _RUNTIME_SWAPPED = r'''
 import ctypes
 from gpu_dlpack import _fastpath

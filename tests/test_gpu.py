@@ -304,6 +304,25 @@ def test_a_device_capsule_imports_to_the_cpu(cp, tc):
     assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
 
 
+def test_host_arrays_land_in_pinned_and_in_managed_memory(cp):
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("DLPack has no ROCm managed type")
+    a = np.arange(6.0)
+    p = from_dlpack(a, device="cuda_host")  # a NumPy array over page-locked memory
+    assert isinstance(p, np.ndarray) and p.tolist() == a.tolist() and p.ctypes.data != a.ctypes.data
+    assert _memory_type(cp, p.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+    m = from_dlpack(a, device="cuda_managed")
+    assert isinstance(m, cp.ndarray) and Device.of(m) == Device("cuda_managed") and m.get().tolist() == a.tolist()
+    info = inspect(export(a, max_version=(1, 0), dl_device=Device("cuda_managed").dlpack))
+    assert info.device == Device("cuda_managed") and info.is_copied
+
+
+def test_a_cupy_capsule_imports_to_the_cpu(cp):
+    x = gpu_arange(cp, 3.0)
+    out = from_dlpack(x.__dlpack__(), device="cpu")
+    assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
+
+
 def test_numba_streams_are_taken(cp, tc, nb):
     s = nb.stream()
     t = tc.arange(4.0, device="cuda")

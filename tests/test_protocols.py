@@ -509,6 +509,31 @@ def test_numba_consumes_wrapped_arrays(numba_cuda, cp, tc):
 
 
 @pytest.mark.gpu
+def test_a_cuda_array_interface_is_read_on_the_consumer_stream_after_its_own(cp):
+    # CuPy's own interface (version 3) of an array whose values are still
+    # being written on the interface's stream: the consumer's stream waits
+    # for that stream, with an event, before it reads.
+    n = 1 << 16
+    producer, consumer = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    x = cp.empty(n, cp.float32)
+    cp.cuda.Device().synchronize()
+    x.set(np.full(n, 3.0, np.float32), stream=producer)  # queued on the producer's stream
+
+    class OnStream:
+        __cuda_array_interface__ = dict(x.__cuda_array_interface__, stream=producer.ptr)
+
+    a = gpu_dlpack.from_dlpack(OnStream(), stream=consumer)
+    assert isinstance(a, cp.ndarray) and a.data.ptr == x.data.ptr
+    with consumer:
+        y = cp.empty_like(a)
+        y.data.copy_from_device_async(a.data, a.nbytes)
+    consumer.synchronize()
+    np.testing.assert_array_equal(y.get(), np.full(n, 3.0, np.float32))
+    out = gpu_dlpack.wrap(x).__cuda_array_interface__  # and out again: the same memory
+    assert out["data"] == (x.data.ptr, False) and out["shape"] == (n,) and out["version"] == 3
+
+
+@pytest.mark.gpu
 def test_a_pending_write_on_the_interface_stream_is_read_correctly(numba_cuda, cp):
     n = 1 << 24
     s = numba_cuda.stream()

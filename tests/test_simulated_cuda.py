@@ -182,6 +182,28 @@ def test_an_entry_of_cupys_runtime_is_the_one_its_python_function_calls():
 
 @pytest.mark.gpu
 @sim_only
+def test_managed_memory_where_a_gpu_lacks_concurrent_access_waits_for_every_gpu(cp):
+    # cudaDevAttrConcurrentManagedAccess 0 (Windows, pre-Pascal, some virtual
+    # GPUs): the host may read managed memory only while no GPU runs work.
+    from gpu_dlpack._backends.cupy import gpus
+
+    sim = simcuda.installed()
+    before = sim.set_attribute(89, 0, 0)
+    gpus._attribute.cache_clear()
+    try:
+        with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+            m = gpu_arange(cp, 4.0)
+        synchronized = sim.calls("deviceSynchronize")
+        a = gpu_dlpack.from_dlpack(gpu_dlpack.export(m, max_version=(1, 0), dl_device=(1, 0)))
+        assert a.ctypes.data == m.data.ptr and a.tolist() == [0, 1, 2, 3]
+        assert sum(sim.calls("deviceSynchronize")) - sum(synchronized) == 2  # both GPUs
+    finally:
+        sim.set_attribute(89, 0, before)
+        gpus._attribute.cache_clear()
+
+
+@pytest.mark.gpu
+@sim_only
 def test_an_array_of_the_second_gpu_hands_off_on_that_gpus_streams(cp):
     # The producer's stream and the pooled event are the second GPU's while
     # the first is current: an event recorded on another device's stream
