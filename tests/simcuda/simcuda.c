@@ -117,8 +117,10 @@ where(char *out, size_t n)
     int found = 0;
     while (f != NULL && !found) {
         PyCodeObject *code = PyFrame_GetCode(f);
-        const char *file = PyUnicode_AsUTF8(code->co_filename);
-        const char *name = PyUnicode_AsUTF8(code->co_name);
+        PyObject *file_obj = PyObject_GetAttrString((PyObject *)code, "co_filename");
+        PyObject *name_obj = PyObject_GetAttrString((PyObject *)code, "co_name");
+        const char *file = file_obj ? PyUnicode_AsUTF8(file_obj) : NULL;
+        const char *name = name_obj ? PyUnicode_AsUTF8(name_obj) : NULL;
         if (file == NULL || name == NULL)
             PyErr_Clear();
         else if (strstr(file, "/gpu_dlpack/") && !strstr(file, "/tests/")) {
@@ -130,6 +132,8 @@ where(char *out, size_t n)
             snprintf(best, sizeof best, "%s:%d in %s", short_file, PyFrame_GetLineNumber(f), name);
             first = f;
         }
+        Py_XDECREF(file_obj);
+        Py_XDECREF(name_obj);
         Py_DECREF(code);
         PyFrameObject *back = PyFrame_GetBack(f);
         Py_DECREF(f);
@@ -150,11 +154,14 @@ report(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* an error already raised stays raised */
     where(at, sizeof at);
     PyObject *s = PyUnicode_FromFormat("simcuda: %s%s", msg, at);
     if (s == NULL || reports == NULL || PyList_Append(reports, s) < 0)
         PyErr_Clear();
     Py_XDECREF(s);
+    PyErr_Restore(et, ev, tb);
 }
 
 /* What the SIGSEGV handler saw, formatted later (no formatting in a handler). */
