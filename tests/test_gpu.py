@@ -235,9 +235,9 @@ def test_a_jax_gpu_array_imports_zero_copy(cp, jgpu):
 
 
 @pytest.mark.parametrize("n", [5, 1 << 18])  # small, and large enough for pinned staging
-def test_host_producers_reach_the_gpu_by_a_copy(cp, tc, n):
+def test_host_producers_reach_the_gpu_by_a_copy(cp, torch, n):
     jax = pytest.importorskip("jax")
-    producers = [np.arange(n, dtype=np.float32), tc.arange(n, dtype=tc.float32),
+    producers = [np.arange(n, dtype=np.float32), torch.arange(n, dtype=torch.float32),
                  jax.device_put(np.arange(n, dtype=np.float32), jax.devices("cpu")[0])]
     # Where the GPU uses the host's page tables (ATS), host memory is used in
     # place unless a copy is asked for.
@@ -276,11 +276,18 @@ def test_a_kernel_reads_pinned_memory_used_in_place(cp):
     assert a.data.ptr == pinned and (a * 2).tolist() == [0, 2, 4, 6]  # a kernel reads it
 
 
-def test_a_gpu_array_imports_to_pinned_memory_as_numpy(cp, tc):
-    for x in (gpu_arange(cp, 3.0), tc.arange(3.0, device="cuda")):
-        out = from_dlpack(x, device="cuda_host")
-        assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
-        assert _memory_type(cp, out.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+def _lands_in_pinned_memory_as_numpy(cp, x):
+    out = from_dlpack(x, device="cuda_host")
+    assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
+    assert _memory_type(cp, out.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+
+
+def test_a_cupy_array_imports_to_pinned_memory_as_numpy(cp):
+    _lands_in_pinned_memory_as_numpy(cp, gpu_arange(cp, 3.0))
+
+
+def test_a_torch_cuda_tensor_imports_to_pinned_memory_as_numpy(cp, tc):
+    _lands_in_pinned_memory_as_numpy(cp, tc.arange(3.0, device="cuda"))
 
 
 def test_a_numpy_array_exports_to_the_gpu(cp):
