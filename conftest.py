@@ -24,6 +24,18 @@ if os.environ.get("GPU_DLPACK_TEST_HIDE"):
     _spec.loader.exec_module(importlib.util.module_from_spec(_spec))  # installs the finder
 
 
+# GPU_DLPACK_SIMCUDA=1 runs the suite on a simulated CUDA under real CuPy
+# (tests/simcuda: installed before CuPy is imported); scripts/gpu-sim.sh runs
+# the gpu tests so. A test the simulator's checker reports on fails.
+SIMCUDA = os.environ.get("GPU_DLPACK_SIMCUDA", "") not in ("", "0")
+if SIMCUDA:
+    from tests import simcuda as _simcuda
+
+    _simcuda.install()
+    _boot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "simcuda", "boot")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_boot, os.environ.get("PYTHONPATH")]))
+
+
 def _gpu_available():
     try:
         import cupy
@@ -42,12 +54,37 @@ def pytest_collection_modifyitems(config, items):
             for prefix, reason in _NEEDS_NEW_NUMPY.items():
                 if item.nodeid.startswith(prefix):
                     item.add_marker(pytest.mark.skip(reason=f"NumPy < 2.1: {reason}"))
+    if SIMCUDA:
+        kernel = pytest.mark.skip(reason="launches a CuPy kernel, which the simulated CUDA cannot run")
+        for item in items:
+            if "kernel" in item.keywords:
+                item.add_marker(kernel)
     if GPU:
         return
     skip = pytest.mark.skip(reason="needs a GPU usable by CuPy")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """On the simulated CUDA: a report outside any test (at collection, or
+    of work a test left queued) fails the run too."""
+    if SIMCUDA:
+        reports = _simcuda.take_reports()
+        if reports:
+            print("\nthe simulated CUDA's checker reported outside the tests:\n" + "\n".join(reports))
+            session.exitstatus = 1
+
+
+@pytest.fixture(autouse=True)
+def _simcuda_checker():
+    """On the simulated CUDA: a test fails on any report of its checker."""
+    yield
+    if SIMCUDA:
+        reports = _simcuda.take_reports()
+        if reports:
+            pytest.fail("the simulated CUDA's checker reported:\n" + "\n".join(reports), pytrace=False)
 
 
 # -- the peers, real libraries, shared by tests/ and bench/ -----------------

@@ -292,14 +292,12 @@ def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int =
     ``stream`` of GPU ``gpu`` (the direction read from the addresses), then
     ``event`` recorded on the stream when given, then the host waits for the
     stream when ``synchronize``. One call into the compiled core where it
-    found the runtime CuPy loaded; else CuPy's runtime calls, with the
-    device switched only when ``gpu`` is not current."""
+    is bound to CuPy's runtime module; else CuPy's runtime calls (the same
+    functions), with the device switched only when ``gpu`` is not current."""
     runtime = _handoff._runtime()
     core = _handoff.core_copy(runtime)
     if core is not None:
-        status = core(dst, src, nbytes, stream, gpu, event, synchronize)
-        if status:
-            runtime.check_status(status)
+        core(dst, src, nbytes, stream, gpu, event, synchronize)
         return
     with _handoff.on_device(gpu):
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)

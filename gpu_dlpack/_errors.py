@@ -562,6 +562,21 @@ def gpu_failed(what, exc) -> BufferError:
     return BufferError(f"CuPy could not {what}: {type(exc).__name__}: {exc}")
 
 
+def runtime_entry_differs(module, entry, found=None, expected=None) -> RuntimeError:
+    """The core's CUDA calls are not bound to CuPy's runtime module: one of
+    its C entries differs (``entry``), or it has none (``entry`` None)."""
+    if entry is None:
+        what = f"{module} publishes no C entries (__pyx_capi__), or cupy.cuda.runtime is not that module"
+    else:
+        state = "is missing" if found is None else f"has the C signature {found!r}"
+        what = f"the entry {entry!r} of {module}.__pyx_capi__ {state}, not the {expected!r} the core calls"
+    return RuntimeError(
+        f"the compiled core does not bind to CuPy's runtime: {what}. The stream hand-off and copies "
+        "run through CuPy's Python calls instead (the same functions, with the same results); a "
+        "gpu_dlpack release made for this CuPy binds again."
+    )
+
+
 def old_cupy(need) -> BufferError:
     return BufferError(
         f"this CuPy is too old to {need}: upgrade to CuPy 13.4 or newer "

@@ -118,9 +118,7 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     try:
         core = _core_handoff(runtime)
         if core is not None:  # the same calls, made in C
-            status = core(event, producer, consumer, device, consumer_device)
-            if status:
-                runtime.check_status(status)
+            core(event, producer, consumer, device, consumer_device)
         else:
             with on_device(device):
                 runtime.eventRecord(event, producer)
@@ -360,87 +358,90 @@ def _cupy_stream(handle: int, device: int | None = None):
     return stream
 
 
-# -- the hand-off in the compiled core ---------------------------------------------
+# -- the hand-off and the copy in the compiled core -----------------------------
+# CuPy links the CUDA runtime statically into cupy_backends.cuda.api.runtime
+# (no libcudart is loaded, and none of its symbols is exported); CuPy's other
+# modules call that runtime through the C functions the module publishes in
+# __pyx_capi__. The core binds to the same functions, so its calls reach the
+# runtime instance that made CuPy's streams and events, whatever else is
+# loaded (PyTorch's or JAX's CUDA runtime), on CUDA and ROCm builds alike.
 
-_RUNTIME_FUNCTIONS = ("cudaGetDevice", "cudaSetDevice", "cudaEventRecord", "cudaStreamWaitEvent")
-#: What the core's copy adds (``_copies.copy``).
-COPY_FUNCTIONS = ("cudaMemcpyAsync", "cudaStreamSynchronize")
-_core_state: list = []  # [(runtime module, the core's handoff or None)], once resolved
-_copy_state: list = []  # [(runtime module, the core's copy or None)], once resolved
-
-
-def _loaded_cudart():
-    """The CUDA runtime library already mapped into the process (the one
-    CuPy loaded), as a ctypes handle that loads nothing new; None if none."""
-    import ctypes
-    import os
-
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split(None, 5)[5].strip() for line in maps if "libcudart" in line}
-    except (OSError, IndexError):
-        return None
-    for path in sorted(paths, key=lambda p: ("cupy" not in p and "nvidia" not in p, p)):
-        try:
-            return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
-        except OSError:
-            continue
-    return None
+#: The module whose C entries the core calls (``cupy.cuda.runtime`` re-exports it).
+CUPY_RUNTIME = "cupy_backends.cuda.api.runtime"
+_RUNTIME_FACES = ("cupy.cuda.runtime", CUPY_RUNTIME)
+_bindings: list = []  # [(runtime module, bound: bool, why not)], once resolved
 
 
-def runtime_pointers(lib=None, names=_RUNTIME_FUNCTIONS):
-    """The addresses of the runtime calls ``names`` (default: those the
-    core's hand-off makes), from ``lib`` (default: the loaded CUDA runtime);
-    None when any is missing."""
-    import ctypes
+def _bind(runtime) -> bool:
+    """Whether the core is bound to ``runtime`` (CuPy's runtime module, as
+    ``_runtime`` gives it): resolved once; any other runtime object (a
+    stand-in, or none) keeps the Python calls."""
+    state = _bindings
+    if state:
+        known, bound, _why = state[0]
+        return bound and runtime is known
+    if getattr(runtime, "__name__", None) not in _RUNTIME_FACES:
+        return False  # not CuPy's runtime module: nothing to remember
+    bound, why = _bind_capi(runtime)
+    state.append((runtime, bound, why))
+    return bound
 
-    lib = lib if lib is not None else _loaded_cudart()
-    if lib is None:
-        return None
-    try:
-        return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in names)
-    except AttributeError:
-        return None
+
+def _bind_capi(runtime):
+    """``(bound, why not)``: the core bound to the C entries of CuPy's
+    runtime module behind ``runtime``, checked entry by entry."""
+    import sys
+
+    if core is None:
+        return False, "the compiled core is off"
+    module = sys.modules.get(CUPY_RUNTIME)
+    capi = getattr(module, "__pyx_capi__", None)
+    if not isinstance(capi, dict) or getattr(runtime, "getDevice", None) is not getattr(module, "getDevice", False):
+        return False, str(_errors.runtime_entry_differs(CUPY_RUNTIME, None))
+    differs = core.bind_runtime(capi)
+    if differs is not None:
+        return False, str(_errors.runtime_entry_differs(CUPY_RUNTIME, *differs))
+    return True, None
 
 
 def _core_handoff(runtime):
-    """The core's hand-off when ``runtime`` is CuPy's CUDA runtime module and
-    the library it loaded is found (ROCm, a missing core, or any other
-    runtime object keep the Python calls)."""
-    state = _core_state
-    if state:
-        known, found = state[0]
-        return found if runtime is known else None
-    import types
-
-    found = None
-    if (
-        core is not None
-        and isinstance(runtime, types.ModuleType)
-        and runtime.__name__.startswith("cupy_backends.")
-        and not getattr(runtime, "is_hip", True)
-    ):
-        pointers = runtime_pointers()
-        if pointers is not None and core.set_runtime(*pointers):
-            found = core.handoff
-    state.append((runtime, found))
-    return found
+    """The core's hand-off when it is bound to ``runtime`` (else None: the
+    Python calls)."""
+    state = _bindings
+    if state:  # resolved: no call more per exchange
+        known, bound, _why = state[0]
+        return core.handoff if bound and runtime is known else None
+    return core.handoff if _bind(runtime) else None
 
 
 def core_copy(runtime):
     """The core's one-call copy (``cudaMemcpyAsync``, then an event record
-    or a stream synchronize) when the core's hand-off is found for
-    ``runtime`` and the loaded library has both calls; None otherwise."""
-    state = _copy_state
+    or a stream synchronize) when it is bound to ``runtime``; else None."""
+    state = _bindings
     if state:
-        known, found = state[0]
-        return found if runtime is known else None
-    if not getattr(runtime, "__name__", "").startswith("cupy_backends."):
-        return None  # not CuPy's runtime module: nothing to remember
-    found = None
-    if _core_handoff(runtime) is not None:
-        pointers = runtime_pointers(names=COPY_FUNCTIONS)
-        if pointers is not None and core.set_copy_runtime(*pointers):
-            found = core.copy
-    state.append((runtime, found))
-    return found
+        known, bound, _why = state[0]
+        return core.copy if bound and runtime is known else None
+    return core.copy if _bind(runtime) else None
+
+
+def binding() -> str:
+    """The runtime the core's CUDA calls go to, in words (``gpu-dlpack
+    doctor``): CuPy's runtime module, or why they are CuPy's Python calls."""
+    if core is None:
+        return "none: the compiled core is off (the stream hand-off and copies are CuPy's Python calls)"
+    if not _bindings:
+        import sys
+
+        if "cupy" not in sys.modules:
+            return "none yet: CuPy is not imported"
+        try:
+            _bind(_runtime())
+        except Exception as exc:  # a CuPy that does not import, or a forked child
+            return f"none: {type(exc).__name__}: {exc}"
+    if not _bindings:
+        return "none: CuPy's runtime module is not the one in use"
+    _runtime_module, bound, why = _bindings[0]
+    if bound:
+        entries = ", ".join(name for name, _signature in core.RUNTIME_ENTRIES)
+        return f"CuPy's own runtime, through {CUPY_RUNTIME}.__pyx_capi__ ({entries})"
+    return f"none: {why}"

@@ -19,6 +19,10 @@
 #      of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the other runs)
 #      and 2,000 of its reentrancy cases (200 in the other runs);
 #   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
+#   6b. the gpu tests on the simulated CUDA under real CuPy, on both paths
+#      (scripts/gpu-sim.sh, about a minute and a half), and the stream and
+#      lifetime bugs it must catch, put in one at a time (scripts/inject-bugs.sh,
+#      about a minute);
 #   7. the suite again without the optional peers (CuPy, PyTorch, JAX,
 #      ml_dtypes, array-api-strict, Numba hidden from import: GPU_DLPACK_TEST_HIDE);
 #   8. the core built with ASan and UBSan, and the tests of what the layer
@@ -67,6 +71,9 @@ step "5. the suite on the compiled core"
 GPU_DLPACK_FUZZ_CASES=4000 GPU_DLPACK_REENTRANCY_CASES=2000 bash scripts/suite.sh py3.11-core "$@"
 step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
 bash scripts/suite.sh py3.11-pure "$@"
+step "6b. the gpu tests on the simulated CUDA (scripts/gpu-sim.sh), and the bugs it catches (scripts/inject-bugs.sh)"
+bash scripts/gpu-sim.sh
+bash scripts/inject-bugs.sh
 step "7. the suite without the optional peers"
 GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba,tvm_ffi python -m pytest tests -q
 step "8. the core under ASan and UBSan (scripts/sanitize.sh --quick)"

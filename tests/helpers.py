@@ -69,6 +69,25 @@ class VersionedOnlyProducer:
         return self.array.__dlpack_device__()
 
 
+def simulated_cuda() -> bool:
+    """Whether CuPy runs on the simulated CUDA (tests/simcuda): its streams
+    run only when the host waits for them, and it runs no kernel."""
+    return bool(getattr(sys.modules.get("cupy_backends.cuda.api.runtime"), "__simulated__", False))
+
+
+def gpu_arange(cp, *args, **kwargs):
+    """``cp.arange(*args, **kwargs)`` made without a kernel: NumPy's values
+    copied to the GPU by ``cupy.asarray`` (one host-to-device copy), so that
+    a test whose input it is also runs on the simulated CUDA (tests/simcuda),
+    which runs no kernel."""
+    return cp.asarray(np.arange(*args, **kwargs))
+
+
+def gpu_full(cp, shape, value, dtype):
+    """``cp.full(shape, value, dtype)`` made without a kernel (``gpu_arange``)."""
+    return cp.asarray(np.full(shape, value, dtype))
+
+
 def aligned(shape, dtype=np.float64, align=64):
     """A C-contiguous array whose data is ``align``-byte aligned (JAX imports
     only aligned host memory without a copy)."""

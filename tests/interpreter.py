@@ -22,7 +22,20 @@ def run_python(code, *, env=None, timeout=180, options=()):
         p for p in (ROOT, full_env.get("PYTHONPATH")) if p
     )
     full_env.update(env or {})
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, *options, "-c", code], env=full_env, capture_output=True, text=True,
         timeout=timeout, cwd=ROOT,
     )
+    _pass_on_reports(done.stderr)
+    return done
+
+
+def _pass_on_reports(stderr):
+    """On the simulated CUDA (tests/simcuda), what its checker reported in
+    the child becomes a report of this process's: the test fails on it."""
+    sim = sys.modules.get("tests.simcuda")
+    if sim is None or sim.installed() is None or not stderr:
+        return
+    for line in stderr.splitlines():
+        if line.startswith("simcuda: "):
+            sim.installed().report("in a child interpreter: " + line[len("simcuda: "):])

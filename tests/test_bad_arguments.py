@@ -14,7 +14,7 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _errors
 
-from .helpers import refcount
+from .helpers import gpu_arange, refcount
 
 
 @pytest.mark.parametrize("dl_device", [(1, 1), (1, 7), (3, 1), (13, 2), gpu_dlpack.Device((1, 3))])
@@ -407,7 +407,7 @@ def test_export_of_gpu_data_refuses_a_bad_argument_and_leaks_nothing(kwargs, err
     import cupy
 
     pool = cupy.get_default_memory_pool()
-    d = cupy.arange(1 << 16, dtype=cupy.float32)
+    d = gpu_arange(cupy, 1 << 16, dtype=cupy.float32)
     used = pool.used_bytes()
     with pytest.raises(error, match=match):
         gpu_dlpack.export(d, **kwargs)
@@ -421,7 +421,7 @@ def test_export_of_gpu_data_refuses_a_bad_argument_and_leaks_nothing(kwargs, err
 def test_cuda_stream_0_is_taken_as_the_legacy_default_with_a_warning():
     import cupy
 
-    d = cupy.arange(4.0)
+    d = gpu_arange(cupy, 4.0)
     with pytest.warns(gpu_dlpack.StreamWarning):
         cap = gpu_dlpack.export(d, stream=0, max_version=(1, 0))
     assert gpu_dlpack.inspect(cap).device == gpu_dlpack.Device("cuda:0")

@@ -18,6 +18,8 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _capsule, _convert, _faults, _peers
 
+from .helpers import gpu_arange
+
 
 def readonly(a):
     a = a.copy()
@@ -452,7 +454,7 @@ def test_to_cupy_on_a_gpu(cp):
     a = np.arange(6.0)
     c = gpu_dlpack.convert(a, "cupy")
     assert type(c) is cp.ndarray and c.get().tolist() == a.tolist()
-    d = cp.arange(6.0)
+    d = gpu_arange(cp, 6.0)
     assert gpu_dlpack.convert(d, "cupy").data.ptr == d.data.ptr
     r = readonly(np.arange(6.0))
     assert gpu_dlpack.convert(r, "cupy").get().tolist() == r.tolist()  # a move copies anyway
@@ -461,7 +463,9 @@ def test_to_cupy_on_a_gpu(cp):
 @pytest.mark.gpu
 def test_to_numba_on_a_gpu(cp):
     cuda = pytest.importorskip("numba.cuda")
-    d = cp.arange(6.0)
+    if not cuda.is_available():
+        pytest.skip("Numba sees no GPU (its own CUDA driver binding)")
+    d = gpu_arange(cp, 6.0)
     n = gpu_dlpack.convert(d, "numba")
     assert isinstance(n, cuda.devicearray.DeviceNDArray)
     assert n.__cuda_array_interface__["data"][0] == d.data.ptr
@@ -472,7 +476,7 @@ def test_to_numba_on_a_gpu(cp):
 def test_cupy_to_torch_on_a_gpu_is_zero_copy_on_the_stream(cp, torch):
     if not torch.cuda.is_available():
         pytest.skip("a CUDA build of torch is needed")
-    d = cp.arange(6.0)
+    d = gpu_arange(cp, 6.0)
     s = torch.cuda.Stream()
     t = gpu_dlpack.convert(d, "torch", stream=s)
     assert t.data_ptr() == d.data.ptr and t.device.type == "cuda"

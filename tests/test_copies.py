@@ -286,6 +286,27 @@ def test_host_to_device_copies_are_right_and_need_no_source_after_return(cp, nby
     np.testing.assert_array_equal(cp.asnumpy(g), expected)
 
 
+@pytest.mark.gpu
+def test_a_large_copy_through_the_ring_refills_a_chunk_only_once_its_copy_is_done(cp, monkeypatch):
+    # The ring (normally from 16 MiB, on hosts with three cores or more) on
+    # two chunks of 1 MiB for an 8 MiB copy: each chunk is filled four times,
+    # each time only once the copy that read it before is done.
+    from gpu_dlpack import _copies
+
+    ring = _copies.Ring(_copies.Runtime(0), chunk_bytes=1 << 20, chunks=2, workers=2)
+    monkeypatch.setattr(_copies, "plan", lambda nbytes, cores_available=None: 2)
+    monkeypatch.setitem(_copies._rings, 0, ring)  # what ring_for finds for GPU 0
+    monkeypatch.setattr(_copies, "RING_MIN_BYTES", 1 << 20)
+    host = np.random.default_rng(2).random(1 << 20)  # 8 MiB
+    expected = host.copy()
+    s = cp.cuda.Stream(non_blocking=True)
+    g = gpu_dlpack.from_dlpack(host, device="cuda:0", stream=s)
+    host[:] = -1.0
+    s.synchronize()
+    np.testing.assert_array_equal(g.get(), expected)
+    ring.close()
+
+
 def test_pinned_memory_exhausted_is_raised_and_nothing_is_held():
     class NoPinned(AsyncRuntime):
         def alloc_pinned(self, nbytes):

@@ -2,9 +2,10 @@
 
 The copy paths are driven through addresses and sizes (host memory here)
 against a recording stand-in for the CUDA runtime, on both faces the layer
-uses: CuPy's runtime module (the pure-Python path) and the C functions the
-compiled core calls. The stand-in moves the bytes at once, so values are
-checked too. Pinned here:
+uses: CuPy's runtime module (the pure-Python path) and the C entries the
+compiled core calls (tests/simcuda's forwarding capsules, of CuPy's Cython
+signatures, calling the stand-in's methods). The stand-in moves the bytes
+at once, so values are checked too. Pinned here:
 
 - the runtime calls of one copy: device to host is ``cudaGetDevice``,
   ``cudaMemcpyAsync``, ``cudaStreamSynchronize`` (no event, no device
@@ -34,10 +35,10 @@ STREAM, OTHER_STREAM = 0x5000, 0x6000
 
 
 class Runtime:
-    """The CUDA runtime calls of the copy paths, recorded. Python face: the
-    functions of CuPy's runtime module the layer calls. C face
-    (``c_pointers``): the functions the compiled core calls. Copies move
-    host bytes at once; an event completes when ``finish`` says so."""
+    """The CUDA runtime calls of the copy paths, recorded: the functions of
+    CuPy's runtime module the layer calls, which the compiled core reaches
+    through C entries (``capi``). Copies move host bytes at once; an event
+    completes when ``finish`` says so."""
 
     memcpyDefault = 4
     hostAllocPortable = 1
@@ -49,17 +50,6 @@ class Runtime:
         self.done = set()
         self.pinned = {}  # address -> buffer: page-locked blocks alive
         self._next = 0x100
-        C = ctypes.CFUNCTYPE
-        self._c = (
-            C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(self._c_get),
-            C(ctypes.c_int, ctypes.c_int)(self._c_set),
-            C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(self._c_record),
-            C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(lambda s, e, f: 0),
-            C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(
-                self._c_memcpy
-            ),
-            C(ctypes.c_int, ctypes.c_void_p)(self._c_sync),
-        )
 
     # -- bookkeeping --
     def _call(self, name, *args):
@@ -98,6 +88,9 @@ class Runtime:
         self._raise(self._call("eventRecord", event, stream))
         self.done.discard(event)
 
+    def streamWaitEvent(self, stream, event, flags=0):
+        self._raise(self._call("streamWaitEvent", stream, event))
+
     def streamSynchronize(self, stream):
         self._raise(self._call("streamSynchronize", stream))
 
@@ -128,33 +121,11 @@ class Runtime:
         del self.pinned[ptr]
 
     # -- the C face --
-    def c_pointers(self):
-        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._c)
+    def capi(self):
+        """C entries of CuPy's signatures that call this stand-in's methods."""
+        from . import simcuda
 
-    def _c_get(self, out):
-        out[0] = self.device
-        return self._call("getDevice")
-
-    def _c_set(self, device):
-        status = self._call("setDevice", device)
-        if not status:
-            self.device = device
-        return status
-
-    def _c_record(self, event, stream):
-        status = self._call("eventRecord", event, stream)
-        if not status:
-            self.done.discard(event)
-        return status
-
-    def _c_memcpy(self, dst, src, nbytes, kind, stream):
-        status = self._call("memcpyAsync", stream, self.device)
-        if not status:
-            ctypes.memmove(dst, src, nbytes)
-        return status
-
-    def _c_sync(self, stream):
-        return self._call("streamSynchronize", stream)
+        return simcuda.load().forwarding_capi(self)
 
 
 @pytest.fixture
@@ -163,7 +134,7 @@ def runtime(monkeypatch):
     pools and nothing pending."""
     rt = Runtime()
     monkeypatch.setattr(_handoff, "_runtime", lambda: rt)
-    monkeypatch.setattr(_handoff, "_copy_state", [(rt, None)])
+    monkeypatch.setattr(_handoff, "_bindings", [(rt, False, "a stand-in")])
     monkeypatch.setattr(_handoff, "_pools", {})
     monkeypatch.setattr(_handoff, "_pending", [])
     return rt
@@ -171,18 +142,17 @@ def runtime(monkeypatch):
 
 @pytest.fixture(params=["pure Python", "compiled"])
 def path(request, runtime, monkeypatch):
-    """Each path in turn: the compiled core's copy through the stand-in's C
-    face, or CuPy's runtime calls through its Python face."""
+    """Each path in turn: the compiled core's copy through C entries to the
+    stand-in, or CuPy's runtime calls on it from Python."""
     if request.param == "compiled":
         core = _fastpath.core
         if core is None:
             pytest.skip(f"the compiled core is off: {_fastpath.reason}")
-        pointers = runtime.c_pointers()
-        assert core.set_runtime(*pointers[:4]) and core.set_copy_runtime(*pointers[4:])
-        monkeypatch.setattr(_handoff, "_copy_state", [(runtime, core.copy)])
+        assert core.bind_runtime(runtime.capi()) is None
+        monkeypatch.setattr(_handoff, "_bindings", [(runtime, True, None)])
         yield request.param
-        core.set_copy_runtime(0, 0)
-        core.set_runtime(0, 0, 0, 0)
+        core.bind_runtime(None)
+        _handoff._bindings.clear()
     else:
         yield request.param
 
@@ -401,10 +371,14 @@ def test_the_core_copy_checks_its_arguments_and_needs_a_runtime():
     core = _fastpath.core
     with pytest.raises(TypeError):
         core.copy(1, 2, 3)
-    core.set_copy_runtime(0, 0)
+    core.bind_runtime(None)
+    _handoff._bindings.clear()
     with pytest.raises(RuntimeError, match="no CUDA runtime"):
         core.copy(1, 2, 3, 4, 0, 0, True)
-    assert core.set_copy_runtime(1, 0) is False  # both or neither
+    # All the entries or none: one missing is named, and nothing is bound.
+    assert core.bind_runtime({}) == ("getDevice", None, "int (int __pyx_skip_dispatch)")
+    with pytest.raises(RuntimeError, match="no CUDA runtime"):
+        core.copy(1, 2, 3, 4, 0, 0, True)
 
 
 # -- the report of the copy targets ------------------------------------------------

@@ -498,54 +498,65 @@ def test_a_capsule_raced_for_by_threads_is_taken_exactly_once(versioned):
 # -- the stream hand-off in C, against a recording stand-in for the runtime --------
 
 class _RecordingRuntime:
-    """cudaGetDevice/cudaSetDevice/cudaEventRecord/cudaStreamWaitEvent as C
-    callbacks that record each call with the device current at the time."""
+    """The functions of CuPy's runtime module the core's hand-off calls
+    (getDevice, setDevice, eventRecord, streamWaitEvent), each call recorded
+    with the device current at the time. The core reaches them through C
+    entries of their Cython signatures (tests/simcuda's forwarding capsules),
+    as it reaches CuPy's; a failure raises, as CuPy's functions do."""
 
     def __init__(self, device=0, fail=None):
         self.device, self.fail, self.calls = device, fail, []
-        C = ctypes.CFUNCTYPE
-        self._get = C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(self.get)
-        self._set = C(ctypes.c_int, ctypes.c_int)(self.set)
-        self._record = C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(self.record)
-        self._wait = C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(self.wait)
 
-    def pointers(self):
-        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (self._get, self._set, self._record, self._wait))
+    def getDevice(self):
+        return self.device
 
-    def get(self, out):
-        out[0] = self.device
-        return 0
-
-    def set(self, device):
+    def setDevice(self, device):
         self.calls.append(("set", device))
         self.device = device
-        return 0
 
-    def record(self, event, stream):
+    def eventRecord(self, event, stream):
         self.calls.append(("record", event, stream, self.device))
-        return self.fail or 0
+        if self.fail:
+            raise RuntimeError(f"CUDA error {self.fail} (stand-in)")
 
-    def wait(self, stream, event, flags):
+    def streamWaitEvent(self, stream, event, flags=0):
         self.calls.append(("wait", stream, event, flags, self.device))
-        return 0
+
+
+def _bind_stand_in(target):
+    """The core bound to ``target``'s methods through C entries; undone by
+    ``_unbind``, after which the layer binds to CuPy's runtime again."""
+    from . import simcuda
+
+    assert _fastpath.core.bind_runtime(simcuda.load().forwarding_capi(target)) is None
+
+
+def _unbind():
+    from gpu_dlpack import _handoff
+
+    from . import simcuda
+
+    _fastpath.core.bind_runtime(None)
+    simcuda.load().forwarding_capi(None)
+    _handoff._bindings.clear()
 
 
 @pytest.fixture
 def recording_runtime():
     rt = _RecordingRuntime()
-    assert _fastpath.core.set_runtime(*rt.pointers())
+    _bind_stand_in(rt)
     yield rt
-    _fastpath.core.set_runtime(0, 0, 0, 0)
+    _unbind()
 
 
 @compiled
 def test_the_core_hand_off_records_on_the_producer_device_and_waits_on_the_consumer_device(recording_runtime):
     rt = recording_runtime
-    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 2) == 0
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 2) is None
     assert [c for c in rt.calls if c[0] != "set"] == [("record", 0x10, 0x20, 1), ("wait", 0x30, 0x10, 0, 2)]
     assert rt.device == 0  # the current device restored
     rt.calls.clear()
-    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 0, 0) == 0
+    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 0, 0) is None
     assert rt.calls == [("record", 0x10, 0x20, 0), ("wait", 0x30, 0x10, 0, 0)]  # no device switch
 
 
@@ -553,7 +564,8 @@ def test_the_core_hand_off_records_on_the_producer_device_and_waits_on_the_consu
 def test_a_failed_record_queues_no_wait_and_restores_the_device(recording_runtime):
     rt = recording_runtime
     rt.fail = 400  # cudaErrorInvalidResourceHandle
-    assert _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 1) == 400
+    with pytest.raises(RuntimeError, match="400"):
+        _fastpath.core.handoff(0x10, 0x20, 0x30, 1, 1)
     assert [c[0] for c in rt.calls] == ["set", "record", "set"] and rt.device == 0
 
 
@@ -563,15 +575,10 @@ def test_handoff_goes_through_the_core_with_the_pooled_event(recording_runtime, 
 
     class Runtime:  # CuPy's runtime module, for what handoff still asks of it
         is_hip = False
-        statuses = []
-
-        def check_status(self, status):
-            self.statuses.append(status)
-            raise RuntimeError(status)
 
     runtime = Runtime()
     monkeypatch.setattr(_handoff, "_runtime", lambda: runtime)
-    monkeypatch.setattr(_handoff, "_core_state", [(runtime, _fastpath.core.handoff)])
+    monkeypatch.setattr(_handoff, "_bindings", [(runtime, True, None)])
     monkeypatch.setitem(_handoff._pools, 3, [0x77])
     assert _handoff.handoff(0x20, 0x30, 3) is True
     assert [c for c in recording_runtime.calls if c[0] != "set"] == [("record", 0x77, 0x20, 3), ("wait", 0x30, 0x77, 0, 3)]
@@ -584,15 +591,68 @@ def test_handoff_goes_through_the_core_with_the_pooled_event(recording_runtime, 
     assert _handoff._pools[3] == [0x77]
 
 
-def test_the_runtime_pointers_come_from_a_library_that_has_all_four():
+# -- the runtime the core binds to: CuPy's own, through its C entries --------------
+
+def _capsule_name(capsule):
+    get = ctypes.pythonapi.PyCapsule_GetName
+    get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get(capsule).decode()
+
+
+@compiled
+def test_the_core_binds_to_the_c_entries_of_cupys_runtime_module():
+    # CuPy links the CUDA runtime statically: its runtime module's C entries
+    # (__pyx_capi__, what CuPy's own modules call) are the only way to the
+    # runtime instance that made CuPy's streams and events. They need no GPU.
+    pytest.importorskip("cupy")
+    from cupy_backends.cuda.api import runtime
+
     from gpu_dlpack import _handoff
 
-    class Lib:
-        cudaGetDevice = cudaSetDevice = cudaEventRecord = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+    for name, signature in _fastpath.core.RUNTIME_ENTRIES:
+        assert _capsule_name(runtime.__pyx_capi__[name]) == signature, name
+    _handoff._bindings.clear()
+    try:
+        assert _handoff.binding().startswith(
+            "CuPy's own runtime, through cupy_backends.cuda.api.runtime.__pyx_capi__ (getDevice, setDevice, "
+            "eventRecord, streamWaitEvent, memcpyAsync, streamSynchronize)")
+        assert _handoff.core_copy(_handoff._runtime()) is _fastpath.core.copy
+    finally:
+        _handoff._bindings.clear()
 
-    assert _handoff.runtime_pointers(Lib()) is None  # cudaStreamWaitEvent missing
-    Lib.cudaStreamWaitEvent = Lib.cudaGetDevice
-    assert all(_handoff.runtime_pointers(Lib()))
+
+@compiled
+def test_the_core_refuses_an_entry_whose_c_signature_differs_and_names_it(monkeypatch):
+    pytest.importorskip("cupy")
+    import types
+
+    from cupy_backends.cuda.api import runtime
+
+    from gpu_dlpack import _handoff
+
+    capi = dict(runtime.__pyx_capi__)
+    good = capi["eventRecord"]
+    capi["eventRecord"] = capi["eventQuery"]  # PyObject *(intptr_t, int __pyx_skip_dispatch)
+    assert _fastpath.core.bind_runtime(capi) == (
+        "eventRecord", "PyObject *(intptr_t, int __pyx_skip_dispatch)",
+        "PyObject *(intptr_t, intptr_t, int __pyx_skip_dispatch)")
+    del capi["eventRecord"]
+    assert _fastpath.core.bind_runtime(capi)[:2] == ("eventRecord", None)
+    assert good is runtime.__pyx_capi__["eventRecord"]
+    # The layer keeps CuPy's Python calls then, and says why.
+    fake = types.ModuleType(_handoff.CUPY_RUNTIME)
+    fake.__pyx_capi__, fake.getDevice = capi, runtime.getDevice
+    monkeypatch.setitem(sys.modules, _handoff.CUPY_RUNTIME, fake)
+    monkeypatch.setattr(_handoff, "_bindings", [])
+    face = types.ModuleType("cupy.cuda.runtime")
+    face.getDevice = runtime.getDevice
+    assert _handoff.core_copy(face) is None and _handoff._core_handoff(face) is None
+    assert _handoff.binding() == (
+        "none: the compiled core does not bind to CuPy's runtime: the entry 'eventRecord' of "
+        "cupy_backends.cuda.api.runtime.__pyx_capi__ is missing, not the 'PyObject *(intptr_t, intptr_t, "
+        "int __pyx_skip_dispatch)' the core calls. The stream hand-off and copies run through CuPy's Python "
+        "calls instead (the same functions, with the same results); a gpu_dlpack release made for this CuPy "
+        "binds again.")
 
 
 # -- leaks of the C exchange API, on both sides ----------------------------------
@@ -719,27 +779,134 @@ def test_handoff_converts_no_argument_after_one_that_failed(recording_runtime):
     assert not called and not recording_runtime.calls
 
 
+class _FailingRuntime:
+    """CuPy's runtime functions the core calls, on GPU 0 at first; the call
+    named ``fail`` raises (``setDevice`` the ``nth`` time), as CuPy's do."""
+
+    def __init__(self, fail=None, nth=1):
+        self.device, self.fail, self.nth, self.calls = 0, fail, nth, []
+
+    def _call(self, name, *args):
+        self.calls.append((name, *args))
+        if name == self.fail:
+            self.nth -= 1
+            if self.nth == 0:
+                raise RuntimeError(f"{name} failed (stand-in)")
+
+    def getDevice(self):
+        self._call("getDevice")
+        return self.device
+
+    def setDevice(self, device):
+        self._call("setDevice", device)
+        self.device = device
+
+    def eventRecord(self, event, stream):
+        self._call("eventRecord", event, stream)
+
+    def streamWaitEvent(self, stream, event, flags=0):
+        self._call("streamWaitEvent", stream, event)
+
+    def memcpyAsync(self, dst, src, n, kind, stream):
+        self._call("memcpyAsync", stream)
+
+    def streamSynchronize(self, stream):
+        self._call("streamSynchronize", stream)
+
+
+HANDOFF = (0x10, 0x20, 0x30, 1, 2)  # event, producer, consumer, device, consumer_device
+COPY = (0x1000, 0x2000, 8, 0x30, 1, 0x40, True)  # dst, src, nbytes, stream, device, event, synchronize
+
+
+@compiled
+@pytest.mark.parametrize("call, args, fail, nth, made, device", [
+    ("handoff", HANDOFF, "getDevice", 1, ["getDevice"], 0),
+    ("handoff", HANDOFF, "setDevice", 1, ["getDevice", "setDevice"], 0),
+    ("handoff", HANDOFF, "eventRecord", 1, ["getDevice", "setDevice", "eventRecord", "setDevice"], 0),
+    ("handoff", HANDOFF, "setDevice", 2, ["getDevice", "setDevice", "eventRecord", "setDevice", "setDevice"], 0),
+    ("handoff", HANDOFF, "streamWaitEvent", 1,
+     ["getDevice", "setDevice", "eventRecord", "setDevice", "streamWaitEvent", "setDevice"], 0),
+    ("handoff", HANDOFF, "setDevice", 3,  # the restore itself: raised, the device left as it is
+     ["getDevice", "setDevice", "eventRecord", "setDevice", "streamWaitEvent", "setDevice"], 2),
+    ("copy", COPY, "getDevice", 1, ["getDevice"], 0),
+    ("copy", COPY, "memcpyAsync", 1, ["getDevice", "setDevice", "memcpyAsync", "setDevice"], 0),
+    ("copy", COPY, "eventRecord", 1, ["getDevice", "setDevice", "memcpyAsync", "eventRecord", "setDevice"], 0),
+    ("copy", COPY, "streamSynchronize", 1,
+     ["getDevice", "setDevice", "memcpyAsync", "eventRecord", "streamSynchronize", "setDevice"], 0),
+    ("copy", COPY, "setDevice", 2,  # the restore itself
+     ["getDevice", "setDevice", "memcpyAsync", "eventRecord", "streamSynchronize", "setDevice"], 1),
+])
+def test_a_failed_runtime_call_raises_its_error_makes_no_later_call_and_restores_the_device(
+        call, args, fail, nth, made, device):
+    rt = _FailingRuntime(fail, nth)
+    _bind_stand_in(rt)
+    try:
+        with pytest.raises(RuntimeError, match=f"{fail} failed"):
+            getattr(_fastpath.core, call)(*args)
+    finally:
+        _unbind()
+    assert [c[0] for c in rt.calls] == made
+    assert rt.device == device
+
+
+@compiled
+@pytest.mark.parametrize("call, good", [("handoff", HANDOFF), ("copy", COPY)])
+def test_each_argument_is_converted_before_the_next_and_none_after_one_that_failed(call, good):
+    rt = _FailingRuntime()
+    _bind_stand_in(rt)
+    try:
+        for i in range(len(good)):
+            args = list(good)
+            args[i] = "not a number"
+            if call == "copy" and i == 6:
+                class Falsy:  # synchronize=: its truth fails
+                    def __bool__(self):
+                        raise ValueError("no truth")
+
+                args[i] = Falsy()
+            with pytest.raises((TypeError, ValueError)):
+                getattr(_fastpath.core, call)(*args)
+        with pytest.raises(TypeError):
+            getattr(_fastpath.core, call)(*good[:-1])
+        assert rt.calls == []  # nothing called the runtime
+        if call == "copy":  # no event and no wait asked: the copy alone
+            _fastpath.core.copy(*good[:5], 0, False)
+            assert [c[0] for c in rt.calls] == ["getDevice", "setDevice", "memcpyAsync", "setDevice"]
+    finally:
+        _unbind()
+
+
+@compiled
+def test_the_core_binds_only_a_dict_of_capsules_and_unbinds_with_none():
+    with pytest.raises(TypeError, match="__pyx_capi__ dict"):
+        _fastpath.core.bind_runtime([])
+    assert _fastpath.core.bind_runtime({"getDevice": 1})[:2] == ("getDevice", None)  # no capsule
+    _unbind()
+    with pytest.raises(RuntimeError, match="no CUDA runtime for the stream hand-off"):
+        _fastpath.core.handoff(*HANDOFF)
+
+
 _RUNTIME_SWAPPED = r'''
 import ctypes
 from gpu_dlpack import _fastpath
+from tests import simcuda
 core = _fastpath.core
-C = ctypes.CFUNCTYPE
 calls = []
-def get(out):
-    out[0] = 0
-    return 0
-def memcpy(dst, src, n, kind, stream):
-    calls.append("memcpy")
-    core.set_runtime(0, 0, 0, 0)  # another thread (here: the call itself) takes the runtime away
-    core.set_copy_runtime(0, 0)
-    return 0
-fns = [C(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(get), C(ctypes.c_int, ctypes.c_int)(lambda d: 0),
-       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(lambda e, s: calls.append("record") or 0),
-       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)(lambda s, e, f: 0),
-       C(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(memcpy),
-       C(ctypes.c_int, ctypes.c_void_p)(lambda s: calls.append("sync") or 0)]
-at = [ctypes.cast(f, ctypes.c_void_p).value for f in fns]
-assert core.set_runtime(*at[:4]) and core.set_copy_runtime(*at[4:])
+class Runtime:
+    def getDevice(self):
+        return 0
+    def setDevice(self, device):
+        pass
+    def eventRecord(self, event, stream):
+        calls.append("record")
+    def streamWaitEvent(self, stream, event, flags):
+        pass
+    def memcpyAsync(self, dst, src, n, kind, stream):
+        calls.append("memcpy")
+        core.bind_runtime(None)  # another thread (here: the call itself) takes the runtime away
+    def streamSynchronize(self, stream):
+        calls.append("sync")
+assert core.bind_runtime(simcuda.load().forwarding_capi(Runtime())) is None
 print(core.copy(0x1000, 0x2000, 8, 0x30, 0, 0x40, True), calls)
 # A consumer may pass no set_error to the allocator of wrap()'s C exchange API.
 import numpy as np, gpu_dlpack
@@ -760,7 +927,7 @@ def test_a_copy_keeps_the_runtime_it_started_with_and_the_allocator_takes_no_set
 
     done = run_python(_RUNTIME_SWAPPED)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[:2] == ["0 ['memcpy', 'record', 'sync']", "-1 None"]
+    assert done.stdout.split("\n")[:2] == ["None ['memcpy', 'record', 'sync']", "-1 None"]
 
 
 # -- JAX in C: its capsules asked for, imported, passed on and adapted by the core ----

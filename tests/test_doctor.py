@@ -65,6 +65,11 @@ def check_schema(doc):
     from gpu_dlpack import _fastpath
 
     assert g["path"] == _fastpath.active() and g["path"] in ("compiled", "pure Python")
+    # The CUDA runtime the core's calls go to: CuPy's own, through its C entries.
+    if _fastpath.core is None:
+        assert g["runtime"].startswith("none: the compiled core is off")
+    elif importlib.util.find_spec("cupy") is not None:
+        assert g["runtime"].startswith("CuPy's own runtime, through cupy_backends.cuda.api.runtime.__pyx_capi__")
     p = doc["platform"]
     for key in ("python", "implementation", "executable", "os", "machine"):
         assert _is(p[key], str), key

@@ -310,6 +310,9 @@ REAL_MESSAGES = {
         _errors.gpu_failed("import the capsule", TypeError("Unsupported dtype. dtype code: 7"))
     ),
     "gpu_dlpack-old-cupy": lambda: "BufferError: " + str(_errors.old_cupy("export a versioned DLPack capsule")),
+    # The compiled core with a CuPy whose runtime entries it does not know (gpu-dlpack doctor).
+    "gpu_dlpack-runtime-not-bound": lambda: "RuntimeError: " + str(_errors.runtime_entry_differs(
+        "cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t, intptr_t, int __pyx_skip_dispatch)")),
     "gpu_dlpack-producer-refused": lambda: raised(lambda: gpu_dlpack.from_dlpack(BrokenProducer())),
     "gpu_dlpack-consumed": lambda: raised(_gpu_dlpack_consumed),
     "gpu_dlpack-not-a-capsule": lambda: raised(lambda: gpu_dlpack.inspect(np.arange(3))),
@@ -982,6 +985,7 @@ BUILDER_ARGS = {
     "readonly_to_writeable": ("cuda:0",),
     "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),
     "old_cupy": ("export a versioned DLPack capsule",),
+    "runtime_entry_differs": ("cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t)"),
     "device_mismatch": ("lib.Array", "cpu", "cuda:0"),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
     "bad_interface": ("__cuda_array_interface__", "it has no 'data'", {"shape": (3,)}),

@@ -18,6 +18,8 @@ from gpu_dlpack import (
 )
 from gpu_dlpack import _backends, _handoff
 
+from .helpers import gpu_arange, simulated_cuda
+
 pytestmark = pytest.mark.gpu
 
 SPIN_MS = 200  # how long the producer's kernel keeps its stream busy
@@ -64,7 +66,7 @@ def _gpu0():
 # -- export of CuPy arrays -----------------------------------------------------
 
 def test_cupy_export_on_its_device_is_zero_copy_and_versioned(cp):
-    x = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    x = gpu_arange(cp, 12, dtype=cp.float32).reshape(3, 4)
     info = inspect(export(x, max_version=(1, 0)))
     assert info.data == x.data.ptr and info.device == _gpu0()
     assert info.version == gpu_dlpack.DLPACK_VERSION and info.flags == 0
@@ -74,44 +76,53 @@ def test_cupy_export_on_its_device_is_zero_copy_and_versioned(cp):
 
 
 def test_cupy_export_readonly_sets_read_only_and_a_legacy_one_is_refused(cp):
-    x = cp.arange(3.0)
+    x = gpu_arange(cp, 3.0)
     assert inspect(wrap(x, readonly=True).__dlpack__(max_version=(1, 0))).flags == FLAG_READ_ONLY
     with pytest.raises(BufferError, match="read-only"):
         wrap(x, readonly=True).__dlpack__()
 
 
 def test_cupy_copy_true_on_its_device_is_a_device_copy_flagged_is_copied(cp):
-    x = cp.arange(6.0).reshape(2, 3)
+    x = gpu_arange(cp, 6.0).reshape(2, 3)
     cap = export(x, max_version=(1, 0), copy=True)
     info = inspect(cap)
     assert info.flags == FLAG_IS_COPIED and info.device == _gpu0() and info.data != x.data.ptr
     out = from_dlpack(cap)
     assert isinstance(out, cp.ndarray) and out.tolist() == x.tolist()
-    out[0, 0] = 9
+    out[0, :1].set(np.array([9.0]))  # a host-to-device copy: no kernel
     assert float(x[0, 0]) == 0.0
 
 
-def test_cupy_export_to_the_cpu_copies_into_pinned_memory(cp):
-    # F-ordered (copied as it is laid out), and not contiguous (made so first)
-    for x in (cp.arange(6.0).reshape(2, 3).T, cp.arange(12.0).reshape(3, 4)[:, ::2]):
-        cap = export(x, max_version=(1, 0), dl_device=(1, 0))
-        info = inspect(cap)
-        assert info.device == Device("cpu") and info.flags == FLAG_IS_COPIED
-        assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost  # page-locked
-        out = from_dlpack(cap)
-        assert isinstance(out, np.ndarray) and out.tolist() == x.get().tolist()
+def _exports_to_the_cpu_into_pinned_memory(cp, x, expected):
+    cap = export(x, max_version=(1, 0), dl_device=(1, 0))
+    info = inspect(cap)
+    assert info.device == Device("cpu") and info.flags == FLAG_IS_COPIED
+    assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost  # page-locked
+    out = from_dlpack(cap)
+    assert isinstance(out, np.ndarray) and out.tolist() == expected.tolist()
     with pytest.raises(BufferError, match="copy=False"):
         export(x, max_version=(1, 0), dl_device=(1, 0), copy=False)
 
 
+def test_cupy_export_to_the_cpu_copies_into_pinned_memory(cp):
+    # F-ordered: copied as it is laid out
+    _exports_to_the_cpu_into_pinned_memory(cp, gpu_arange(cp, 6.0).reshape(2, 3).T, np.arange(6.0).reshape(2, 3).T)
+
+
+@pytest.mark.kernel
+def test_a_strided_cupy_array_is_made_contiguous_before_its_copy_to_the_cpu(cp):
+    x = gpu_arange(cp, 12.0).reshape(3, 4)[:, ::2]  # made contiguous by a CuPy kernel first
+    _exports_to_the_cpu_into_pinned_memory(cp, x, np.arange(12.0).reshape(3, 4)[:, ::2])
+
+
 def test_numpy_imports_a_cupy_array_through_wrap(cp):
-    x = cp.arange(5, dtype=cp.int64)
+    x = gpu_arange(cp, 5, dtype=cp.int64)
     out = np.from_dlpack(wrap(x), device="cpu")
     assert out.tolist() == [0, 1, 2, 3, 4]
 
 
 def test_cupy_export_to_cuda_host_is_pinned_memory_labelled_cuda_host(cp):
-    x = cp.arange(4, dtype=cp.int32)
+    x = gpu_arange(cp, 4, dtype=cp.int32)
     info = inspect(export(x, max_version=(1, 0), dl_device=Device("cuda_host").dlpack))
     assert info.device == Device("cuda_host") and info.flags == FLAG_IS_COPIED
     assert _memory_type(cp, info.data) == cp.cuda.runtime.memoryTypeHost
@@ -120,7 +131,7 @@ def test_cupy_export_to_cuda_host_is_pinned_memory_labelled_cuda_host(cp):
 
 
 def test_cupy_export_to_another_gpu_is_a_peer_copy(cp, two_gpus):
-    x = cp.arange(5.0)
+    x = gpu_arange(cp, 5.0)
     cap = export(x, max_version=(1, 0), dl_device=Device("cuda:1").dlpack)
     info = inspect(cap)
     assert info.device == Device("cuda:1") and info.flags == FLAG_IS_COPIED
@@ -134,7 +145,7 @@ def test_managed_memory_says_cuda_managed_and_reaches_the_cpu_in_place(cp):
     if gpu_dlpack._devices.cupy_is_rocm():
         pytest.skip("DLPack has no ROCm managed type")
     with cp.cuda.using_allocator(cp.cuda.malloc_managed):
-        m = cp.arange(4.0)
+        m = gpu_arange(cp, 4.0)
     assert Device.of(m) == Device("cuda_managed")
     assert inspect(export(m, max_version=(1, 0))).device == Device("cuda_managed")
     info = inspect(export(m, max_version=(1, 0), dl_device=(1, 0)))
@@ -146,7 +157,7 @@ def test_managed_memory_says_cuda_managed_and_reaches_the_cpu_in_place(cp):
 def test_bfloat16_travels_with_its_dlpack_code(cp):
     ml = pytest.importorskip("ml_dtypes")
     try:
-        x = cp.arange(4).astype(ml.bfloat16)
+        x = cp.asarray(np.arange(4).astype(ml.bfloat16))
     except Exception as exc:
         pytest.skip(f"this CuPy holds no bfloat16: {exc}")
     assert inspect(export(x, max_version=(1, 0))).dl_dtype == (4, 16, 1)
@@ -157,7 +168,7 @@ def test_bfloat16_travels_with_its_dlpack_code(cp):
 # -- other consumers of CuPy arrays ---------------------------------------------
 
 def test_torch_imports_a_cupy_array_zero_copy(cp, tc):
-    x = cp.arange(6, dtype=cp.float32)
+    x = gpu_arange(cp, 6, dtype=cp.float32)
     w = wrap(x)
     t = tc.from_dlpack(w)
     assert t.is_cuda and t.data_ptr() == x.data.ptr and t.tolist() == [0, 1, 2, 3, 4, 5]
@@ -165,13 +176,13 @@ def test_torch_imports_a_cupy_array_zero_copy(cp, tc):
 
 
 def test_cupy_imports_through_wrap_zero_copy(cp):
-    x = cp.arange(3.0)
+    x = gpu_arange(cp, 3.0)
     out = cp.from_dlpack(wrap(x))
     assert out.data.ptr == x.data.ptr
 
 
 def test_jax_imports_a_cupy_array(cp, jgpu):
-    x = cp.arange(8, dtype=cp.float32)
+    x = gpu_arange(cp, 8, dtype=cp.float32)
     j = jgpu.dlpack.from_dlpack(wrap(x))
     assert next(iter(j.devices())).platform == "gpu"
     assert np.asarray(j).tolist() == list(range(8))
@@ -202,14 +213,14 @@ def test_a_torch_cuda_tensor_with_copy_true_is_copied(cp, tc):
 
 
 def test_a_cupy_array_imports_as_a_view_or_a_copy(cp):
-    x = cp.arange(4.0)
+    x = gpu_arange(cp, 4.0)
     assert from_dlpack(x).data.ptr == x.data.ptr
     c = from_dlpack(x, copy=True)
     assert c.data.ptr != x.data.ptr and c.tolist() == [0, 1, 2, 3]
 
 
 def test_read_only_device_data_is_copied_or_refused(cp):
-    x = cp.arange(4.0)
+    x = gpu_arange(cp, 4.0)
     a = from_dlpack(wrap(x, readonly=True))
     assert a.data.ptr != x.data.ptr and a.tolist() == [0, 1, 2, 3]
     with pytest.raises(BufferError, match="READ_ONLY"):
@@ -224,9 +235,9 @@ def test_a_jax_gpu_array_imports_zero_copy(cp, jgpu):
 
 
 @pytest.mark.parametrize("n", [5, 1 << 18])  # small, and large enough for pinned staging
-def test_host_producers_reach_the_gpu_by_a_copy(cp, tc, n):
+def test_host_producers_reach_the_gpu_by_a_copy(cp, torch, n):
     jax = pytest.importorskip("jax")
-    producers = [np.arange(n, dtype=np.float32), tc.arange(n, dtype=tc.float32),
+    producers = [np.arange(n, dtype=np.float32), torch.arange(n, dtype=torch.float32),
                  jax.device_put(np.arange(n, dtype=np.float32), jax.devices("cpu")[0])]
     # Where the GPU uses the host's page tables (ATS), host memory is used in
     # place unless a copy is asked for.
@@ -245,21 +256,38 @@ def test_host_producers_reach_the_gpu_by_a_copy(cp, tc, n):
 
 
 def test_pinned_host_memory_is_used_in_place_or_copied(cp):
-    cap = export(cp.arange(4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
+    cap = export(gpu_arange(cp, 4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
     pinned = inspect(cap).data
     if _backends.addressable(Device("cuda_host"), _gpu0()):
         a = from_dlpack(cap, device="cuda:0")
-        assert a.data.ptr == pinned and (a * 2).tolist() == [0, 2, 4, 6]  # a kernel reads it
-    cap = export(cp.arange(4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
+        assert a.data.ptr == pinned and a.tolist() == [0, 1, 2, 3]
+    cap = export(gpu_arange(cp, 4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
     c = from_dlpack(cap, device="cuda:0", copy=True)
     assert _memory_type(cp, c.data.ptr) == cp.cuda.runtime.memoryTypeDevice and c.tolist() == [0, 1, 2, 3]
 
 
-def test_a_gpu_array_imports_to_pinned_memory_as_numpy(cp, tc):
-    for x in (cp.arange(3.0), tc.arange(3.0, device="cuda")):
-        out = from_dlpack(x, device="cuda_host")
-        assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
-        assert _memory_type(cp, out.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+@pytest.mark.kernel
+def test_a_kernel_reads_pinned_memory_used_in_place(cp):
+    if not _backends.addressable(Device("cuda_host"), _gpu0()):
+        pytest.skip("this GPU does not address pinned memory in place")
+    cap = export(gpu_arange(cp, 4.0), max_version=(1, 0), dl_device=Device("cuda_host").dlpack)
+    pinned = inspect(cap).data
+    a = from_dlpack(cap, device="cuda:0")
+    assert a.data.ptr == pinned and (a * 2).tolist() == [0, 2, 4, 6]  # a kernel reads it
+
+
+def _lands_in_pinned_memory_as_numpy(cp, x):
+    out = from_dlpack(x, device="cuda_host")
+    assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
+    assert _memory_type(cp, out.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+
+
+def test_a_cupy_array_imports_to_pinned_memory_as_numpy(cp):
+    _lands_in_pinned_memory_as_numpy(cp, gpu_arange(cp, 3.0))
+
+
+def test_a_torch_cuda_tensor_imports_to_pinned_memory_as_numpy(cp, tc):
+    _lands_in_pinned_memory_as_numpy(cp, tc.arange(3.0, device="cuda"))
 
 
 def test_a_numpy_array_exports_to_the_gpu(cp):
@@ -283,6 +311,25 @@ def test_a_device_capsule_imports_to_the_cpu(cp, tc):
     assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
 
 
+def test_host_arrays_land_in_pinned_and_in_managed_memory(cp):
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("DLPack has no ROCm managed type")
+    a = np.arange(6.0)
+    p = from_dlpack(a, device="cuda_host")  # a NumPy array over page-locked memory
+    assert isinstance(p, np.ndarray) and p.tolist() == a.tolist() and p.ctypes.data != a.ctypes.data
+    assert _memory_type(cp, p.ctypes.data) == cp.cuda.runtime.memoryTypeHost
+    m = from_dlpack(a, device="cuda_managed")
+    assert isinstance(m, cp.ndarray) and Device.of(m) == Device("cuda_managed") and m.get().tolist() == a.tolist()
+    info = inspect(export(a, max_version=(1, 0), dl_device=Device("cuda_managed").dlpack))
+    assert info.device == Device("cuda_managed") and info.is_copied
+
+
+def test_a_cupy_capsule_imports_to_the_cpu(cp):
+    x = gpu_arange(cp, 3.0)
+    out = from_dlpack(x.__dlpack__(), device="cpu")
+    assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2]
+
+
 def test_numba_streams_are_taken(cp, tc, nb):
     s = nb.stream()
     t = tc.arange(4.0, device="cuda")
@@ -293,7 +340,7 @@ def test_numba_streams_are_taken(cp, tc, nb):
 
 
 def test_numba_exchanges_both_ways_where_it_speaks_dlpack(cp, nb):
-    x = cp.arange(5, dtype=cp.float32)
+    x = gpu_arange(cp, 5, dtype=cp.float32)
     if hasattr(nb, "from_dlpack"):
         d = nb.from_dlpack(wrap(x))
         assert d.copy_to_host().tolist() == [0, 1, 2, 3, 4]
@@ -404,7 +451,7 @@ def managed(cp):
     if gpu_dlpack._devices.cupy_is_rocm():
         pytest.skip("DLPack has no ROCm managed type")
     with cp.cuda.using_allocator(cp.cuda.malloc_managed):
-        m = cp.arange(N, dtype=cp.float32)
+        m = gpu_arange(cp, N, dtype=cp.float32)
     cp.cuda.Device().synchronize()
     return m
 
@@ -431,9 +478,11 @@ def test_numpy_reads_managed_memory_through_wrap_in_place(cp, managed):
 
 def test_cupy_imports_managed_memory_through_wrap_zero_copy(cp, managed):
     m = managed
-    for a in (cp.from_dlpack(wrap(m)), from_dlpack(wrap(m)), from_dlpack(m)):
+    for a in (cp.from_dlpack(wrap(m)), from_dlpack(wrap(m))):
         assert a.data.ptr == m.data.ptr and np.array_equal(a.get(), _expected())
         assert Device.of(a) == Device("cuda_managed")
+    # from_dlpack(m) itself: NumPy over the managed memory, after a sync
+    assert from_dlpack(m).ctypes.data == m.data.ptr
 
 
 # -- the stream rules, proved with a kernel that keeps the producer busy ---------
@@ -481,7 +530,15 @@ def spin(cp):
     """spin(x, value, stream): on ``stream``, busy-wait SPIN_MS, then fill x.
 
     Every kernel the stream tests queue is compiled and run once here, so
-    that no test measures a compilation instead of a wait."""
+    that no test measures a compilation instead of a wait. On the simulated
+    CUDA a stream runs only when the host waits for it: the fill is a copy
+    queued on ``stream`` (no kernel), which stays pending as long as a kernel
+    spinning would."""
+    if simulated_cuda():
+        def fill(x, value, stream):
+            x.set(np.full(x.shape, value, x.dtype), stream=stream)
+
+        return fill
     hip = bool(getattr(cp.cuda.runtime, "is_hip", False))
     try:
         kernel = cp.RawKernel(_SPIN_ROCM if hip else _SPIN_CUDA, "spin_then_fill")
@@ -509,11 +566,18 @@ def spin(cp):
         launch(x, value, stream, length)
 
     assert bool(((warm + 0) == 7).all())
-    assert bool(((warm * 1) == 7).all())
     from_dlpack(warm, copy=True)
     from_dlpack(export(warm, max_version=(1, 0), dl_device=(1, 0)))
     cp.cuda.Device().synchronize()
     return run
+
+
+def _queued_copy(cp, a):
+    """A copy of ``a`` queued on CuPy's current stream (one device-to-device
+    copy, no kernel): work of the consumer that reads ``a``."""
+    y = cp.empty_like(a)
+    y.data.copy_from_device_async(a.data, a.nbytes)
+    return y
 
 
 @pytest.fixture
@@ -540,11 +604,11 @@ def test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host(cp, 
     assert not consumer.done  # the consumer waits for it
     a = cp.from_dlpack(cap)
     with consumer:
-        y = a + 0  # queued behind the wait
+        y = _queued_copy(cp, a)  # queued behind the wait
     assert not consumer.done
     consumer.synchronize()
     # The values prove the order: read before the producer's fill, y would be 0.
-    assert bool((y == 7).all())
+    assert (y.get() == 7).all()
 
 
 def test_stream_minus_one_asks_for_no_synchronization(cp, spin, streams):
@@ -566,9 +630,9 @@ def test_an_import_is_ready_on_the_consumer_stream_without_blocking_the_host(cp,
         a = from_dlpack(x, stream=consumer)  # a cupy.cuda.Stream object
         assert not producer.done and not consumer.done
     with consumer:
-        y = a * 1
+        y = _queued_copy(cp, a)
     consumer.synchronize()
-    assert bool((y == 7).all())
+    assert (y.get() == 7).all()
 
 
 def test_a_use_stream_block_runs_imports_on_its_stream(cp, spin, streams):
@@ -578,7 +642,7 @@ def test_a_use_stream_block_runs_imports_on_its_stream(cp, spin, streams):
         a = from_dlpack(x, copy=True)  # the copy is queued on the consumer's stream too
         assert not producer.done and not consumer.done
     consumer.synchronize()
-    assert bool((a == 7).all())
+    assert (a.get() == 7).all()
 
 
 def test_torch_on_its_own_stream_waits_for_the_cupy_producer(cp, tc, spin, streams):
@@ -595,6 +659,19 @@ def test_torch_on_its_own_stream_waits_for_the_cupy_producer(cp, tc, spin, strea
     assert float(total) == 7.0 * x.size
 
 
+def test_managed_memory_reaches_the_cpu_in_place_once_the_producer_stream_is_done(cp, spin, streams):
+    if gpu_dlpack._devices.cupy_is_rocm():
+        pytest.skip("DLPack has no ROCm managed type")
+    producer, _ = streams
+    with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+        m = cp.zeros(1 << 16, dtype=cp.float32)
+    cp.cuda.Device().synchronize()
+    spin(m, 7.0, producer)  # the producer's work on the managed memory, still queued
+    with producer:
+        a = from_dlpack(export(m, max_version=(1, 0), dl_device=(1, 0)))
+    assert a.ctypes.data == m.data.ptr and (a == 7).all()  # read in place on the host: the final values
+
+
 def test_a_copy_to_the_cpu_is_complete_when_the_call_returns(cp, spin, streams):
     producer, _ = streams
     with producer:
@@ -605,7 +682,7 @@ def test_a_copy_to_the_cpu_is_complete_when_the_call_returns(cp, spin, streams):
 
 def test_events_come_from_a_small_pool(cp, streams):
     _, consumer = streams
-    x = cp.arange(3.0)
+    x = gpu_arange(cp, 3.0)
     for _ in range(50):
         export(x, max_version=(1, 0), stream=consumer.ptr)
     assert 1 <= _handoff.pool_size(x.device.id) <= _handoff._POOL_SIZE

@@ -24,6 +24,7 @@ import gpu_dlpack
 from . import capsules
 from .capsules import Producer, capsule_name, make
 from .figures import counter_fixture
+from .helpers import gpu_arange
 from .interpreter import run_python
 
 fed = counter_fixture("malformed capsules fed")
@@ -726,7 +727,7 @@ def test_a_capsule_a_consumer_drops_with_its_error_pending_is_freed_once():
 def test_a_malformed_capsule_of_gpu_memory_is_refused_and_freed(case):
     import cupy
 
-    d = cupy.arange(6.0)
+    d = gpu_arange(cupy, 6.0)
     kw = dict(MALFORMED[case], device=(2, 0))
     cap, rec = make(d.get(), **kw, **({} if "data" in kw else {"data": d.data.ptr}))
     with pytest.raises(BufferError):
@@ -741,7 +742,7 @@ def test_a_malformed_capsule_of_gpu_memory_is_refused_and_freed(case):
 def test_a_well_formed_capsule_of_gpu_memory_imports_zero_copy():
     import cupy
 
-    d = cupy.arange(6.0)
+    d = gpu_arange(cupy, 6.0)
     cap, rec = make(d.get(), device=(2, 0), data=d.data.ptr)
     e = gpu_dlpack.from_dlpack(cap)
     assert isinstance(e, cupy.ndarray) and e.data.ptr == d.data.ptr

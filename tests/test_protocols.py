@@ -19,7 +19,7 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _protocols
 
-from .helpers import Handing
+from .helpers import Handing, gpu_arange
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -505,8 +505,33 @@ def test_numba_consumes_wrapped_arrays(numba_cuda, cp, tc):
     d = numba_cuda.as_cuda_array(gpu_dlpack.wrap(t))
     assert d.device_ctypes_pointer.value == t.data_ptr()
     np.testing.assert_array_equal(d.copy_to_host(), np.arange(10, dtype=np.float32))
-    x = cp.arange(5.0)
+    x = gpu_arange(cp, 5.0)
     assert numba_cuda.as_cuda_array(gpu_dlpack.wrap(x)).device_ctypes_pointer.value == x.data.ptr
+
+
+@pytest.mark.gpu
+def test_a_cuda_array_interface_is_read_on_the_consumer_stream_after_its_own(cp):
+    # CuPy's own interface (version 3) of an array whose values are still
+    # being written on the interface's stream: the consumer's stream waits
+    # for that stream, with an event, before it reads.
+    n = 1 << 16
+    producer, consumer = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    x = cp.empty(n, cp.float32)
+    cp.cuda.Device().synchronize()
+    x.set(np.full(n, 3.0, np.float32), stream=producer)  # queued on the producer's stream
+
+    class OnStream:
+        __cuda_array_interface__ = dict(x.__cuda_array_interface__, stream=producer.ptr)
+
+    a = gpu_dlpack.from_dlpack(OnStream(), stream=consumer)
+    assert isinstance(a, cp.ndarray) and a.data.ptr == x.data.ptr
+    with consumer:
+        y = cp.empty_like(a)
+        y.data.copy_from_device_async(a.data, a.nbytes)
+    consumer.synchronize()
+    np.testing.assert_array_equal(y.get(), np.full(n, 3.0, np.float32))
+    out = gpu_dlpack.wrap(x).__cuda_array_interface__  # and out again: the same memory
+    assert out["data"] == (x.data.ptr, False) and out["shape"] == (n,) and out["version"] == 3
 
 
 @pytest.mark.gpu

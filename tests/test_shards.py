@@ -288,6 +288,7 @@ def test_other_buffer_errors_of_a_producer_are_not_taken_for_sharding():
 
 
 @pytest.mark.gpu
+@pytest.mark.kernel  # the pieces are placed by CuPy's setitem kernels
 def test_a_host_sharded_array_is_gathered_onto_the_gpu_on_the_stream(jax, cp, sharding):
     values = np.arange(64.0).reshape(8, 8)
     j = _put(jax, values, sharding("2d", "a", "b"))

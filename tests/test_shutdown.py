@@ -144,7 +144,7 @@ def test_the_interpreter_exits_cleanly_with(figures, case, mode):
 def test_the_interpreter_exits_cleanly_with_gpu_capsules_alive(figures, mode):
     code = PRELUDE + textwrap.dedent("""
         import cupy
-        D = cupy.arange(1000.0)
+        D = cupy.asarray(np.arange(1000.0))
         CAP = gpu_dlpack.export(D, max_version=(1, 0))
         MOVED = gpu_dlpack.export(np.arange(1000.0), max_version=(1, 0), dl_device=(2, 0))
         ON_GPU = gpu_dlpack.from_dlpack(gpu_dlpack.export(np.arange(10.0), dl_device=(2, 0), max_version=(1, 0)))

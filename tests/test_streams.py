@@ -81,7 +81,7 @@ def test_the_cuda_zero_warning_points_at_the_callers_line_on_every_gpu_path(make
     # CuPy's backend, NumPy's array and a host producer copied to the GPU.
     if make == "cupy":
         cupy = pytest.importorskip("cupy")
-        x, dl_device = cupy.arange(4.0), None
+        x, dl_device = cupy.asarray(np.arange(4.0)), None
     elif make == "numpy":
         x, dl_device = np.arange(4.0), (2, 0)
     else:

@@ -177,10 +177,13 @@ def test_capsules_made_on_one_thread_are_consumed_and_freed_on_others(figures, t
 
 
 @pytest.mark.gpu
-def test_eight_threads_each_on_its_own_stream(figures):
+@pytest.mark.parametrize("work", ["copy", pytest.param("kernel", marks=pytest.mark.kernel)])
+def test_eight_threads_each_on_its_own_stream(figures, work):
     # Each thread queues work on its own producer stream and imports on its
     # own consumer stream: the consumer must see the work done (SPEC §3: the
     # producer makes the consumer's stream wait, without blocking the host).
+    # The producer's work is a kernel, or a copy from the host (which the
+    # simulated CUDA runs too).
     import cupy
 
     rounds = 50
@@ -189,10 +192,13 @@ def test_eight_threads_each_on_its_own_stream(figures):
         with cupy.cuda.Device(0):
             producer, consumer = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
             with producer:
-                d = cupy.full(1 << 20, k, dtype=cupy.float32)
+                d = cupy.asarray(np.full(1 << 20, k, dtype=np.float32))
             for i in range(rounds):
-                with producer:
-                    d += 1  # queued, maybe not yet run
+                with producer:  # queued, maybe not yet run
+                    if work == "kernel":
+                        d += 1
+                    else:
+                        d.set(np.full(d.shape, k + i + 1, np.float32), stream=producer)
                     cap = gpu_dlpack.export(d, stream=consumer.ptr, max_version=(1, 0))
                 with consumer:
                     e = gpu_dlpack.from_dlpack(cap, stream=consumer.ptr)

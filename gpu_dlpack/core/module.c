@@ -167,11 +167,10 @@ static PyMethodDef core_methods[] = {
     {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, "rebuild($module, capsule, versioned, header, want_versioned, read_only, device=None, /)\n--\n\nThe capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild)."},
     {"read", (PyCFunction)core_read, METH_O, "read($module, capsule, /)\n--\n\nThe CapsuleInfo of an unconsumed capsule (inspect), read in one step."},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
-    {"set_runtime", (PyCFunction)core_set_runtime, METH_VARARGS, "set_runtime($module, get_device, set_device, event_record, stream_wait, /)\n--\n\nThe CUDA runtime calls of the stream hand-off."},
+    {"bind_runtime", (PyCFunction)core_bind_runtime, METH_O, "bind_runtime($module, capi, /)\n--\n\nBind the CUDA runtime calls to CuPy's runtime module's __pyx_capi__ (None: unbind); None, or (entry, found, expected) when one differs."},
     {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
     {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, "handoff($module, event, producer, consumer, device, consumer_device, /)\n--\n\nThe stream hand-off in one call."},
-    {"set_copy_runtime", (PyCFunction)core_set_copy_runtime, METH_VARARGS, "set_copy_runtime($module, memcpy_async, stream_synchronize, /)\n--\n\nThe CUDA runtime calls of a copy."},
-    {"copy", (PyCFunction)(void (*)(void))core_copy, METH_FASTCALL, "copy($module, dst, src, nbytes, stream, device, event, synchronize, /)\n--\n\nA copy and what follows it, with the GIL released."},
+    {"copy", (PyCFunction)(void (*)(void))core_copy, METH_FASTCALL, "copy($module, dst, src, nbytes, stream, device, event, synchronize, /)\n--\n\nA copy and what follows it, in one call."},
     {NULL}
 };
 
@@ -240,6 +239,12 @@ core_exec(PyObject *m)
         return -1;
     }
     Py_DECREF(destructors);
+    PyObject *entries = core_runtime_entries();
+    if (entries == NULL || PyModule_AddObjectRef(m, "RUNTIME_ENTRIES", entries) < 0) {
+        Py_XDECREF(entries);
+        return -1;
+    }
+    Py_DECREF(entries);
     if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
         PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0 ||

@@ -1,6 +1,6 @@
 /* The core's state, one struct: what Python tells the core (configure), what
  * it keeps of that, the names and arguments module setup makes once, and the
- * CUDA runtime calls Python finds (set_runtime, set_copy_runtime); and the
+ * CUDA runtime calls Python binds (bind_runtime); and the
  * hand-back to Python of every case the core does not run (state.c). */
 
 #ifndef GPU_DLPACK_CORE_STATE_H
@@ -8,15 +8,26 @@
 
 #include "dlpack.h"
 
-/* The CUDA runtime calls: Python finds them in the runtime library CuPy
- * loaded (no CUDA header or library at build time); the tests hand
- * recording stand-ins instead. */
-typedef int (*get_device_t)(int *);
-typedef int (*set_device_t)(int);
-typedef int (*event_record_t)(void *, void *);
-typedef int (*stream_wait_t)(void *, void *, unsigned int);
-typedef int (*memcpy_async_t)(void *, const void *, size_t, int, void *);
-typedef int (*stream_sync_t)(void *);
+/* The CUDA runtime calls, as CuPy's runtime module publishes them in its
+ * __pyx_capi__ (Cython's C signatures: runtime.c checks each capsule's
+ * name). Python binds them (bind_runtime); the tests bind stand-ins. */
+typedef int (*get_device_t)(int);
+typedef PyObject *(*set_device_t)(int, int);
+typedef PyObject *(*event_record_t)(intptr_t, intptr_t, int);
+typedef PyObject *(*stream_wait_t)(intptr_t, intptr_t, int, void *);
+typedef PyObject *(*memcpy_async_t)(intptr_t, intptr_t, size_t, int, intptr_t, int);
+typedef PyObject *(*stream_sync_t)(intptr_t, int);
+
+enum { RT_GET_DEVICE, RT_SET_DEVICE, RT_EVENT_RECORD, RT_STREAM_WAIT, RT_MEMCPY_ASYNC, RT_STREAM_SYNC, RT_ENTRIES };
+
+typedef struct {
+    get_device_t get_device;
+    set_device_t set_device;
+    event_record_t event_record;
+    stream_wait_t stream_wait;
+    memcpy_async_t memcpy_async;
+    stream_sync_t stream_sync;
+} Runtime;
 
 typedef struct {
     /* what Python tells the core (configure) */
@@ -64,13 +75,10 @@ typedef struct {
     int set_up;                   /* the above made (setup_once) */
     PyObject *str_legacy, *str_versioned;  /* "dltensor", "dltensor_versioned" */
 
-    /* the CUDA runtime calls (set_runtime: all or none; set_copy_runtime: both or neither) */
-    get_device_t rt_get_device;
-    set_device_t rt_set_device;
-    event_record_t rt_event_record;
-    stream_wait_t rt_stream_wait;
-    memcpy_async_t rt_memcpy_async;
-    stream_sync_t rt_stream_sync;
+    /* the CUDA runtime calls (bind_runtime: all or none), and the capsules
+     * they come from, held while bound (NULL: unbound) */
+    Runtime rt;
+    PyObject *rt_owner;
 } CoreState;
 
 extern CoreState state;

@@ -123,6 +123,8 @@ def render(report) -> str:
     lines.append(f"  Python  {p['python']} ({p['implementation']}) on {p['os']}")
     if "path" in g:
         lines.append(f"  Path    {g['path_detail']}")
+    if "runtime" in g:
+        lines.append(f"  Runtime {g['runtime']}")
     lines += _gpu_lines(p["gpu"])
     lines += ["", "Producers: x.__dlpack__() / x.__dlpack__(max_version=(1, 0))"]
     rows = [["library", "version", "capsules", "floor", "keywords taken", "read-only data", "copy=True", "device"]]

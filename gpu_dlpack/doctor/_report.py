@@ -6,7 +6,7 @@ import json
 
 import importlib.util
 
-from .. import __version__, _errors, _fastpath, _versions
+from .. import __version__, _errors, _fastpath, _handoff, _versions
 from ._faults import compare, strides_of
 from ._faults import start as start_stride_probes
 from ._findings import findings
@@ -77,6 +77,8 @@ def run(extra=(), peers=None, strict=False) -> dict:
         "libraries": [item.row for item in loaded],
         "matrices": [],
     }
+    # Asked once CuPy is imported (probe_platform imports it).
+    report["gpu_dlpack"]["runtime"] = _handoff.binding()
     for gpu in (False, True):
         if gpu and not any(_peer_gpu_usable(i.peer, i.module) for i in loaded):
             continue

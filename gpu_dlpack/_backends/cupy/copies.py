@@ -44,7 +44,7 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
         with _handoff.queue_on(producer, src_gpu):
             x = cupy.ascontiguousarray(x)
     _handoff.handoff(producer, copy_stream, src_gpu, copy_gpu)
-    if same_gpu:
+    if same_gpu and _order(x) is None:  # strided on its own GPU: a CuPy kernel copies it
         with _handoff.queue_on(copy_stream, copy_gpu):
             out = x.copy()
         _finish(copy_stream, copy_gpu, host_done, source, x, out)

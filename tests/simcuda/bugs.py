@@ -1,0 +1,136 @@
+"""Stream and lifetime bugs put into gpu_dlpack one at a time, each of which
+the gpu tests on the simulated CUDA must catch (scripts/inject-bugs.sh runs
+them: tests/simcuda/inject.py).
+
+Each bug replaces one exact piece of a source file (the table stops applying,
+loudly, when the code it names changes), runs on the path(s) whose code it
+changes, and names the tests that should catch it and what should: the
+simulator's ``checker`` (a report), or a ``test``'s own assertion (values,
+an error). A bug no gpu test on the simulator can reach says why instead.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Bug(NamedTuple):
+    name: str
+    what: str
+    file: str
+    old: str
+    new: str
+    tests: tuple
+    paths: tuple = ("compiled", "pure")
+    catcher: str = "checker"
+    unreachable: str = ""
+
+
+GPU = "tests/test_gpu.py::"
+
+BUGS = (
+    Bug("no-handoff-before-a-device-copy",
+        "a copy of a CuPy array queued on the consumer's stream without waiting for the producer's",
+        "gpu_dlpack/_backends/cupy/copies.py",
+        "    _handoff.handoff(producer, copy_stream, src_gpu, copy_gpu)\n",
+        "",
+        (GPU + "test_a_use_stream_block_runs_imports_on_its_stream",)),
+    Bug("no-handoff-on-a-zero-copy-export",
+        "a CuPy array exported in place without making the consumer's stream wait",
+        "gpu_dlpack/_backends/cupy/exports.py",
+        "        _handoff.handoff(producer, consumer, gpu, _stream_gpu(plan.target, gpu))\n",
+        "        pass\n",
+        (GPU + "test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host",)),
+    Bug("no-handoff-on-a-zero-copy-import",
+        "a CuPy array imported in place without making the consumer's stream wait",
+        "gpu_dlpack/_backends/cupy/imports.py",
+        "            _handoff.handoff(producer, consumer, src_gpu, gpu)\n",
+        "",
+        (GPU + "test_an_import_is_ready_on_the_consumer_stream_without_blocking_the_host",)),
+    Bug("handoff-recorded-on-the-consumer-stream",
+        "the hand-off's event recorded on the consumer's stream instead of the producer's (Python calls)",
+        "gpu_dlpack/_handoff.py",
+        "                runtime.eventRecord(event, producer)\n",
+        "                runtime.eventRecord(event, consumer)\n",
+        (GPU + "test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host",),
+        paths=("pure",)),
+    Bug("core-handoff-recorded-on-the-consumer-stream",
+        "the same in the compiled core's hand-off",
+        "gpu_dlpack/core/runtime.c",
+        "done(rt.event_record((intptr_t)event, (intptr_t)producer, 0))",
+        "done(rt.event_record((intptr_t)event, (intptr_t)consumer, 0))",
+        (GPU + "test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host",),
+        paths=("compiled",)),
+    Bug("pinned-result-not-kept-alive",
+        "a pinned result dropped before its copy is done goes back to the pool (its copy keeps only the source)",
+        "gpu_dlpack/_backends/cupy/copies.py",
+        "        _copies.copy_kept(block.ptr, src, nbytes, stream, gpu, sources + (out,))\n",
+        "        _copies.copy_kept(block.ptr, src, nbytes, stream, gpu, sources)\n",
+        ("tests/test_gpu_reliability.py::test_a_pinned_destination_dropped_mid_copy_is_not_handed_to_another_owner",)),
+    Bug("keep-alive-event-on-the-wrong-stream",
+        "the event that keeps a copy's buffers alive recorded on the legacy default stream, not the copy's",
+        "gpu_dlpack/_copies.py",
+        "            runtime.eventRecord(event, stream)\n",
+        "            runtime.eventRecord(event, 1)\n",
+        ("tests/test_gpu_reliability.py::test_a_pinned_destination_dropped_mid_copy_is_not_handed_to_another_owner",),
+        paths=("pure",)),
+    Bug("core-copy-without-its-keep-alive-event",
+        "the compiled core's copy records no event after it: what it reads and writes is released at once",
+        "gpu_dlpack/core/runtime.c",
+        "                 (event != NULL && done(rt.event_record((intptr_t)event, (intptr_t)stream, 0)) < 0) ||\n",
+        "",
+        ("tests/test_gpu_reliability.py::test_a_pinned_destination_dropped_mid_copy_is_not_handed_to_another_owner",),
+        paths=("compiled",)),
+    Bug("event-of-the-current-device",
+        "a pooled event made on the current GPU, not on the GPU whose stream records it",
+        "gpu_dlpack/_handoff.py",
+        "    with on_device(device):\n        return runtime.eventCreateWithFlags(runtime.eventDisableTiming)\n",
+        "    return runtime.eventCreateWithFlags(runtime.eventDisableTiming)\n",
+        ("tests/test_simulated_cuda.py::test_an_array_of_the_second_gpu_hands_off_on_that_gpus_streams",)),
+    Bug("freed-pinned-block-reused",
+        "a pinned block freed when it comes back to the pool, and handed out again (use after free)",
+        "gpu_dlpack/_copies.py",
+        "                self._idle.setdefault(size, []).append(ptr)\n",
+        "                self._idle.setdefault(size, []).append(ptr)\n                self.runtime.free_host(ptr)\n",
+        (GPU + "test_cupy_export_to_cuda_host_is_pinned_memory_labelled_cuda_host",)),
+    Bug("copy-to-the-host-not-waited-for",
+        "a copy to the CPU returned before it is done (no stream synchronize)",
+        "gpu_dlpack/_copies.py",
+        "        copy(block.ptr, src, nbytes, stream, gpu, synchronize=True)\n",
+        "        copy(block.ptr, src, nbytes, stream, gpu, synchronize=False)\n",
+        (GPU + "test_a_copy_to_the_cpu_is_complete_when_the_call_returns",)),
+    Bug("managed-memory-read-before-the-producer",
+        "managed memory handed to the host in place without waiting for the producer's stream",
+        "gpu_dlpack/_backends/cupy/gpus.py",
+        "        _handoff.wait_host(producer, gpu)\n",
+        "        pass\n",
+        (GPU + "test_managed_memory_reaches_the_cpu_in_place_once_the_producer_stream_is_done",)),
+    Bug("ring-chunk-refilled-before-its-copy",
+        "a staging chunk of the copy engine's ring refilled before the copy that reads it is done",
+        "gpu_dlpack/_copies.py",
+        "    slot.wait(runtime)  # its last copy must be done before it is written\n",
+        "",
+        ("tests/test_copies.py::test_a_large_copy_through_the_ring_refills_a_chunk_only_once_its_copy_is_done",)),
+    Bug("interface-stream-not-waited-for",
+        "an object of the CUDA Array Interface read without making the consumer wait for the interface's stream",
+        "gpu_dlpack/_protocols.py",
+        "            _handoff.handoff(waits_on, consumer, self.device.index)\n",
+        "            pass\n",
+        ("tests/test_protocols.py::test_a_cuda_array_interface_is_read_on_the_consumer_stream_after_its_own",)),
+    Bug("core-not-bound",
+        "the compiled core loaded, but the hand-off and copies made by CuPy's Python calls",
+        "gpu_dlpack/_handoff.py",
+        "    differs = core.bind_runtime(capi)\n",
+        "    differs = ('unbound', None, 'x')\n",
+        ("tests/test_simulated_cuda.py::test_the_hand_off_and_the_copy_go_through_cupys_runtime_entries_on_the_compiled_path",),
+        paths=("compiled",), catcher="test"),
+    Bug("torch-to-cupy-without-a-wait",
+        "torch's tensor taken through its C exchange API without making the consumer wait for its stream",
+        "gpu_dlpack/_backends/cupy/imports.py",
+        "            _handoff.handoff(work_stream or 1, ask, source.index)\n",
+        "            pass\n",
+        ("tests/test_core.py::test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream",),
+        paths=("compiled",),
+        unreachable="needs a CUDA build of torch (the test extra's torch is the CPU build): torch's C exchange "
+                    "API gives CUDA tensors only there"),
+)
