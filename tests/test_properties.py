@@ -449,7 +449,7 @@ def test_other_peers_through_wrap_reach_each_consumer_intact(
         ptr, readonly = src.data_ptr(), False
     elif source == "jax":
         src = jax.numpy.asarray(x)
-        ptr, readonly = src.unsafe_buffer_pointer(), None  # JAX's legacy capsules cannot say
+        ptr, readonly = src.unsafe_buffer_pointer(), True  # immutable: read-only data (rule 5)
     else:
         src = xp_strict.asarray(x)
         ptr, readonly = np.from_dlpack(src).ctypes.data, not x.flags.writeable
@@ -645,7 +645,7 @@ def test_jax_arrays_through_gpu_dlpack_keep_values_pointers_and_flags(
             assert (arr.ctypes.data == ptr) is (import_copy is not True)
         assert arr.flags.writeable is (import_copy is True)
         return
-    done = export_or_refuse(cases, "jax", j, code, bits, None, x.shape, max_version, copy, dl_device)
+    done = export_or_refuse(cases, "jax", j, code, bits, True, x.shape, max_version, copy, dl_device)
     if done is None:
         return
     cap, info = done

@@ -20,6 +20,7 @@ from gpu_dlpack import (
     DeviceUnreachableError,
     DLDeviceType,
     DLPackVersionError,
+    DtypeChangeError,
     Exportable,
     InvalidStreamError,
     NotDLPackError,
@@ -84,8 +85,8 @@ def use(x: npt.NDArray[np.float64]) -> None:
     made: Any = s.__dlpack__(max_version=(1, 0))
     on: tuple[int, int] = s.__dlpack_device__()
     errors: tuple[type[Exception], ...] = (
-        ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, InvalidStreamError,
-        NotDLPackError, ReadOnlyError, StreamError, StreamTypeError,
+        ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, DtypeChangeError,
+        InvalidStreamError, NotDLPackError, ReadOnlyError, StreamError, StreamTypeError,
     )
     warning: type[Warning] = StreamWarning
     try:
