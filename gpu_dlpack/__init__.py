@@ -27,6 +27,7 @@ from ._errors import (  # noqa: E402
     CopyRequiredError,
     DeviceUnreachableError,
     DLPackVersionError,
+    DtypeChangeError,
     GpuDlpackError,
     InvalidStreamError,
     NotDLPackError,
@@ -155,7 +156,7 @@ def explain(exc_or_message: BaseException | str, /) -> Explanation:
     >>> [m.id for m in found]
     ['jax-version-floor']
     >>> found[0].avoid["call"]
-    'consumer.from_dlpack(gpu_dlpack.wrap(j, min_version=(0, 4)))'
+    'consumer.from_dlpack(gpu_dlpack.wrap(gpu_dlpack.from_dlpack(j, copy=True), min_version=(0, 4)))'
     """
     from . import _explain  # the knowledge file is read on first use
 
@@ -209,6 +210,7 @@ __all__ = [
     "DLPackVersionError",
     "Device",
     "DeviceUnreachableError",
+    "DtypeChangeError",
     "Explanation",
     "Exportable",
     "FLAG_IS_COPIED",

@@ -28,6 +28,7 @@ directions.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import math
 import sys
@@ -71,6 +72,23 @@ class Consumer(NamedTuple):
     lands: str | None        # "host", "gpu": gpu_dlpack lands the data (``_peers``)
     faults: frozenset        # the faults that matter, for the installed version
     plain: Callable          # (ndarray) -> whether it goes straight through
+    switches: tuple = ()     # (fault id, getter, setting): a fault off while getter() is true
+
+    def active(self) -> frozenset:
+        """Its faults now: those a setting turns off left out (JAX's x64)."""
+        if not self.switches:
+            return self.faults
+        off = set()
+        for fault, getter, _setting in self.switches:
+            try:
+                if getter():
+                    off.add(fault)
+            except Exception:  # a setting that cannot be read leaves the fault on
+                pass
+        return self.faults - off if off else self.faults
+
+    def settings(self) -> dict:
+        return {fault: setting for fault, _getter, setting in self.switches}
 
 
 @dataclass(frozen=True)
@@ -164,7 +182,23 @@ def _read_consumer(to) -> Consumer:
     call = _from_dlpack_of(module, name, peer)
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
     label = peer.name if peer is not None else name
-    return Consumer(label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults))
+    switches: tuple = ()
+    if peer is not None:
+        root = importlib.import_module(peer.module)
+        switches = tuple(
+            (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
+            for f in peer.faults if f.unless and f.id in faults
+        )
+    return Consumer(
+        label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
+    )
+
+
+def _read_setting(root, path):
+    obj = root
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return bool(obj)
 
 
 def _meant(name: str) -> tuple[str, ...]:
@@ -233,11 +267,14 @@ def _plain_test(faults) -> Callable:
     writeable = bool(faults & _faults._READ_ONLY)
     compact = "non-compact-strides" in faults
     negative = "negative-strides" in faults
+    narrows = "narrows-64-bit" in faults
 
     def plain(x) -> bool:
         flags = x.flags
         if writeable and not flags.writeable:
             return False
+        if narrows and x.dtype in _WIDE:
+            return False  # the setting that keeps the dtype is read by the general path
         if compact:
             return flags.c_contiguous or flags.f_contiguous
         if negative and not flags.c_contiguous:
@@ -245,6 +282,9 @@ def _plain_test(faults) -> Callable:
         return True
 
     return plain
+
+
+_WIDE = frozenset(np.dtype(t) for t in ("int64", "uint64", "float64", "complex128"))
 
 
 # -- the producer a consumer imports from ----------------------------------------
@@ -292,8 +332,9 @@ class Served:
         address = info.data + info.byte_offset
         moves = self.lands_on is not None and info.device != self.lands_on
         fix = _faults.fix(
-            c.name, c.faults, read_only=info.readonly and not moves, shape=info.shape, strides=info.strides,
+            c.name, c.active(), read_only=info.readonly and not moves, shape=info.shape, strides=info.strides,
             host=info.device.is_host_accessible, address=address, copy=asked_copy, on_readonly=self._policy,
+            dtype=info.dl_dtype, settings=c.settings(),
         )
         applied, reasons = list(fix.applied), list(fix.reasons)
         alignment, contiguous = self._required
@@ -536,6 +577,10 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             # first) is not called for a device nothing here can serve.
             _backends.for_device(target)
         result = c.call(served)
+        if copy is False and served.record is not None:
+            landed = _landed(result)
+            if landed is not None and landed[0] != served.record["address"]:
+                raise _errors.consumer_copied(c.name)
     if not report:
         return result
     return _conversion(result, c, served)

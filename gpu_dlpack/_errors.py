@@ -9,8 +9,8 @@ value.
 Each refusal a caller may want to act on has a class of its own, named for
 its cause and still a subclass of the standard's type, so that
 ``except BufferError`` keeps working: ``DLPackVersionError``,
-``CopyRequiredError``, ``ReadOnlyError``, ``DeviceUnreachableError``
-(``BufferError`` each), and for streams ``InvalidStreamError``
+``CopyRequiredError``, ``ReadOnlyError``, ``DeviceUnreachableError``,
+``DtypeChangeError`` (``BufferError`` each), and for streams ``InvalidStreamError``
 (``ValueError``: a value the memory's device does not take) and
 ``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
 
@@ -148,6 +148,26 @@ class ReadOnlyError(BufferError):
 
     A legacy capsule cannot say READ_ONLY, and some libraries' arrays cannot be
     read-only (CuPy, Numba). A ``BufferError``.
+    """
+
+
+class DtypeChangeError(BufferError):
+    """The consumer would hold the data in another dtype, losing values.
+
+    JAX with ``jax_enable_x64`` off (its default) imports int64 as int32
+    (``2**40`` becomes ``0``) and float64 as float32. `convert` refuses such
+    an exchange; the message names the setting that keeps the dtype, and
+    how to ask for the narrower one explicitly. A ``BufferError``.
+
+    Examples
+    --------
+    >>> import numpy as np, jax, gpu_dlpack
+    >>> with jax.enable_x64(False):
+    ...     try:
+    ...         gpu_dlpack.convert(np.array([2**40, 3]), "jax")
+    ...     except gpu_dlpack.DtypeChangeError as e:
+    ...         print(str(e)[:44])
+    jax would import int64 as int32 (by a copy):
     """
 
 
@@ -584,6 +604,17 @@ def old_cupy(need) -> BufferError:
     )
 
 
+# -- producers' views --------------------------------------------------------
+
+def view_needs_copy(producer, what, resolve) -> CopyRequiredError:
+    return CopyRequiredError(
+        f"copy=False, but the {producer} has {what} set: its memory holds other values than "
+        f"the tensor, which only a copy resolves ({resolve}()), and a zero-copy export would "
+        f"hand the consumer the wrong values. Pass copy=None to let gpu_dlpack resolve it, "
+        f"or call x.{resolve}() first."
+    )
+
+
 # -- producers that contradict themselves -----------------------------------
 
 def device_mismatch(producer, said, got) -> BufferError:
@@ -745,6 +776,25 @@ def requirement_needs_copy(what, address, alignment, shape, strides) -> CopyRequ
     return CopyRequiredError(
         f"copy=False, but {why}: only a copy meets the requirement. Pass copy=None for a "
         "compact copy aligned as asked (made only where it is needed), or drop the requirement."
+    )
+
+
+def narrowing_refused(consumer, dtype, narrower, setting) -> DtypeChangeError:
+    return DtypeChangeError(
+        f"{consumer} would import {dtype} as {narrower} (by a copy): with {setting} off, values "
+        f"that do not fit {narrower} change silently (int64 2**40 is int32 0, float64 1e300 is "
+        f"float32 inf). Remedies: turn "
+        f"{setting} on to keep {dtype}, for the process ({consumer}.config.update('{setting}', "
+        f"True), or {setting.upper()}=1 in the environment) or around this call (with "
+        f"{consumer}.enable_x64(True): ...); or ask for {narrower} explicitly: convert "
+        f"x.astype('{narrower}') (x.to(torch.{narrower}) for a tensor)."
+    )
+
+
+def consumer_copied(consumer) -> CopyRequiredError:
+    return CopyRequiredError(
+        f"copy=False, but {consumer} copied the data on import (its result does not share the "
+        "source's memory). Pass copy=None to allow the copy."
     )
 
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _fastpath, _protocols, _rules, _shards, _streams, _versions
+from . import (
+    _backends, _capsule, _dtypes, _errors, _fastpath, _peers, _protocols, _rules, _shards, _streams, _versions,
+)
 from ._backends import cupy_backend, numpy_backend
 from ._devices import CPU, Device, DLDeviceType, host_tested
 from ._producer import AskedAgain, answer_after, gave_legacy, request
@@ -56,6 +58,13 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
         if adapted is None:
             raise _errors.not_dlpack(x)
         return _export(adapted, readonly, stream, max_version, dl_device, copy)
+    facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
+    if facts.views:
+        view = unresolved_view(x, facts)
+        if view is not None:
+            capsule = _export(resolved(x, view, copy), readonly, stream, max_version, dl_device, None)
+            _shards.flag_copied(capsule)
+            return capsule
     try:
         if source is None:
             try:
@@ -73,6 +82,41 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
             raise
         # x's own __dlpack__ asks for its export: its other protocols answer.
         return _export(_protocols.besides_dlpack(x), readonly, stream, max_version, dl_device, copy)
+
+
+_export_facts = _peers._EXPORT_FACTS  # type -> ExportFacts, once read
+
+
+def unresolved_view(x, facts):
+    """The first of ``facts.views`` that producer ``x`` holds unresolved
+    (torch's negative and conjugate bits), or None. A view the producer's
+    capsule does not carry would hand the consumer other values."""
+    for view in facts.views:
+        try:
+            if getattr(x, view.test)() is True:
+                return view
+        except Exception:  # the test cannot say: the export is the producer's as it is
+            continue
+    return None
+
+
+def resolved(x, view, copy):
+    """``x`` with every view resolved: a new array holding its values.
+    ``copy=False`` forbids that copy (``CopyRequiredError``)."""
+    if copy is False:
+        raise _errors.view_needs_copy(_producer_name(x), view.what, view.resolve)
+    facts = _peers.export_facts(type(x))
+    for v in facts.views:
+        if getattr(x, v.test)() is True:
+            x = getattr(x, v.resolve)()
+    return x
+
+
+def read_only_arrays(x) -> bool:
+    """Whether ``x``'s library makes read-only arrays whatever its capsules
+    say (JAX, TensorFlow, pyarrow: ``_peers.READ_ONLY_ARRAYS``)."""
+    facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
+    return facts.read_only
 
 
 def _export_spread(x, readonly, stream, max_version, dl_device, copy):
@@ -193,7 +237,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         got = Device((header.device_type, header.device_id))
         raise _errors.device_mismatch(_producer_name(x), source, got)
     flags = header.flags
-    if readonly:
+    if readonly or read_only_arrays(x):
         known_readonly = True
     elif versioned:
         known_readonly = bool(flags & _capsule.READ_ONLY)
@@ -258,7 +302,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         return _finish_on_backend(capsule, versioned, header, source, got, target, readonly,
                                   stream, max_version, dl_device, copy)
     copied = bool(copy or moves)
-    read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY))
+    read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY) or read_only_arrays(x))
     if not want_versioned:
         if read_only:
             _capsule.discard(capsule, versioned)

@@ -31,6 +31,13 @@ _READ_ONLY = frozenset(READ_ONLY)
 #: Faults of layout: the consumer cannot import some strides.
 LAYOUT = frozenset({"negative-strides", "non-compact-strides", "c-order-only"})
 
+#: What a consumer with "narrows-64-bit" makes of a DLPack (code, bits):
+#: (the dtype, the narrower one it would hold).
+NARROWED = {
+    (0, 64): ("int64", "int32"), (1, 64): ("uint64", "uint32"), (2, 64): ("float64", "float32"),
+    (5, 128): ("complex128", "complex64"),
+}
+
 
 class Fix(NamedTuple):
     """What the layer does before a consumer imports a capsule."""
@@ -108,12 +115,17 @@ def is_c_order(shape, strides) -> bool:
 
 
 def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, strides, host: bool,
-        address: int, copy, on_readonly: str) -> Fix:
+        address: int, copy, on_readonly: str, dtype: tuple = (), settings: dict | None = None) -> Fix:
     """What to do with a capsule of these facts for ``consumer`` (its name,
-    for messages) with ``faults``; ``copy`` as the caller asked (a copy the
-    layer made already holds writeable, compact data). Raises
-    ``ReadOnlyError`` or ``CopyRequiredError`` where the caller's choices
-    leave no correct exchange."""
+    for messages) with ``faults`` (those turned off by a setting left out:
+    ``settings`` names the setting of each such fault); ``copy`` as the
+    caller asked (a copy the layer made already holds writeable, compact
+    data). Raises ``DtypeChangeError``, ``ReadOnlyError`` or
+    ``CopyRequiredError`` where the caller's choices leave no correct
+    exchange."""
+    if "narrows-64-bit" in faults and tuple(dtype[:2]) in NARROWED:
+        wide, narrow = NARROWED[tuple(dtype[:2])]
+        raise _errors.narrowing_refused(consumer, wide, narrow, (settings or {}).get("narrows-64-bit", "x64"))
     copies = share = False
     applied, reasons = [], []
     if read_only and faults & _READ_ONLY:

@@ -125,6 +125,13 @@ def from_dlpack(
     """
     if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
         return _meeting(x, device, copy, stream, require_alignment, require_contiguous)
+    if type(x) is not _ndarray:
+        facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
+        if facts.views:
+            view = _exchange.unresolved_view(x, facts)
+            if view is not None:  # torch's negative and conjugate bits: the values are a copy's
+                resolved = _exchange.resolved(x, view, copy)
+                return from_dlpack(resolved, device=device, copy=None, stream=stream)
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
             if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
@@ -201,6 +208,7 @@ def from_dlpack(
         return from_dlpack(_protocols.besides_dlpack(x), device=device, copy=copy, stream=stream)
 
 
+_export_facts = _peers._EXPORT_FACTS
 _NUMERIC_KINDS = frozenset("biufc")
 _id = id
 # NumPy's own native numeric dtypes, by identity (each is one object for the
@@ -291,6 +299,8 @@ def host_capsule(x, capsule):
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))
+    elif not header.flags & _capsule.READ_ONLY and _exchange.read_only_arrays(x):
+        _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)  # its arrays are immutable
     return _land_on_host(capsule, versioned, header, False)
 
 

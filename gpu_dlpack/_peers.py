@@ -34,11 +34,15 @@ the package (a leaf: the device parser reads it too).
 - ``faults``: what it cannot honour as a consumer, by version (``Fault``
   rows, ids from ``FAULTS``): ``convert`` applies the remedy of each one
   active for the installed version (``_faults``), and ``gpu-dlpack doctor``
-  measures them and reports what the table does not say.
+  measures them and reports what the table does not say;
+- ``export_faults``: what it gets wrong as a producer, by version (``Fault``
+  rows, ids from ``EXPORT_FAULTS``): every export and import of its arrays
+  corrects them (``read_only_arrays``, ``views``, ``_devices.Device.of``).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, NamedTuple
 
 
@@ -80,17 +84,21 @@ class Devices(NamedTuple):
 
 
 class Fault(NamedTuple):
-    """Something a library cannot honour as a consumer, in a range of its
-    versions: ``since`` the first release known to have it (None: every
-    earlier one, as far as is known), ``until`` the first without it (None:
-    no release is known to be fixed); ``seen`` the versions it was measured
-    in, ``see`` where it is recorded upstream."""
+    """Something a library gets wrong, as a consumer or a producer, in a
+    range of its versions: ``since`` the first release known to have it
+    (None: every earlier one, as far as is known), ``until`` the first
+    without it (None: no release is known to be fixed); ``seen`` the
+    versions it was measured in, ``see`` where it is recorded upstream.
+    ``unless``: a setting of the library that turns the fault off while it
+    is true, an attribute path from its module read at each exchange
+    (JAX's ``config.jax_enable_x64``)."""
 
     id: str
     since: tuple | None = None
     until: tuple | None = None
     seen: tuple = ()
     see: str = ""
+    unless: str = ""
 
 
 #: What each fault is, as ``gpu-dlpack doctor`` measures it: id -> (what the
@@ -119,6 +127,53 @@ FAULTS = {
         "takes a transposed layout (Fortran order) as if only C order existed: it reads it in place "
         "with the values in the wrong places, with no error (or, in some versions, refuses it)",
         "from_dlpack"),
+    "narrows-64-bit": (
+        "imports 64-bit types narrowed to 32 bits, by a copy and silently (int64 as int32: "
+        "2**40 becomes 0; float64 as float32; complex128 as complex64)", "from_dlpack"),
+}
+
+#: What each producer fault is: id -> (what the producer does, what the
+#: layer does about it, in every export and import of its arrays).
+EXPORT_FAULTS = {
+    "negative-bit-unresolved": (
+        "exports a tensor with the negative bit set without its sign: a consumer reads the values negated",
+        "the layer resolves the view first (a copy, flagged IS_COPIED; copy=False: CopyRequiredError)"),
+    "conjugate-bit-refused": (
+        "refuses to export a tensor with the conjugate bit set",
+        "the layer resolves the view first (a copy, flagged IS_COPIED; copy=False: CopyRequiredError)"),
+    "immutable-unflagged": (
+        "its arrays are immutable, but its capsules do not say READ_ONLY (legacy capsules cannot)",
+        "the layer exports them READ_ONLY, and refuses a legacy capsule of them unless copied (rule 5)"),
+    "legacy-only-export": (
+        "gives legacy capsules only, even when asked for a versioned one",
+        "the layer adapts the capsule (rule 6): versioned, zero-copy, READ_ONLY"),
+    "read-only-legacy-export": (
+        "exports read-only data as a legacy capsule, which cannot say so",
+        "the layer refuses a legacy capsule of it unless copied (rule 5)"),
+    "device-id-none": (
+        "__dlpack_device__ answers (kDLCPU, None) for host memory: no device id",
+        "the layer reads it as the CPU, (1, 0)"),
+}
+
+#: Producer faults whose arrays are read-only, whatever their capsules say.
+READ_ONLY_ARRAYS = frozenset({"immutable-unflagged", "read-only-legacy-export"})
+
+
+class View(NamedTuple):
+    """A lazy view of a producer's arrays that its capsules do not carry:
+    ``test()`` true, the values are those of ``resolve()`` (a copy), and
+    only for arrays of the DLPack dtype kinds ``kinds`` (None: all)."""
+
+    test: str
+    resolve: str
+    what: str
+    kinds: tuple | None = None
+
+
+#: The views the producer faults of that name leave unresolved.
+VIEWS = {
+    "negative-bit-unresolved": View("is_neg", "resolve_neg", "the negative bit"),
+    "conjugate-bit-refused": View("is_conj", "resolve_conj", "the conjugate bit", ("complex",)),
 }
 
 #: The alignment the "unaligned-copies" consumers import in place.
@@ -139,6 +194,7 @@ class Peer(NamedTuple):
     submodules: tuple = ()
     lands: str | None = None
     faults: tuple = ()
+    export_faults: tuple = ()
 
 
 def _torch_hip(device) -> bool:
@@ -167,10 +223,11 @@ PEERS = (
             "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
             "complex64", "complex128", "uint16", "uint32", "uint64",
         ),
-        # The exchange API exports what torch's __dlpack__ refuses: tensors
-        # that require grad, and conjugate views (unresolved). is_conj is
-        # asked of complex tensors only (the bit is theirs).
-        exchange=Exchange(("requires_grad",), ("is_conj",), ("complex",)),
+        # The exchange API exports what torch's __dlpack__ refuses (tensors
+        # that require grad) and its views unresolved: each of the views
+        # below (export_faults) is a guard too, is_conj for complex tensors
+        # only (the bit is theirs).
+        exchange=Exchange(("requires_grad",), (), ()),
         devices=Devices(
             "torch", ("type",), "type", {"cpu": "cpu", "cuda": "gpu"}, ("index",), _torch_hip,
             "torch device type",
@@ -183,6 +240,12 @@ PEERS = (
             # Tensors have no negative strides: 2.12.1 and 2.13.0 abort on
             # them (a noexcept function throws), 2.14.1 raises RuntimeError.
             Fault("negative-strides", seen=("2.12.1", "2.13.0", "2.14.1"), see="pytorch/pytorch#188023"),
+        ),
+        export_faults=(
+            # __dlpack__ and the C exchange API hand the memory of a negative
+            # view (torch._neg_view(t), t.conj().imag) as it is.
+            Fault("negative-bit-unresolved", seen=("2.13.0", "2.14.1")),
+            Fault("conjugate-bit-refused", seen=("2.13.0", "2.14.1")),
         ),
     ),
     Peer(
@@ -204,9 +267,19 @@ PEERS = (
         consumer=("dlpack.from_dlpack",), submodules=("jax.dlpack",),
         # Measured on each release from 0.6.2 (the newest for CPython 3.10)
         # to 0.12.0.1 (docs/internals/faults.md, "JAX by release").
+        export_faults=(
+            # From 0.12 it gives versioned capsules, which say READ_ONLY;
+            # its legacy ones (for a consumer that asks for no version)
+            # still cannot, and its arrays are immutable in every release.
+            Fault("legacy-only-export", until=(0, 12), seen=("0.10.2",)),
+            Fault("immutable-unflagged", seen=("0.10.2", "0.12.0.1")),
+        ),
         faults=(
             # From 0.12 it asks for versioned capsules (max_version=(1, 3)).
             Fault("legacy-only", until=(0, 12), seen=("0.6.2", "0.10.2", "0.11.2")),
+            # With jax_enable_x64 off (its default), dlpack_managed_tensor_to_buffer
+            # canonicalizes the dtype by a copy.
+            Fault("narrows-64-bit", seen=("0.10.2",), unless="config.jax_enable_x64"),
             # copy=True reaches dlpack_managed_tensor_to_buffer, which shares
             # host memory anyway (0.8.0 still copied).
             Fault("copy-shares", since=(0, 9), seen=("0.9.0", "0.10.2", "0.12.0.1")),
@@ -244,6 +317,50 @@ def of_array_type(t) -> Peer | None:
         )):
             return peer
     return None
+
+
+def export_faults_of(peer: Peer | None, version: str | None) -> frozenset:
+    """The ids of ``peer``'s producer faults that its ``version`` has."""
+    return frozenset() if peer is None else _in_range(peer.export_faults, version)
+
+
+class ExportFacts(NamedTuple):
+    """What the layer corrects in every export and import of a producer
+    type's arrays, for the installed version of its library."""
+
+    read_only: bool  # its arrays are read-only, whatever its capsules say
+    views: tuple     # View rows: resolved (a copy) before any export
+    device_id_none: bool  # __dlpack_device__ may answer (kDLCPU, None)
+
+
+NO_EXPORT_FAULTS = ExportFacts(False, (), False)
+_EXPORT_FACTS: dict = {}
+
+
+def export_facts(t) -> ExportFacts:
+    """The export facts of producer type ``t`` (read once per type, from
+    its row and the version of its library, loaded already since ``t`` is
+    one of its types)."""
+    try:
+        return _EXPORT_FACTS[t]
+    except KeyError:
+        pass
+    peer = of_array_type(t)
+    facts = NO_EXPORT_FAULTS
+    if peer is not None and peer.export_faults:
+        found = export_faults_of(peer, version_loaded(peer.module))
+        facts = ExportFacts(
+            bool(found & READ_ONLY_ARRAYS), tuple(VIEWS[f] for f in VIEWS if f in found), "device-id-none" in found,
+        )
+    if len(_EXPORT_FACTS) < 1024:
+        _EXPORT_FACTS[t] = facts
+    return facts
+
+
+def version_loaded(module: str) -> str | None:
+    """The ``__version__`` of a loaded module (None: not loaded, or none)."""
+    v = getattr(sys.modules.get(module), "__version__", None)
+    return None if v is None else str(v)
 
 
 def owns_type(t) -> bool:
@@ -300,9 +417,13 @@ def active_faults(peer: Peer | None, version: str | None) -> frozenset:
     an unreadable version has every fault of its row."""
     if peer is None:
         return frozenset({"read-only-unknown"})
+    return _in_range(peer.faults, version)
+
+
+def _in_range(faults, version) -> frozenset:
     have = release(version)
     found = set()
-    for fault in peer.faults:
+    for fault in faults:
         if not have or (
             (fault.since is None or have >= tuple(fault.since))
             and (fault.until is None or have < tuple(fault.until))

@@ -32,10 +32,11 @@ def _import_plan(t):
     asking Python: ``(api, attrs, methods, codes, host)``, or None.
 
     ``api`` is the type's DLPack C exchange API, read with guards: attributes
-    and methods (of arrays of the dtype codes ``codes``) that must be false
-    for the exchange to be the plain one (else the general path runs, and
-    says what the producer refuses); None when it is not read. ``host`` is
-    ``(method, answer, pieces)``, the type's host test (``_peers.HostTest``),
+    and methods (each asked of arrays of the dtype codes in its mask in
+    ``codes``) that must be false for the exchange to be the plain one (else
+    the general path runs, and says what the producer refuses or resolves
+    the view: ``_peers.VIEWS``); None when it is not read. ``host`` is
+    ``(method, answer, pieces, deleted)``, the type's host test (``_peers.HostTest``),
     when the core may ask the producer's ``__dlpack__`` itself for host
     memory: it takes the plain capsules, and hands every other one to the
     Python functions that would have received them (an error the producer
@@ -50,8 +51,14 @@ def _import_plan(t):
     if api is None and host is None:
         return None
     guards = peer.exchange or _peers.Exchange((), (), ())
-    codes = sum(1 << _CODES[kind] for kind in guards.method_kinds)
-    return api, guards.attrs, guards.methods, codes, host
+    every = (1 << 32) - 1
+    kinds = sum(1 << _CODES[kind] for kind in guards.method_kinds) if guards.method_kinds else every
+    methods = list(guards.methods)
+    codes = [kinds] * len(methods)
+    for view in _peers.export_facts(t).views:
+        methods.append(view.test)
+        codes.append(sum(1 << _CODES[kind] for kind in view.kinds) if view.kinds else every)
+    return api, guards.attrs, tuple(methods), tuple(codes), host
 
 
 _CODES = {name: code for code, name in _dtypes.CODE_NAMES.items()}

@@ -223,6 +223,10 @@ def _refused_and_released(make, call, error, match):
 def test_export_refuses_a_bad_argument_and_leaks_nothing(torch, jax, source, kwargs, error, match):
     make = _sources(torch, jax)[source]
     call = _export_call(source)
+    if source == "jax" and "max_version" not in kwargs:
+        # JAX's arrays are immutable: a legacy export of one is refused as
+        # read-only data (rule 5) before the other arguments are read.
+        kwargs = {**kwargs, "max_version": (1, 0)}
     _refused_and_released(make, lambda src: call(src, kwargs), error, match)
 
 

@@ -276,6 +276,52 @@ def test_a_consumer_that_reads_every_layout_as_c_order_gets_a_c_order_copy():
                 _faults.fix("lib", faults, shape=shape, strides=strides, copy=False, **facts)
 
 
+WIDE = [("int64", "int32"), ("uint64", "uint32"), ("float64", "float32"), ("complex128", "complex64")]
+
+
+@pytest.mark.parametrize("wide, narrow", WIDE, ids=[w for w, _ in WIDE])
+def test_64_bit_data_to_jax_without_x64_is_refused_not_narrowed(jax, wide, narrow):
+    # JAX's default (x64 off) imports int64 as int32 by a copy, silently:
+    # 2**40 becomes 0. The layer refuses, naming the setting and the cast.
+    a = aligned(np.array([2**40, 3]).astype(wide))
+    with jax.enable_x64(False):
+        assert jax.dlpack.from_dlpack(a).dtype == np.dtype(narrow)  # the fault the row corrects
+        for kwargs in ({}, {"copy": False}, {"copy": True}, {"report": True}):
+            with pytest.raises(gpu_dlpack.DtypeChangeError, match=f"jax would import {wide} as {narrow}") as info:
+                gpu_dlpack.convert(a, "jax", **kwargs)
+            assert "jax_enable_x64" in str(info.value) and f"astype('{narrow}')" in str(info.value)
+        got = gpu_dlpack.convert(a.astype(narrow), "jax")  # asked for explicitly
+        assert got.dtype == np.dtype(narrow)
+
+
+def test_64_bit_data_of_any_producer_to_jax_without_x64_is_refused(torch, jax):
+    with jax.enable_x64(False):
+        with pytest.raises(gpu_dlpack.DtypeChangeError):
+            gpu_dlpack.convert(torch.tensor([2**40, 3]), "jax")
+        with pytest.raises(gpu_dlpack.DtypeChangeError):
+            gpu_dlpack.convert(readonly(np.arange(3.0)), "jax")
+
+
+def test_with_x64_jax_keeps_64_bit_data_zero_copy(jax):
+    a = aligned(np.array([2**40, 3]))
+    with jax.enable_x64(True):
+        j = gpu_dlpack.convert(a, "jax", copy=False)
+        assert j.dtype == np.int64 and j.tolist() == [2**40, 3] and jax_pointer(j) == a.ctypes.data
+
+
+def test_copy_false_never_returns_a_copy_a_consumer_made(jax):
+    # A consumer that copies on import, whatever it is asked (a module of the
+    # caller's with a from_dlpack): copy=False raises instead.
+    import types
+
+    copying = types.ModuleType("copying_consumer")
+    copying.from_dlpack = lambda x, **kw: np.from_dlpack(x).copy()
+    a = np.arange(3.0)
+    assert gpu_dlpack.convert(a, copying).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(gpu_dlpack.CopyRequiredError, match="copying_consumer copied the data on import"):
+        gpu_dlpack.convert(a, copying, copy=False)
+
+
 def test_a_torch_tensor_reaches_jax_zero_copy(torch, jax):
     t = torch.arange(6.0, dtype=torch.float32)  # torch allocates 64-byte aligned
     j = gpu_dlpack.convert(t, "jax")
@@ -535,6 +581,7 @@ def test_the_guide_lists_every_fault_of_the_table():
     with open(page, encoding="utf-8") as f:
         text = f.read()
     section = text[text.index("## One call to any library"):]
+    section = section[:section.index("### What `wrap` cannot correct")]
     rows = set()
     for libs, fault in re.findall(r"^\| ([\w, ]+) \| `([\w-]+)`", section, re.M):
         rows |= {(lib.strip(), fault) for lib in libs.split(",")}
@@ -575,3 +622,49 @@ def test_data_that_meets_the_requirement_is_handed_over_in_place(torch):
     assert done.array.data_ptr() == a.ctypes.data and done.copied is False and done.reasons == ()
     t = gpu_dlpack.convert(a, "torch", require_alignment=64, copy=False)
     assert t.data_ptr() == a.ctypes.data
+
+
+def _page(*parts):
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), *parts)
+    if not os.path.exists(path):
+        pytest.skip("the suite runs from a copy of the tests without the docs (an installed wheel)")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_first_exchange_a_reader_meets_is_the_one_that_protects_them():
+    # The README's headline: its first exchange is convert, shown on data
+    # (a negative stride) that the consumer's own from_dlpack over wrap
+    # cannot take (torch 2.12 and 2.13 abort), and it points to what wrap
+    # cannot correct.
+    import re
+
+    text = _page("README.md")
+    block = re.search(r"## A first exchange.*?```python\n(.*?)```", text, re.S).group(1)
+    calls = re.findall(r"gpu_dlpack\.(convert|wrap|from_dlpack|export)\(", block)
+    assert calls[0] == "convert" and "wrap" not in calls
+    assert re.search(r'convert\(\w+\[::-1\], "torch"\)', block)
+    assert "what-wrap-cannot-correct" in text
+
+
+def test_the_guide_says_which_faults_wrap_cannot_correct():
+    import re
+
+    text = _page("docs", "guide", "libraries.md")
+    section = text[text.index("### What `wrap` cannot correct"):]
+    section = section[:section.index("(what-producers-get-wrong)=")]
+    listed = set(re.findall(r"^\| `([\w-]+)` \|", section, re.M))
+    assert listed == set(_peers.FAULTS)
+
+
+def test_the_guide_lists_every_producer_fault_of_the_table():
+    import re
+
+    text = _page("docs", "guide", "libraries.md")
+    section = text[text.index("### What producers get wrong"):]
+    rows = set()
+    for libs, fault in re.findall(r"^\| ([\w, ]+) \| `([\w-]+)`", section, re.M):
+        rows |= {(lib.strip(), fault) for lib in libs.split(",")}
+    assert rows == {(p.name, f.id) for p in _peers.PEERS for f in p.export_faults}

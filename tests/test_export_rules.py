@@ -470,25 +470,24 @@ def rules_path_for_jax(monkeypatch):
 
 def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer(jax, monkeypatch,
                                                                                  rules_path_for_jax):
-    # JAX's legacy capsule cannot say whether its data may be written: the
-    # rules take it as read-only (unknown is not writeable), and a legacy
-    # consumer gets it as it came.
-    _legacy_jax(jax)
+    # JAX's legacy capsule cannot say whether its data may be written, and
+    # its arrays are immutable (the export_faults of its row): the rules take
+    # them as read-only, so a versioned consumer gets READ_ONLY and a legacy
+    # one is refused unless it copies (rule 5).
     plans = []
     plan_export = _rules.plan_export
 
     def spy(*args):
-        plans.append((args[1], plan_export(*args)))
-        return plans[-1][1]
+        plans.append(args[1])
+        return plan_export(*args)
 
     monkeypatch.setattr(_rules, "plan_export", spy)
     j = jax.numpy.arange(5.0)
     assert inspect(export(j, max_version=(1, 0))).readonly
-    assert inspect(export(j)).name == "dltensor"
-    (known, versioned), (known_legacy, legacy) = plans
-    assert known is None and known_legacy is None  # a legacy producer cannot say
-    assert versioned.versioned and versioned.read_only and not versioned.copy
-    assert not legacy.versioned and not legacy.copy
+    with pytest.raises(gpu_dlpack.ReadOnlyError):
+        export(j)
+    assert inspect(export(j, copy=True)).name == "dltensor"
+    assert plans == [True, True, True]
 
 
 @pytest.mark.parametrize("versioned", [False, True])
@@ -508,10 +507,20 @@ def test_plan_export_read_only_follows_what_is_known_of_the_data(readonly, copy,
     assert plan.read_only is (copy is not True and readonly is not False)
 
 
-def test_a_legacy_request_on_a_legacy_producer_passes_its_capsule_through(jax):
+def test_a_legacy_request_on_a_legacy_producer_passes_its_capsule_through():
+    # A legacy producer of writeable data (an old producer, nothing in the
+    # table) keeps its own capsule for a legacy consumer.
+    a = np.arange(4.0)
+    info = inspect(export(OldProducer(a)))
+    assert info.name == "dltensor" and info.data == a.ctypes.data
+
+
+def test_a_legacy_request_on_an_immutable_producer_is_refused_unless_copied(jax):
     j = jax.numpy.arange(5.0)
-    info = inspect(export(j))
-    assert info.name == "dltensor" and info.data == pointer(j)
+    with pytest.raises(gpu_dlpack.ReadOnlyError, match="legacy"):
+        export(j)
+    info = inspect(export(j, copy=True))
+    assert info.name == "dltensor" and info.data != pointer(j)
 
 
 def test_an_old_producer_that_takes_only_stream_is_adapted_too():

@@ -290,8 +290,6 @@ def _jax_asks():
 
 ASKS = {"numpy": (1, 0), "torch": (1, 0), "jax": _jax_asks(), "array_api_strict": (1, 0),
         "gpu_dlpack": gpu_dlpack.DLPACK_VERSION}
-#: Whether JAX's own capsules say READ_ONLY (from 0.12, versioned); None: they cannot say.
-JAX_SAYS_READ_ONLY = True if ASKS["jax"] is not None else None
 
 
 def _numpy_holds(dtype) -> bool:
@@ -471,7 +469,7 @@ def test_other_peers_through_wrap_reach_each_consumer_intact(
         ptr, readonly = src.data_ptr(), False
     elif source == "jax":
         src = jax.numpy.asarray(x)
-        ptr, readonly = src.unsafe_buffer_pointer(), JAX_SAYS_READ_ONLY  # legacy capsules cannot say
+        ptr, readonly = src.unsafe_buffer_pointer(), True  # immutable: read-only data (rule 5)
     else:
         src = xp_strict.asarray(x)
         ptr, readonly = np.from_dlpack(src).ctypes.data, not x.flags.writeable
@@ -589,13 +587,33 @@ def test_torch_tensors_through_gpu_dlpack_keep_values_pointers_and_flags(
         t = t.conj()
     else:
         refusal = None
-    if refusal:
+    if refusal == "grad":
         # torch refuses to export these; the layer says so as a BufferError.
-        cases["torch: refused (requires_grad or conj bit)"] += 1
+        cases["torch: refused (requires_grad)"] += 1
         with pytest.raises(BufferError):
             gpu_dlpack.from_dlpack(t)
         with pytest.raises(BufferError):
             gpu_dlpack.export(t, max_version=max_version)
+        return
+    if refusal == "conj":
+        # torch refuses to export a conjugate view; the layer resolves it: a
+        # copy holding the conjugated values, flagged IS_COPIED, and
+        # copy=False is refused.
+        cases["torch: conjugate bit resolved"] += 1
+        want = t.resolve_conj().numpy()
+        got = gpu_dlpack.from_dlpack(t)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        if export_refused(code, bits, False, max_version, None):
+            with pytest.raises(BufferError):
+                gpu_dlpack.export(t, max_version=max_version)
+            return
+        with pytest.raises(gpu_dlpack.CopyRequiredError):
+            gpu_dlpack.export(t, max_version=max_version, copy=False)
+        cap = gpu_dlpack.export(t, max_version=max_version)
+        info = gpu_dlpack.inspect(cap)
+        if info.versioned:
+            assert info.flags & FLAG_IS_COPIED and not info.flags & FLAG_READ_ONLY
+        assert gpu_dlpack.from_dlpack(cap).tobytes() == want.tobytes()
         return
     want = _torch_bytes(torch, t)
     ptr = t.data_ptr() if t.numel() else None
@@ -667,7 +685,7 @@ def test_jax_arrays_through_gpu_dlpack_keep_values_pointers_and_flags(
             assert (arr.ctypes.data == ptr) is (import_copy is not True)
         assert arr.flags.writeable is (import_copy is True)
         return
-    done = export_or_refuse(cases, "jax", j, code, bits, None, x.shape, max_version, copy, dl_device)
+    done = export_or_refuse(cases, "jax", j, code, bits, True, x.shape, max_version, copy, dl_device)
     if done is None:
         return
     cap, info = done

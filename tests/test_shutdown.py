@@ -57,7 +57,7 @@ CASES = {
         J = jnp.arange(1000.0)
         W = gpu_dlpack.wrap(J)
         VERSIONED = W.__dlpack__(max_version=(1, 0))  # adapted around JAX's legacy struct, unconsumed
-        LEGACY = gpu_dlpack.export(J)  # passed on as JAX gave it
+        LEGACY = gpu_dlpack.export(J, copy=True)  # a copy: JAX's arrays are immutable (rule 5)
         T = torch.from_dlpack(gpu_dlpack.wrap(jnp.ones(5)))
         ARR = gpu_dlpack.from_dlpack(jnp.arange(3.0))
         del J

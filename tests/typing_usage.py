@@ -20,6 +20,7 @@ from gpu_dlpack import (
     DeviceUnreachableError,
     DLDeviceType,
     DLPackVersionError,
+    DtypeChangeError,
     Explanation,
     Exportable,
     GpuDlpackError,
@@ -100,8 +101,8 @@ def use(x: npt.NDArray[np.float64]) -> None:
     made: Any = s.__dlpack__(max_version=(1, 0))
     on: tuple[int, int] = s.__dlpack_device__()
     errors: tuple[type[Exception], ...] = (
-        ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, InvalidStreamError,
-        NotDLPackError, ReadOnlyError, StreamError, StreamTypeError, GpuDlpackError,
+        ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, DtypeChangeError,
+        InvalidStreamError, NotDLPackError, ReadOnlyError, StreamError, StreamTypeError, GpuDlpackError,
     )
     found: Explanation = gpu_dlpack.explain("BufferError: ...")
     remedies: list[str] = found.remedies

@@ -80,12 +80,27 @@ import_entry(PyTypeObject *type, PyObject **hold)
         if (plan == NULL)
             return NULL;
         if (plan != Py_None) {
-            PyObject *cap, *attrs, *methods, *host;
-            unsigned int codes;
-            if (!PyArg_ParseTuple(plan, "OO!O!IO", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods, &codes,
-                                  &host)) {
+            PyObject *cap, *attrs, *methods, *codes, *host;
+            if (!PyArg_ParseTuple(plan, "OO!O!O!O", &cap, &PyTuple_Type, &attrs, &PyTuple_Type, &methods,
+                                  &PyTuple_Type, &codes, &host)) {
                 Py_DECREF(plan);
                 return NULL;
+            }
+            /* One mask of dtype codes per method: the method is asked of arrays of those codes only. */
+            uint32_t masks[GUARD_METHODS];
+            Py_ssize_t nm = PyTuple_GET_SIZE(methods);
+            if (nm > GUARD_METHODS || PyTuple_GET_SIZE(codes) != nm) {
+                Py_DECREF(plan);
+                PyErr_SetString(PyExc_ValueError, "an import plan has one code mask per guard method, at most 8");
+                return NULL;
+            }
+            for (Py_ssize_t i = 0; i < nm; i++) {
+                unsigned long mask = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(codes, i));
+                if (mask == (unsigned long)-1 && PyErr_Occurred()) {
+                    Py_DECREF(plan);
+                    return NULL;
+                }
+                masks[i] = (uint32_t)mask;
             }
             const DLPackExchangeAPI *api = cap == Py_None ? NULL : api_of(cap);
             PyObject *hm = NULL, *ha = NULL, *hp = NULL;
@@ -104,7 +119,8 @@ import_entry(PyTypeObject *type, PyObject **hold)
                 e->api_owner = api != NULL ? Py_NewRef(cap) : NULL;
                 e->attrs = Py_NewRef(attrs);
                 e->methods = Py_NewRef(methods);
-                e->method_codes = codes;
+                for (Py_ssize_t i = 0; i < nm; i++)
+                    e->method_codes[i] = masks[i];
                 e->host_method = Py_XNewRef(hm);
                 e->host_answer = Py_XNewRef(ha);
                 e->host_pieces = Py_XNewRef(hp);
@@ -170,8 +186,10 @@ guards_pass(ImportEntry *e, PyObject *x, int code)
         if (!is_false(PyObject_GetAttr(x, PyTuple_GET_ITEM(e->attrs, i))))
             return 0;
     }
-    n = (code >= 0 && code < 32 && ((e->method_codes >> code) & 1)) ? PyTuple_GET_SIZE(e->methods) : 0;
+    n = PyTuple_GET_SIZE(e->methods);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (code < 0 || code >= 32 || !((e->method_codes[i] >> code) & 1))
+            continue;
         if (!is_false(PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(e->methods, i))))
             return 0;
     }

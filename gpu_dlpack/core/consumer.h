@@ -5,6 +5,9 @@
 
 #include "capsule.h"
 
+/* The most guard methods a producer type has (Python gives fewer). */
+#define GUARD_METHODS 8
+
 /* What Python said of a producer type (import_entry): its exchange API
  * and the guards that must be false for the plain exchange, and its host
  * test, where the core may ask its __dlpack__ itself (JAX). */
@@ -13,7 +16,7 @@ typedef struct {
     PyObject *api_owner;  /* the capsule of the table: it lives as long as the entry */
     PyObject *attrs;    /* attributes that must be false for the plain export */
     PyObject *methods;  /* methods whose result must be false ... */
-    uint32_t method_codes; /* ... for these dtype codes (bit per code) */
+    uint32_t method_codes[GUARD_METHODS]; /* ... each for these dtype codes (bit per code) */
     PyObject *host_method;  /* the host test (_peers.HostTest), or NULL: len() of ... */
     PyObject *host_pieces;  /* ... this attribute is 1 (one device), and ... */
     PyObject *host_answer;  /* ... method() answers this for host memory */

@@ -181,8 +181,8 @@ capsule_export(PyObject *x, PyObject *max_version, int versioned)
      * whole bytes wide, on the device the host test said (the CPU, any id). */
     int plain = t != NULL && (!kind || ((DLManagedTensorVersioned *)ptr)->version.major == 1) && well_formed(t) &&
                 t->device.device_type == state.cpu_type && dtype_known(t->dtype) && t->dtype.bits >= 8;
-    if (plain && !kind && !versioned)
-        return answer;  /* legacy for legacy: as it came */
+    /* Legacy for legacy is Python's: whether the data may be handed over
+     * writeable is the producer's row (JAX's arrays are immutable: rule 5). */
     if (plain && kind && versioned && (t->strides != NULL || t->ndim == 0) &&
         !(((DLManagedTensorVersioned *)ptr)->flags & ~FLAG_READ_ONLY)) {
         *(uint64_t *)ptr = state.version_word;  /* versioned for versioned: stamped */

@@ -23,8 +23,24 @@ class HideFinder:
             return None
         return self.inner.find_spec(name, path, target)
 
+    def find_distributions(self, *args, **kwargs):
+        # importlib.metadata asks every meta path finder: the installed
+        # distributions stay found, but those of the hidden modules.
+        inner = getattr(self.inner, "find_distributions", None)
+        if inner is None:
+            return iter(())
+        return (d for d in inner(*args, **kwargs) if not _hidden_distribution(d))
+
     def invalidate_caches(self):
         getattr(self.inner, "invalidate_caches", lambda: None)()
+
+
+def _hidden_distribution(dist) -> bool:
+    try:
+        name = (dist.metadata["Name"] or "").lower().replace("-", "_")
+    except Exception:
+        return False
+    return any(name == h or name.startswith(h + "_") or name.startswith(h) and h == "paddle" for h in HIDDEN)
 
 
 def install():
