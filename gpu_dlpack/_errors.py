@@ -71,6 +71,11 @@ class NotImplementedError(GpuDlpackError, builtins.NotImplementedError):
     """A hook a subclass must define."""
 
 
+class RuntimeError(GpuDlpackError, builtins.RuntimeError):
+    """Something of the machine gpu_dlpack runs on it cannot use as built
+    (the compiled core's binding to CuPy's runtime)."""
+
+
 class ImportError(GpuDlpackError, builtins.ImportError):
     """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support)."""
 
@@ -162,7 +167,7 @@ class DtypeChangeError(BufferError):
     Examples
     --------
     >>> import numpy as np, jax, gpu_dlpack
-    >>> with jax.enable_x64(False):
+    >>> with jax.enable_x64(False):               # JAX's default
     ...     try:
     ...         gpu_dlpack.convert(np.array([2**40, 3]), "jax")
     ...     except gpu_dlpack.DtypeChangeError as e:
@@ -786,7 +791,7 @@ def narrowing_refused(consumer, dtype, narrower, setting) -> DtypeChangeError:
         f"float32 inf). Remedies: turn "
         f"{setting} on to keep {dtype}, for the process ({consumer}.config.update('{setting}', "
         f"True), or {setting.upper()}=1 in the environment) or around this call (with "
-        f"{consumer}.enable_x64(True): ...); or ask for {narrower} explicitly: convert "
+        f"{consumer}.enable_x64(True): ..., jax.experimental.enable_x64() in older releases); or ask for {narrower} explicitly: convert "
         f"x.astype('{narrower}') (x.to(torch.{narrower}) for a tensor)."
     )
 

@@ -150,3 +150,14 @@ def load_toml(path):
         import tomli as tomllib
     with open(path, "rb") as f:
         return tomllib.load(f)
+
+
+def jax_x64(jax, on):
+    """A block with JAX's x64 mode ``on`` or off: ``jax.enable_x64(on)``,
+    which older JAX (0.6.2, the newest for CPython 3.10) has only as
+    ``jax.experimental.enable_x64()`` and ``disable_x64()``."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(on)
+    import jax.experimental
+
+    return jax.experimental.enable_x64() if on else jax.experimental.disable_x64()

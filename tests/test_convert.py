@@ -18,7 +18,7 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _capsule, _convert, _faults, _peers
 
-from .helpers import gpu_arange
+from .helpers import gpu_arange, jax_x64
 
 
 def readonly(a):
@@ -284,7 +284,7 @@ def test_64_bit_data_to_jax_without_x64_is_refused_not_narrowed(jax, wide, narro
     # JAX's default (x64 off) imports int64 as int32 by a copy, silently:
     # 2**40 becomes 0. The layer refuses, naming the setting and the cast.
     a = aligned(np.array([2**40, 3]).astype(wide))
-    with jax.enable_x64(False):
+    with jax_x64(jax, False):
         assert jax.dlpack.from_dlpack(a).dtype == np.dtype(narrow)  # the fault the row corrects
         for kwargs in ({}, {"copy": False}, {"copy": True}, {"report": True}):
             with pytest.raises(gpu_dlpack.DtypeChangeError, match=f"jax would import {wide} as {narrow}") as info:
@@ -295,7 +295,7 @@ def test_64_bit_data_to_jax_without_x64_is_refused_not_narrowed(jax, wide, narro
 
 
 def test_64_bit_data_of_any_producer_to_jax_without_x64_is_refused(torch, jax):
-    with jax.enable_x64(False):
+    with jax_x64(jax, False):
         with pytest.raises(gpu_dlpack.DtypeChangeError):
             gpu_dlpack.convert(torch.tensor([2**40, 3]), "jax")
         with pytest.raises(gpu_dlpack.DtypeChangeError):
@@ -304,7 +304,7 @@ def test_64_bit_data_of_any_producer_to_jax_without_x64_is_refused(torch, jax):
 
 def test_with_x64_jax_keeps_64_bit_data_zero_copy(jax):
     a = aligned(np.array([2**40, 3]))
-    with jax.enable_x64(True):
+    with jax_x64(jax, True):
         j = gpu_dlpack.convert(a, "jax", copy=False)
         assert j.dtype == np.int64 and j.tolist() == [2**40, 3] and jax_pointer(j) == a.ctypes.data
 

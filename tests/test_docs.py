@@ -46,6 +46,11 @@ def _skip_unless_runnable(source: str) -> None:
             pytest.skip(f"needs {name}, which is not installed")
     if GPU_WORDS.search(source) and not _gpu():
         pytest.skip("needs a GPU usable by CuPy")
+    if "jax.enable_x64(" in source:
+        import jax
+
+        if not hasattr(jax, "enable_x64"):  # JAX 0.6.2, the newest for CPython 3.10
+            pytest.skip(f"JAX {jax.__version__} has the x64 block only as jax.experimental.enable_x64")
 
 
 def _gpu() -> bool:

@@ -25,6 +25,8 @@ import gpu_dlpack
 from gpu_dlpack import _capsule, _cli, _errors, _explain, _peers, _rules, _streams
 from gpu_dlpack._devices import DLDeviceType
 
+from .helpers import jax_x64
+
 
 def raised(fn) -> str:
     """``Type: message`` of what ``fn()`` raises, as a traceback shows it."""
@@ -569,7 +571,7 @@ def _cupy_has_gpu():
 
 
 def _without_x64(call):
-    with _jax().enable_x64(False):
+    with jax_x64(_jax(), False):
         return call()
 
 
@@ -936,10 +938,10 @@ def _conj_resolved_by_gpu_dlpack():
 
 def _x64_kept_by_convert():
     jax = _jax()
-    with jax.enable_x64(False):
+    with jax_x64(jax, False):
         with pytest.raises(gpu_dlpack.DtypeChangeError):
             gpu_dlpack.convert(np.array([2**40]), "jax")
-        with jax.enable_x64(True):
+        with jax_x64(jax, True):
             assert gpu_dlpack.convert(np.array([2**40]), "jax").tolist() == [2**40]
 
 

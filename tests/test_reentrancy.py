@@ -115,10 +115,28 @@ def test_a_finalizer_that_changes_the_wrapper_mid_call_gets_what_python_gives():
     pytest.importorskip("torch")
     pytest.importorskip("jax")
     here, pure = _here_and_pure(FINALIZER, timeout=300)
-    assert len(here) == 3 * 3 * 4 * 2 and here == pure
-    for plan, request, act, attempt, got in here:
-        if act == "delete":
-            assert got == ["AttributeError", "'Exportable' object has no attribute '_x'"], (plan, request, got)
+    assert len(here) == len(pure) == 3 * 3 * 4 * 2
+    if sys.version_info < (3, 12):
+        assert here == pure
+        for plan, request, act, attempt, got in here:
+            if act == "delete":
+                assert got[0] == "AttributeError" and got[1].endswith("object has no attribute '_x'"), got
+        return
+    # From CPython 3.12 the collector runs at the eval breaker, not at the
+    # allocation that triggers it: where the finalizer lands depends on each
+    # path's own bytecode and calls, so the two may see the change at
+    # different points. Each must see the wrapper whole, as it was or as
+    # changed: the values of one of the two arrays, or the error the
+    # changed wrapper gives; never a crash (every row is there) or a mixture.
+    for h, p in zip(here, pure):
+        assert h[:4] == p[:4]
+        for got in (h[4], p[4]):
+            assert got[0] in ("ok", "AttributeError", "ReadOnlyError", "DLPackVersionError"), (h[:4], got)
+            if got[0] == "AttributeError":
+                assert h[2] == "delete" and got[1].endswith("object has no attribute '_x'"), (h[:4], got)
+            elif got[0] == "ok":
+                values = got[1][4] if isinstance(got[1][0], str) else got[1]
+                assert values in ([0.0, 1.0, 2.0], [0, 1, 2, 3, 4]), (h[:4], got)
 
 
 # -- a producer that exports or imports itself -------------------------------------
