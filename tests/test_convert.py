@@ -249,6 +249,9 @@ def test_layouts_jax_cannot_import_are_made_compact(jax):
     t = aligned(np.arange(12, dtype=np.float32)).reshape(3, 4).T
     done = gpu_dlpack.convert(t, "jax", report=True)
     assert done.array.tolist() == t.tolist()
+    # And through the shortcut a plain array takes without report (it once
+    # let a transposition through to JAX 0.6 in place).
+    assert gpu_dlpack.convert(t, "jax").tolist() == t.tolist()
     if "c-order-only" in _convert.consumer_of("jax").faults:
         assert done.copied_by == "gpu_dlpack" and done.faults == ("c-order-only",)
         try:
