@@ -97,8 +97,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
         help="measure what each installed array library does with DLPack, and what gpu_dlpack fixes",
         description="Probe every installed DLPack library with small live exchanges, print a "
         "producer-by-consumer matrix (directly and through gpu_dlpack), and a remedy for each "
-        "problem. Exit status 0 when every exchange through gpu_dlpack works (with --strict: and no "
-        "hazard was found); 2 for a --library that cannot be imported.",
+        "problem. Exit status 0 when every exchange through gpu_dlpack works (with --strict: and "
+        "nothing was found that gpu_dlpack does not correct); 2 for a --library that cannot be imported.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (for CI and bug reports)")
     doctor.add_argument(
@@ -107,8 +107,9 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     )
     doctor.add_argument(
         "--strict", action="store_true",
-        help="exit status 1 on hazards too (a consumer writing through READ_ONLY, a fault the table "
-        "does not know, a probe that aborts), not only on failed exchanges",
+        help="exit status 1 also on what gpu_dlpack does not correct (an installed library that "
+        "cannot be used, a fault the table does not list for the installed version, an entry it no "
+        "longer finds), not only on failed exchanges; the direct path's hazards it corrects pass",
     )
     doctor.set_defaults(func=_doctor, reads_settings=True)
 

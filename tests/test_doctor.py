@@ -108,10 +108,15 @@ def check_schema(doc):
         assert f["severity"] in SEVERITIES
         assert f["subject"] and f["problem"] and f["remedy"]
     s = doc["summary"]
-    assert set(s) == {"exchanges", "through_gpu_dlpack_ok", "through_gpu_dlpack_failed", "refused", "hazards"}
+    assert set(s) == {"exchanges", "through_gpu_dlpack_ok", "through_gpu_dlpack_failed", "refused", "hazards",
+                      "uncorrected"}
     assert s["exchanges"] == sum(len(m["cells"]) for m in doc["matrices"])
+    assert s["uncorrected"] == sum(f.get("strict", False) for f in doc["findings"])
+    for f in doc["findings"]:
+        if "hazard" in f:
+            assert f["strict"] is bool(_explain.hazards()[f["hazard"]].get("strict"))
     assert _is(doc["strict"], bool)
-    assert doc["exit_status"] == (1 if s["through_gpu_dlpack_failed"] or (doc["strict"] and s["hazards"]) else 0)
+    assert doc["exit_status"] == (1 if s["through_gpu_dlpack_failed"] or (doc["strict"] and s["uncorrected"]) else 0)
 
 
 def check_library(r):
@@ -605,15 +610,50 @@ def test_a_stride_probe_that_kills_the_child_goes_on_with_the_rest(libdir):
 # -- the exit status -------------------------------------------------------------
 
 
-def test_strict_fails_on_hazards(report, capsys, torch):
-    # torch ignores READ_ONLY: a hazard. Without --strict the run passes.
+def test_strict_passes_on_the_hazards_gpu_dlpack_corrects(report, capsys, torch):
+    # torch ignores READ_ONLY, JAX asks for legacy capsules (before 0.12):
+    # hazards of the direct path, each corrected through the layer, so a CI
+    # job gated on --strict passes on this stack.
     assert report["summary"]["hazards"] and report["exit_status"] == 0
+    assert any(f.get("hazard") == "consumer-ignores-read-only" for f in report["findings"])
     strict = doctor.run(strict=True)
     check_schema(strict)
-    assert strict["strict"] and strict["exit_status"] == 1
-    assert _cli.main(["doctor", "--strict"]) == 1
+    assert strict["strict"] and strict["summary"]["uncorrected"] == 0 and strict["exit_status"] == 0
+    assert _cli.main(["doctor", "--strict"]) == 0
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert last.startswith("FAILED (--strict):") and "hazard" in last and "Exit status 1." in last
+    assert last.startswith("OK: all ") and "corrected by gpu_dlpack" in last and "Exit status 0." in last
+
+
+def _torch_row(monkeypatch, change):
+    from gpu_dlpack import _peers
+
+    rows = tuple(p._replace(faults=change(p.faults)) if p.name == "torch" else p for p in _peers.PEERS)
+    monkeypatch.setattr(_peers, "PEERS", rows)
+    return [p for p in doctor.PEERS if p.name == "torch"]
+
+
+def test_strict_fails_on_a_fault_the_table_does_not_know(monkeypatch, torch):
+    # The table without torch's READ_ONLY entry: convert would not correct it.
+    peers = _torch_row(monkeypatch, lambda faults: tuple(f for f in faults if f.id != "read-only-ignored"))
+    assert doctor.run(peers=peers)["exit_status"] == 0
+    rep = doctor.run(peers=peers, strict=True)
+    check_schema(rep)
+    assert rep["exit_status"] == 1 and rep["summary"]["uncorrected"] == 1
+    last = doctor.render(rep).rstrip().splitlines()[-1]
+    assert last.startswith("FAILED (--strict):") and "consumer-fault-unknown (torch)" in last, last
+    assert "Exit status 1." in last
+
+
+def test_strict_fails_on_an_entry_the_probes_no_longer_find(monkeypatch, torch):
+    # A row saying torch shares memory for copy=True, which it does not.
+    from gpu_dlpack import _peers
+
+    peers = _torch_row(monkeypatch, lambda faults: faults + (_peers.Fault("copy-shares"),))
+    rep = doctor.run(peers=peers, strict=True)
+    assert row(rep, "torch")["consumer"]["faults"]["gone"] == ["copy-shares"]
+    (f,) = [f for f in rep["findings"] if f.get("hazard") == "consumer-fault-gone"]
+    assert f["strict"] and rep["exit_status"] == 1
+    assert doctor.run(peers=peers)["exit_status"] == 0
 
 
 def test_an_unknown_library_is_an_error_not_a_missing_row(capsys):

@@ -79,10 +79,12 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
         "error": str                                     # only when the matrix could not run
       }],
       "findings": [{"severity": "failure" | "refused" | "hazard" | "fixed" | "note",
-                    "subject": str, "problem": str, "remedy": str}],
+                    "subject": str, "problem": str, "remedy": str,
+                    "hazard": str, "strict": bool}],   # the last two: hazards and notes
       "summary": {"exchanges": int, "through_gpu_dlpack_ok": int,
-                  "through_gpu_dlpack_failed": int, "refused": int, "hazards": int},
-      "strict": bool,                   # hazards fail the run too (doctor --strict)
+                  "through_gpu_dlpack_failed": int, "refused": int, "hazards": int,
+                  "uncorrected": int},  # findings with "strict": gpu_dlpack does not correct them
+      "strict": bool,                   # uncorrected findings fail the run too (doctor --strict)
       "exit_status": 0 | 1
     }
 
@@ -111,7 +113,12 @@ read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
 and its finding names the rule. Any other refusal of an exchange that works
 directly is an ``error``. The exit status is 1 when an exchange through
 gpu_dlpack fails, and with ``strict`` (``doctor --strict``) also when a
-hazard was found.
+finding is one gpu_dlpack does not correct (``"strict": true``): a library
+that is installed but cannot be used, a fault the table does not list for
+the installed version (``convert`` does not correct it), or an entry of the
+table the probes no longer find. The hazards of the direct path that the
+layer corrects (torch ignoring READ_ONLY, JAX's legacy capsules...) do not
+fail it: ``--strict`` can gate a CI job on a stack gpu_dlpack serves.
 
 Each host consumer's faults are measured (``_faults``: strides in a child
 process, since torch 2.12 and 2.13 abort on a negative one) and compared

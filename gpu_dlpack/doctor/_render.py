@@ -166,14 +166,18 @@ def render(report) -> str:
     lines.append("")
     failed = s["through_gpu_dlpack_failed"]
     if report["exit_status"] and not failed:
+        which = sorted({f"{f['hazard']} ({f['subject']})" for f in report["findings"] if f.get("strict")})
         lines.append(
             f"FAILED (--strict): all {s['exchanges']} exchanges through gpu_dlpack work, but "
-            f"{s['hazards']} hazard(s) were found (see Findings). Exit status 1."
+            f"{s['uncorrected']} finding(s) gpu_dlpack does not correct: {', '.join(which)} "
+            "(see Findings). Exit status 1."
         )
     elif report["exit_status"] == 0:
+        corrected = s["hazards"] - s["uncorrected"]
         lines.append(
             f"OK: all {s['exchanges']} exchanges through gpu_dlpack work"
             + (f" ({s['refused']} refused by rule, see Findings)" if s["refused"] else "")
+            + (f"; {corrected} hazard(s) of the direct path, each corrected by gpu_dlpack" if corrected else "")
             + ". Exit status 0."
         )
     else:

@@ -30,6 +30,7 @@ def _summary(report):
         "through_gpu_dlpack_failed": sum(c["via"]["outcome"] in ("error", "wrong-values") for c in cells),
         "refused": sum(c["via"]["outcome"] == "refused" for c in cells),
         "hazards": sum(f["severity"] == "hazard" for f in report["findings"]),
+        "uncorrected": sum(bool(f.get("strict")) for f in report["findings"]),
     }
 
 
@@ -93,7 +94,7 @@ def run(extra=(), peers=None, strict=False) -> dict:
     report["summary"] = _summary(report)
     summary = report["summary"]
     report["strict"] = bool(strict)
-    report["exit_status"] = 1 if summary["through_gpu_dlpack_failed"] or (strict and summary["hazards"]) else 0
+    report["exit_status"] = 1 if summary["through_gpu_dlpack_failed"] or (strict and summary["uncorrected"]) else 0
     return report
 
 
