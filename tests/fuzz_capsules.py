@@ -328,21 +328,29 @@ def backed(env, case, kw):
 STANDARD = (BufferError, TypeError, ValueError)
 
 
+def _empty_at(at):
+    """Where an empty tensor's data is: NumPy may give an empty array over no
+    real memory a fresh allocation, which can land anywhere, near the buffer
+    too, so only an address inside the buffer is compared."""
+    return at if not isinstance(at, list) or (at[1] == 0 and 0 <= at[2] <= BUFFER) else "elsewhere"
+
+
 def _summary(env, v):
     np, g = env.np, env.g
     if isinstance(v, np.ndarray):
         at = env.rel(v.ctypes.data) if v.base is not None else "a copy"
-        if v.size == 0 and isinstance(at, list) and not (at[1] == 0 and 0 <= at[2] <= BUFFER):
-            # An empty array over no real memory: NumPy may give it a fresh
-            # allocation, which can land anywhere, right after the buffer too.
-            at = "elsewhere"
+        if v.size == 0:
+            at = _empty_at(at)
         return ["array", list(v.shape), list(v.strides), v.dtype.str, at, v.flags.writeable]
     if env.torch is not None and isinstance(v, env.torch.Tensor):
         return ["tensor", list(v.shape), list(v.stride()), str(v.dtype), env.rel(v.data_ptr())]
     if type(v).__name__ == "PyCapsule":
         i = g.inspect(v)
+        at = env.rel(i.data)
+        if 0 in i.shape:  # an empty tensor: its data may be a fresh allocation (NumPy's)
+            at = _empty_at(at)
         head = ["capsule", i.name, i.version, i.flags, list(i.device.dlpack), list(i.dl_dtype), list(i.shape),
-                None if i.strides is None else list(i.strides), i.byte_offset, env.rel(i.data)]
+                None if i.strides is None else list(i.strides), i.byte_offset, at]
         try:
             arr = g.from_dlpack(v)
         except STANDARD as exc:
