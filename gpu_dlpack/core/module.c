@@ -1,158 +1,12 @@
-/* Module setup: what Python tells the core (configure), what it forgets,
- * the module, its methods and its types. */
+/* The module's methods and types still written in C, which the module's
+ * body (_core.pyx) adds to the module, and what it makes of them once. */
 
+#include "module.h"
 #include "export.h"
 #include "info.h"
 #include "runtime.h"
 
-/* The words of _errors.subinterpreter(), which the package raises first. */
-#define SUBINTERPRETER_REFUSED                                                                                         \
-    "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): import it in the main interpreter"
-
-/* --- configure ------------------------------------------------------------ */
-
-static PyObject *
-core_configure(PyObject *mod, PyObject *args, PyObject *kwargs)
-{
-    static char *kw[] = {"impl", "header_type", "device_types", "host_types", "known",
-                         "numpy_dtypes", "numpy_api", "versions", "produced", "version_word",
-                         "learn_import", "exportable_fallback", "exportable_class", "cpu_device",
-                         "cpu_dlpack", "plain_dtypes", "numpy_strides_after_shape", "capsule_info", "device_class",
-                         "numpy_maxdims", "numpy_layout", NULL};
-    PyObject *impl, *htype, *known, *npd, *npapi, *versions, *produced, *learn, *fallback, *ecls,
-        *cpu, *cpudl, *plain, *info = NULL, *devcls = NULL;
-    int maxdims = 32;  /* NumPy 1.x's; NumPy 2 takes 64 */
-    int layout = 0;
-    unsigned long long devs, hosts, word;
-    int strides_after_shape = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!KKOOOOOKOOO!OOO!|pO!Oip", kw, &PyDict_Type, &impl,
-                                     &PyType_Type, &htype, &devs, &hosts, &known, &npd, &npapi,
-                                     &versions, &produced, &word, &learn, &fallback, &PyType_Type, &ecls,
-                                     &cpu, &cpudl, &PyDict_Type, &plain, &strides_after_shape,
-                                     &PyType_Type, &info, &devcls, &maxdims, &layout))
-        return NULL;
-    /* inspect in C: without them, the Python read (configure's callers may
-     * predate them) */
-    if (maxdims < 1 || maxdims > MAX_NDIM) {
-        PyErr_Format(PyExc_ValueError, "numpy_maxdims must be within [1, %d]", MAX_NDIM);
-        return NULL;
-    }
-    state.numpy_maxdims = maxdims;
-    state.numpy_layout = layout;
-    Py_XSETREF(state.info_type, (PyTypeObject *)Py_XNewRef(info));
-    Py_XSETREF(state.device_class, Py_XNewRef(devcls));
-    for (int t = 0; t < 64; t++)
-        for (int i = 0; i < 16; i++)
-            Py_CLEAR(state.devices[t][i]);
-    if (!PyType_IsSubtype((PyTypeObject *)ecls, &ExportableType)) {
-        PyErr_SetString(PyExc_TypeError, "exportable_class must subclass ExportableBase");
-        return NULL;
-    }
-    Py_XSETREF(state.exportable_class, (PyTypeObject *)Py_NewRef(ecls));
-    Py_XSETREF(state.cpu_device, Py_NewRef(cpu));
-    Py_XSETREF(state.cpu_dlpack, Py_NewRef(cpudl));
-    Py_XSETREF(state.plain_dtypes, Py_NewRef(plain));
-    {
-        PyObject *pk, *pv;
-        Py_ssize_t ppos = 0;
-        state.n_plain = 0;
-        while (PyDict_Next(plain, &ppos, &pk, &pv) && state.n_plain < 32)
-            state.plain_list[state.n_plain++] = pk;  /* held by plain_dtypes */
-    }
-    if (!PyType_IsSubtype((PyTypeObject *)htype, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
-        return NULL;
-    }
-    memset(state.known_dtypes, 0, sizeof state.known_dtypes);
-    state.known_128 = 0;
-    PyObject *it = PyObject_GetIter(known), *item;
-    if (it == NULL)
-        return NULL;
-    while ((item = PyIter_Next(it)) != NULL) {
-        int code, bits;
-        if (!PyArg_ParseTuple(item, "ii", &code, &bits)) {
-            Py_DECREF(item);
-            Py_DECREF(it);
-            return NULL;
-        }
-        Py_DECREF(item);
-        if (code >= 0 && code < 32) {
-            if (bits >= 1 && bits <= 64)
-                state.known_dtypes[code] |= 1ULL << (bits - 1);
-            else if (bits == 128)
-                state.known_128 |= 1U << code;
-        }
-    }
-    Py_DECREF(it);
-    if (PyErr_Occurred())
-        return NULL;
-    for (int c = 0; c < 32; c++)
-        for (int b = 0; b < 17; b++)
-            Py_CLEAR(state.numpy_descr[c][b]);
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    if (!PyDict_Check(npd)) {
-        PyErr_SetString(PyExc_TypeError, "numpy_dtypes must be a dict");
-        return NULL;
-    }
-    while (PyDict_Next(npd, &pos, &k, &v)) {
-        int code, bits;
-        if (!PyArg_ParseTuple(k, "ii", &code, &bits))
-            return NULL;
-        int bytes = bit_index((unsigned)bits);
-        if (code >= 0 && code < 32 && bytes)
-            Py_XSETREF(state.numpy_descr[code][bytes], Py_NewRef(v));
-    }
-    state.numpy_api = NULL;
-    if (npapi != Py_None) {
-        state.numpy_api = PyCapsule_GetPointer(npapi, PyCapsule_GetName(npapi));
-        if (state.numpy_api == NULL)
-            return NULL;
-        Py_XSETREF(state.ndarray_type, (PyTypeObject *)Py_NewRef((PyObject *)state.numpy_api[2]));
-    }
-    /* The calls under way with a floor of their own (export(x,
-     * min_version=...)): while there is one, the cached verdicts of the
-     * floor in force are not used. */
-    PyObject *under_floor = PyDict_Check(versions) ? PyDict_GetItemWithError(versions, state.str_under_floor) : NULL;
-    if (under_floor == NULL || !PyList_CheckExact(under_floor)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "versions must hold _under_floor, a list");
-        return NULL;
-    }
-    PyObject *types = PyDict_New();
-    if (types == NULL)
-        return NULL;
-    Py_XSETREF(state.import_types, types);
-    Py_XSETREF(state.header_type, (PyTypeObject *)Py_NewRef(htype));
-    Py_XSETREF(state.versions_dict, Py_NewRef(versions));
-    Py_XSETREF(state.under_floor, Py_NewRef(under_floor));
-    Py_XSETREF(state.produced_version, Py_NewRef(produced));
-    Py_XSETREF(state.produced_request, PyTuple_Pack(4, Py_None, produced, Py_None, Py_None));
-    if (state.produced_request == NULL)
-        return NULL;
-    Py_XSETREF(state.learn_import, Py_NewRef(learn));
-    Py_XSETREF(state.exportable_fallback, Py_NewRef(fallback));
-    state.device_types = devs;
-    state.host_types = hosts;
-    state.version_word = word;
-    state.numpy_strides_after_shape = strides_after_shape;
-    /* Last: the core counts as configured once everything above is set. */
-    Py_XSETREF(state.py_impl, Py_NewRef(impl));
-    Py_RETURN_NONE;
-}
-
-/* forget(): what Python said of each producer type, to be asked again. */
-static PyObject *
-core_forget(PyObject *mod, PyObject *unused)
-{
-    if (state.import_types != NULL)
-        PyDict_Clear(state.import_types);
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef core_methods[] = {
-    {"forget", (PyCFunction)core_forget, METH_NOARGS, "forget($module, /)\n--\n\nForget what Python said of each producer type."},
-    {"configure", (PyCFunction)(void (*)(void))core_configure, METH_VARARGS | METH_KEYWORDS, "configure($module, /, impl, header_type, device_types, host_types, known, numpy_dtypes, numpy_api, versions, produced, version_word, learn_import, exportable_fallback, exportable_class, cpu_device, cpu_dlpack, plain_dtypes, numpy_strides_after_shape=False, capsule_info=None, device_class=None, numpy_maxdims=32, numpy_layout=False)\n--\n\nWhat Python tells the core, once every module is loaded."},
     {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, "header($module, ptr, versioned, /)\n--\n\nThe Header of a capsule's tensor."},
     {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, "checked($module, capsule, likely=True, check_dtype=None, /)\n--\n\n(versioned, Header) of a capsule, checked."},
     {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},
@@ -177,7 +31,7 @@ static PyMethodDef core_methods[] = {
 /* Made once per process, in the main interpreter: the names and arguments
  * the calls use, and the exporter types. A second load of the module in the
  * main interpreter (its entry dropped from sys.modules) finds them made. */
-static int
+int
 setup_once(void)
 {
     if (state.set_up)
@@ -214,73 +68,46 @@ setup_once(void)
     return 0;
 }
 
-/* The module's body, run for each module object made (PEP 489). */
-static int
-core_exec(PyObject *m)
+/* The methods above, as functions of the module whose namespace is dict. */
+int
+add_c_functions(PyObject *dict, PyObject *modname)
 {
-    /* Refused where it cannot run (PyInit__core refuses first): the core's
-     * state is C globals, the main interpreter's. */
-    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
-        PyErr_SetString(PyExc_ImportError, SUBINTERPRETER_REFUSED);
-        return -1;
+    for (PyMethodDef *def = core_methods; def->ml_name != NULL; def++) {
+        PyObject *fn = PyCFunction_NewEx(def, NULL, modname);
+        if (fn == NULL || PyDict_SetItemString(dict, def->ml_name, fn) < 0) {
+            Py_XDECREF(fn);
+            return -1;
+        }
+        Py_DECREF(fn);
     }
-    if (setup_once() < 0)
-        return -1;
-    PyObject *api = PyDict_GetItemString(ExportableType.tp_dict, "__dlpack_c_exchange_api__");
-    if (api == NULL || PyModule_AddObjectRef(m, "EXCHANGE_API", api) < 0 ||
-        PyModule_AddObjectRef(m, "ExportableBase", (PyObject *)&ExportableType) < 0 ||
-        PyModule_AddObjectRef(m, "Exporter", (PyObject *)&ExporterType) < 0)
-        return -1;
-    /* The addresses of the core's owning capsule destructors, by kind. */
-    PyObject *destructors = Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
-                                          PyLong_FromVoidPtr((void *)capsule_destructor));
-    if (destructors == NULL || PyModule_AddObjectRef(m, "OWNING_DESTRUCTORS", destructors) < 0) {
-        Py_XDECREF(destructors);
-        return -1;
-    }
-    Py_DECREF(destructors);
-    PyObject *entries = core_runtime_entries();
-    if (entries == NULL || PyModule_AddObjectRef(m, "RUNTIME_ENTRIES", entries) < 0) {
-        Py_XDECREF(entries);
-        return -1;
-    }
-    Py_DECREF(entries);
-    if (PyModule_AddIntConstant(m, "PLAN_GENERAL", PLAN_GENERAL) < 0 ||
-        PyModule_AddIntConstant(m, "PLAN_NUMPY", PLAN_NUMPY) < 0 ||
-        PyModule_AddIntConstant(m, "PLAN_EXCHANGE", PLAN_EXCHANGE) < 0 ||
-        PyModule_AddIntConstant(m, "PLAN_CAPSULE", PLAN_CAPSULE) < 0)
-        return -1;
     return 0;
 }
 
-static PyModuleDef_Slot core_slots[] = {
-    {Py_mod_exec, core_exec},
-#ifdef Py_mod_multiple_interpreters
-    /* CPython 3.12+ refuses it in every subinterpreter itself. */
-    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
-#endif
-    {0, NULL},
-};
+/* The addresses of the core's owning capsule destructors, by kind. */
+PyObject *
+core_owning_destructors(void)
+{
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)legacy_capsule_destructor),
+                         PyLong_FromVoidPtr((void *)capsule_destructor));
+}
 
-/* Multi-phase initialization (PEP 489): every interpreter that loads the
- * file runs PyInit__core and the exec slot, where a single-phase module
- * loaded by the main interpreter first would be copied into a
- * subinterpreter without either running, on the main interpreter's state
- * (docs/internals/core.md). The state stays the process's C globals, the
- * main interpreter's: no per-module state (m_size 0), since no other
- * interpreter ever gets a module. */
-static struct PyModuleDef core_module = {
-    PyModuleDef_HEAD_INIT, "gpu_dlpack._core", "The compiled hot path of gpu_dlpack.", 0, core_methods, core_slots,
-};
+/* The module's init function. Cython's own (renamed gpu_dlpack_cython_init by setup.py)
+ * remembers the first interpreter that creates the module and refuses every
+ * other with words of its own, so a subinterpreter that loaded the file
+ * first would lock the main interpreter out. A subinterpreter is refused
+ * here, before Cython's init runs, with the words the package uses. */
+#define SUBINTERPRETER_REFUSED                                                                                         \
+    "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): import it in the main interpreter"
 
+PyMODINIT_FUNC gpu_dlpack_cython_init(void);
+
+#undef PyInit__core
 PyMODINIT_FUNC
 PyInit__core(void)
 {
-    /* A subinterpreter is refused before anything is made (the package
-     * refuses them too, with the same words, before it loads the core). */
     if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
         PyErr_SetString(PyExc_ImportError, SUBINTERPRETER_REFUSED);
         return NULL;
     }
-    return PyModuleDef_Init(&core_module);
+    return gpu_dlpack_cython_init();
 }

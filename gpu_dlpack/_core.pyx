@@ -1,0 +1,155 @@
+# cython: language_level=3, binding=False, embedsignature=True
+"""The compiled hot path of gpu_dlpack."""
+
+# The module's face: what Python tells the core (configure), what it
+# forgets, and module setup. The concepts below it are one file each in
+# core/ (docs/internals/core.md); those still in C are added to the module by
+# its body (add_c_functions).
+
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName
+from libc.string cimport memset
+
+from dlpack cimport CoreState, state, MAX_NDIM, bit_index
+
+cdef extern from "Python.h":
+    ctypedef struct PyInterpreterState
+    PyInterpreterState *PyInterpreterState_Get()
+    PyInterpreterState *PyInterpreterState_Main()
+
+cdef extern from "module.h":
+    int setup_once() except -1
+    int add_c_functions(dict namespace, object modname) except -1
+    PyTypeObject ExportableType
+    PyTypeObject ExporterType
+    object core_owning_destructors()
+    object core_runtime_entries()
+    int C_PLAN_GENERAL "PLAN_GENERAL"
+    int C_PLAN_NUMPY "PLAN_NUMPY"
+    int C_PLAN_EXCHANGE "PLAN_EXCHANGE"
+    int C_PLAN_CAPSULE "PLAN_CAPSULE"
+
+# The words of _errors.subinterpreter(), which the package raises first.
+SUBINTERPRETER_REFUSED = (
+    "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): import it in the main interpreter"
+)
+
+
+cdef inline void _hold(PyObject **slot, object value):
+    """Set a state slot to a new reference to value (None stays None)."""
+    cdef PyObject *old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject *>value
+    Py_XDECREF(old)
+
+
+cdef inline void _clear(PyObject **slot):
+    cdef PyObject *old = slot[0]
+    slot[0] = NULL
+    Py_XDECREF(old)
+
+
+def configure(dict impl not None, type header_type not None, unsigned long long device_types,
+              unsigned long long host_types, known, numpy_dtypes, numpy_api, versions, produced,
+              unsigned long long version_word, learn_import, exportable_fallback, type exportable_class not None,
+              cpu_device, cpu_dlpack, dict plain_dtypes not None, bint numpy_strides_after_shape=False,
+              type capsule_info=None, device_class=None, int numpy_maxdims=32, bint numpy_layout=False):
+    """What Python tells the core, once every module is loaded."""
+    cdef int code, bits, nbytes, t, i, c, b
+    if numpy_maxdims < 1 or numpy_maxdims > MAX_NDIM:
+        raise ValueError(f"numpy_maxdims must be within [1, {MAX_NDIM}]")
+    state.numpy_maxdims = numpy_maxdims
+    state.numpy_layout = numpy_layout
+    if capsule_info is None:
+        _clear(<PyObject **>&state.info_type)
+    else:
+        _hold(<PyObject **>&state.info_type, capsule_info)
+    if device_class is None:
+        _clear(&state.device_class)
+    else:
+        _hold(&state.device_class, device_class)
+    for t in range(64):
+        for i in range(16):
+            _clear(&state.devices[t][i])
+    if not issubclass(exportable_class, <type>&ExportableType):
+        raise TypeError("exportable_class must subclass ExportableBase")
+    _hold(<PyObject **>&state.exportable_class, exportable_class)
+    _hold(&state.cpu_device, cpu_device)
+    _hold(&state.cpu_dlpack, cpu_dlpack)
+    _hold(&state.plain_dtypes, plain_dtypes)
+    state.n_plain = 0
+    for key in plain_dtypes:
+        if state.n_plain >= 32:
+            break
+        state.plain_list[state.n_plain] = <PyObject *>key  # held by plain_dtypes
+        state.n_plain += 1
+    if not issubclass(header_type, tuple):
+        raise TypeError("header_type must be a tuple subclass")
+    memset(state.known_dtypes, 0, sizeof(state.known_dtypes))
+    state.known_128 = 0
+    for item in known:
+        code, bits = item
+        if 0 <= code < 32:
+            if 1 <= bits <= 64:
+                state.known_dtypes[code] |= 1ULL << (bits - 1)
+            elif bits == 128:
+                state.known_128 |= 1U << code
+    for c in range(32):
+        for b in range(17):
+            _clear(&state.numpy_descr[c][b])
+    if not isinstance(numpy_dtypes, dict):
+        raise TypeError("numpy_dtypes must be a dict")
+    for key, value in (<dict>numpy_dtypes).items():
+        code, bits = key
+        nbytes = bit_index(<unsigned>bits)
+        if 0 <= code < 32 and nbytes:
+            _hold(&state.numpy_descr[code][nbytes], value)
+    state.numpy_api = NULL
+    if numpy_api is not None:
+        state.numpy_api = <void **>PyCapsule_GetPointer(numpy_api, PyCapsule_GetName(numpy_api))
+        _hold(<PyObject **>&state.ndarray_type, <object>state.numpy_api[2])
+    # The calls under way with a floor of their own (export(x,
+    # min_version=...)): while there is one, the cached verdicts of the
+    # floor in force are not used.
+    under_floor = (<dict>versions).get("_under_floor") if isinstance(versions, dict) else None
+    if type(under_floor) is not list:
+        raise TypeError("versions must hold _under_floor, a list")
+    _hold(&state.import_types, {})
+    _hold(<PyObject **>&state.header_type, header_type)
+    _hold(&state.versions_dict, versions)
+    _hold(&state.under_floor, under_floor)
+    _hold(&state.produced_version, produced)
+    _hold(&state.produced_request, (None, produced, None, None))
+    _hold(&state.learn_import, learn_import)
+    _hold(&state.exportable_fallback, exportable_fallback)
+    state.device_types = device_types
+    state.host_types = host_types
+    state.version_word = version_word
+    state.numpy_strides_after_shape = numpy_strides_after_shape
+    # Last: the core counts as configured once everything above is set.
+    _hold(&state.py_impl, impl)
+
+
+def forget():
+    """Forget what Python said of each producer type."""
+    if state.import_types != NULL:
+        (<dict>state.import_types).clear()
+
+
+# Refused where it cannot run: the core's state is C globals, the main
+# interpreter's (a subinterpreter loading the file first gets here).
+if PyInterpreterState_Get() != PyInterpreterState_Main():
+    raise ImportError(SUBINTERPRETER_REFUSED)
+setup_once()
+add_c_functions(globals(), __name__)
+EXCHANGE_API = (<object><PyObject *>&ExportableType).__dict__["__dlpack_c_exchange_api__"]
+ExportableBase = <object><PyObject *>&ExportableType
+Exporter = <object><PyObject *>&ExporterType
+# The addresses of the core's owning capsule destructors, by kind.
+OWNING_DESTRUCTORS = core_owning_destructors()
+RUNTIME_ENTRIES = core_runtime_entries()
+PLAN_GENERAL = C_PLAN_GENERAL
+PLAN_NUMPY = C_PLAN_NUMPY
+PLAN_EXCHANGE = C_PLAN_EXCHANGE
+PLAN_CAPSULE = C_PLAN_CAPSULE

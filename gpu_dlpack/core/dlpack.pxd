@@ -1,0 +1,75 @@
+# The DLPack ABI (1.3) and the core's shared C declarations, declared once
+# for every Cython file of the core: the structs are dlpack.h's.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.object cimport PyObject, PyTypeObject
+
+cdef extern from "dlpack.h":
+    ctypedef struct DLDevice:
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct DLTensor:
+        void *data
+        DLDevice device
+        int32_t ndim
+        DLDataType dtype
+        int64_t *shape
+        int64_t *strides
+        uint64_t byte_offset
+    ctypedef struct DLPackVersion:
+        uint32_t major
+        uint32_t minor
+    ctypedef struct DLManagedTensor:
+        DLTensor dl_tensor
+        void *manager_ctx
+        void (*deleter)(DLManagedTensor *) noexcept
+    ctypedef struct DLManagedTensorVersioned:
+        DLPackVersion version
+        void *manager_ctx
+        void (*deleter)(DLManagedTensorVersioned *) noexcept
+        uint64_t flags
+        DLTensor dl_tensor
+    uint64_t FLAG_READ_ONLY
+
+cdef extern from "state.h":
+    ctypedef struct CoreState:
+        PyObject *py_impl
+        PyTypeObject *header_type
+        uint64_t device_types
+        uint64_t host_types
+        uint64_t known_dtypes[32]
+        uint32_t known_128
+        PyObject *numpy_descr[32][17]
+        PyTypeObject *ndarray_type
+        void **numpy_api
+        PyObject *versions_dict
+        PyObject *under_floor
+        PyObject *produced_version
+        PyObject *produced_request
+        uint64_t version_word
+        int numpy_strides_after_shape
+        PyObject *learn_import
+        PyObject *exportable_fallback
+        PyTypeObject *exportable_class
+        PyObject *cpu_device
+        PyObject *cpu_dlpack
+        PyObject *plain_dtypes
+        PyObject *plain_list[32]
+        int n_plain
+        int numpy_maxdims
+        int numpy_layout
+        PyTypeObject *info_type
+        PyObject *device_class
+        PyObject *devices[64][16]
+        PyObject *import_types
+        PyObject *str_under_floor
+    CoreState state
+    int configured() except 0
+
+cdef extern from "capsule.h":
+    int MAX_NDIM
+    int bit_index(unsigned bits) noexcept

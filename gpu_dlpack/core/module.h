@@ -1,0 +1,13 @@
+/* What the module's body (_core.pyx) takes of the C files (module.c). */
+
+#ifndef GPU_DLPACK_CORE_MODULE_H
+#define GPU_DLPACK_CORE_MODULE_H
+
+#include "export.h"
+#include "runtime.h"
+
+int setup_once(void);
+int add_c_functions(PyObject *dict, PyObject *modname);
+PyObject *core_owning_destructors(void);
+
+#endif
