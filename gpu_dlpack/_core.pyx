@@ -1,4 +1,4 @@
-# cython: language_level=3, binding=False, embedsignature=True
+# cython: language_level=3, binding=False, embedsignature=True, embedsignature.format=clinic
 """The compiled hot path of gpu_dlpack."""
 
 # The module's face: what Python tells the core (configure), what it
