@@ -1,7 +1,9 @@
 """What a packager and a typed program see: the sdist carries the whole
 test suite (it runs from an unpacked sdist), the wheel carries the package,
-its data, ``py.typed`` and the LICENSE, the metadata says MIT as an SPDX
-expression, and the public API is annotated."""
+its compiled core, its data, ``py.typed`` and the LICENSE, the metadata says
+MIT as an SPDX expression, the public API is annotated, an install without a
+C compiler stops at its build with the remedies, and cibuildwheel builds a
+wheel for every platform and CPython the package claims."""
 
 from __future__ import annotations
 
@@ -98,13 +100,37 @@ def test_the_wheel_holds_the_package_its_data_types_and_license(built):
     assert "gpu_dlpack/explain.json" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/"))]
-    # The core's C source is built, not installed: the sdist carries it.
-    assert not [n for n in names if n.endswith((".c", ".h"))], names
-    if os.environ.get("GPU_DLPACK_EXPECT_CORE") == "1":  # built where a compiler is (the test command)
-        assert [n for n in names if n.startswith("gpu_dlpack/_core.") and n.endswith(".so")], names
+    # The core's sources are built, not installed: the sdist carries them.
+    assert not [n for n in names if n.endswith((".c", ".h", ".pyx", ".pxd", ".pxi"))], names
+    # gpu_dlpack has no path without it: a wheel always carries it.
+    assert [n for n in names if n.startswith("gpu_dlpack/_core.") and n.endswith((".so", ".pyd"))], names
     assert "License-Expression: MIT" in meta
     assert "Requires-Python: >=3.10" in meta and "Requires-Dist: numpy>=1.26" in meta
     assert "Classifier: Typing :: Typed" in meta and "Project-URL:" in meta
+
+
+def test_without_a_compiler_the_build_stops_naming_the_remedies_and_installs_nothing(built, tmp_path):
+    # The sdist as a user's pip meets it, where no C compiler exists. The
+    # build environment is this one (setuptools, Cython): no index is asked.
+    _, sdist, _ = built
+    if sys.platform == "win32":
+        pytest.skip("setuptools finds MSVC itself, not through CC")
+    _new_setuptools()
+    pytest.importorskip("Cython")
+    target = tmp_path / "site-packages"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+         "--target", str(target), str(sdist)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env=dict(os.environ, CC="/nonexistent", PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-3000:]
+    assert "gpu_dlpack's compiled core (gpu_dlpack._core) could not be built: " in out, out[-3000:]
+    assert "/nonexistent" in out  # what failed, in the compiler's words
+    assert "install a wheel built for your platform" in out and "install a C compiler and the Python headers" in out
+    assert 'building extension "gpu_dlpack._core" failed' not in out  # setuptools going on without an optional one
+    assert not (target.exists() and list(target.iterdir())), sorted(p.name for p in target.iterdir())
 
 
 PUBLIC = [gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.from_dlpack, gpu_dlpack.inspect,
