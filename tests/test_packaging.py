@@ -237,11 +237,13 @@ def test_the_installed_wheel_tests_refuse_a_source_tree(tmp_path):
     done = subprocess.run(["bash", "scripts/installed-tests.sh"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "without gpu_dlpack/ beside them" in done.stderr, done.stderr
-    # From a copy of the tests, with this interpreter, whose gpu_dlpack is the
+    # From a copy of the tests, with this interpreter, whose gpu_dlpack is a
     # source tree (the editable install the test command makes), not a wheel.
     import sysconfig
 
-    where = os.path.realpath(os.path.dirname(gpu_dlpack.__file__))
+    found = subprocess.run([sys.executable, "-c", "import gpu_dlpack, os; print(os.path.dirname(gpu_dlpack.__file__))"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    where = os.path.realpath(found.stdout.strip())
     if os.path.dirname(where) in {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}:
         pytest.skip("gpu_dlpack is an installed wheel here: nothing to refuse")
     shutil.copytree(os.path.join(ROOT, "tests"), tmp_path / "tests")
