@@ -2,19 +2,46 @@
 face is Cython (gpu_dlpack/_core.pyx, including one file per concept from
 gpu_dlpack/core/), with the concepts not yet ported still C files of
 gpu_dlpack/core/ linked into it. Everything else is declared in
-pyproject.toml. When the compiler or the headers are missing, the build
-goes on without it and gpu_dlpack runs its pure-Python path, with the same
-results."""
+pyproject.toml. gpu_dlpack has no path without its core: where no C
+compiler works, the build stops and names the remedies."""
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import BaseError, CCompilerError, CompileError
 
 CORE = "gpu_dlpack/core/"
 SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "adapt.c", "info.c", "capsule.c", "runtime.c", "state.c"]
 HEADERS = ["module.h", "export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "runtime.h", "state.h",
            "dlpack.h", "dlpack.pxd"]
 
+NO_COMPILER = """gpu_dlpack's compiled core (gpu_dlpack._core) could not be built: {error}
+gpu_dlpack needs its compiled core on every platform. Either:
+  - install a wheel built for your platform, which carries the core: the
+    release builds them for Linux (manylinux and musllinux, x86_64 and
+    aarch64), macOS (x86_64 and arm64) and Windows (AMD64), CPython 3.10
+    to 3.13; or
+  - install a C compiler and the Python headers, then install again: gcc or
+    clang and your distribution's python3-dev (python3-devel) on Linux,
+    Xcode's command line tools on macOS (xcode-select --install), the
+    Microsoft C++ Build Tools on Windows. pip fetches Cython itself."""
+
+
+class BuildCore(build_ext):
+    def build_extension(self, ext):
+        # MSVC's defaults already optimise (/O2) and export nothing but the
+        # module's init function; gcc and clang are told so.
+        if self.compiler.compiler_type != "msvc":
+            # One module of several files: what they share is no symbol of the process.
+            ext.extra_compile_args = ["-O2", "-fvisibility=hidden"]
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, BaseError) as error:
+            raise CompileError(NO_COMPILER.format(error=error)) from error
+
+
 setup(
+    cmdclass={"build_ext": BuildCore},
     ext_modules=cythonize(
         [
             Extension(
@@ -24,12 +51,9 @@ setup(
                 # Cython's init function, which module.c's PyInit__core calls once
                 # it has refused a subinterpreter in the package's words.
                 define_macros=[("PyInit__core", "gpu_dlpack_cython_init")],
-                optional=True,
-                # One module of several files: what they share is no symbol of the process.
-                extra_compile_args=["-O2", "-fvisibility=hidden"],
             ),
         ],
         include_path=[CORE],
         compiler_directives={"language_level": 3},
-    )
+    ),
 )

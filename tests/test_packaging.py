@@ -1,10 +1,13 @@
 """What a packager and a typed program see: the sdist carries the whole
 test suite (it runs from an unpacked sdist), the wheel carries the package,
-its data, ``py.typed`` and the LICENSE, the metadata says MIT as an SPDX
-expression, and the public API is annotated."""
+its compiled core, its data, ``py.typed`` and the LICENSE, the metadata says
+MIT as an SPDX expression, the public API is annotated, an install without a
+C compiler stops at its build with the remedies, and cibuildwheel builds a
+wheel for every platform and CPython the package claims."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import shutil
@@ -98,13 +101,37 @@ def test_the_wheel_holds_the_package_its_data_types_and_license(built):
     assert "gpu_dlpack/explain.json" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/"))]
-    # The core's C source is built, not installed: the sdist carries it.
-    assert not [n for n in names if n.endswith((".c", ".h"))], names
-    if os.environ.get("GPU_DLPACK_EXPECT_CORE") == "1":  # built where a compiler is (the test command)
-        assert [n for n in names if n.startswith("gpu_dlpack/_core.") and n.endswith(".so")], names
+    # The core's sources are built, not installed: the sdist carries them.
+    assert not [n for n in names if n.endswith((".c", ".h", ".pyx", ".pxd", ".pxi"))], names
+    # gpu_dlpack has no path without it: a wheel always carries it.
+    assert [n for n in names if n.startswith("gpu_dlpack/_core.") and n.endswith((".so", ".pyd"))], names
     assert "License-Expression: MIT" in meta
     assert "Requires-Python: >=3.10" in meta and "Requires-Dist: numpy>=1.26" in meta
     assert "Classifier: Typing :: Typed" in meta and "Project-URL:" in meta
+
+
+def test_without_a_compiler_the_build_stops_naming_the_remedies_and_installs_nothing(built, tmp_path):
+    # The sdist as a user's pip meets it, where no C compiler exists. The
+    # build environment is this one (setuptools, Cython): no index is asked.
+    _, sdist, _ = built
+    if sys.platform == "win32":
+        pytest.skip("setuptools finds MSVC itself, not through CC")
+    _new_setuptools()
+    pytest.importorskip("Cython")
+    target = tmp_path / "site-packages"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+         "--target", str(target), str(sdist)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env=dict(os.environ, CC="/nonexistent", PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-3000:]
+    assert "gpu_dlpack's compiled core (gpu_dlpack._core) could not be built: " in out, out[-3000:]
+    assert "/nonexistent" in out  # what failed, in the compiler's words
+    assert "install a wheel built for your platform" in out and "install a C compiler and the Python headers" in out
+    assert 'building extension "gpu_dlpack._core" failed' not in out  # setuptools going on without an optional one
+    assert not (target.exists() and list(target.iterdir())), sorted(p.name for p in target.iterdir())
 
 
 PUBLIC = [gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.from_dlpack, gpu_dlpack.inspect,
@@ -183,18 +210,76 @@ def _pyproject():
     return load_toml(os.path.join(ROOT, "pyproject.toml"))
 
 
-def test_the_wheels_for_pypi_are_manylinux_x86_64_and_aarch64_for_cpython_3_10_to_3_13():
-    # cibuildwheel itself reads the configuration (an unknown option is an error).
-    if shutil.which("cibuildwheel") is None:
-        pytest.skip("cibuildwheel is not installed")
-    done = subprocess.run(["cibuildwheel", "--print-build-identifiers", "--platform", "linux"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    want = {f"cp3{m}-manylinux_{arch}" for m in (10, 11, 12, 13) for arch in ("x86_64", "aarch64")}
-    assert set(done.stdout.split()) == want
+# Every platform a wheel is published for, with its OS classifier, the archs
+# cibuildwheel builds there and the tags of the wheels. gpu_dlpack has no path
+# without its compiled core: anywhere else, pip install needs a C compiler.
+WHEEL_PLATFORMS = {
+    "linux": ("Operating System :: POSIX :: Linux", ["x86_64", "aarch64"],
+              ["manylinux_x86_64", "manylinux_aarch64", "musllinux_x86_64", "musllinux_aarch64"]),
+    "macos": ("Operating System :: MacOS", ["x86_64", "arm64"], ["macosx_x86_64", "macosx_arm64"]),
+    "windows": ("Operating System :: Microsoft :: Windows", ["AMD64"], ["win_amd64"]),
+}
+
+
+def _claimed_cpythons():
     classifiers = _pyproject()["project"]["classifiers"]
-    versions = sorted(c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3."))
-    assert versions == ["3.10", "3.11", "3.12", "3.13"]
+    versions = [c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3.")]
+    return sorted(versions, key=lambda v: tuple(map(int, v.split("."))))
+
+
+def _cibuildwheel(*args, env=None):
+    if importlib.util.find_spec("cibuildwheel") is None:
+        pytest.skip("cibuildwheel is not installed")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    done = subprocess.run([sys.executable, "-m", "cibuildwheel", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(clean, **(env or {})))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_the_wheel_configuration_names_every_claimed_cpython_and_platform():
+    # Read as written, where cibuildwheel is not installed (the matrix's venvs).
+    project = _pyproject()["project"]
+    assert _claimed_cpythons() == ["3.10", "3.11", "3.12", "3.13"] and project["requires-python"] == ">=3.10"
+    cibw = _pyproject()["tool"]["cibuildwheel"]
+    assert cibw["build"] == [f"cp{v.replace('.', '')}-*" for v in _claimed_cpythons()]
+    # The release workflow shares the wheels out with CIBW_SKIP, which would
+    # replace a skip written here; and every wheel is tested.
+    assert "skip" not in cibw and "test-skip" not in cibw
+    assert not [o for o in cibw.get("overrides", []) if {"skip", "test-skip", "test-command"} & set(o)]
+    for platform, (_, archs, _) in WHEEL_PLATFORMS.items():
+        assert cibw[platform]["archs"] == archs, platform
+    systems = sorted(c for c in project["classifiers"] if c.startswith("Operating System ::"))
+    assert systems == sorted(classifier for classifier, _, _ in WHEEL_PLATFORMS.values())
+
+
+@pytest.mark.parametrize("platform", sorted(WHEEL_PLATFORMS))
+def test_cibuildwheel_builds_a_wheel_for_each_claimed_cpython(platform):
+    # cibuildwheel itself reads the configuration (an unknown option is an error).
+    _, _, tags = WHEEL_PLATFORMS[platform]
+    want = {f"cp{v.replace('.', '')}-{tag}" for v in _claimed_cpythons() for tag in tags}
+    assert set(_cibuildwheel("--print-build-identifiers", "--platform", platform)) == want
+
+
+def _pins(requirements, python_version):
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for line in requirements:
+        req = Requirement(line.split("#")[0].strip())
+        if req.marker is None or req.marker.evaluate({"python_version": python_version}):
+            (spec,) = req.specifier
+            pins[req.name] = spec.version.split("+")[0]  # torch's local build tag (+cpu) is Linux's
+    return pins
+
+
+def test_apple_silicon_wheels_are_tested_with_the_peers_the_matrix_runs():
+    (override,) = [o for o in _pyproject()["tool"]["cibuildwheel"]["overrides"] if o["select"] == "*-macosx_arm64"]
+    assert override["inherit"] == {"test-requires": "append"}
+    for version in _claimed_cpythons():
+        with open(os.path.join(ROOT, "requirements", f"test-py{version}.txt"), encoding="utf-8") as f:
+            lock = [li for li in f if li.startswith(("jax==", "torch=="))]
+        assert _pins(override["test-requires"], version) == _pins(lock, version), version
 
 
 def test_cibuildwheel_tests_each_wheel_from_copies_of_the_tests_that_exist():
@@ -211,11 +296,13 @@ def test_the_installed_wheel_tests_refuse_a_source_tree(tmp_path):
     done = subprocess.run(["bash", "scripts/installed-tests.sh"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "without gpu_dlpack/ beside them" in done.stderr, done.stderr
-    # From a copy of the tests, with this interpreter, whose gpu_dlpack is the
+    # From a copy of the tests, with this interpreter, whose gpu_dlpack is a
     # source tree (the editable install the test command makes), not a wheel.
     import sysconfig
 
-    where = os.path.realpath(os.path.dirname(gpu_dlpack.__file__))
+    found = subprocess.run([sys.executable, "-c", "import gpu_dlpack, os; print(os.path.dirname(gpu_dlpack.__file__))"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    where = os.path.realpath(found.stdout.strip())
     if os.path.dirname(where) in {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}:
         pytest.skip("gpu_dlpack is an installed wheel here: nothing to refuse")
     shutil.copytree(os.path.join(ROOT, "tests"), tmp_path / "tests")

@@ -1,5 +1,5 @@
-"""The GitHub workflows: who can run code on the GPU runner, and what the
-release may publish.
+"""The GitHub workflows: who can run code on the GPU runner, what the
+release may publish, and that it builds every wheel the configuration names.
 
 The job condition of ``gpu.yml`` and the expressions it passes on are
 evaluated here against the events that reach it (a push, a manual run, pull
@@ -331,20 +331,81 @@ def test_the_release_publishes_a_tag_by_trusted_publishing_and_nothing_else_gets
         assert _truthy(evaluate(publish["if"], context)) is publishes
 
 
+def _wheel_jobs():
+    """(id, runner, cibuildwheel's platform, its CIBW_* environment) of each job of the wheels matrix."""
+    doc, _ = _release()
+    wheels = doc["jobs"]["wheels"]
+    (cibw,) = [s for s in wheels["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
+    jobs = []
+    for entry in wheels["strategy"]["matrix"]["include"]:
+        context = {"matrix": entry}
+        runner = _interpolate(wheels["runs-on"], context)
+        platform = {"ubuntu": "linux", "macos": "macos", "windows": "windows"}[runner.split("-")[0]]
+        jobs.append((entry["id"], runner, platform, {k: _interpolate(v, context) for k, v in cibw["env"].items()}))
+    return jobs
+
+
 def test_the_wheels_are_built_from_the_sdist_by_the_cibuildwheel_the_tests_check():
     doc, text = _release()
     wheels = doc["jobs"]["wheels"]
-    assert wheels["needs"] == "sdist" and wheels["strategy"]["matrix"]["arch"] == ["x86_64", "aarch64"]
+    assert wheels["needs"] == "sdist" and wheels["strategy"]["fail-fast"] is False
     (cibw,) = [s for s in wheels["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
     assert cibw["with"]["package-dir"] == "${{ steps.sdist.outputs.path }}"
-    assert cibw["env"]["CIBW_ARCHS_LINUX"] == "${{ matrix.arch }}"
+    assert cibw["env"] == {"CIBW_ARCHS": "${{ matrix.arch }}", "CIBW_SKIP": "${{ matrix.skip }}"}
     (qemu,) = [s for s in wheels["steps"] if s.get("uses", "").startswith("docker/setup-qemu-action@")]
     assert qemu["if"] == "matrix.arch == 'aarch64'"
+    # The job runs on Windows too, whose default shell is PowerShell; there
+    # the test command's `bash` must be Git's, not WSL's launcher.
+    runs = [s for s in wheels["steps"] if "run" in s]
+    assert runs and all(s.get("shell") == "bash" for s in runs)
+    (git_bash,) = [s for s in runs if "GITHUB_PATH" in s["run"]]
+    assert git_bash["if"] == "runner.os == 'Windows'" and "Git\\bin" in git_bash["run"]
+    assert wheels["steps"].index(git_bash) < wheels["steps"].index(cibw)
+    (upload,) = [s for s in wheels["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["with"]["name"] == "wheels-${{ matrix.id }}"
     version = re.search(r"pypa/cibuildwheel@[0-9a-f]{40}  # v(\S+)", text).group(1)
     test_group = load_toml(os.path.join(ROOT, "pyproject.toml"))["dependency-groups"]["test"]
     assert f"cibuildwheel=={version}" in test_group
     with open(os.path.join(ROOT, "requirements", "test-py3.11.txt"), encoding="utf-8") as f:
         assert f"cibuildwheel=={version}\n" in f.read()  # and the environment the test command installs
+
+
+def test_the_release_has_a_job_for_each_platform_and_arch_of_the_wheels():
+    # Read as written, where cibuildwheel is not installed.
+    jobs = _wheel_jobs()
+    assert len({job_id for job_id, _, _, _ in jobs}) == len(jobs)  # the artifacts' names
+    cibw = load_toml(os.path.join(ROOT, "pyproject.toml"))["tool"]["cibuildwheel"]
+    configured = {(platform, arch) for platform in ("linux", "macos", "windows") for arch in cibw[platform]["archs"]}
+    assert {(platform, env["CIBW_ARCHS"]) for _, _, platform, env in jobs} == configured
+    # Linux: manylinux and musllinux apart, each arch of each in one job.
+    linux = sorted((env["CIBW_ARCHS"], env["CIBW_SKIP"]) for _, _, platform, env in jobs if platform == "linux")
+    assert linux == sorted((arch, f"*-{libc}_*") for arch in cibw["linux"]["archs"]
+                           for libc in ("manylinux", "musllinux"))
+    # macOS: each arch on a runner of that arch, where its wheels can be tested.
+    for _, runner, platform, env in jobs:
+        if platform == "macos":
+            assert runner.endswith("-intel") is (env["CIBW_ARCHS"] == "x86_64"), runner
+
+
+def test_the_release_builds_every_wheel_the_configuration_names_once():
+    import importlib.util
+
+    if importlib.util.find_spec("cibuildwheel") is None:
+        pytest.skip("cibuildwheel is not installed")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+
+    def identifiers(platform, env):
+        done = subprocess.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform",
+                               platform], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env=dict(clean, **env))
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    built = [i for _, _, platform, env in _wheel_jobs() for i in identifiers(platform, env)]
+    configured = [i for platform in ("linux", "macos", "windows") for i in identifiers(platform, {})]
+    assert sorted(built) == sorted(configured)  # each in exactly one job
+    # tests/test_packaging.py checks that these are every claimed CPython on every platform.
+    assert len(configured) == 4 * (4 + 2 + 1)
 
 
 def _tag_check():
