@@ -10,8 +10,8 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 CORE = "gpu_dlpack/core/"
-SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "info.c", "capsule.c", "runtime.c", "state.c"]
-HEADERS = ["module.h", "export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "runtime.h", "state.h",
+SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "info.c", "capsule.c", "state.c"]
+HEADERS = ["module.h", "export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "state.h",
            "dlpack.h", "dlpack.pxd"]
 
 setup(
