@@ -13,6 +13,9 @@ from libc.string cimport memset
 
 from dlpack cimport CoreState, state, MAX_NDIM, bit_index
 
+include "adapt.pxi"
+include "runtime.pxi"
+
 cdef extern from "Python.h":
     ctypedef struct PyInterpreterState
     PyInterpreterState *PyInterpreterState_Get()
@@ -24,7 +27,6 @@ cdef extern from "module.h":
     PyTypeObject ExportableType
     PyTypeObject ExporterType
     object core_owning_destructors()
-    object core_runtime_entries()
     int C_PLAN_GENERAL "PLAN_GENERAL"
     int C_PLAN_NUMPY "PLAN_NUMPY"
     int C_PLAN_EXCHANGE "PLAN_EXCHANGE"
@@ -148,7 +150,6 @@ ExportableBase = <object><PyObject *>&ExportableType
 Exporter = <object><PyObject *>&ExporterType
 # The addresses of the core's owning capsule destructors, by kind.
 OWNING_DESTRUCTORS = core_owning_destructors()
-RUNTIME_ENTRIES = core_runtime_entries()
 PLAN_GENERAL = C_PLAN_GENERAL
 PLAN_NUMPY = C_PLAN_NUMPY
 PLAN_EXCHANGE = C_PLAN_EXCHANGE

@@ -3,8 +3,10 @@
 #
 # The GPU-facing code: the CuPy backend (gpu_dlpack/_backends/cupy/), _handoff,
 # _copies, _streams and _protocols (coverage.py, lines and branches), and the
-# core's CUDA side, gpu_dlpack/core/runtime.c (gcov, with the core built with
-# --coverage). Runs, in a copy of the tree (of commit REV with --rev):
+# core's CUDA side, gpu_dlpack/core/runtime.pxi (gcov, with the core built with
+# --coverage: the C functions Cython makes of runtime.pxi in the generated
+# gpu_dlpack/_core.c; for a REV from before the port, gpu_dlpack/core/runtime.c).
+# Runs, in a copy of the tree (of commit REV with --rev):
 #   the tests that reach that code on the CPU (GPU_TESTS below; --suite: the
 #   whole suite), on the compiled core and on the pure-Python path, and where
 #   the tree has the simulated CUDA (tests/simcuda), the gpu tests on it on
@@ -78,10 +80,18 @@ if [ -d tests/simcuda ]; then
 fi
 python -m coverage combine --rcfile=.coveragerc -q
 python -m coverage json --rcfile=.coveragerc -q -o coverage.json
-objdir=$(dirname "$(find build -name runtime.gcda | head -1)")
-gcov -b -c -f -o "$objdir" gpu_dlpack/core/runtime.c >gcov.txt 2>&1 || true
 out=${GPU_COVERAGE_OUT:-$root/build/coverage}
 mkdir -p "$out"
-cp coverage.json gcov.txt "$out"/ && cp runtime.c.gcov "$out"/ 2>/dev/null || true
-python "$root/scripts/gpu_coverage.py" coverage.json gcov.txt "${rev:-the working tree}"
-echo "(coverage.json, gcov.txt and runtime.c.gcov in $out)"
+if [ -f gpu_dlpack/core/runtime.pxi ]; then
+  objdir=$(dirname "$(find build -name _core.gcda | head -1)")
+  gcov -b -c -f -o "$objdir" gpu_dlpack/_core.c >gcov.txt 2>&1 || true
+  cp coverage.json gcov.txt gpu_dlpack/_core.c "$out"/ && cp _core.c.gcov "$out"/ 2>/dev/null || true
+  python "$root/scripts/gpu_coverage.py" coverage.json _core.c.gcov "${rev:-the working tree}" gpu_dlpack/_core.c
+  echo "(coverage.json, gcov.txt, _core.c and _core.c.gcov in $out)"
+else
+  objdir=$(dirname "$(find build -name runtime.gcda | head -1)")
+  gcov -b -c -f -o "$objdir" gpu_dlpack/core/runtime.c >gcov.txt 2>&1 || true
+  cp coverage.json gcov.txt "$out"/ && cp runtime.c.gcov "$out"/ 2>/dev/null || true
+  python "$root/scripts/gpu_coverage.py" coverage.json gcov.txt "${rev:-the working tree}"
+  echo "(coverage.json, gcov.txt and runtime.c.gcov in $out)"
+fi

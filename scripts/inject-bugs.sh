@@ -3,7 +3,7 @@
 # gpu tests on the simulated CUDA must catch: scripts/inject-bugs.sh [-j JOBS] [NAME ...]
 #
 # The bugs are a table (tests/simcuda/bugs.py): each replaces one exact piece
-# of a source file in a copy of the tree (the core rebuilt there for a C bug),
+# of a source file in a copy of the tree (the core rebuilt there for a bug in its sources),
 # and names the tests that must catch it, run on the simulated CUDA on each
 # path the bug changes (tests/simcuda/inject.py). First the same tests run on
 # the tree as it is. Prints, per bug and path, what caught it: the checker's

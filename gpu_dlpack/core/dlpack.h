@@ -23,7 +23,7 @@
  *                 a NumPy array (import_host), or for the hand-off (exchange);
  *   capsule.c     the capsule primitives: names, header, checks, claim,
  *                 snapshot, version and flags;
- *   runtime.c     the CUDA runtime calls: the stream hand-off and a copy;
+ *   runtime.pxi   the CUDA runtime calls: the stream hand-off and a copy;
  *   state.c       the core's state, and the hand-back to Python of every
  *                 case the core does not run.
  */

@@ -4,7 +4,6 @@
 #define GPU_DLPACK_CORE_MODULE_H
 
 #include "export.h"
-#include "runtime.h"
 
 int setup_once(void);
 int add_c_functions(PyObject *dict, PyObject *modname);

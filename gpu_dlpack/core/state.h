@@ -9,7 +9,7 @@
 #include "dlpack.h"
 
 /* The CUDA runtime calls, as CuPy's runtime module publishes them in its
- * __pyx_capi__ (Cython's C signatures: runtime.c checks each capsule's
+ * __pyx_capi__ (Cython's C signatures: runtime.pxi checks each capsule's
  * name). Python binds them (bind_runtime); the tests bind stand-ins. */
 typedef int (*get_device_t)(int);
 typedef PyObject *(*set_device_t)(int, int);

@@ -82,7 +82,7 @@ def _mutated_tree(bug, base):
                          "update tests/simcuda/bugs.py")
     with open(target, "w") as f:
         f.write(text.replace(bug.old, bug.new))
-    if bug.file.endswith(".c"):
+    if bug.file.endswith((".c", ".h", ".pyx", ".pxi")):
         done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where,
                               capture_output=True, text=True)
         if done.returncode:

@@ -1,0 +1,241 @@
+# The capsule of the other kind over the same memory: a legacy
+# DLManagedTensor becomes a DLManagedTensorVersioned whose manager_ctx holds
+# it and whose deleter calls its deleter once (and a versioned one a legacy
+# one, the same way round), on any device, touching no data. The Python
+# reference (_exchange.python_rebuild) does it through NumPy: an import
+# that records the address, then an export; the struct made here is the
+# one NumPy's export makes (data + byte_offset and an offset of 0, strides
+# always, a legacy import READ_ONLY), so both paths give the same capsule.
+# Every other case is the Python one's.
+#
+# adaptable, versioned_over, legacy_over and adapted_capsule keep the C
+# names and signatures of adapt.h: the C exchange API's producer side calls
+# them.
+
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT32_MAX
+from libc.stdlib cimport malloc, free
+from cpython.exc cimport PyErr_NoMemory, PyErr_Occurred, PyErr_Clear
+from cpython.ref cimport Py_DECREF
+from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
+
+from dlpack cimport (DLDevice, DLTensor, DLManagedTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, state,
+                     configured, bit_index)
+
+cdef extern from "capsule.h":
+    const char *LEGACY
+    const char *VERSIONED
+    const char *USED_LEGACY
+    const char *USED_VERSIONED
+    int kind_of(PyObject *capsule) noexcept
+    DLTensor *tensor_of(void *ptr, int versioned) noexcept
+    int well_formed(DLTensor *t) noexcept
+    void release_tensor(void *ptr, int versioned) noexcept
+    int layout_ok(DLTensor *t) noexcept
+    void *claim(PyObject *capsule, int versioned) noexcept
+    void capsule_destructor(PyObject *capsule) noexcept
+    void legacy_capsule_destructor(PyObject *capsule) noexcept
+
+cdef extern from "state.h":
+    object delegate(const char *name, PyObject *const *args, Py_ssize_t nargs)
+
+cdef extern from "Python.h":
+    # Their answers read as C reads them: the failure handled where they are called.
+    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name,
+                                              void (*destructor)(PyObject *) noexcept) noexcept
+    int rename_capsule "PyCapsule_SetName"(PyObject *capsule, const char *name) noexcept
+    long long_or_error "PyLong_AsLong"(object o) noexcept
+
+# The producer's deleter, called as the one of the struct over it is: with
+# the GIL or without (a DLPack deleter is plain C; dlpack.pxd declares it
+# GIL-requiring only because Cython cannot tell).
+ctypedef void (*legacy_deleter_t)(DLManagedTensor *) noexcept nogil
+ctypedef void (*versioned_deleter_t)(DLManagedTensorVersioned *) noexcept nogil
+
+
+# malloc and free: a deleter runs on any thread, with or without the GIL,
+# also once the interpreter is gone. Each struct is followed by room for
+# the strides, where the tensor it is made over has none.
+cdef void versioned_over_deleter(DLManagedTensorVersioned *self) noexcept nogil:
+    cdef DLManagedTensor *legacy = <DLManagedTensor *>self.manager_ctx
+    free(self)
+    cdef legacy_deleter_t deleter = <legacy_deleter_t><void *>legacy.deleter
+    if deleter != NULL:
+        deleter(legacy)
+
+
+cdef void legacy_over_deleter(DLManagedTensor *self) noexcept nogil:
+    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>self.manager_ctx
+    free(self)
+    cdef versioned_deleter_t deleter = <versioned_deleter_t><void *>v.deleter
+    if deleter != NULL:
+        deleter(v)
+
+
+cdef public int adaptable(void *ptr, int versioned) noexcept:
+    """1 when the tensor of an unconsumed capsule of the given kind is one
+    whose rebuild through NumPy the core makes as NumPy would: well-formed,
+    a NumPy dtype of its own (the others go through a carrier, which needs
+    ml_dtypes at the time of the export), data that is not NULL (NumPy
+    allocates for NULL), at least one dimension (NumPy before 2.1 exports a
+    0-d tensor without strides), versioned: major 1 and not READ_ONLY (a
+    read-only tensor has no legacy capsule). Else 0: the Python rebuild
+    runs."""
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    cdef DLManagedTensorVersioned *m
+    cdef int nbytes
+    if not state.numpy_layout:
+        return 0  # NumPy before 2.1 lays its exports out otherwise (no strides, empty data moved)
+    if versioned:
+        m = <DLManagedTensorVersioned *>ptr
+        if m.version.major != 1 or (m.flags & FLAG_READ_ONLY):
+            return 0
+    if (not well_formed(t) or t.ndim < 1 or t.ndim > state.numpy_maxdims or t.dtype.lanes != 1
+            or t.dtype.code >= 32 or <uintptr_t>t.data + t.byte_offset == 0):
+        return 0
+    nbytes = bit_index(t.dtype.bits)
+    return nbytes != 0 and state.numpy_descr[t.dtype.code][nbytes] != NULL
+
+
+cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src, int64_t *strides,
+                                              DLDevice device) noexcept:
+    """Copy the tensor as NumPy exports it: data + byte_offset and an offset
+    of 0, the shape the source holds, strides always (row-major where the
+    source has none, an extent of 0 counted as 1, as NumPy fills them)."""
+    cdef int64_t step = 1
+    cdef int i
+    to[0] = src[0]
+    # as an address: an offset may reach past any object C knows of
+    to.data = <void *>(<uintptr_t>src.data + src.byte_offset)
+    to.byte_offset = 0
+    to.device = device
+    if src.strides == NULL:
+        for i in range(src.ndim - 1, -1, -1):
+            strides[i] = step
+            if src.shape[i]:
+                step *= src.shape[i]  # within int64: layout_ok bounds the elements
+        to.strides = strides
+
+
+cdef public DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, uint64_t flags,
+                                                     DLDevice device) except NULL:
+    cdef int ndim = legacy.dl_tensor.ndim
+    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>malloc(
+        sizeof(DLManagedTensorVersioned) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
+    if v == NULL:
+        PyErr_NoMemory()
+    (<uint64_t *>v)[0] = state.version_word
+    v.manager_ctx = legacy
+    v.deleter = versioned_over_deleter
+    v.flags = flags
+    copy_tensor_as_numpy_exports(&v.dl_tensor, &legacy.dl_tensor, <int64_t *>(v + 1), device)
+    return v
+
+
+cdef public DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice device) except NULL:
+    cdef int ndim = v.dl_tensor.ndim
+    cdef DLManagedTensor *m = <DLManagedTensor *>malloc(
+        sizeof(DLManagedTensor) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
+    if m == NULL:
+        PyErr_NoMemory()
+    m.manager_ctx = v
+    m.deleter = legacy_over_deleter
+    copy_tensor_as_numpy_exports(&m.dl_tensor, &v.dl_tensor, <int64_t *>(m + 1), device)
+    return m
+
+
+cdef public PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device) except? NULL:
+    """The capsule of the other kind over the tensor of an unconsumed capsule
+    that adaptable() took, labelled `device`: the capsule taken (renamed
+    used_*), the new one owns its tensor, whose deleter runs once, when the
+    new capsule is consumed and freed or dropped unconsumed. As move() does,
+    the new capsule is made first, owning nothing (a used_* name), and the
+    claim and the hand-over are one step in which no Python code runs: out
+    of memory (NULL, the error set) the capsule given is left as it was;
+    NULL without an error when another consumer took it first."""
+    cdef const char *name = VERSIONED if versioned else LEGACY
+    if not PyCapsule_IsValid(<object>capsule, name):
+        return NULL
+    cdef void *ptr = PyCapsule_GetPointer(<object>capsule, name)
+    cdef void *made
+    cdef PyObject *out
+    if versioned:
+        made = legacy_over(<DLManagedTensorVersioned *>ptr, device)
+        out = capsule_or_null(made, USED_LEGACY, legacy_capsule_destructor)
+    else:
+        made = versioned_over(<DLManagedTensor *>ptr, FLAG_READ_ONLY, device)
+        out = capsule_or_null(made, USED_VERSIONED, capsule_destructor)
+    if out == NULL:
+        free(made)  # only the struct made above: the tensor is still the capsule's
+        return NULL
+    cdef void *got = claim(capsule, versioned)
+    if got != ptr:
+        Py_DECREF(<object>out)  # owns nothing: its destructor frees nothing
+        free(made)
+        if got != NULL:
+            release_tensor(got, versioned)  # another tensor put in meanwhile: taken, so freed
+        return NULL
+    rename_capsule(out, LEGACY if versioned else VERSIONED)  # a capsule just made: cannot fail
+    return out
+
+
+cdef inline bint device_from_tuple(object d, DLDevice *device) noexcept:
+    """Write the device of a (type, id) tuple of plain ints, a DLPack device
+    type; 0 for anything else (the Python rebuild decides)."""
+    cdef long dt, di
+    if type(d) is not tuple or len(<tuple>d) != 2 or type((<tuple>d)[0]) is not int or type((<tuple>d)[1]) is not int:
+        return 0
+    dt = long_or_error((<tuple>d)[0])
+    di = long_or_error((<tuple>d)[1])
+    if PyErr_Occurred():
+        PyErr_Clear()
+        return 0
+    if dt < 0 or dt >= 64 or not ((state.device_types >> dt) & 1) or di < 0 or di > INT32_MAX:
+        return 0
+    device.device_type = <int32_t>dt
+    device.device_id = <int32_t>di
+    return 1
+
+
+cdef object rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device):
+    """_exchange.python_rebuild with the arguments rebuild was given."""
+    cdef PyObject *args[6]
+    args[0] = <PyObject *>capsule
+    args[1] = <PyObject *>versioned
+    args[2] = <PyObject *>header
+    args[3] = <PyObject *>want_versioned
+    args[4] = <PyObject *>read_only
+    args[5] = <PyObject *>device
+    return delegate("rebuild", args, 5 if device is None else 6)
+
+
+def rebuild(capsule, versioned, header, want_versioned, read_only, device=None, /):
+    """The capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild).
+
+    The same arguments: a checked capsule; device a (type, id) tuple or None
+    for the tensor's own. Every other case is the Python rebuild's."""
+    cdef int is_versioned, want
+    cdef void *ptr
+    cdef DLDevice to
+    cdef PyObject *out
+    configured()
+    if not isinstance(versioned, bool) or not isinstance(want_versioned, bool) or not isinstance(read_only, bool):
+        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    is_versioned = versioned is True
+    want = want_versioned is True
+    # versioned -> legacy of read-only data is refused by the Python one
+    if want == is_versioned or (not want and read_only is True) or kind_of(<PyObject *>capsule) != is_versioned:
+        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    if not PyCapsule_IsValid(capsule, VERSIONED if is_versioned else LEGACY):
+        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    ptr = PyCapsule_GetPointer(capsule, VERSIONED if is_versioned else LEGACY)
+    if not adaptable(ptr, is_versioned):
+        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    to = tensor_of(ptr, is_versioned).device
+    if device is not None and not device_from_tuple(device, &to):
+        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    out = adapted_capsule(<PyObject *>capsule, is_versioned, to)
+    if out == NULL:  # taken meanwhile: the Python rebuild says what the capsule now is
+        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    adapted = <object>out
+    Py_DECREF(adapted)  # the reference adapted_capsule handed over, now adapted's
+    return adapted
