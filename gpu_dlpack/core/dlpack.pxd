@@ -73,3 +73,36 @@ cdef extern from "state.h":
 cdef extern from "capsule.h":
     int MAX_NDIM
     int bit_index(unsigned bits) noexcept
+
+# --- capsule.pxi -----------------------------------------------------------
+
+cdef extern from "state.h":
+    # The Python implementation `name` called with the arguments: every case
+    # the core does not run goes to it, unchanged.
+    object delegate(const char *name, PyObject **args, Py_ssize_t nargs)
+
+cdef extern from "capsule.h":
+    const char *LEGACY
+    const char *VERSIONED
+    const char *USED_LEGACY
+    const char *USED_VERSIONED
+    int kind_of(PyObject *capsule) noexcept
+    DLTensor *tensor_of(void *ptr, int versioned) noexcept
+    bint well_formed(DLTensor *t) noexcept
+    bint dtype_known(DLDataType dt) noexcept
+    void run_deleter(void *ptr, int versioned) noexcept
+    void release_tensor(void *ptr, int versioned) noexcept
+
+cdef extern from "Python.h":
+    # The slots of PyTypeObject called here.
+    ctypedef struct TypeSlots "PyTypeObject":
+        object (*tp_alloc)(PyTypeObject *type, Py_ssize_t nitems)
+    # The calls whose failure the caller checks (or clears) itself.
+    void *pointer_or_null "PyCapsule_GetPointer"(PyObject *capsule, const char *name) noexcept
+    const char *name_or_null "PyCapsule_GetName"(PyObject *capsule) noexcept
+    int rename "PyCapsule_SetName"(PyObject *capsule, const char *name) noexcept
+    bint named "PyCapsule_IsValid"(PyObject *capsule, const char *name) noexcept
+    void *as_pointer "PyLong_AsVoidPtr"(object value) noexcept
+    unsigned long long as_u64 "PyLong_AsUnsignedLongLong"(object value) noexcept
+    unsigned long as_ulong "PyLong_AsUnsignedLong"(object value) noexcept
+    int truth "PyObject_IsTrue"(object value) noexcept
