@@ -14,6 +14,7 @@ from libc.string cimport memset
 from dlpack cimport CoreState, state, MAX_NDIM, bit_index
 
 include "capsule.pxi"
+include "info.pxi"
 
 cdef extern from "Python.h":
     ctypedef struct PyInterpreterState

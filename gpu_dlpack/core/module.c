@@ -3,13 +3,11 @@
 
 #include "module.h"
 #include "export.h"
-#include "info.h"
 #include "runtime.h"
 
 static PyMethodDef core_methods[] = {
     {"import_host", (PyCFunction)core_import_host, METH_O, "import_host($module, x, /)\n--\n\nA NumPy array of a producer's C exchange API, or None."},
     {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, "rebuild($module, capsule, versioned, header, want_versioned, read_only, device=None, /)\n--\n\nThe capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild)."},
-    {"read", (PyCFunction)core_read, METH_O, "read($module, capsule, /)\n--\n\nThe CapsuleInfo of an unconsumed capsule (inspect), read in one step."},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
     {"bind_runtime", (PyCFunction)core_bind_runtime, METH_O, "bind_runtime($module, capi, /)\n--\n\nBind the CUDA runtime calls to CuPy's runtime module's __pyx_capi__ (None: unbind); None, or (entry, found, expected) when one differs."},
     {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
