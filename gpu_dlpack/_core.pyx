@@ -13,6 +13,8 @@ from libc.string cimport memset
 
 from dlpack cimport CoreState, state, MAX_NDIM, bit_index
 
+include "capsule.pxi"
+include "info.pxi"
 include "adapt.pxi"
 include "runtime.pxi"
 

@@ -19,24 +19,10 @@ from cpython.ref cimport Py_DECREF
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 from dlpack cimport (DLDevice, DLTensor, DLManagedTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, state,
-                     configured, bit_index)
+                     configured, bit_index, delegate, LEGACY, VERSIONED, USED_LEGACY, USED_VERSIONED, kind_of,
+                     tensor_of, well_formed, release_tensor)
 
-cdef extern from "capsule.h":
-    const char *LEGACY
-    const char *VERSIONED
-    const char *USED_LEGACY
-    const char *USED_VERSIONED
-    int kind_of(PyObject *capsule) noexcept
-    DLTensor *tensor_of(void *ptr, int versioned) noexcept
-    int well_formed(DLTensor *t) noexcept
-    void release_tensor(void *ptr, int versioned) noexcept
-    int layout_ok(DLTensor *t) noexcept
-    void *claim(PyObject *capsule, int versioned) noexcept
-    void capsule_destructor(PyObject *capsule) noexcept
-    void legacy_capsule_destructor(PyObject *capsule) noexcept
-
-cdef extern from "state.h":
-    object delegate(const char *name, PyObject *const *args, Py_ssize_t nargs)
+# claim, layout_ok and the owning destructors are capsule.pxi's.
 
 cdef extern from "Python.h":
     # Their answers read as C reads them: the failure handled where they are called.
@@ -167,7 +153,7 @@ cdef public PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice
     if out == NULL:
         free(made)  # only the struct made above: the tensor is still the capsule's
         return NULL
-    cdef void *got = claim(capsule, versioned)
+    cdef void *got = c_claim(capsule, versioned)
     if got != ptr:
         Py_DECREF(<object>out)  # owns nothing: its destructor frees nothing
         free(made)

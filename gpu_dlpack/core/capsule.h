@@ -1,4 +1,4 @@
-/* The capsule primitives (capsule.c), and the small ones every file inlines. */
+/* The capsule primitives (capsule.pxi), and the small ones every file inlines. */
 
 #ifndef GPU_DLPACK_CORE_CAPSULE_H
 #define GPU_DLPACK_CORE_CAPSULE_H
@@ -116,15 +116,5 @@ void capsule_destructor(PyObject *capsule);
 void legacy_capsule_destructor(PyObject *capsule);
 
 int stamp(PyObject *capsule, uint64_t word);
-PyObject *core_header(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_claim(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_discard(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_move(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_kept_capsule(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_snapshot(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_stamp_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_set_flags(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-PyObject *core_set_version(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

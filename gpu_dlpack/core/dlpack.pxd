@@ -71,5 +71,47 @@ cdef extern from "state.h":
     int configured() except 0
 
 cdef extern from "capsule.h":
-    int MAX_NDIM
+    enum: MAX_NDIM  # a constant: it sizes arrays
     int bit_index(unsigned bits) noexcept
+
+# --- capsule.pxi, info.pxi -------------------------------------------------
+
+cdef extern from "state.h":
+    # The Python implementation `name` called with the arguments: every case
+    # the core does not run goes to it, unchanged.
+    object delegate(const char *name, PyObject **args, Py_ssize_t nargs)
+    # CoreState's fields only these files read, by their place in the one
+    # struct (the declaration above lists the fields the module's face sets).
+    PyObject *state_versions_seen "state.versions_seen"[16]
+    PyObject *state_dtypes_seen "state.dtypes_seen"[32][17]
+    PyObject *state_info_keys "state.info_keys"[10]
+    PyObject *state_str_legacy "state.str_legacy"
+    PyObject *state_str_versioned "state.str_versioned"
+
+cdef extern from "capsule.h":
+    const char *LEGACY
+    const char *VERSIONED
+    const char *USED_LEGACY
+    const char *USED_VERSIONED
+    int kind_of(PyObject *capsule) noexcept
+    DLTensor *tensor_of(void *ptr, int versioned) noexcept
+    bint well_formed(DLTensor *t) noexcept
+    bint dtype_known(DLDataType dt) noexcept
+    void run_deleter(void *ptr, int versioned) noexcept
+    void release_tensor(void *ptr, int versioned) noexcept
+
+cdef extern from "Python.h":
+    # The slots of PyTypeObject called here.
+    ctypedef struct TypeSlots "PyTypeObject":
+        object (*tp_alloc)(PyTypeObject *type, Py_ssize_t nitems)
+        object (*tp_new)(PyTypeObject *type, object args, PyObject *kwargs)
+    TypeSlots PyBaseObject_Type  # object
+    # The calls whose failure the caller checks (or clears) itself.
+    void *pointer_or_null "PyCapsule_GetPointer"(PyObject *capsule, const char *name) noexcept
+    const char *name_or_null "PyCapsule_GetName"(PyObject *capsule) noexcept
+    int rename "PyCapsule_SetName"(PyObject *capsule, const char *name) noexcept
+    bint named "PyCapsule_IsValid"(PyObject *capsule, const char *name) noexcept
+    void *as_pointer "PyLong_AsVoidPtr"(object value) noexcept
+    unsigned long long as_u64 "PyLong_AsUnsignedLongLong"(object value) noexcept
+    unsigned long as_ulong "PyLong_AsUnsignedLong"(object value) noexcept
+    int truth "PyObject_IsTrue"(object value) noexcept

@@ -1,4 +1,4 @@
-/* inspect(capsule) in one C call (info.c). */
+/* inspect(capsule) in one call (info.pxi). */
 
 #ifndef GPU_DLPACK_CORE_INFO_H
 #define GPU_DLPACK_CORE_INFO_H

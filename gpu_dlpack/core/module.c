@@ -3,21 +3,9 @@
 
 #include "module.h"
 #include "export.h"
-#include "info.h"
 
 static PyMethodDef core_methods[] = {
-    {"header", (PyCFunction)(void (*)(void))core_header, METH_FASTCALL, "header($module, ptr, versioned, /)\n--\n\nThe Header of a capsule's tensor."},
-    {"checked", (PyCFunction)(void (*)(void))core_checked, METH_FASTCALL, "checked($module, capsule, likely=True, check_dtype=None, /)\n--\n\n(versioned, Header) of a capsule, checked."},
-    {"claim", (PyCFunction)(void (*)(void))core_claim, METH_FASTCALL, "claim($module, capsule, versioned, /)\n--\n\nCheck the name and rename the capsule used_* in one step."},
-    {"snapshot", (PyCFunction)(void (*)(void))core_snapshot, METH_FASTCALL, "snapshot($module, capsule, /)\n--\n\nThe bytes of a capsule's struct, shape and strides, read in one step."},
-    {"discard", (PyCFunction)(void (*)(void))core_discard, METH_FASTCALL, "discard($module, capsule, versioned, /)\n--\n\nClaim a capsule and run its deleter."},
-    {"move", (PyCFunction)(void (*)(void))core_move, METH_FASTCALL, "move($module, capsule, versioned, destructor, /)\n--\n\nA new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."},
-    {"kept_capsule", (PyCFunction)(void (*)(void))core_kept_capsule, METH_FASTCALL, "kept_capsule($module, ptr, keep, /)\n--\n\nA versioned capsule over a struct, holding keep until its deleter runs."},
-    {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, "stamp_version($module, capsule, word, /)\n--\n\nWrite the version word into a versioned capsule."},
-    {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, "set_flags($module, ptr, flags, /)\n--\n\nWrite a versioned tensor's flags."},
-    {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, "set_version($module, ptr, version, /)\n--\n\nWrite a versioned tensor's version."},
     {"import_host", (PyCFunction)core_import_host, METH_O, "import_host($module, x, /)\n--\n\nA NumPy array of a producer's C exchange API, or None."},
-    {"read", (PyCFunction)core_read, METH_O, "read($module, capsule, /)\n--\n\nThe CapsuleInfo of an unconsumed capsule (inspect), read in one step."},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
     {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
     {NULL}

@@ -1,0 +1,413 @@
+# The capsule primitives: reading a header and the checks every exchange
+# makes, claiming a capsule in one step, the snapshot of an unconsumed one,
+# writing its version and flags. The C files still reach claim, new_header,
+# layout_ok, stamp and the owning destructors by their C names (capsule.h).
+
+cimport cython
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
+from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.tuple cimport PyTuple_SET_ITEM
+from cpython.dict cimport PyDict_GetItemString
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t, UINT32_MAX
+from libc.string cimport strcmp
+
+from dlpack cimport (
+    DLTensor, DLDataType, DLManagedTensor, DLManagedTensorVersioned, state, configured, MAX_NDIM,
+    delegate, LEGACY, VERSIONED, USED_LEGACY, USED_VERSIONED, TypeSlots,
+    kind_of, tensor_of, well_formed, dtype_known, run_deleter, release_tensor,
+    pointer_or_null, name_or_null, rename, named, as_pointer, as_u64, as_ulong, truth,
+)
+
+cdef extern from "Python.h":
+    int Py_IsInitialized() nogil
+
+cdef extern from *:
+    ctypedef long long int128 "__int128"
+
+
+# -- the hand-back to Python: every case the core does not run --------------------
+
+cdef object hand_back1(const char *name, a):
+    cdef PyObject *args[1]
+    args[0] = <PyObject *>a
+    return delegate(name, args, 1)
+
+
+cdef object hand_back2(const char *name, a, b):
+    cdef PyObject *args[2]
+    args[0] = <PyObject *>a
+    args[1] = <PyObject *>b
+    return delegate(name, args, 2)
+
+
+cdef object hand_back3(const char *name, a, b, c):
+    cdef PyObject *args[3]
+    args[0] = <PyObject *>a
+    args[1] = <PyObject *>b
+    args[2] = <PyObject *>c
+    return delegate(name, args, 3)
+
+
+cdef int raise_pending() except -1:
+    """Raise the exception a C API call has set (checked once after several)."""
+    return -1
+
+
+cdef inline void tuple_fill(object tup, Py_ssize_t i, object value) noexcept:
+    Py_INCREF(value)
+    PyTuple_SET_ITEM(tup, i, value)
+
+
+# -- the checks ------------------------------------------------------------------
+
+cdef public int layout_ok(DLTensor *t) noexcept:
+    """1 when the shape and strides can be held (what _capsule._check_layout
+    checks: no negative dimension, no NULL data with elements, at most 2**63 - 1
+    bytes, strides inside the 64-bit address space from either end), else 0."""
+    cdef int128 MAX_BYTES = ((<int128>1) << 63) - 1
+    cdef int128 LIMIT = (<int128>1) << 100
+    cdef int128 count = 1, itemsize, low = 0, high = 0, reach, first, step
+    cdef bint empty = False
+    cdef int i
+    for i in range(t.ndim):
+        if t.shape[i] < 0:
+            return 0
+    for i in range(t.ndim):
+        if t.shape[i] == 0:
+            empty = True
+            continue
+        count *= t.shape[i]
+        if count > MAX_BYTES:
+            count = MAX_BYTES + 1  # saturate: too big either way
+    if t.data == NULL and not empty:
+        return 0
+    itemsize = (<unsigned>t.dtype.bits * t.dtype.lanes + 7) >> 3
+    if itemsize < 1:
+        itemsize = 1
+    if count * itemsize > MAX_BYTES:
+        return 0
+    if t.strides == NULL:
+        high = count - 1
+    else:
+        for i in range(t.ndim):
+            if t.shape[i] == 0:
+                continue  # reaches nowhere, as an extent of one
+            reach = <int128>(t.shape[i] - 1) * t.strides[i]
+            if reach < 0:
+                low += reach
+            else:
+                high += reach
+            if low < -LIMIT or high > LIMIT:
+                return 0
+    first = <int128><uintptr_t>t.data + <int128>t.byte_offset
+    low = first + low * itemsize
+    high = first + (high + 1) * itemsize
+    if low < 0 or high > ((<int128>1) << 64) or high - low > MAX_BYTES:
+        return 0
+    if t.strides != NULL:  # each step an int64 byte count, even where no extent takes it
+        for i in range(t.ndim):
+            step = <int128>t.strides[i] * itemsize
+            if step > MAX_BYTES or step < -MAX_BYTES - 1:
+                return 0
+    return 1
+
+
+cdef public object new_header(void *ptr, int versioned):
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>ptr
+    address = PyLong_FromVoidPtr(ptr)
+    if versioned:
+        major, minor, flags = m.version.major, m.version.minor, m.flags
+    else:
+        major, minor, flags = None, None, 0
+    device_type, device_id = t.device.device_type, t.device.device_id
+    code, bits, lanes, ndim = t.dtype.code, t.dtype.bits, t.dtype.lanes, t.ndim
+    strides = PyLong_FromVoidPtr(t.strides)
+    h = (<TypeSlots *>state.header_type).tp_alloc(state.header_type, 11)
+    tuple_fill(h, 0, address)
+    tuple_fill(h, 1, major)
+    tuple_fill(h, 2, minor)
+    tuple_fill(h, 3, flags)
+    tuple_fill(h, 4, device_type)
+    tuple_fill(h, 5, device_id)
+    tuple_fill(h, 6, code)
+    tuple_fill(h, 7, bits)
+    tuple_fill(h, 8, lanes)
+    tuple_fill(h, 9, ndim)
+    tuple_fill(h, 10, strides)
+    return h
+
+
+@cython.embedsignature.format("clinic")
+def header(ptr, versioned, /):
+    """The Header of a capsule's tensor."""
+    configured()
+    cdef void *p = as_pointer(ptr)
+    cdef int v = truth(versioned)
+    if (p == NULL and PyErr_Occurred()) or v < 0:
+        raise_pending()
+    if p == NULL or (v and (<DLManagedTensorVersioned *>p).version.major != 1) or not well_formed(tensor_of(p, v)):
+        return hand_back2(b"header", ptr, versioned)
+    return new_header(p, v)
+
+
+@cython.embedsignature.format("clinic")
+def checked(capsule, likely=True, check_dtype=None, /):
+    """(versioned, Header) of a capsule, checked."""
+    configured()
+    cdef int versioned = kind_of(<PyObject *>capsule)
+    if versioned < 0:
+        return hand_back3(b"checked", capsule, likely, check_dtype)
+    cdef void *ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
+    if ptr == NULL:
+        PyErr_Clear()
+        return hand_back3(b"checked", capsule, likely, check_dtype)
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    if (versioned and (<DLManagedTensorVersioned *>ptr).version.major != 1) or not well_formed(t):
+        return hand_back3(b"checked", capsule, likely, check_dtype)  # words the error, discards
+    # Read before the dtype check runs Python code, as the Python checked()
+    # does: meanwhile another thread may consume the capsule and free the
+    # tensor.
+    cdef DLDataType dtype = t.dtype
+    head = new_header(ptr, versioned)
+    if check_dtype is not None:
+        if dtype_known(dtype) and PyDict_GetItemString(<object>state.py_impl, "check_known") == <PyObject *>check_dtype:
+            pass  # the told table says check_known passes
+        else:
+            try:
+                check_dtype(dtype.code, dtype.bits, dtype.lanes)
+            except BufferError:
+                ptr = c_claim(<PyObject *>capsule, versioned)
+                if ptr != NULL:
+                    run_deleter(ptr, versioned)
+                raise
+    return (versioned != 0, head)
+
+
+# -- claiming --------------------------------------------------------------------
+
+cdef public void *c_claim "claim"(PyObject *capsule, int versioned) noexcept:
+    """Claim an unconsumed capsule of the given kind: check its name and
+    rename it used_* in one step (the GIL, or the capsule's critical section
+    on a free-threaded build, is held throughout and no Python code runs), so
+    two threads racing for it cannot both take it. Its pointer, or NULL (no
+    error set) when it is not such a capsule."""
+    cdef void *ptr = NULL
+    cdef const char *name
+    if not PyCapsule_CheckExact(<object>capsule):
+        return NULL
+    with cython.critical_section(<object>capsule):
+        name = name_or_null(capsule)
+        if name != NULL and strcmp(name, VERSIONED if versioned else LEGACY) == 0:
+            ptr = pointer_or_null(capsule, name)
+            if ptr != NULL and rename(capsule, USED_VERSIONED if versioned else USED_LEGACY) != 0:
+                ptr = NULL
+    if ptr == NULL:
+        PyErr_Clear()
+    return ptr
+
+
+cdef public void capsule_destructor(PyObject *capsule) noexcept:
+    # What every producer's capsule does: free an unconsumed tensor (any
+    # producer's: it also owns the tensors Python hands over with move()).
+    # A capsule may die while an exception is pending (one dropped as an
+    # interrupt unwinds the stack): it is set aside while the deleter runs.
+    if named(capsule, VERSIONED):
+        release_tensor(pointer_or_null(capsule, VERSIONED), 1)
+
+
+cdef public void legacy_capsule_destructor(PyObject *capsule) noexcept:
+    if named(capsule, LEGACY):
+        release_tensor(pointer_or_null(capsule, LEGACY), 0)
+
+
+@cython.embedsignature.format("clinic")
+def claim(capsule, versioned, /):
+    """Check the name and rename the capsule used_* in one step."""
+    # Every claim of the layer goes through here, so C and Python claims
+    # never interleave; the Python claim() raises what the name now is.
+    configured()
+    cdef bint v = versioned
+    cdef void *ptr = c_claim(<PyObject *>capsule, v)
+    if ptr == NULL:
+        return hand_back2(b"claim", capsule, versioned)
+    return PyLong_FromVoidPtr(ptr)
+
+
+@cython.embedsignature.format("clinic")
+def discard(capsule, versioned, /):
+    """Claim a capsule and run its deleter."""
+    configured()
+    cdef bint v = versioned
+    cdef void *ptr = c_claim(<PyObject *>capsule, v)
+    if ptr == NULL:
+        return hand_back2(b"discard", capsule, versioned)
+    release_tensor(ptr, v)
+
+
+@cython.embedsignature.format("clinic")
+def move(capsule, versioned, destructor, /):
+    """A new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."""
+    # `destructor` is a C function that frees an unconsumed capsule's tensor.
+    # Checking the name, making the new capsule and renaming both is one step
+    # in which no Python code runs, so no interrupt or error can land between
+    # the claim and the hand-over: at every point exactly one of the two
+    # capsules owns the tensor. Out of memory, the capsule given is left as
+    # it was. The Python move() on anything but an unconsumed capsule of that
+    # kind (it raises what is wrong).
+    configured()
+    cdef bint v = versioned
+    cdef PyCapsule_Destructor free_tensor = <PyCapsule_Destructor>PyLong_AsVoidPtr(destructor)
+    if free_tensor == NULL:
+        raise ValueError("move() needs the address of an owning capsule destructor")
+    if not PyCapsule_CheckExact(capsule):
+        return hand_back3(b"move", capsule, versioned, destructor)
+    cdef bint moved = False
+    cdef const char *name
+    cdef void *ptr = NULL
+    out = None
+    with cython.critical_section(capsule):
+        name = name_or_null(<PyObject *>capsule)
+        if name != NULL and strcmp(name, VERSIONED if v else LEGACY) == 0:
+            ptr = pointer_or_null(<PyObject *>capsule, name)
+        if ptr != NULL:
+            # Made owning nothing (a used_* name), then both renamed.
+            out = PyCapsule_New(ptr, USED_VERSIONED if v else USED_LEGACY, free_tensor)
+            if rename(<PyObject *>out, VERSIONED if v else LEGACY) == 0:
+                if rename(<PyObject *>capsule, USED_VERSIONED if v else USED_LEGACY) == 0:
+                    moved = True
+                else:
+                    rename(<PyObject *>out, USED_VERSIONED if v else USED_LEGACY)  # owns nothing again
+    if moved:
+        return out
+    # Not renamed (never so for a capsule whose pointer was just read), or
+    # not such a capsule: the new one owns nothing and goes.
+    out = None
+    PyErr_Clear()
+    return hand_back3(b"move", capsule, versioned, destructor)
+
+
+# -- reading ---------------------------------------------------------------------
+
+@cython.embedsignature.format("clinic")
+def snapshot(capsule, /):
+    """The bytes of a capsule's struct, shape and strides, read in one step."""
+    # What _capsule.snapshot returns, copied while the GIL (or the capsule's
+    # critical section) is held, so no consumer on another thread frees the
+    # tensor halfway; the Python snapshot() on anything but an unconsumed
+    # capsule (it raises what is wrong).
+    configured()
+    cdef int versioned = -1
+    cdef void *ptr = NULL
+    cdef DLTensor *t
+    raw = shape = strides = None
+    with cython.critical_section(capsule):
+        versioned = kind_of(<PyObject *>capsule)
+        if versioned >= 0:
+            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
+        if ptr != NULL:
+            raw = PyBytes_FromStringAndSize(
+                <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
+            t = tensor_of(ptr, versioned)
+            if ((not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and
+                    0 < t.ndim <= MAX_NDIM):
+                if t.shape != NULL:
+                    shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
+                if t.strides != NULL:
+                    strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
+    if ptr == NULL:
+        PyErr_Clear()
+        return hand_back1(b"snapshot", capsule)
+    return (versioned != 0, raw, shape, strides)
+
+
+# -- writing the version and flags -----------------------------------------------
+
+cdef public int stamp(PyObject *capsule, uint64_t word) noexcept:
+    cdef void *ptr = pointer_or_null(capsule, VERSIONED)
+    if ptr == NULL or (<uintptr_t>ptr & 7):
+        PyErr_Clear()
+        return -1
+    (<uint64_t *>ptr)[0] = word
+    return 0
+
+
+@cython.embedsignature.format("clinic")
+def stamp_version(capsule, word, /):
+    """Write the version word into a versioned capsule."""
+    configured()
+    if not isinstance(word, int):
+        return hand_back2(b"stamp_version", capsule, word)
+    cdef uint64_t w = PyLong_AsUnsignedLongLong(word)
+    if not PyCapsule_CheckExact(capsule) or stamp(<PyObject *>capsule, w) != 0:
+        return hand_back2(b"stamp_version", capsule, word)
+
+
+@cython.embedsignature.format("clinic")
+def set_flags(ptr, flags, /):
+    """Write a versioned tensor's flags."""
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
+    cdef uint64_t f = as_u64(flags)
+    if PyErr_Occurred():
+        raise_pending()
+    if m == NULL:
+        return hand_back2(b"set_flags", ptr, flags)
+    m.flags = f
+
+
+@cython.embedsignature.format("clinic")
+def set_version(ptr, version, /):
+    """Write a versioned tensor's version."""
+    if type(version) is not tuple or len(<tuple>version) != 2:
+        return hand_back2(b"set_version", ptr, version)
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
+    cdef unsigned long major = as_ulong((<tuple>version)[0])
+    cdef unsigned long minor = as_ulong((<tuple>version)[1])
+    if PyErr_Occurred() or major > UINT32_MAX or minor > UINT32_MAX:
+        PyErr_Clear()
+        return hand_back2(b"set_version", ptr, version)
+    if m == NULL:
+        return hand_back2(b"set_version", ptr, version)
+    m.version.major = <uint32_t>major
+    m.version.minor = <uint32_t>minor
+
+
+# -- versioned capsules for NumPy before 2.1 -------------------------------------
+
+cdef void kept_deleter(DLManagedTensorVersioned *m) noexcept nogil:
+    """The deleter of the versioned tensors Python builds for NumPy before 2.1
+    (_old_numpy): manager_ctx holds the Python object that keeps the struct's
+    memory and the array alive. Safe on any thread; after finalization it
+    leaks rather than touch Python."""
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    cdef PyObject *keep
+    if not Py_IsInitialized():
+        return
+    with gil:
+        PyErr_Fetch(&et, &ev, &tb)
+        keep = <PyObject *>m.manager_ctx  # read first: m lives in memory keep holds
+        m.manager_ctx = NULL
+        Py_XDECREF(keep)
+        PyErr_Restore(et, ev, tb)
+
+
+@cython.embedsignature.format("clinic")
+def kept_capsule(ptr, keep, /):
+    """A versioned capsule over a struct, holding keep until its deleter runs."""
+    # The struct is filled but for manager_ctx and deleter. Making the
+    # capsule and taking the reference is one step: no interrupt or error
+    # can land between them and leak keep.
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>PyLong_AsVoidPtr(ptr)
+    if m == NULL:
+        raise ValueError("kept_capsule() needs the address of a struct")
+    capsule = PyCapsule_New(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    Py_INCREF(keep)
+    m.manager_ctx = <void *>keep
+    m.deleter = kept_deleter
+    return capsule
