@@ -10,7 +10,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 CORE = "gpu_dlpack/core/"
-SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "adapt.c", "info.c", "capsule.c", "runtime.c", "state.c"]
+SOURCES = ["module.c", "export.c", "exportable.c", "adapt.c", "info.c", "capsule.c", "runtime.c", "state.c"]
 HEADERS = ["module.h", "export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "runtime.h", "state.h",
            "dlpack.h", "dlpack.pxd"]
 

@@ -13,6 +13,8 @@ from libc.string cimport memset
 
 from dlpack cimport CoreState, state, MAX_NDIM, bit_index
 
+include "core/consumer.pxi"
+
 cdef extern from "Python.h":
     ctypedef struct PyInterpreterState
     PyInterpreterState *PyInterpreterState_Get()

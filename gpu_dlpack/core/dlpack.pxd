@@ -52,6 +52,7 @@ cdef extern from "state.h":
         PyObject *produced_request
         uint64_t version_word
         int numpy_strides_after_shape
+        int32_t cpu_type
         PyObject *learn_import
         PyObject *exportable_fallback
         PyTypeObject *exportable_class
@@ -67,9 +68,62 @@ cdef extern from "state.h":
         PyObject *devices[64][16]
         PyObject *import_types
         PyObject *str_under_floor
+        PyObject *str_dlpack
+        PyObject *kw_max_version
     CoreState state
     int configured() except 0
 
 cdef extern from "capsule.h":
     int MAX_NDIM
     int bit_index(unsigned bits) noexcept
+
+# -- consumer.pxi: the exchange API table, the state and capsule helpers it
+# uses, and what Python said of a producer type (ImportEntry, consumer.h's,
+# which the C files above it read too) ---------------------------------------
+
+cdef extern from "dlpack.h":
+    cdef struct DLPackExchangeAPIHeader:
+        DLPackVersion version
+        DLPackExchangeAPIHeader *prev_api
+    ctypedef struct DLPackExchangeAPI:
+        DLPackExchangeAPIHeader header
+        int (*managed_tensor_allocator)(DLTensor *, DLManagedTensorVersioned **, void *,
+                                        void (*)(void *, const char *, const char *) noexcept) noexcept
+        int (*managed_tensor_from_py_object_no_sync)(void *, DLManagedTensorVersioned **) noexcept
+        int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned *, void **) noexcept
+        int (*dltensor_from_py_object_no_sync)(void *, DLTensor *) noexcept
+        int (*current_work_stream)(int32_t, int32_t, void **) noexcept
+
+cdef extern from "state.h":
+    PyObject *delegate(const char *name, PyObject **args, Py_ssize_t nargs)
+
+cdef extern from "capsule.h":
+    const char *LEGACY
+    const char *VERSIONED
+    const char *USED_VERSIONED
+    const char *EXCHANGED
+    const char *EXCHANGED_LEGACY
+    const char *EXCHANGE_API_NAME "EXCHANGE_API"  # the module's EXCHANGE_API is a capsule
+    enum:
+        NDIM_LIMIT "MAX_NDIM"
+    int kind_of(PyObject *capsule) noexcept
+    DLTensor *tensor_of(void *ptr, int versioned) noexcept
+    int well_formed(DLTensor *t) noexcept
+    void *claim(PyObject *capsule, int versioned) noexcept
+    void release_tensor(void *ptr, int versioned) noexcept
+    void drop_keeping_error(PyObject *o) noexcept
+    void capsule_destructor(object capsule) noexcept
+
+cdef extern from "consumer.h":
+    enum:
+        GUARD_METHODS
+    ctypedef struct ImportEntry:
+        const DLPackExchangeAPI *api
+        PyObject *api_owner
+        PyObject *attrs
+        PyObject *methods
+        uint32_t method_codes[GUARD_METHODS]
+        PyObject *host_method
+        PyObject *host_pieces
+        PyObject *host_answer
+    int cleared() noexcept

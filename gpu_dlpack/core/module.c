@@ -17,12 +17,10 @@ static PyMethodDef core_methods[] = {
     {"stamp_version", (PyCFunction)(void (*)(void))core_stamp_version, METH_FASTCALL, "stamp_version($module, capsule, word, /)\n--\n\nWrite the version word into a versioned capsule."},
     {"set_flags", (PyCFunction)(void (*)(void))core_set_flags, METH_FASTCALL, "set_flags($module, ptr, flags, /)\n--\n\nWrite a versioned tensor's flags."},
     {"set_version", (PyCFunction)(void (*)(void))core_set_version, METH_FASTCALL, "set_version($module, ptr, version, /)\n--\n\nWrite a versioned tensor's version."},
-    {"import_host", (PyCFunction)core_import_host, METH_O, "import_host($module, x, /)\n--\n\nA NumPy array of a producer's C exchange API, or None."},
     {"rebuild", (PyCFunction)(void (*)(void))core_rebuild, METH_FASTCALL, "rebuild($module, capsule, versioned, header, want_versioned, read_only, device=None, /)\n--\n\nThe capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild)."},
     {"read", (PyCFunction)core_read, METH_O, "read($module, capsule, /)\n--\n\nThe CapsuleInfo of an unconsumed capsule (inspect), read in one step."},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
     {"bind_runtime", (PyCFunction)core_bind_runtime, METH_O, "bind_runtime($module, capi, /)\n--\n\nBind the CUDA runtime calls to CuPy's runtime module's __pyx_capi__ (None: unbind); None, or (entry, found, expected) when one differs."},
-    {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
     {"handoff", (PyCFunction)(void (*)(void))core_handoff, METH_FASTCALL, "handoff($module, event, producer, consumer, device, consumer_device, /)\n--\n\nThe stream hand-off in one call."},
     {"copy", (PyCFunction)(void (*)(void))core_copy, METH_FASTCALL, "copy($module, dst, src, nbytes, stream, device, event, synchronize, /)\n--\n\nA copy and what follows it, in one call."},
     {NULL}
