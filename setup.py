@@ -11,7 +11,7 @@ from setuptools.command.build_ext import build_ext
 from setuptools.errors import BaseError, CCompilerError, CompileError
 
 CORE = "gpu_dlpack/core/"
-SOURCES = ["module.c", "export.c", "exportable.c", "consumer.c", "state.c"]
+SOURCES = ["module.c", "export.c", "exportable.c", "state.c"]
 HEADERS = ["module.h", "export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "state.h",
            "dlpack.h", "dlpack.pxd"]
 

@@ -17,6 +17,7 @@ include "capsule.pxi"
 include "info.pxi"
 include "adapt.pxi"
 include "runtime.pxi"
+include "consumer.pxi"
 
 cdef extern from "Python.h":
     ctypedef struct PyInterpreterState

@@ -1,4 +1,4 @@
-/* The DLPack C exchange API, consumer side (consumer.c). */
+/* The DLPack C exchange API, consumer side (consumer.pxi). */
 
 #ifndef GPU_DLPACK_CORE_CONSUMER_H
 #define GPU_DLPACK_CORE_CONSUMER_H

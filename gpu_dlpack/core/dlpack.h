@@ -19,7 +19,7 @@
  *   export.c      export() and wrap(): their plain cases in C;
  *   exportable.c  the producer side: Exportable, and the DLPack C exchange
  *                 API its type offers;
- *   consumer.c    the C exchange API, consumer side: a producer's tensor as
+ *   consumer.pxi  the C exchange API, consumer side: a producer's tensor as
  *                 a NumPy array (import_host), or for the hand-off (exchange);
  *   capsule.c     the capsule primitives: names, header, checks, claim,
  *                 snapshot, version and flags;

@@ -52,6 +52,7 @@ cdef extern from "state.h":
         PyObject *produced_request
         uint64_t version_word
         int numpy_strides_after_shape
+        int32_t cpu_type
         PyObject *learn_import
         PyObject *exportable_fallback
         PyTypeObject *exportable_class
@@ -67,6 +68,8 @@ cdef extern from "state.h":
         PyObject *devices[64][16]
         PyObject *import_types
         PyObject *str_under_floor
+        PyObject *str_dlpack
+        PyObject *kw_max_version
     CoreState state
     int configured() except 0
 
@@ -87,6 +90,23 @@ cdef extern from "state.h":
     PyObject *state_info_keys "state.info_keys"[10]
     PyObject *state_str_legacy "state.str_legacy"
     PyObject *state_str_versioned "state.str_versioned"
+    # What consumer.pxi calls as C calls it: NULL with an error set, handed on.
+    PyObject *delegate_raw "delegate"(const char *name, PyObject **args, Py_ssize_t nargs)
+
+# --- consumer.pxi (and the C files above it): the exchange API table -------
+
+cdef extern from "dlpack.h":
+    cdef struct DLPackExchangeAPIHeader:
+        DLPackVersion version
+        DLPackExchangeAPIHeader *prev_api
+    ctypedef struct DLPackExchangeAPI:
+        DLPackExchangeAPIHeader header
+        int (*managed_tensor_allocator)(DLTensor *, DLManagedTensorVersioned **, void *,
+                                        void (*)(void *, const char *, const char *) noexcept) noexcept
+        int (*managed_tensor_from_py_object_no_sync)(void *, DLManagedTensorVersioned **) noexcept
+        int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned *, void **) noexcept
+        int (*dltensor_from_py_object_no_sync)(void *, DLTensor *) noexcept
+        int (*current_work_stream)(int32_t, int32_t, void **) noexcept
 
 cdef extern from "capsule.h":
     const char *LEGACY
@@ -99,6 +119,26 @@ cdef extern from "capsule.h":
     bint dtype_known(DLDataType dt) noexcept
     void run_deleter(void *ptr, int versioned) noexcept
     void release_tensor(void *ptr, int versioned) noexcept
+    void drop_keeping_error(PyObject *o) noexcept
+    const char *EXCHANGED
+    const char *EXCHANGED_LEGACY
+    const char *EXCHANGE_API_NAME "EXCHANGE_API"  # the module's EXCHANGE_API is a capsule
+    enum:
+        NDIM_LIMIT "MAX_NDIM"
+
+cdef extern from "consumer.h":
+    enum:
+        GUARD_METHODS
+    ctypedef struct ImportEntry:
+        const DLPackExchangeAPI *api
+        PyObject *api_owner
+        PyObject *attrs
+        PyObject *methods
+        uint32_t method_codes[GUARD_METHODS]
+        PyObject *host_method
+        PyObject *host_pieces
+        PyObject *host_answer
+    int cleared() noexcept
 
 cdef extern from "Python.h":
     # The slots of PyTypeObject called here.

@@ -5,9 +5,7 @@
 #include "export.h"
 
 static PyMethodDef core_methods[] = {
-    {"import_host", (PyCFunction)core_import_host, METH_O, "import_host($module, x, /)\n--\n\nA NumPy array of a producer's C exchange API, or None."},
     {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
-    {"exchange", (PyCFunction)core_exchange, METH_O, "exchange($module, x, /)\n--\n\nA GPU producer's tensor through its C exchange API."},
     {NULL}
 };
 

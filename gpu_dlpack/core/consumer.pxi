@@ -1,0 +1,504 @@
+# The DLPack C exchange API, consumer side: a producer type's tensor as a
+# NumPy array (import_host), or handed on for the stream hand-off
+# (exchange), as Python said the type may be read; and the host producers
+# whose capsules the core asks itself (JAX).
+
+cimport cython
+from cpython.exc cimport (
+    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_Restore,
+    PyErr_SetString,
+)
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.getargs cimport PyArg_ParseTuple
+from cpython.long cimport PyLong_AsUnsignedLong, PyLong_FromVoidPtr
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.object cimport PyObject, PyTypeObject, Py_EQ, Py_TYPE
+from cpython.pycapsule cimport PyCapsule_Destructor, PyCapsule_IsValid
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.ref cimport Py_CLEAR, Py_DECREF, Py_INCREF, Py_XDECREF, Py_XINCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport uint32_t, uintptr_t
+
+from dlpack cimport (
+    DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, EXCHANGE_API_NAME,
+    EXCHANGED, EXCHANGED_LEGACY, FLAG_READ_ONLY, GUARD_METHODS, ImportEntry, LEGACY, NDIM_LIMIT, USED_VERSIONED,
+    VERSIONED, bit_index, cleared, configured, delegate_raw, drop_keeping_error, kind_of,
+    release_tensor, state, tensor_of, well_formed,
+)
+
+# claim and the owning capsule destructor are capsule.pxi's.
+
+# The C API where a failure is answered on the spot (cleared, handed on, or
+# a tensor freed first): NULL or -1 comes back as it is, Cython raises nothing.
+cdef extern from "Python.h":
+    PyObject *raw_getattr "PyObject_GetAttr"(PyObject *o, PyObject *name)
+    PyObject *raw_call_method "PyObject_CallMethodNoArgs"(PyObject *o, PyObject *name)
+    PyObject *raw_compare "PyObject_RichCompare"(PyObject *a, PyObject *b, int op)
+    int raw_is_true "PyObject_IsTrue"(PyObject *o)
+    Py_ssize_t raw_length "PyObject_Length"(PyObject *o)
+    void *raw_capsule_pointer "PyCapsule_GetPointer"(PyObject *capsule, const char *name)
+    PyObject *raw_capsule_new "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor)
+    int raw_capsule_set_name "PyCapsule_SetName"(PyObject *capsule, const char *name)
+    PyObject *raw_vectorcall_method "PyObject_VectorcallMethod"(PyObject *name, PyObject **args, size_t nargsf,
+                                                                 PyObject *kwnames)
+    int raw_set_traceback "PyException_SetTraceback"(PyObject *exc, PyObject *tb)
+    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
+
+# NumPy's C-API table (state.numpy_api): its indices are ABI.
+ctypedef PyObject *(*NewFromDescr_t)(PyTypeObject *, PyObject *, int, const Py_ssize_t *, const Py_ssize_t *, void *,
+                                     int, PyObject *) noexcept
+ctypedef int (*SetBaseObject_t)(PyObject *, PyObject *) noexcept
+cdef enum:
+    NEW_FROM_DESCR = 94
+    SET_BASE_OBJECT = 282
+    NPY_WRITEABLE = 0x0400
+
+cdef const char *IMPORT_ENTRY = "gpu_dlpack.import_entry"
+
+
+cdef int error_set() except -1:
+    """-1: the error already set, raised in the caller."""
+    return -1
+
+
+cdef inline object owned(PyObject *p):
+    """p, a new reference, as an object that takes it over; for NULL, the
+    error already set raised."""
+    if p == NULL:
+        error_set()
+    cdef object o = <object>p
+    Py_DECREF(o)
+    return o
+
+
+cdef void entry_destructor(object capsule) noexcept:
+    cdef ImportEntry *e = <ImportEntry *>raw_capsule_pointer(<PyObject *>capsule, IMPORT_ENTRY)
+    if e == NULL:
+        PyErr_Clear()
+        return
+    Py_XDECREF(e.api_owner)
+    Py_XDECREF(e.attrs)
+    Py_XDECREF(e.methods)
+    Py_XDECREF(e.host_method)
+    Py_XDECREF(e.host_answer)
+    Py_XDECREF(e.host_pieces)
+    PyMem_Free(e)
+
+
+cdef void exchanged_destructor(object capsule) noexcept:
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    PyErr_Fetch(&et, &ev, &tb)  # an array may die while an exception is pending
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>raw_capsule_pointer(<PyObject *>capsule, EXCHANGED)
+    if m == NULL:
+        PyErr_Clear()
+    elif m.deleter != NULL:
+        m.deleter(m)
+    PyErr_Restore(et, ev, tb)
+
+
+cdef void exchanged_legacy_destructor(object capsule) noexcept:
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    PyErr_Fetch(&et, &ev, &tb)  # as exchanged_destructor
+    cdef DLManagedTensor *m = <DLManagedTensor *>raw_capsule_pointer(<PyObject *>capsule, EXCHANGED_LEGACY)
+    if m == NULL:
+        PyErr_Clear()
+    elif m.deleter != NULL:
+        m.deleter(m)
+    PyErr_Restore(et, ev, tb)
+
+
+cdef const DLPackExchangeAPI *api_of(object capsule) noexcept:
+    """The table of an exchange API capsule, if its major version is ours."""
+    if not PyCapsule_IsValid(capsule, EXCHANGE_API_NAME):
+        return NULL
+    cdef const DLPackExchangeAPIHeader *h = <const DLPackExchangeAPIHeader *>raw_capsule_pointer(
+        <PyObject *>capsule, EXCHANGE_API_NAME)
+    while h != NULL and h.version.major != 1:
+        h = h.prev_api
+    cdef const DLPackExchangeAPI *api = <const DLPackExchangeAPI *>h
+    if api == NULL or api.managed_tensor_from_py_object_no_sync == NULL:
+        return NULL
+    return api
+
+
+cdef object learned_entry(object producer_type):
+    """First sight of the type: Python decides whether it may be imported
+    this way, and with which guards. The entry's capsule, or None."""
+    plan = (<object>state.learn_import)(producer_type)
+    if plan is None:
+        return None
+    cdef PyObject *cap
+    cdef PyObject *attrs
+    cdef PyObject *methods
+    cdef PyObject *codes
+    cdef PyObject *host
+    PyArg_ParseTuple(plan, "OO!O!O!O", &cap, <PyObject *>tuple, &attrs, <PyObject *>tuple, &methods,
+                     <PyObject *>tuple, &codes, &host)
+    # One mask of dtype codes per method: the method is asked of arrays of those codes only.
+    cdef uint32_t masks[GUARD_METHODS]
+    cdef Py_ssize_t nm = PyTuple_GET_SIZE(<object>methods), i
+    if nm > GUARD_METHODS or PyTuple_GET_SIZE(<object>codes) != nm:
+        raise ValueError("an import plan has one code mask per guard method, at most 8")
+    for i in range(nm):
+        masks[i] = <uint32_t>PyLong_AsUnsignedLong(<object>PyTuple_GET_ITEM(<object>codes, i))
+    cdef const DLPackExchangeAPI *api = NULL
+    if cap != <PyObject *>None:
+        api = api_of(<object>cap)
+    cdef PyObject *hm = NULL
+    cdef PyObject *ha = NULL
+    cdef PyObject *hp = NULL
+    if host != <PyObject *>None:
+        PyArg_ParseTuple(<object>host, "UUU", &hm, &ha, &hp)
+    if api == NULL and hm == NULL:
+        return None
+    cdef ImportEntry *e = <ImportEntry *>PyMem_Calloc(1, sizeof(ImportEntry))
+    if e == NULL:
+        PyErr_NoMemory()
+    cdef PyObject *entry = raw_capsule_new(e, IMPORT_ENTRY, entry_destructor)
+    if entry == NULL:
+        PyMem_Free(e)
+        error_set()
+    # Filled once the capsule owns it: its destructor releases what is set.
+    e.api = api
+    if api != NULL:
+        e.api_owner = cap
+        Py_INCREF(<object>cap)
+    e.attrs = attrs
+    e.methods = methods
+    Py_INCREF(<object>attrs)
+    Py_INCREF(<object>methods)
+    for i in range(nm):
+        e.method_codes[i] = masks[i]
+    e.host_method = hm
+    e.host_answer = ha
+    e.host_pieces = hp
+    Py_XINCREF(hm)
+    Py_XINCREF(ha)
+    Py_XINCREF(hp)
+    return owned(entry)
+
+
+cdef public ImportEntry *import_entry(PyTypeObject *type, PyObject **hold) except NULL:
+    """The entry of a producer type (Py_None: not imported this way), and in
+    *hold a new reference to what keeps it alive, which the caller releases:
+    the guards it runs are Python, which may clear the table meanwhile
+    (core.forget())."""
+    hold[0] = NULL
+    cdef object got
+    cdef PyObject *found = PyDict_GetItemWithError(<object>state.import_types, <object>type)
+    if found == NULL:
+        got = learned_entry(<object>type)
+        (<dict>state.import_types)[<object>type] = got
+    else:
+        got = <object>found
+    Py_INCREF(got)
+    hold[0] = <PyObject *>got
+    if got is None:
+        return <ImportEntry *><PyObject *>None  # known: not imported this way
+    cdef ImportEntry *e = <ImportEntry *>raw_capsule_pointer(<PyObject *>got, IMPORT_ENTRY)
+    if e == NULL:
+        Py_CLEAR(hold[0])
+    return e
+
+
+cdef inline bint is_false(PyObject *v) noexcept:
+    """Whether v (a new reference, consumed) is false; not when it is true,
+    NULL or cannot say (the error cleared)."""
+    if v == NULL:
+        PyErr_Clear()
+        return False
+    cdef int truth = 0 if <object>v is False else (1 if <object>v is True else raw_is_true(v))
+    Py_DECREF(<object>v)
+    if truth != 0:
+        PyErr_Clear()
+        return False
+    return True
+
+
+cdef public int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
+    """1 when every guard of the entry is false for x, 0 when one is true or
+    cannot be read (the error cleared: the general path asks again and reports)."""
+    cdef Py_ssize_t i
+    for i in range(PyTuple_GET_SIZE(<object>e.attrs)):
+        if not is_false(raw_getattr(x, PyTuple_GET_ITEM(<object>e.attrs, i))):
+            return 0
+    for i in range(PyTuple_GET_SIZE(<object>e.methods)):
+        if code < 0 or code >= 32 or not ((e.method_codes[i] >> code) & 1):
+            continue
+        if not is_false(raw_call_method(x, PyTuple_GET_ITEM(<object>e.methods, i))):
+            return 0
+    return 1
+
+
+cdef public int host_test(ImportEntry *e, PyObject *x) except -1:
+    """1 when x passes its type's host test (told by Python: _peers.HostTest),
+    as _devices reads it: len(x.<pieces>) == 1 and x.<method>() == answer is
+    True (one device, host memory; a deleted JAX array's pieces are None, and
+    platform() is never asked of it: it crashes the process). 0 when it does
+    not, or the test cannot say (the error cleared, as Python clears it: then
+    __dlpack_device__ says where the memory is); -1 with an error that is no
+    Exception (an interrupt) pending."""
+    if e.host_method == NULL:
+        return 0
+    cdef PyObject *pieces = raw_getattr(x, e.host_pieces)
+    if pieces == NULL:
+        return cleared()
+    cdef Py_ssize_t n = raw_length(pieces)
+    Py_DECREF(<object>pieces)
+    if n < 0:
+        return cleared()
+    if n != 1:
+        return 0
+    cdef PyObject *r = raw_call_method(x, e.host_method)
+    if r == NULL:
+        return cleared()
+    cdef PyObject *eq = raw_compare(r, e.host_answer, Py_EQ)
+    Py_DECREF(<object>r)
+    if eq == NULL:
+        return cleared()
+    cdef int host = <object>eq is True
+    Py_DECREF(<object>eq)
+    return host
+
+
+cdef public PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
+    """x.__dlpack__(max_version=DLPACK_VERSION), or x.__dlpack__() for a legacy
+    request: the call the Python path makes (_producer.request, which asks
+    for nothing with no keyword at all). A new reference, or NULL with the
+    producer's error set."""
+    cdef PyObject *args[2]
+    args[0] = x
+    args[1] = state.produced_version
+    return raw_vectorcall_method(state.str_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                 state.kw_max_version if versioned else NULL)
+
+
+cdef public PyObject *taken_error() except NULL:
+    """After a producer's __dlpack__ raised: its exception taken (a new
+    reference, with its traceback) when it is an Exception, for the Python
+    function that goes on from it as the Python path does; NULL with it left
+    set when it is not (an interrupt: the caller raises it as it is)."""
+    if not PyErr_ExceptionMatches(Exception):
+        return NULL
+    cdef PyObject *etype
+    cdef PyObject *value
+    cdef PyObject *tb
+    PyErr_Fetch(&etype, &value, &tb)
+    PyErr_NormalizeException(&etype, &value, &tb)
+    if value != NULL and tb != NULL:
+        raw_set_traceback(value, tb)
+    Py_XDECREF(etype)
+    Py_XDECREF(tb)
+    if value == NULL:  # cannot be: a normalized exception has a value
+        PyErr_SetString(SystemError, "gpu_dlpack._core lost a producer's error")
+    return value
+
+
+@cython.cdivision(True)
+cdef bint host_plain(void *ptr, int versioned) noexcept:
+    """Whether an unconsumed tensor of the given kind is one whose NumPy
+    import the core makes as numpy.from_dlpack would (host memory, a NumPy
+    dtype, versioned: major 1 and no flag but READ_ONLY)."""
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    cdef DLManagedTensorVersioned *m
+    if versioned:
+        m = <DLManagedTensorVersioned *>ptr
+        if m.version.major != 1 or (m.flags & ~FLAG_READ_ONLY):
+            return False
+    if (not well_formed(t) or t.ndim > state.numpy_maxdims or not ((state.host_types >> t.device.device_type) & 1)
+            or t.dtype.lanes != 1 or t.dtype.code >= 32):
+        return False
+    cdef int nbytes = bit_index(t.dtype.bits)
+    if not nbytes or state.numpy_descr[t.dtype.code][nbytes] == NULL:
+        return False
+    cdef int i
+    if t.strides != NULL:
+        for i in range(t.ndim):
+            if t.strides[i] > PY_SSIZE_T_MAX // 16 or t.strides[i] < -(PY_SSIZE_T_MAX // 16):
+                return False
+    return True
+
+
+cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
+    """A NumPy array over an owned tensor that host_plain() took: writeable
+    unless READ_ONLY or legacy (as numpy.from_dlpack makes legacy imports),
+    its base a capsule that frees the tensor once. NULL with an error set on
+    failure (the caller still owns the tensor)."""
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    cdef int nbytes = bit_index(t.dtype.bits)
+    cdef PyObject *descr = state.numpy_descr[t.dtype.code][nbytes]
+    cdef Py_ssize_t shape[NDIM_LIMIT]
+    cdef Py_ssize_t strides[NDIM_LIMIT]
+    cdef Py_ssize_t *byte_strides = strides if t.strides != NULL else NULL
+    cdef int i
+    for i in range(t.ndim):
+        shape[i] = <Py_ssize_t>t.shape[i]
+        if t.strides != NULL:
+            strides[i] = <Py_ssize_t>t.strides[i] * nbytes
+    cdef bint writeable = versioned and not ((<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY)
+    Py_INCREF(<object>descr)  # stolen
+    cdef PyObject *arr = (<NewFromDescr_t>state.numpy_api[NEW_FROM_DESCR])(
+        state.ndarray_type, descr, t.ndim, shape, byte_strides,
+        <void *>(<uintptr_t>t.data + t.byte_offset), NPY_WRITEABLE if writeable else 0, NULL)
+    if arr == NULL:
+        return NULL
+    cdef PyObject *base
+    if versioned:
+        base = raw_capsule_new(ptr, EXCHANGED, exchanged_destructor)
+    else:
+        base = raw_capsule_new(ptr, EXCHANGED_LEGACY, exchanged_legacy_destructor)
+    if base == NULL:
+        drop_keeping_error(arr)
+        return NULL
+    # SetBaseObject steals a reference, also when it fails (it then drops
+    # it): one of our own keeps the base alive to be disarmed.
+    Py_INCREF(<object>base)
+    if (<SetBaseObject_t>state.numpy_api[SET_BASE_OBJECT])(arr, base) < 0:
+        raw_capsule_set_name(base, USED_VERSIONED)  # frees nothing: the caller frees the tensor
+        drop_keeping_error(base)
+        drop_keeping_error(arr)
+        return NULL
+    Py_DECREF(<object>base)
+    return arr
+
+
+cdef PyObject *ndarray_over(DLManagedTensorVersioned *m) noexcept:
+    """A NumPy array over an owned, versioned tensor of host memory, or NULL
+    with no error set when the tensor is not the plain case (the caller frees it)."""
+    if not host_plain(m, 1):
+        return NULL
+    cdef PyObject *arr = ndarray_of(m, 1)
+    if arr == NULL:
+        PyErr_Clear()
+    return arr
+
+
+cdef object capsule_import(object x, ImportEntry *e):
+    """from_dlpack(x) of a producer with a host test (JAX): its capsule for the
+    request the Python path makes, imported here when it is the plain case,
+    else handed to _import.host_capsule with x (an error it raised to
+    _import.host_refused_import). None when the test fails (an array over
+    several devices among them: the general path gathers it)."""
+    if not state.numpy_layout:
+        return None  # the Python import, which older NumPy's rules shape
+    if not host_test(e, <PyObject *>x):
+        return None
+    cdef PyObject *args[2]
+    args[0] = <PyObject *>x
+    cdef PyObject *capsule = ask_capsule(<PyObject *>x, 1)
+    if capsule == NULL:
+        # The producer's error, to _import.host_refused, which goes on from
+        # it as the Python path does: never asked the same again (a
+        # producer that imports itself would be asked twice at every
+        # level of its recursion), never dropped.
+        error = owned(taken_error())
+        args[1] = <PyObject *>error
+        return owned(delegate_raw("host_refused_import", args, 2))
+    cdef int versioned = kind_of(capsule)
+    cdef void *ptr = NULL if versioned < 0 else raw_capsule_pointer(capsule, VERSIONED if versioned else LEGACY)
+    cdef void *got = c_claim(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) else NULL
+    cdef PyObject *arr
+    if got != NULL and got == ptr:
+        arr = ndarray_of(ptr, versioned)
+        if arr == NULL:
+            release_tensor(ptr, versioned)  # taken: freed once, the error raised
+    else:
+        if got != NULL:
+            release_tensor(got, versioned)  # another tensor put in meanwhile: taken, so freed
+        PyErr_Clear()
+        args[1] = capsule
+        arr = delegate_raw("host_capsule", args, 2)
+    # The producer's destructor (its capsule now used_* or handed on) may
+    # clear an error raised above.
+    drop_keeping_error(capsule)
+    return owned(arr)
+
+
+cdef object import_host_with(object x, ImportEntry *e):
+    if <PyObject *>e == <PyObject *>None:
+        return None
+    if e.api == NULL:
+        return capsule_import(x, e)
+    cdef DLTensor view
+    if e.api.dltensor_from_py_object_no_sync != NULL:
+        # Where the data is, without an owned export: device memory takes
+        # the general path (the backend of its device and the hand-off).
+        if e.api.dltensor_from_py_object_no_sync(<void *>x, &view) != 0:
+            PyErr_Clear()
+            return None
+        if (view.device.device_type < 0 or view.device.device_type >= 64 or
+                not ((state.host_types >> view.device.device_type) & 1)):
+            return None
+    cdef DLManagedTensorVersioned *m = NULL
+    if e.api.managed_tensor_from_py_object_no_sync(<void *>x, &m) != 0 or m == NULL:
+        PyErr_Clear()
+        return None
+    cdef PyObject *arr = ndarray_over(m) if guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) else NULL
+    if arr == NULL:
+        if m.deleter != NULL:
+            m.deleter(m)
+        return None
+    return owned(arr)
+
+
+cdef public object core_import_host(PyObject *mod, object x):
+    """import_host(x): x as a NumPy array through its type's C exchange API,
+    or None when the exchange is not the plain one Python was told about."""
+    configured()
+    if state.numpy_api == NULL:
+        return None
+    cdef PyObject *hold
+    cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
+    owner = owned(hold)
+    return import_host_with(x, e)
+
+
+@cython.embedsignature.format("clinic")
+def import_host(x, /):
+    """A NumPy array of a producer's C exchange API, or None."""
+    return core_import_host(NULL, x)
+
+
+cdef object exchange_with(object x, ImportEntry *e):
+    if <PyObject *>e == <PyObject *>None or e.api == NULL:
+        return None
+    cdef DLManagedTensorVersioned *m = NULL
+    if e.api.managed_tensor_from_py_object_no_sync(<void *>x, &m) != 0 or m == NULL:
+        PyErr_Clear()
+        return None
+    cdef void *stream = NULL
+    if (not guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) or m.version.major != 1 or
+            (m.dl_tensor.device.device_type != state.cpu_type and e.api.current_work_stream != NULL and
+             e.api.current_work_stream(m.dl_tensor.device.device_type, m.dl_tensor.device.device_id, &stream) != 0)):
+        PyErr_Clear()
+        if m.deleter != NULL:
+            m.deleter(m)
+        return None
+    cdef PyObject *capsule = raw_capsule_new(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    if capsule == NULL:
+        release_tensor(m, 1)
+    # Dropped on a failure below, the capsule frees m.
+    return owned(capsule), PyLong_FromVoidPtr(stream)
+
+
+cdef public object core_exchange(PyObject *mod, object x):
+    """exchange(x) -> (capsule, stream) or None: x's versioned tensor through
+    its type's C exchange API, exported without synchronizing, and the
+    producer's current work stream on x's device (0 for none), for the
+    caller to hand off. None when the type was not told to the core, a guard
+    holds, or the producer refuses (the caller asks __dlpack__, which says why)."""
+    configured()
+    cdef PyObject *hold
+    cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
+    owner = owned(hold)
+    return exchange_with(x, e)
+
+
+@cython.embedsignature.format("clinic")
+def exchange(x, /):
+    """A GPU producer's tensor through its C exchange API."""
+    return core_exchange(NULL, x)
