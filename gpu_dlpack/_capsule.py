@@ -26,7 +26,7 @@ import numpy as np
 from . import _dtypes, _errors
 from ._destructor import OWNING_DESTRUCTOR as _OWN_DESTRUCTOR
 from ._devices import Device, DLDeviceType
-from ._fastpath import core as _core
+from ._compiled import core as _core
 
 LEGACY = "dltensor"
 VERSIONED = "dltensor_versioned"
@@ -812,7 +812,7 @@ def discard(capsule, versioned: bool) -> None:
 
 
 # -- the implementation in use --------------------------------------------------
-# The compiled core (``_fastpath.core``) takes the hot functions over; it runs the
+# The compiled core (``_compiled.core``) takes the hot functions over; it runs the
 # plain case itself and hands every other one to these Python functions, kept
 # in ``PYTHON``, so results and errors are the same on both paths.
 

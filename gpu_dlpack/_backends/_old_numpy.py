@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import _capsule, _errors
 from .._destructor import OWNING_DESTRUCTOR as _DESTRUCTOR
-from .._fastpath import core as _core
+from .._compiled import core as _core
 
 _VERSIONED = _capsule.VERSIONED.encode()
 _HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor

@@ -54,7 +54,7 @@ def _versioned_numpy() -> tuple[bool, bool]:
         return False, False  # before 2.1: legacy capsules only
     if not _capsule.point_strides_after_shape(capsule):
         return True, False  # 2.4 and later: strides whenever ndim > 0
-    # NumPy 2.1 to 2.3 (numpy/_core/src/multiarray/dlpack.c, the same in
+    # NumPy 2.1 to 2.3 (its src/multiarray/dlpack.c, the same in
     # every release of them) allocate the strides right after the shape and
     # fill them, then leave a C-contiguous array's out (NULL): DLPack allowed
     # that before 1.2, which requires strides for ndim > 0. Pointed at again
