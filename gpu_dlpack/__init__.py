@@ -47,7 +47,7 @@ from ._view import ArrayView, args_viewable, view  # noqa: E402
 
 __version__ = "0.1.0"
 
-_wiring.install(_capsule.PYTHON)
+_wiring.install()
 
 #: The newest DLPack version gpu_dlpack produces, ``(1, 2)``: every
 #: versioned capsule it hands out carries it, and any 1.x consumer takes it.

@@ -73,12 +73,12 @@ def _current_stream(device_type, device_id):
     return None if handle is None or handle < 0 else handle
 
 
-def install(capsule_impl: dict) -> None:
+def install() -> None:
     """Configure the core once every module is loaded (``gpu_dlpack/__init__``)."""
     # NumPy's C API table lives in the extension module of its C functions
     # (_multiarray_umath, which moved between NumPy 1 and 2).
     numpy_api = getattr(np.frompyfunc.__self__, "_ARRAY_API", None)
-    impl = dict(capsule_impl)
+    impl = dict(_capsule.GENERAL)
     impl.update(
         wrap=_export.python_wrap,
         check_known=_dtypes.check_known,
