@@ -6,7 +6,7 @@ This is mechanism only. Nothing here decides whether an exchange may happen;
 ``_rules`` does. Capsules are created by the backends (NumPy, CuPy), whose C
 deleters are safe on any thread and at interpreter shutdown.
 
-The compiled core does the work (``claim``, ``move``, ``header``, ``checked``,
+The compiled core does the work (``claim``, ``move``, ``checked``, ``discard``,
 ``read``...: its functions, by the names the layer calls). What stays here is
 what the core returns (``Header``, ``CapsuleInfo``), the general path it hands
 back to (a capsule it will not take, in the layer's words), and the patches
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime
-import operator
 import struct
 import sys
 import warnings
@@ -235,12 +234,6 @@ def pointer(capsule, versioned: bool) -> int:
         raise from_ctypes(exc) from None
 
 
-def kind_and_pointer(capsule) -> tuple:
-    """``(kind(capsule), pointer(capsule, kind))``; kind()'s errors."""
-    versioned = kind(capsule)
-    return versioned, pointer(capsule, versioned)
-
-
 class Header(NamedTuple):
     """The fields an exchange decides on (``strides`` is the pointer, 0 for NULL)."""
 
@@ -255,13 +248,6 @@ class Header(NamedTuple):
     lanes: int
     ndim: int
     strides: int
-
-
-def peek(capsule, versioned: bool) -> Header:
-    """The ``Header`` of an unconsumed capsule, read in one go. BufferError
-    when the tensor could not be read safely (bad ndim, NULL shape, a device
-    that is no DLPack device) or held by any importer."""
-    return header(pointer(capsule, versioned), versioned)
 
 
 _MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
@@ -341,12 +327,10 @@ class Owner:
 #: ``claim(capsule, versioned)``: rename an unconsumed capsule ``used_*`` and
 #: return its pointer, whose tensor the caller now owns.
 claim = core.claim
-#: ``header(ptr, versioned)``: the ``Header`` of a tensor, its layout checked.
-header = core.header
 #: ``checked(capsule, likely_versioned=True, check_dtype=None)``: ``(versioned,
-#: header)`` after the checks every exchange makes (``header``'s, major
-#: version 1, ``check_dtype(code, bits, lanes)``); a refused capsule is
-#: discarded, its deleter run once, now.
+#: header)`` after the checks every exchange makes (a tensor an importer can
+#: hold, major version 1, ``check_dtype(code, bits, lanes)``); a refused
+#: capsule is discarded, its deleter run once, now.
 checked = core.checked
 #: ``discard(capsule, versioned)``: claim the capsule and run its deleter once
 #: (what a consumer does with a capsule it rejects).
@@ -505,9 +489,9 @@ def _check_layout(data: int, offset: int, shape: tuple, strides: tuple | None, i
 
 
 def _header_of(ptr: int, versioned: bool, raw: bytes, shape_raw, strides_raw) -> Header:
-    """The ``Header`` of a tensor from its bytes (``snapshot``'s), after the
-    checks of ``header``; another major version's has no shape (only its
-    version and flags words are laid out alike)."""
+    """The ``Header`` of a tensor from its bytes (``snapshot``'s), its
+    layout checked; another major version's has no shape (only its version
+    and flags words are laid out alike)."""
     major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = _unpack(versioned, raw)
     if versioned and major != 1:
         return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, 0, 0)
@@ -518,23 +502,6 @@ def _header_of(ptr: int, versioned: bool, raw: bytes, shape_raw, strides_raw) ->
         strides = _INT64S[ndim].unpack(strides_raw) if ndim else ()
     _check_layout(data, offset, shape, strides, max(1, (bits * lanes + 7) >> 3))
     return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
-
-
-def _header(ptr: int, versioned: bool) -> Header:
-    """The core's ``header`` hands back a tensor of another major version or
-    one it finds malformed, by its address only: its bytes are read here."""
-    if not ptr:
-        raise ValueError("header() needs the address of a tensor, not NULL")
-    raw = ctypes.string_at(ptr, (_VERSIONED_FMT if versioned else _LEGACY_FMT).size)
-    shape = strides = None
-    if not versioned or _VERSION_FMT.unpack_from(raw)[0] == 1:
-        at = _TENSOR_AT_VERSIONED if versioned else 0
-        ndim = _NDIM_FMT.unpack_from(raw, at + 16)[0]
-        shape_p, strides_p = _SHAPES_FMT.unpack_from(raw, at + 24)
-        if 0 < ndim <= _MAX_NDIM:
-            shape = ctypes.string_at(shape_p, 8 * ndim) if shape_p else None
-            strides = ctypes.string_at(strides_p, 8 * ndim) if strides_p else None
-    return _header_of(ptr, versioned, raw, shape, strides)
 
 
 def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
@@ -589,22 +556,14 @@ def _stamp_version(capsule, word):
     raise TypeError(f"a version word is an int, not {type(word).__name__}")
 
 
-def _set_flags(ptr, flags):
-    raise ValueError("set_flags() needs the address of a versioned tensor, not NULL")
-
-
-def _set_version(ptr, version):
-    major, minor = map(operator.index, version)
-    if not ptr:
-        raise ValueError("set_version() needs the address of a versioned tensor, not NULL")
-    if not (0 <= major < 2**32 and 0 <= minor < 2**32):
-        raise ValueError(f"no DLPack version is {version!r}")
-    core.set_version(ptr, (major, minor))
+def _not_written(ptr, value):
+    # The core writes flags or a version (two uint32s) at a versioned
+    # tensor's address; anything else is a call it was not made for.
+    raise ValueError(f"no {value!r} is written at {ptr!r}: a versioned tensor's address and its flags or version")
 
 
 #: The general path of each primitive, by the name the core hands back to.
 GENERAL = {
-    "claim": _claim, "discard": _claim, "move": _move, "snapshot": _snapshot, "header": _header,
-    "checked": _checked, "read": _read, "stamp_version": _stamp_version, "set_flags": _set_flags,
-    "set_version": _set_version,
+    "claim": _claim, "discard": _claim, "move": _move, "snapshot": _snapshot, "checked": _checked,
+    "read": _read, "stamp_version": _stamp_version, "set_flags": _not_written, "set_version": _not_written,
 }

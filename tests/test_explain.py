@@ -354,7 +354,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
         lambda: gpu_dlpack._backends.numpy_backend.consume(
-            *(lambda c: (c, False, _capsule.peek(c, False)))(numpy_capsule(device_type=10))
+            *(lambda c: (c, *_capsule.checked(c, False)))(numpy_capsule(device_type=10))
         )
     ),
     "gpu_dlpack-unsupported-dtype": lambda: raised(

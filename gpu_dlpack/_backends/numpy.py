@@ -115,7 +115,7 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
             ptr = _capsule.pointer(capsule, True)
             _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
             if dtype.padded:
-                flags = _capsule.peek(capsule, True).flags
+                flags = _capsule.read(capsule).flags
                 _capsule.set_flags(ptr, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
     elif dtype.carrier is not None:
         _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
