@@ -18,7 +18,7 @@ from . import _interpreter
 
 _interpreter.check_main()  # before NumPy or the compiled core is loaded
 
-from . import _capsule, _fastpath, _versions, _wiring  # noqa: E402
+from . import _capsule, _compiled, _versions, _wiring  # noqa: E402
 from ._capsule import CapsuleInfo  # noqa: E402
 from ._devices import Device, DLDeviceType  # noqa: E402
 from ._convert import Conversion, convert  # noqa: E402
@@ -47,7 +47,7 @@ from ._view import ArrayView, args_viewable, view  # noqa: E402
 
 __version__ = "0.1.0"
 
-_wiring.install(_capsule.PYTHON)
+_wiring.install()
 
 #: The newest DLPack version gpu_dlpack produces, ``(1, 2)``: every
 #: versioned capsule it hands out carries it, and any 1.x consumer takes it.
@@ -116,10 +116,9 @@ def inspect_capsule(capsule: Capsule) -> CapsuleInfo:
     return _capsule.read(capsule)
 
 
-if _fastpath.core is not None:
-    # The core's read from the first call (no Python frame between); help()
-    # and inspect see the function above.
-    inspect_capsule = _functools.update_wrapper(_fastpath.core.Exporter(inspect_capsule, 3), inspect_capsule)
+# The core's read from the first call (no Python frame between); help() and
+# inspect see the function above.
+inspect_capsule = _functools.update_wrapper(_compiled.core.Exporter(inspect_capsule, 3), inspect_capsule)
 
 #: `inspect_capsule`, by its short name (an attribute, not in ``__all__``).
 inspect = inspect_capsule

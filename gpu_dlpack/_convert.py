@@ -391,7 +391,7 @@ def _copy_of(capsule, info, alignment: int, stream):
     ptr = _capsule.pointer(copied, True)
     code, bits, _lanes = info.dl_dtype
     _capsule.set_dtype(ptr, True, code, bits)  # a dtype NumPy carries as unsigned keeps its code
-    flags = _capsule.peek(copied, True).flags
+    flags = _capsule.read(copied).flags
     _capsule.set_flags(ptr, (flags | _capsule.IS_COPIED) & ~_capsule.READ_ONLY)
     return copied
 

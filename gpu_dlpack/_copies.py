@@ -295,9 +295,9 @@ def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int =
     is bound to CuPy's runtime module; else CuPy's runtime calls (the same
     functions), with the device switched only when ``gpu`` is not current."""
     runtime = _handoff._runtime()
-    core = _handoff.core_copy(runtime)
-    if core is not None:
-        core(dst, src, nbytes, stream, gpu, event, synchronize)
+    bound = _handoff.core_copy(runtime)
+    if bound is not None:
+        bound(dst, src, nbytes, stream, gpu, event, synchronize)
         return
     with _handoff.on_device(gpu):
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)

@@ -77,7 +77,7 @@ class RuntimeError(GpuDlpackError, builtins.RuntimeError):
 
 
 class ImportError(GpuDlpackError, builtins.ImportError):
-    """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support)."""
+    """gpu_dlpack cannot run here (a subinterpreter, a platform it does not support, no compiled core)."""
 
 
 class ModuleNotFoundError(ImportError, builtins.ModuleNotFoundError):
@@ -508,6 +508,16 @@ def subinterpreter() -> ImportError:
     )
 
 
+def core_not_loaded(module, exc) -> ImportError:
+    return ImportError(
+        f"gpu_dlpack's compiled core ({module}) is not built or does not load here ({exc}), and "
+        "gpu_dlpack has no other implementation. Install a wheel built for this platform and Python, "
+        "which carries the core (docs/install.md lists them), or build it from source, which needs a C "
+        "compiler and the Python headers: pip install . in a clone (python setup.py build_ext --inplace "
+        "to use the clone where it is)."
+    )
+
+
 def gil_disabled(version) -> ImportError:
     return ImportError(
         f"gpu_dlpack needs the GIL, and this free-threaded CPython {version} runs without it: "
@@ -520,7 +530,7 @@ def gil_disabled(version) -> ImportError:
 def unsupported_platform(what) -> ImportError:
     return ImportError(
         f"gpu_dlpack supports little-endian 64-bit interpreters only; this one is "
-        f"{what}. Its pure-Python capsule code reads and patches the DLPack structs "
+        f"{what}. Its capsule code reads and patches the DLPack structs "
         "with the little-endian LP64 layout of dlpack.h, which this interpreter does "
         "not have. Use a 64-bit little-endian build of Python (x86-64, arm64...)."
     )

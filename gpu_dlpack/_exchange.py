@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import (
-    _backends, _capsule, _dtypes, _errors, _fastpath, _peers, _protocols, _rules, _shards, _streams, _versions,
+    _backends, _capsule, _dtypes, _errors, _peers, _protocols, _rules, _shards, _streams, _versions,
 )
 from ._backends import cupy_backend, numpy_backend
+from ._compiled import core
 from ._devices import CPU, Device, DLDeviceType, host_tested
 from ._producer import AskedAgain, answer_after, gave_legacy, request
 from ._producer import producer_name as _producer_name
@@ -266,7 +267,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
     if not plan.copy and not plan.moves and plan.versioned != versioned and plan.target.type == CPU.type:
         # The other kind over the same memory, as NumPy's capsule says it
         # (the CPU under any id a producer gives is NumPy's (1, 0)).
-        return _rebuild(capsule, versioned, header, plan.versioned, plan.read_only, CPU.dlpack)
+        return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, CPU.dlpack)
     arr = numpy_backend.consume(capsule, versioned, header)
     dtype = _dtypes.from_numpy(arr.dtype)
     # The CPU under any id (a producer may number it) is NumPy's memory.
@@ -308,7 +309,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
             _capsule.discard(capsule, versioned)
             raise _errors.readonly_legacy()
         if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
-            return _rebuild(capsule, versioned, header, False, False)
+            return core.rebuild(capsule, versioned, header, False, False)
         return capsule
     if versioned:
         ptr, flags = header.ptr, header.flags
@@ -316,7 +317,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         # Rule 6: a legacy capsule cannot say whether its data may be
         # written, so the zero-copy versioned one says READ_ONLY.
         read_only = not copied
-        capsule = _rebuild(capsule, versioned, header, True, read_only)
+        capsule = core.rebuild(capsule, versioned, header, True, read_only)
         ptr = _capsule.pointer(capsule, True)
         flags = 0
     if copied:
@@ -333,8 +334,8 @@ def python_rebuild(capsule, versioned, header, want_versioned, read_only, device
     capsule (no copy, any device), labelled ``device`` ((type, id); None:
     the original device), READ_ONLY where ``read_only`` or the data came in
     a legacy capsule. The legacy -> versioned adaptation and versioned ->
-    legacy where nothing read-only is lost; the compiled core makes the
-    plain cases itself (``_rebuild``), and this is its reference."""
+    legacy where nothing read-only is lost: the general path, which the
+    compiled core (``core.rebuild``) hands every case but the plain ones to."""
     plan = _rules.Plan(want_versioned, False, CPU, CPU, read_only)
     try:
         dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
@@ -345,9 +346,6 @@ def python_rebuild(capsule, versioned, header, want_versioned, read_only, device
     if device is not None:
         _capsule.set_device(_capsule.pointer(out, want_versioned), want_versioned, *device)
     return out
-
-
-_rebuild = python_rebuild if _fastpath.core is None else _fastpath.core.rebuild
 
 
 def _finish_on_backend(capsule, versioned, header, source, got, target, readonly, stream,

@@ -2,9 +2,9 @@
 
 Both stand on the exchange the two directions share (``_exchange``: a
 capsule of any producer under the rules). ``wrap`` makes an ``Exportable``,
-a producer that any consumer reads correctly: its ``__dlpack__`` (and, with
-the compiled core, its DLPack C exchange API), and the CUDA Array Interface
-or NumPy's array interface of what it holds.
+a producer that any consumer reads correctly: its ``__dlpack__`` and DLPack
+C exchange API (the compiled core's), and the CUDA Array Interface or
+NumPy's array interface of what it holds.
 
 Floor: the two directions, beside ``_import``: neither imports the other.
 """
@@ -12,11 +12,12 @@ Floor: the two directions, beside ``_import``: neither imports the other.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _errors, _exchange, _fastpath, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _errors, _exchange, _producer, _protocols, _rules, _shards, _streams, _versions
+from ._compiled import core
 from ._devices import CPU, Device
 from ._typing import Capsule, DeviceLike, StreamLike, Version
 
@@ -132,11 +133,10 @@ def export(
     return _versions.under_floor(floor, _exchange._export, x, readonly, stream, max_version, dl_device, copy)
 
 
-if _fastpath.core is not None:
-    # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
-    # C exchange API, asked for nothing but max_version) run in C; the rest
-    # calls the function above. help() and inspect see that function.
-    export = functools.update_wrapper(_fastpath.core.Exporter(export), export)
+# The plain cases (a NumPy array of a NumPy dtype, a host producer with a C
+# exchange API, asked for nothing but max_version) run in the core; the rest
+# calls the function above. help() and inspect see that function.
+export = functools.update_wrapper(core.Exporter(export), export)
 
 
 def _block_stream(x, dl_device):
@@ -149,17 +149,14 @@ def _block_stream(x, dl_device):
     return _streams.block_stream(target)
 
 
-_Base: Any = object if _fastpath.core is None else _fastpath.core.ExportableBase
-
-
-class Exportable(_Base):
+class Exportable(core.ExportableBase):
     """What `wrap` returns: a DLPack producer over an array that obeys the rules.
 
     Made by `wrap` (or `from_pointer`, or the `Producer` mixin); the
     constructor takes the same arguments. Any consumer's ``from_dlpack`` takes
-    it: ``__dlpack__`` and ``__dlpack_device__`` as the standard says, and,
-    with the compiled core, the DLPack C exchange API
-    (``__dlpack_c_exchange_api__``), whose plain cases run in C.
+    it: ``__dlpack__`` and ``__dlpack_device__`` as the standard says, and the
+    DLPack C exchange API (``__dlpack_c_exchange_api__``), whose plain cases
+    run in the compiled core.
 
     Parameters
     ----------
@@ -182,10 +179,8 @@ class Exportable(_Base):
     True
     """
 
-    __slots__ = (
-        ("_x", "_readonly", "_floor", "_source", "_device", "_reported", "_request", "_held", "__weakref__")
-        if _Base is object else ()
-    )
+    if not TYPE_CHECKING:  # (mypy does not see the fields of the compiled base)
+        __slots__ = ()  # no __dict__: the fields are the compiled base's
     _source: Device | None
     _reported: Device | None
     _request: tuple | None
@@ -234,7 +229,7 @@ class Exportable(_Base):
                 # Managed memory: its label depends on what the consumer asks.
                 self._reported = reported
         self._request = None
-        if _Base is not object and self._reported is None:
+        if self._reported is None:
             self._set_plan(*_plan(x, readonly or self._floor is not None, self._source))
 
     def __dlpack__(
@@ -338,8 +333,8 @@ class Exportable(_Base):
 
     def __reduce__(self):
         # A copy (copy.copy, copy.deepcopy, pickle) is a new wrapper over the
-        # same array, made as wrap makes one, on both paths alike (the
-        # compiled base holds a plan only __init__ makes).
+        # same array, made as wrap makes one (the compiled base holds a plan
+        # only __init__ makes).
         return type(self), (self._x, self._readonly, self._floor)
 
     @property
@@ -378,27 +373,24 @@ def _plan(x, readonly, source):
     or the capsule of a host producer the core asks itself (JAX), passed on
     or adapted for a request of nothing but ``max_version``."""
     if readonly is not False:
-        return (_fastpath.core.PLAN_GENERAL,)
+        return (core.PLAN_GENERAL,)
     if type(x) is _ndarray:
         if x.dtype.isbuiltin == 1:
-            return _fastpath.core.PLAN_NUMPY, x.dtype
-        return (_fastpath.core.PLAN_GENERAL,)
+            return core.PLAN_NUMPY, x.dtype
+        return (core.PLAN_GENERAL,)
     if source.type != CPU.type:
-        return (_fastpath.core.PLAN_GENERAL,)
+        return (core.PLAN_GENERAL,)
     if "__dlpack_c_exchange_api__" in type(x).__dict__:
-        return _fastpath.core.PLAN_EXCHANGE, type(x)
+        return core.PLAN_EXCHANGE, type(x)
     # The core keeps it only for a type with a host test (JAX): it asks
     # such a producer's __dlpack__ itself.
-    return _fastpath.core.PLAN_CAPSULE, type(x)
+    return core.PLAN_CAPSULE, type(x)
 
 
-if _Base is not object:
-    # The C __dlpack__ and __dlpack_device__ of the base run; this one is
-    # what they hand back to.
-    general_dlpack = Exportable.__dlpack__
-    del Exportable.__dlpack__, Exportable.__dlpack_device__
-else:
-    general_dlpack = Exportable.__dlpack__
+# The core's __dlpack__ and __dlpack_device__ of the base run; this one is
+# what they hand back to.
+general_dlpack = Exportable.__dlpack__
+del Exportable.__dlpack__, Exportable.__dlpack_device__
 
 
 def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None = None) -> Exportable:
@@ -406,9 +398,9 @@ def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None
 
     The consumer's ``from_dlpack`` calls the wrapper's ``__dlpack__``, which
     exports ``x`` under the rules whatever the consumer asks for (a legacy or a
-    versioned capsule, a stream, a device, a copy). With the compiled core the
-    wrapper also offers the DLPack C exchange API; over GPU memory it offers
-    the CUDA Array Interface, over host memory NumPy's array interface.
+    versioned capsule, a stream, a device, a copy). The wrapper also offers
+    the DLPack C exchange API; over GPU memory it offers the CUDA Array
+    Interface, over host memory NumPy's array interface.
 
     Parameters
     ----------
@@ -470,10 +462,9 @@ def python_wrap(x, readonly, min_version=None):
     return Exportable(x, readonly, min_version)
 
 
-if _fastpath.core is not None:
-    # The plain cases (a NumPy array of a NumPy dtype, a host producer with a
-    # C exchange API) are built in C; the rest calls python_wrap.
-    wrap = functools.update_wrapper(_fastpath.core.Exporter(wrap, 1), wrap)
+# The plain cases (a NumPy array of a NumPy dtype, a host producer with a C
+# exchange API) are built in the core; the rest calls python_wrap.
+wrap = functools.update_wrapper(core.Exporter(wrap, 1), wrap)
 
 
 _CPU_DLPACK = CPU.dlpack

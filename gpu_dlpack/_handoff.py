@@ -29,7 +29,7 @@ import os
 import threading
 
 from . import _errors
-from ._fastpath import core
+from ._compiled import core
 
 _POOL_SIZE = 8  # idle events kept per device
 _MAX_PENDING = 4096  # entries keep_until_done holds before the host waits
@@ -116,10 +116,10 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     runtime = _runtime()
     event = _acquire(device)
     try:
-        core = _core_handoff(runtime)
-        if core is not None:  # the same calls, made in C
-            core(event, producer, consumer, device, consumer_device)
-        else:
+        bound = _core_handoff(runtime)
+        if bound is not None:  # the same calls, made in C
+            bound(event, producer, consumer, device, consumer_device)
+        else:  # a runtime the core is not bound to: its Python calls
             with on_device(device):
                 runtime.eventRecord(event, producer)
             with on_device(consumer_device):
@@ -392,8 +392,6 @@ def _bind_capi(runtime):
     runtime module behind ``runtime``, checked entry by entry."""
     import sys
 
-    if core is None:
-        return False, "the compiled core is off"
     module = sys.modules.get(CUPY_RUNTIME)
     capi = getattr(module, "__pyx_capi__", None)
     if not isinstance(capi, dict) or getattr(runtime, "getDevice", None) is not getattr(module, "getDevice", False):
@@ -427,8 +425,6 @@ def core_copy(runtime):
 def binding() -> str:
     """The runtime the core's CUDA calls go to, in words (``gpu-dlpack
     doctor``): CuPy's runtime module, or why they are CuPy's Python calls."""
-    if core is None:
-        return "none: the compiled core is off (the stream hand-off and copies are CuPy's Python calls)"
     if not _bindings:
         import sys
 

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from . import (
-    _backends, _capsule, _errors, _exchange, _fastpath, _peers, _protocols, _rules, _shards, _streams, _versions,
+    _backends, _capsule, _errors, _exchange, _peers, _protocols, _rules, _shards, _streams, _versions,
 )
 from ._backends import numpy_backend
+from ._compiled import core
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import AskedAgain, answer_after, gave_legacy, producer_name, request
 from ._shards import Shard
@@ -137,9 +138,9 @@ def from_dlpack(
             if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
                 return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
             return _import_numpy(x)
-        # (With the compiled core, from_dlpack is its front, which first runs
-        # the core's import of a producer it was told about: a C exchange API,
-        # JAX's capsules. This function is what it hands back.)
+        # (from_dlpack is the core's front, which first runs the core's
+        # import of a producer it was told about: a C exchange API, JAX's
+        # capsules. This function is what it hands back.)
         if known_on_host(x):
             return _import_host(x)
         view = _buffer_views.get(type(x))
@@ -216,11 +217,10 @@ _id = id
 _PLAIN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDG")
 
 
-if _fastpath.core is not None:
-    # Asked for nothing but x, the core imports the producers it was told
-    # about (a C exchange API, JAX's capsules) before any Python runs; every
-    # other case calls the function above. help() and inspect see it.
-    from_dlpack = functools.update_wrapper(_fastpath.core.Exporter(from_dlpack, 2), from_dlpack)
+# Asked for nothing but x, the core imports the producers it was told about
+# (a C exchange API, JAX's capsules) before any Python runs; every other case
+# calls the function above. help() and inspect see it.
+from_dlpack = functools.update_wrapper(core.Exporter(from_dlpack, 2), from_dlpack)
 
 
 def _meeting(x, device, copy, stream, alignment, contiguous):

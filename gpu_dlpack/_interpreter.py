@@ -8,9 +8,8 @@ called from any interpreter, and NumPy, which every exchange needs, does not
 support subinterpreters either (imported first in one, it may hang).
 
 A free-threaded CPython (3.13t and later) running without its GIL is refused
-too: the pure path's claim of a capsule is two C calls (read the name,
-rename it) that only the GIL makes one step, and the core's caches are
-unsynchronized (docs/internals/core.md, "Interpreters").
+too: the compiled core's caches are unsynchronized (docs/internals/core.md,
+"Interpreters").
 """
 
 from __future__ import annotations

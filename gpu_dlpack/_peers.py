@@ -59,11 +59,11 @@ class HostTest(NamedTuple):
     """An array holds memory of the CPU, on one device, when ``len()`` of
     its ``pieces`` attribute is 1 and then ``method()`` answers ``answer``
     (``==``; a deleted JAX array's pieces are None, and ``method`` is never
-    asked of it). Both paths read it at the same points, the same way: an
-    import, an export and a wrap of such an array take its device from it,
-    without ``__dlpack_device__`` (``_devices``); where it fails or raises,
-    ``__dlpack_device__`` is asked (an array over several devices then
-    refuses, and the layer gathers it)."""
+    asked of it). The core and Python read it at the same points, the same
+    way: an import, an export and a wrap of such an array take its device
+    from it, without ``__dlpack_device__`` (``_devices``); where it fails or
+    raises, ``__dlpack_device__`` is asked (an array over several devices
+    then refuses, and the layer gathers it)."""
 
     method: str
     answer: str

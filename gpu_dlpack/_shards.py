@@ -126,7 +126,5 @@ def pieces(x):
 
 def flag_copied(capsule) -> None:
     """Set IS_COPIED on a versioned capsule of a gathered array."""
-    versioned, ptr = _capsule.kind_and_pointer(capsule)
-    if versioned:
-        head = _capsule.header(ptr, True)
-        _capsule.set_flags(ptr, head.flags | _capsule.IS_COPIED)
+    if _capsule.kind(capsule):
+        _capsule.set_flags(_capsule.pointer(capsule, True), _capsule.read(capsule).flags | _capsule.IS_COPIED)

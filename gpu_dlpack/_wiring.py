@@ -4,7 +4,7 @@ The core is mechanism only. Python tells it, once, what the policy modules
 decided (the dtypes and device types exchanged, the NumPy dtype of each
 DLPack dtype, which producer types may be imported through their DLPack C
 exchange API and with which guards) and it hands every case it was not told
-about back to the Python implementation, which decides and words the error.
+about back to the general path in Python, which decides and words the error.
 This module stands just under the package's face (``__init__`` calls
 ``install``), above the two directions it names to the core.
 """
@@ -16,7 +16,7 @@ import numpy as np
 from . import _capsule, _devices, _dtypes, _exchange, _export, _import, _peers, _streams, _versions
 from ._backends import numpy as numpy_backend
 from ._devices import Device
-from ._fastpath import core
+from ._compiled import core
 
 #: Whether producers' C exchange APIs are read (False: their __dlpack__ is
 #: always asked). Call ``core.forget()`` after a change.
@@ -73,16 +73,12 @@ def _current_stream(device_type, device_id):
     return None if handle is None or handle < 0 else handle
 
 
-def install(capsule_impl: dict) -> None:
+def install() -> None:
     """Configure the core once every module is loaded (``gpu_dlpack/__init__``)."""
-    if core is None:
-        return
-    try:
-        from numpy._core import _multiarray_umath as umath
-    except ImportError:  # NumPy 1.x
-        from numpy.core import _multiarray_umath as umath
-    numpy_api = getattr(umath, "_ARRAY_API", None)
-    impl = dict(capsule_impl)
+    # NumPy's C API table lives in the extension module of its C functions
+    # (_multiarray_umath, which moved between NumPy 1 and 2).
+    numpy_api = getattr(np.frompyfunc.__self__, "_ARRAY_API", None)
+    impl = dict(_capsule.GENERAL)
     impl.update(
         wrap=_export.python_wrap,
         check_known=_dtypes.check_known,
@@ -130,8 +126,8 @@ def install(capsule_impl: dict) -> None:
         # The core's adaptation and its capsule imports (JAX) lay a capsule
         # out as NumPy 2.4 lays it, strides always. Before 2.4 NumPy exports
         # C-contiguous arrays without strides (before 2.1 it moves empty
-        # ones too), so they are then the Python ones, which it is compared
-        # with: the same capsule on both paths.
+        # ones too), so they are then the ones the general path rebuilds
+        # through NumPy: the same capsule whichever makes it.
         numpy_layout=numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
         capsule_info=_capsule.CapsuleInfo,
         device_class=_devices.Device,

@@ -595,17 +595,16 @@ class _Stepper:
     """A trace function that raises KeyboardInterrupt at the k-th point of
     the exchange where an interrupt can land (``_LANDINGS``), in any Python
     code the exchange runs (the layer's, the peers', the call itself) but
-    the hand-made producer's deleter (a C deleter's stand-in) and ``skip``."""
+    the hand-made producer's deleter (a C deleter's stand-in)."""
 
-    def __init__(self, k, skip=()):
+    def __init__(self, k):
         self.k = k
         self.count = 0
-        self.skip = skip
         self.at = None
 
     def __call__(self, frame, event, arg):
         code = frame.f_code
-        if code.co_filename == CAPSULES or (code.co_filename, code.co_name) in self.skip:
+        if code.co_filename == CAPSULES:
             return None
         previous = [None]
         handlers = _handlers(code)
@@ -631,28 +630,11 @@ class _Stepper:
         return local
 
 
-def _python_callbacks():
-    """The layer's ctypes callbacks that run Python code, where an interrupt
-    is lost by ctypes (reported as ignored) and the tensor stays unfreed:
-    NumPy before 2.1 on the pure path only (the compiled core lends a C
-    destructor there). Stepping does not interrupt them; docs/internals/faults.md says so."""
-    from gpu_dlpack import _capsule
-
-    if getattr(_capsule, "owning_destructor", None) is None or (
-        _capsule.owning_destructor(True) != _capsule.python_owning_destructor()
-    ):
-        return ()
-    from gpu_dlpack import _destructor
-
-    return ((_destructor.__file__, "_destructor"),)
-
-
 def step_child(kind, start, stop, stride=1):
     """Interrupt one exchange at its k-th instruction in the layer, for k from
     ``start``, until a run ends before instruction k (every point is done)."""
     import gpu_dlpack  # noqa: F401
 
-    skip = _python_callbacks()
     # CPython 3.12 emits opcode events to a frame that asks for them in its
     # call event (``_Stepper``) only where a frame asked before sys.settrace
     # was called; 3.11 and 3.13 emit them in any case.
@@ -660,7 +642,7 @@ def step_child(kind, start, stop, stride=1):
     for k in range(start, stop, stride):
         run, check, watch = KINDS[kind]()
         result = error = None
-        stepper = _Stepper(k, skip)
+        stepper = _Stepper(k)
         sys.settrace(stepper)
         try:
             result = run()
@@ -691,11 +673,10 @@ class _Alarm:
     hand-made producer's deleter (which stands for C code); there it is put
     off by re-arming a short timer."""
 
-    def __init__(self, skip_files):
+    def __init__(self):
         self.armed = False
         self.landed = 0
         self.deferred = 0
-        self.skip_files = skip_files
         self.where = None
         signal.signal(signal.SIGALRM, self._handler)
 
@@ -704,7 +685,7 @@ class _Alarm:
             return
         f = frame
         while f is not None:
-            if (f.f_code.co_filename, f.f_code.co_name) in self.skip_files or f.f_code.co_filename == CAPSULES:
+            if f.f_code.co_filename == CAPSULES:
                 self.deferred += 1
                 signal.setitimer(signal.ITIMER_REAL, 20e-6)
                 return
@@ -750,7 +731,7 @@ def soak_child(interrupts, batch, seed, kinds):
     import gpu_dlpack  # noqa: F401
 
     rng = random.Random(seed)
-    alarm = _Alarm(_python_callbacks())
+    alarm = _Alarm()
     runs = leaked = twice = wrong = other = 0
     batches = 0
     suspects: list = []
@@ -798,21 +779,18 @@ def soak_child(interrupts, batch, seed, kinds):
 
 # -- parent side ---------------------------------------------------------------------
 
-def _env(pure):
+def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     env.setdefault("JAX_PLATFORMS", "cpu")
-    env.pop("GPU_DLPACK_PURE_PYTHON", None)
-    if pure:
-        env["GPU_DLPACK_PURE_PYTHON"] = "1"
     return env
 
 
-def _child(code, pure, timeout):
+def _child(code, timeout):
     """Run ``code`` in a child; ``(lines, returncode, stderr)``, returncode
     None when it was killed for taking longer than ``timeout``."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, env=_env(pure), stdout=subprocess.PIPE,
+        [sys.executable, "-c", code], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -832,13 +810,13 @@ def _child(code, pure, timeout):
 STRIDE = max(1, int(os.environ.get("GPU_DLPACK_FAULT_STRIDE", "1")))
 
 
-def _sweep(kind, pure, first, stop, make_code, timeout):
+def _sweep(kind, first, stop, make_code, timeout):
     """Runs a sweep child from ``first``, restarting it after a crash at the
     next point; returns the result lines plus a line for each crash."""
     lines = []
     n = first
     while n < stop:
-        got, rc, err = _child(make_code(kind, n), pure, timeout)
+        got, rc, err = _child(make_code(kind, n), timeout)
         lines += got
         runs = [line for line in got if "n" in line]
         if rc == 0:
@@ -863,22 +841,22 @@ def interpreter_survives_nomemory() -> bool:
     return _BARE["ok"]
 
 
-def nomemory(kind, pure, stop=2000, streak=60, timeout=300):
+def nomemory(kind, stop=2000, streak=60, timeout=300):
     code = lambda kind, n: (  # noqa: E731
         f"from tests import faults; faults.nomemory_child({kind!r}, {n}, {stop}, {streak}, {STRIDE})")
-    return _sweep(kind, pure, 0, stop, code, timeout)
+    return _sweep(kind, 0, stop, code, timeout)
 
 
-def stepped(kind, pure, stop=20000, timeout=300):
+def stepped(kind, stop=20000, timeout=300):
     code = lambda kind, n: (  # noqa: E731
         f"from tests import faults; faults.step_child({kind!r}, {max(n, 1)}, {stop}, {STRIDE})")
-    return _sweep(kind, pure, 1, stop, code, timeout)
+    return _sweep(kind, 1, stop, code, timeout)
 
 
-def soak(pure, interrupts, batch=8, seed=1, kinds=None, timeout=600):
+def soak(interrupts, batch=8, seed=1, kinds=None, timeout=600):
     kinds = kinds or kinds_here()
     code = f"from tests import faults; faults.soak_child({interrupts}, {batch}, {seed}, {kinds!r})"
-    lines, rc, err = _child(code, pure, timeout)
+    lines, rc, err = _child(code, timeout)
     final = [line for line in lines if "interrupts" in line]
     return (final[-1] if final else None), rc, err, lines
 
@@ -917,9 +895,9 @@ FORK_CHILD_TIMEOUT = 20
 
 
 def _exchange_raw(i=0):
-    """One exchange of a raw capsule (a claim, and on the pure path the claim
-    lock), made by NumPy: no lock of the test's own is taken, so a child
-    forked while another thread holds one cannot hang on the harness."""
+    """One exchange of a raw capsule (a claim), made by NumPy: no lock of the
+    test's own is taken, so a child forked while another thread holds one
+    cannot hang on the harness."""
     import gpu_dlpack
 
     a = np.arange(6.0) + i
@@ -952,16 +930,9 @@ def fork_under_threads(forks=30, threads=2):
     workers = [threading.Thread(target=spin, daemon=True) for _ in range(threads)]
     for w in workers:
         w.start()
-    from gpu_dlpack import _capsule
-
     clean = hung = failed = 0
     try:
         for _ in range(forks):
-            # Fork the moment another thread holds the claim lock (the pure
-            # path takes it for each claim), waiting at most 50 ms for that.
-            deadline = time.monotonic() + 0.05
-            while not _capsule._claim_lock.locked() and time.monotonic() < deadline:
-                pass
             pid = os.fork()
             if pid == 0:  # the child: exchange on the host, then leave at once
                 code = 1
@@ -1052,7 +1023,6 @@ def dataloader_under_threads(epochs=3, threads=2, timeout=10):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["nomemory", "stepped", "soak", "fork", "dataloader", "all"])
-    parser.add_argument("--paths", default="core,pure", help="core, pure or both (default)")
     parser.add_argument("--kinds", default=None, help="comma-separated exchange kinds (default: all here)")
     parser.add_argument("--interrupts", type=int, default=5000, help="interrupts of the timed soak")
     parser.add_argument("--forks", type=int, default=200)
@@ -1060,45 +1030,43 @@ def main(argv=None):
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",") if args.kinds else kinds_here()
     bad = 0
-    for path in args.paths.split(","):
-        pure = path == "pure"
-        if args.what in ("nomemory", "stepped", "all"):
-            for what in (["nomemory", "stepped"] if args.what == "all" else [args.what]):
-                sweep = nomemory if what == "nomemory" else stepped
-                total = [0, 0, 0, 0]  # runs, faulted, findings, the peers' own
-                for kind in kinds:
-                    lines = sweep(kind, pure)
-                    runs = [line for line in lines if "outcome" in line]
-                    wrong = findings(lines)
-                    peers = peer_findings(lines)
-                    bad += len(wrong)
-                    faulted = sum(1 for line in runs if line["outcome"] != "ok")
-                    for i, n in enumerate((len(runs), faulted, len(wrong), len(peers))):
-                        total[i] += n
-                    print(f"{path} {what} {kind}: {len(runs)} runs, {faulted} faulted, {len(wrong)} findings"
-                          f"{f', {len(peers)} the peer or the interpreter' if peers else ''}", flush=True)
-                    for line in wrong[:5] + peers[:2]:
-                        print("   ", {k: v for k, v in line.items() if k != "detail"})
-                print(f"{path} {what}: {len(kinds)} kinds, {total[0]} runs, {total[1]} faulted, {total[2]} findings, "
-                      f"{total[3]} the peer's or the interpreter's own", flush=True)
-        if args.what in ("soak", "all"):
-            final, rc, err, _ = soak(pure, args.interrupts)
-            print(f"{path} soak: {final} (exit status {rc})")
-            if rc != 0 or final is None or final["leaked"] or final["twice"] or final["wrong"] or final["other"]:
-                bad += 1
-                print(err[-2000:])
-        if args.what in ("fork", "all"):
-            code = f"from tests import faults; print(faults.fork_under_threads({args.forks}))"
-            done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(pure), capture_output=True,
-                                  text=True, timeout=args.forks * 30 + 60)
-            print(f"{path} fork under threads (clean, hung, failed): {done.stdout.strip()} {done.stderr[-500:]}")
-            bad += done.returncode != 0 or not done.stdout.strip().endswith(", 0, 0)")
-        if args.what in ("dataloader", "all") and _torch() is not None:
-            code = f"from tests import faults; print(faults.dataloader_under_threads({args.epochs}))"
-            done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(pure), capture_output=True,
-                                  text=True, timeout=args.epochs * 60 + 60)
-            print(f"{path} DataLoader epochs (items each): {done.stdout.strip()} {done.stderr[-500:]}")
-            bad += done.returncode != 0 or "-1" in done.stdout
+    if args.what in ("nomemory", "stepped", "all"):
+        for what in (["nomemory", "stepped"] if args.what == "all" else [args.what]):
+            sweep = nomemory if what == "nomemory" else stepped
+            total = [0, 0, 0, 0]  # runs, faulted, findings, the peers' own
+            for kind in kinds:
+                lines = sweep(kind)
+                runs = [line for line in lines if "outcome" in line]
+                wrong = findings(lines)
+                peers = peer_findings(lines)
+                bad += len(wrong)
+                faulted = sum(1 for line in runs if line["outcome"] != "ok")
+                for i, n in enumerate((len(runs), faulted, len(wrong), len(peers))):
+                    total[i] += n
+                print(f"{what} {kind}: {len(runs)} runs, {faulted} faulted, {len(wrong)} findings"
+                      f"{f', {len(peers)} the peer or the interpreter' if peers else ''}", flush=True)
+                for line in wrong[:5] + peers[:2]:
+                    print("   ", {k: v for k, v in line.items() if k != "detail"})
+            print(f"{what}: {len(kinds)} kinds, {total[0]} runs, {total[1]} faulted, {total[2]} findings, "
+                  f"{total[3]} the peer's or the interpreter's own", flush=True)
+    if args.what in ("soak", "all"):
+        final, rc, err, _ = soak(args.interrupts)
+        print(f"soak: {final} (exit status {rc})")
+        if rc != 0 or final is None or final["leaked"] or final["twice"] or final["wrong"] or final["other"]:
+            bad += 1
+            print(err[-2000:])
+    if args.what in ("fork", "all"):
+        code = f"from tests import faults; print(faults.fork_under_threads({args.forks}))"
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True,
+                              text=True, timeout=args.forks * 30 + 60)
+        print(f"fork under threads (clean, hung, failed): {done.stdout.strip()} {done.stderr[-500:]}")
+        bad += done.returncode != 0 or not done.stdout.strip().endswith(", 0, 0)")
+    if args.what in ("dataloader", "all") and _torch() is not None:
+        code = f"from tests import faults; print(faults.dataloader_under_threads({args.epochs}))"
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True,
+                              text=True, timeout=args.epochs * 60 + 60)
+        print(f"DataLoader epochs (items each): {done.stdout.strip()} {done.stderr[-500:]}")
+        bad += done.returncode != 0 or "-1" in done.stdout
     return 1 if bad else 0
 
 

@@ -19,8 +19,8 @@ the first allocation of the call (the threshold of the youngest
 generation set to 1). What it changes: the wrapper's array (deleted or
 replaced), its read-only flag, the producer's array or capsule, the floor
 in force; or it takes the capsule in flight, or makes an exchange of its
-own. At the first allocation, which is not the same point on both paths
-(a tuple from a free list counts none), it only replaces the wrapper's
+own. At the first allocation, which is no fixed point of the call (a
+tuple from a free list counts none), it only replaces the wrapper's
 array with an equal one: a result that does not depend on when it runs,
 and memory freed under a call that would still read the original.
 """
@@ -209,7 +209,7 @@ def arm(case, state):
         if done:
             return
         done.append(True)
-        gc.disable()  # one collection inside the call: none at another point on each path
+        gc.disable()  # one collection inside the call: none at another point of it
         what = case["action"]
         producer, wrapper = state.get("producer"), state.get("wrapper")
         try:
@@ -255,7 +255,7 @@ def arm(case, state):
         gc.collect(0)  # the youngest generation: the finalizer's garbage is there (no collection since)
 
     # No collection but the one the case asks for: the finalizer then acts
-    # at the same point of the call on both paths.
+    # at the point of the call the case names.
     gc.disable()
     if finalizer == "none":
         return lambda: gc.enable()

@@ -441,7 +441,7 @@ def test_import_to_a_gpu_that_does_not_exist_is_refused(device):
 
 # -- a wrap() object whose state was taken away ------------------------------------
 #
-# Its attributes are plain Python state on both paths: deleted, or never set
+# Its attributes are the compiled base's fields: deleted, or never set
 # (an instance made by __new__ alone), each use of them raises the
 # AttributeError of the missing attribute, never a crash. Run in a fresh
 # interpreter, so that a crash is reported as such.

@@ -5,7 +5,6 @@ the exact calls that are made fast."""
 
 import ctypes
 import struct
-import sys
 import weakref
 
 import numpy as np
@@ -314,18 +313,6 @@ def test_import_from_an_old_producer_retries_without_new_keywords():
         o = Old()
         a = gpu_dlpack.from_dlpack(o)
         assert a.ctypes.data == o.x.ctypes.data and not a.flags.writeable
-
-
-def test_version_is_stamped_where_the_capsule_layout_is_not_confirmed(monkeypatch):
-    # Off CPython's confirmed PyCapsule layout the pointer comes through ctypes.
-    monkeypatch.setattr(_capsule, "_POINTER_AT", None)
-    cap = gpu_dlpack.export(np.arange(3.0), max_version=(1, 0))
-    assert gpu_dlpack.inspect(cap).version == gpu_dlpack.DLPACK_VERSION
-
-
-def test_capsule_layout_is_confirmed_on_cpython():
-    if sys.implementation.name == "cpython":
-        assert _capsule._POINTER_AT == object.__basicsize__
 
 
 @pytest.mark.parametrize("how", ["export", "wrap"])

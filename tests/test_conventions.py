@@ -1,6 +1,6 @@
 """The conventions of the ecosystem: the standard's signatures (positional-only
-``x``), a namespace that shows the public API only, signatures visible on
-the compiled path too, the device objects of the array API standard and of
+``x``), a namespace that shows the public API only, signatures and help
+visible through the compiled core's fronts, the device objects of the array API standard and of
 the peers, and NumPy dtypes where NumPy has one."""
 
 import inspect
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _fastpath
+from gpu_dlpack._compiled import core
 
 from .capsules import make
 
@@ -54,7 +54,7 @@ def test_help_shows_the_public_api_with_signatures():
     # pydoc of CPython 3.13+ puts a long signature one parameter a line.
     functions = re.sub(r"\(\n\s+", "(", re.sub(r",\n\s+(?=[\w*/])", ", ", re.sub(r",?\n\s*\)", ")", functions)))
     data = text[text.index("\nDATA\n"):text.index("\nVERSION\n")]
-    # export and wrap are functions, with their signatures, on both paths.
+    # export and wrap are functions, with their signatures.
     assert "    export(x: 'Any', /, *, stream:" in functions and "    wrap(x: 'Any', /, *, readonly:" in functions
     for name in ("from_dlpack", "from_pointer", "view", "inspect_capsule", "shards", "set_min_dlpack_version",
                  "args_viewable"):
@@ -65,9 +65,9 @@ def test_help_shows_the_public_api_with_signatures():
     assert "Exporter object" not in data  # export and wrap are no data
 
 
-# -- signatures on the compiled path ----------------------------------------------
+# -- signatures through the compiled core ------------------------------------------
 
-def test_signatures_are_visible_on_either_path():
+def test_signatures_are_visible_through_the_core():
     w = gpu_dlpack.wrap(np.arange(3))
     params = inspect.signature(w.__dlpack__).parameters
     assert list(params) == ["stream", "max_version", "dl_device", "copy"]
@@ -77,9 +77,7 @@ def test_signatures_are_visible_on_either_path():
     assert inspect.isroutine(gpu_dlpack.export) and inspect.isroutine(gpu_dlpack.wrap)
 
 
-@pytest.mark.skipif(_fastpath.core is None, reason="the compiled core is not active")
 def test_every_method_of_the_compiled_core_has_a_text_signature():
-    core = _fastpath.core
     methods = [getattr(core, n) for n in dir(core) if inspect.isbuiltin(getattr(core, n))]
     methods += [core.ExportableBase.__dlpack__, core.ExportableBase.__dlpack_device__, core.ExportableBase._set_plan]
     assert len(methods) > 10
@@ -88,47 +86,54 @@ def test_every_method_of_the_compiled_core_has_a_text_signature():
         inspect.signature(m)
 
 
-def test_help_reads_the_same_on_either_path():
-    # On the compiled path Exportable's __dlpack__ and __dlpack_device__ are
-    # the C base's, and export and wrap are C objects over the Python
-    # functions: each shows the Python docstring, word for word, so that
-    # help() and the API reference (built on the core) say what the pure
-    # path says.
-    import json
+def _docstrings_in_source():
+    """The docstrings written in gpu_dlpack/_export.py, by function name
+    (``Exportable.`` before a method's)."""
+    import ast
 
-    from .interpreter import run_python
+    from gpu_dlpack import _export
 
-    code = (
-        "import inspect, json, gpu_dlpack as g\n"
-        "E = g.Exportable\n"
-        "print(json.dumps([inspect.getdoc(o) for o in (E.__dlpack__, E.__dlpack_device__, g.export, g.wrap)]))\n"
-    )
-    done = run_python(code, env={"GPU_DLPACK_PURE_PYTHON": "1"})
-    assert done.returncode == 0, done.stderr
-    pure = json.loads(done.stdout)
-    here = [inspect.getdoc(o) for o in (gpu_dlpack.Exportable.__dlpack__, gpu_dlpack.Exportable.__dlpack_device__,
-                                         gpu_dlpack.export, gpu_dlpack.wrap)]
-    assert here == pure
-    assert all("Returns\n-------\n" in doc for doc in pure)
+    with open(_export.__file__, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = ast.get_docstring(node)
+        elif isinstance(node, ast.ClassDef) and node.name == "Exportable":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    found[f"Exportable.{item.name}"] = ast.get_docstring(item)
+    return found
 
 
-# What a reader of each public function sees, printed as JSON: its repr
-# (without the address), class, names, docstring, signature, help() text,
-# what inspect says of it, how it binds as a class attribute, whether it
-# pickles by name, and the function inspect.unwrap reaches.
-_LOOKS = """
-import inspect, json, pickle, pydoc, re, types, gpu_dlpack as g
-from gpu_dlpack import _fastpath
-out = {"core": _fastpath.core is not None, "functions": {}}
-for name in g.__all__:
-    f = getattr(g, name)
-    if not callable(f) or isinstance(f, type):
-        continue
+def test_help_reads_the_python_docstrings_word_for_word():
+    # Exportable's __dlpack__ and __dlpack_device__ are the C base's, and
+    # export and wrap are C objects over the Python functions: each shows
+    # the docstring written in the Python source, word for word, so that
+    # help() and the API reference say what the source says.
+    written = _docstrings_in_source()
+    shown = {
+        "Exportable.__dlpack__": gpu_dlpack.Exportable.__dlpack__,
+        "Exportable.__dlpack_device__": gpu_dlpack.Exportable.__dlpack_device__,
+        "export": gpu_dlpack.export,
+        "wrap": gpu_dlpack.wrap,
+    }
+    for name, obj in shown.items():
+        assert inspect.getdoc(obj) == written[name], name
+        assert "Returns\n-------\n" in inspect.getdoc(obj), name
+
+
+def _looks(f):
+    """What a reader of ``f`` sees: its repr (without the address), class,
+    names, docstring, signature, help() text, what inspect says of it, how
+    it binds as a class attribute, and its defaults, code name and
+    annotations."""
+
     class Holder:
         m = f
+
     bound = Holder().m
-    plain = inspect.unwrap(f)
-    out["functions"][name] = {
+    return {
         "repr": re.sub(r" at 0x[0-9a-f]+", "", repr(f)),
         "class": f.__class__.__name__,
         "names": [f.__name__, f.__qualname__, f.__module__],
@@ -137,51 +142,40 @@ for name in g.__all__:
         "help": pydoc.render_doc(f, renderer=pydoc.plaintext),
         "inspect": [inspect.isfunction(f), inspect.isroutine(f), inspect.isbuiltin(f), callable(f)],
         "binds": [type(bound).__name__, getattr(bound, "__func__", None) is f],
-        "pickles": pickle.loads(pickle.dumps(f)) is f,
-        "unwrapped": [type(plain).__name__, plain.__name__, plain.__qualname__, plain.__module__,
-                      plain.__doc__ == f.__doc__, str(inspect.signature(plain))],
-        "attributes": [repr(f.__defaults__), repr(f.__kwdefaults__), f.__code__.co_name,
-                       sorted(f.__annotations__)],
+        "attributes": [repr(f.__defaults__), repr(f.__kwdefaults__), f.__code__.co_name, sorted(f.__annotations__)],
     }
-print(json.dumps(out))
-"""
 
 
-def test_the_public_functions_look_the_same_on_both_paths():
-    # On the compiled path export, wrap, from_dlpack and inspect are the
-    # core's fronts over the Python functions: to help(), inspect, pydoc,
-    # pickle and a class body they are those functions, as on the pure path.
-    import json
+def test_the_public_functions_look_like_their_python_functions():
+    # export, wrap, from_dlpack and inspect are the core's fronts over the
+    # Python functions: to help(), inspect, pydoc, pickle and a class body
+    # they are those functions, as every other public function is itself.
+    import pickle
 
-    from .interpreter import run_python
-
-    seen = {}
-    for path, env in (("compiled", {"GPU_DLPACK_PURE_PYTHON": "0"}), ("pure", {"GPU_DLPACK_PURE_PYTHON": "1"})):
-        done = run_python(_LOOKS, env=env)
-        assert done.returncode == 0, done.stderr
-        seen[path] = json.loads(done.stdout)
-    if not seen["compiled"]["core"]:
-        pytest.skip("the compiled core is not built here")
-    compiled, pure = seen["compiled"]["functions"], seen["pure"]["functions"]
-    fronted = {"export", "wrap", "from_dlpack", "inspect_capsule"}
-    assert fronted <= set(pure) and set(compiled) == set(pure)
-    for name in sorted(pure):
-        assert compiled[name] == pure[name], name
-        looks = pure[name]
+    fronted = set()
+    for name in gpu_dlpack.__all__:
+        f = getattr(gpu_dlpack, name)
+        if not callable(f) or isinstance(f, type):
+            continue
+        plain = f.__wrapped__ if type(f) is core.Exporter else f
+        if plain is not f:
+            fronted.add(name)
+            assert type(plain).__name__ == "function" and inspect.unwrap(f) is plain
+        looks = _looks(f)
+        assert looks == _looks(plain) | {"binds": ["method", True]}, name
         assert looks["repr"] == f"<function {name}>" and looks["class"] == "function"
         assert looks["names"][0] == name and looks["inspect"] == [True, True, False, True]
         assert looks["help"].startswith(f"Python Library Documentation: function {name} in module ")
-        assert looks["binds"] == ["method", True] and looks["pickles"] is True
+        assert looks["binds"] == ["method", True] and pickle.loads(pickle.dumps(f)) is f
+    assert fronted == {"export", "wrap", "from_dlpack", "inspect_capsule"}
     # The signature, on one line or (pydoc from CPython 3.13) one parameter a line.
-    signature = "".join(compiled["export"]["help"].splitlines()[2:12]).replace(" ", "")
+    signature = "".join(_looks(gpu_dlpack.export)["help"].splitlines()[2:12]).replace(" ", "")
     assert signature.startswith("export(x:'Any',/,*,stream:"), signature
 
 
 def test_a_front_of_the_core_is_its_python_function_to_a_reader():
-    if _fastpath.core is None:
-        pytest.skip("the compiled core is not active")
     f = gpu_dlpack.export
-    assert type(f) is _fastpath.core.Exporter and f.__wrapped__.__code__ is f.__code__
+    assert type(f) is core.Exporter and f.__wrapped__.__code__ is f.__code__
     with pytest.raises(AttributeError, match="'function' object has no attribute 'nothing'"):
         f.nothing
     cap = type("Holder", (), {"export": f}).export(np.arange(3), max_version=(1, 0))

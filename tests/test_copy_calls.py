@@ -2,8 +2,8 @@
 
 The copy paths are driven through addresses and sizes (host memory here)
 against a recording stand-in for the CUDA runtime, on both faces the layer
-uses: CuPy's runtime module (the pure-Python path) and the C entries the
-compiled core calls (tests/simcuda's forwarding capsules, of CuPy's Cython
+uses: CuPy's runtime module (its Python calls, where the core is not bound
+to it) and the C entries the compiled core calls (tests/simcuda's forwarding capsules, of CuPy's Cython
 signatures, calling the stand-in's methods). The stand-in moves the bytes
 at once, so values are checked too. Pinned here:
 
@@ -11,7 +11,7 @@ at once, so values are checked too. Pinned here:
   ``cudaMemcpyAsync``, ``cudaStreamSynchronize`` (no event, no device
   switch when the GPU is current); host to device adds ``cudaEventRecord``
   of a pooled event (what keeps its buffers alive) and no wait;
-- the Python-level calls of each (cProfile), on each path;
+- the Python-level calls of each (cProfile), on each face;
 - a failed copy frees its pinned block or returns its event, and a block
   is reused only once no queued copy can still write it.
 """
@@ -27,9 +27,8 @@ import weakref
 import numpy as np
 import pytest
 
-from gpu_dlpack import _copies, _fastpath, _handoff
-
-compiled = pytest.mark.skipif(_fastpath.core is None, reason=f"the compiled core is off: {_fastpath.reason}")
+from gpu_dlpack import _copies, _handoff
+from gpu_dlpack._compiled import core
 
 STREAM, OTHER_STREAM = 0x5000, 0x6000
 
@@ -130,8 +129,8 @@ class Runtime:
 
 @pytest.fixture
 def runtime(monkeypatch):
-    """The stand-in as the runtime of the pure-Python path, with empty event
-    pools and nothing pending."""
+    """The stand-in as a runtime the core is not bound to (CuPy's Python
+    calls), with empty event pools and nothing pending."""
     rt = Runtime()
     monkeypatch.setattr(_handoff, "_runtime", lambda: rt)
     monkeypatch.setattr(_handoff, "_bindings", [(rt, False, "a stand-in")])
@@ -140,14 +139,12 @@ def runtime(monkeypatch):
     return rt
 
 
-@pytest.fixture(params=["pure Python", "compiled"])
+@pytest.fixture(params=["Python calls", "compiled"])
 def path(request, runtime, monkeypatch):
-    """Each path in turn: the compiled core's copy through C entries to the
-    stand-in, or CuPy's runtime calls on it from Python."""
+    """Each way to the runtime in turn: the compiled core's copy through C
+    entries to the stand-in, or, where the core is not bound to the runtime
+    (entries that differ), CuPy's runtime calls on it from Python."""
     if request.param == "compiled":
-        core = _fastpath.core
-        if core is None:
-            pytest.skip(f"the compiled core is off: {_fastpath.reason}")
         assert core.bind_runtime(runtime.capi()) is None
         monkeypatch.setattr(_handoff, "_bindings", [(runtime, True, None)])
         yield request.param
@@ -187,9 +184,9 @@ HOST_TO_DEVICE = ["getDevice", "memcpyAsync", "eventRecord"]
 #: built-ins they call) each may make, per path, from the decided copy to
 #: its result, with a pooled block or event (as after the first call).
 MOST_CALLS = {
-    ("device to host", "pure Python"): 15,
+    ("device to host", "Python calls"): 15,
     ("device to host", "compiled"): 13,
-    ("host to device", "pure Python"): 13,
+    ("host to device", "Python calls"): 13,
     ("host to device", "compiled"): 11,
 }
 
@@ -366,9 +363,7 @@ def test_size_classes_waste_at_most_an_eighth_above_one_mib(nbytes, size):
 
 # -- the core's copy entry --------------------------------------------------------
 
-@compiled
 def test_the_core_copy_checks_its_arguments_and_needs_a_runtime():
-    core = _fastpath.core
     with pytest.raises(TypeError):
         core.copy(1, 2, 3)
     core.bind_runtime(None)

@@ -200,7 +200,7 @@ def _reference_entries() -> set[str]:
 
 def test_every_public_name_has_its_entry_in_the_api_reference():
     # Sphinx fails the build on the same omission (docs/_ext); this says so
-    # in the suite, on both paths, without building the pages.
+    # in the suite, without building the pages.
     missing = sorted(set(gpu_dlpack.__all__) - {n.removeprefix("gpu_dlpack.") for n in _reference_entries()})
     assert not missing, f"public but not in docs/api/: {missing}"
 

@@ -63,13 +63,11 @@ def check_schema(doc):
     assert doc["schema"] == "gpu_dlpack.doctor/1"
     g = doc["gpu_dlpack"]
     assert _is(g["version"], str) and len(g["dlpack_version"]) == 2 and len(g["min_dlpack_version"]) == 2
-    from gpu_dlpack import _fastpath
+    from gpu_dlpack._compiled import core
 
-    assert g["path"] == _fastpath.active() and g["path"] in ("compiled", "pure Python")
+    assert g["core"] == core.__file__ and os.path.isfile(g["core"])
     # The CUDA runtime the core's calls go to: CuPy's own, through its C entries.
-    if _fastpath.core is None:
-        assert g["runtime"].startswith("none: the compiled core is off")
-    elif importlib.util.find_spec("cupy") is not None:
+    if importlib.util.find_spec("cupy") is not None:
         assert g["runtime"].startswith("CuPy's own runtime, through cupy_backends.cuda.api.runtime.__pyx_capi__")
     p = doc["platform"]
     for key in ("python", "implementation", "executable", "os", "machine"):
@@ -377,17 +375,16 @@ def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchan
         raise _errors.unreachable(source, _devices.CPU, "an injected defect")
 
     monkeypatch.setattr(_exchange, "_export_host_producer", unreachable)
-    from gpu_dlpack import _fastpath, _wiring
+    from gpu_dlpack import _wiring
+    from gpu_dlpack._compiled import core
 
-    if _fastpath.core is not None:  # the compiled path would pass torch's tensor on in C
-        monkeypatch.setattr(_wiring, "EXCHANGE_API", False)
-        _fastpath.core.forget()
+    monkeypatch.setattr(_wiring, "EXCHANGE_API", False)  # the core would pass torch's tensor on in C
+    core.forget()
     try:
         rep = doctor.run(peers=[p for p in doctor.PEERS if p.name in ("numpy", "torch")])
     finally:
         monkeypatch.undo()
-        if _fastpath.core is not None:
-            _fastpath.core.forget()
+        core.forget()
     check_schema(rep)
     c = cell(rep, "torch", "torch")
     assert c["direct"]["ok"] and c["via"]["outcome"] == "error"

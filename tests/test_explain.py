@@ -257,6 +257,23 @@ def _gil_off_check():
             sys._is_gil_enabled = had
 
 
+def _without_the_core():
+    # The module that loads the core, run again where the core cannot be
+    # imported (a None in sys.modules stops the import, as a missing file).
+    import importlib
+    import sys
+
+    from gpu_dlpack import _compiled
+
+    loaded = sys.modules["gpu_dlpack._core"]
+    sys.modules["gpu_dlpack._core"] = None
+    try:
+        importlib.reload(_compiled)
+    finally:
+        sys.modules["gpu_dlpack._core"] = loaded
+        assert _compiled.core is loaded
+
+
 REAL_MESSAGES = {
     # -- gpu_dlpack itself
     "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
@@ -332,11 +349,12 @@ REAL_MESSAGES = {
     "gpu_dlpack-unsupported-platform": lambda: raised(lambda: _capsule.check_platform("big", 2**31 - 1)),
     "gpu_dlpack-subinterpreter": lambda: raised(lambda: gpu_dlpack._interpreter.check(2, 1)),
     "gpu_dlpack-gil-disabled": lambda: raised(_gil_off_check),
+    "gpu_dlpack-core-not-loaded": lambda: raised(_without_the_core),
     "gpu_dlpack-forked-after-gpu": lambda: raised(_forked_after_gpu),
     "gpu_dlpack-numpy-import": lambda: raised(
         # NumPy reads no ROCm memory; gpu_dlpack hands it a capsule it checked
         lambda: gpu_dlpack._backends.numpy_backend.consume(
-            *(lambda c: (c, False, _capsule.peek(c, False)))(numpy_capsule(device_type=10))
+            *(lambda c: (c, *_capsule.checked(c, False)))(numpy_capsule(device_type=10))
         )
     ),
     "gpu_dlpack-unsupported-dtype": lambda: raised(
@@ -1031,6 +1049,7 @@ BUILDER_ARGS = {
     "unsupported_platform": ("big-endian, 32-bit",),
     "subinterpreter": (),
     "gil_disabled": ("3.13.0",),
+    "core_not_loaded": ("gpu_dlpack._core", ImportError("libfoo.so: cannot open shared object file")),
     "forked_after_gpu": (4242,),
     "unsupported_dtype": (2, 64, 4, "vector types (lanes != 1) have no NumPy equivalent"),
     "unsupported_numpy_dtype": ("<U1", "DLPack has no string type"),

@@ -455,17 +455,16 @@ def test_a_legacy_only_producer_yields_versioned_zero_copy_and_read_only(jax):
 @pytest.fixture
 def rules_path_for_jax(monkeypatch):
     """The Python path for JAX's capsules, which the compiled core otherwise
-    asks for and passes on or adapts itself (its results are the same:
-    tests/test_core.py), so that the rules it asks can be watched."""
-    from gpu_dlpack import _fastpath, _wiring
+    asks for and passes on or adapts itself, so that the rules it asks can
+    be watched."""
+    from gpu_dlpack import _wiring
+    from gpu_dlpack._compiled import core
 
-    if _fastpath.core is not None:
-        monkeypatch.setattr(_wiring, "CAPSULES", False)
-        _fastpath.core.forget()
+    monkeypatch.setattr(_wiring, "CAPSULES", False)
+    core.forget()
     yield
-    if _fastpath.core is not None:
-        monkeypatch.undo()
-        _fastpath.core.forget()
+    monkeypatch.undo()
+    core.forget()
 
 
 def test_a_legacy_producer_is_planned_as_read_only_data_for_a_versioned_consumer(jax, monkeypatch,

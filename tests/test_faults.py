@@ -1,8 +1,7 @@
 """Faults that real programs meet: nothing is freed twice, leaked or hung.
 
-Each scenario runs in child processes (``tests/faults.py``), on the path
-this suite runs (the test command runs it on the compiled core and on the
-pure-Python path), so that a crash or a hang is a failure reported here:
+Each scenario runs in child processes (``tests/faults.py``), so that a
+crash or a hang is a failure reported here:
 
 - every allocation of each exchange kind failing in turn
   (``_testcapi.set_nomemory(n, n + 1)``): the result or ``MemoryError``;
@@ -15,7 +14,7 @@ pure-Python path), so that a crash or a hang is a failure reported here:
 - subinterpreters refused, whichever interpreter imports first;
 - the compiled core refusing calls before it is configured.
 
-The long forms (all kinds on both paths, 20,000 interrupts, 1,000 forks):
+The long forms (all kinds, 20,000 interrupts, 1,000 forks):
 ``scripts/faults.sh``.
 """
 
@@ -32,15 +31,13 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _capsule, _fastpath
+from gpu_dlpack import _capsule
 
 from . import faults
 from .figures import counter_fixture
 
 figures = counter_fixture("faults")
 
-PURE = _fastpath.core is None
-PATH = "pure" if PURE else "core"
 KINDS = faults.kinds_here()
 SOAK_INTERRUPTS = int(os.environ.get("GPU_DLPACK_SOAK_INTERRUPTS", "3000"))
 _testcapi = pytest.importorskip("_testcapi")
@@ -61,9 +58,9 @@ def _record(figures, what, lines):
 @pytest.mark.parametrize("kind", [k for k in KINDS if k not in faults.NOMEMORY_SKIP])
 def test_any_allocation_of_an_exchange_may_fail(figures, kind):
     # Failing the n-th allocation of one exchange, for each n: before, the
-    # core released values twice (crashes), returned a value with an
-    # exception set, and the pure path raised ctypes.ArgumentError.
-    lines = faults.nomemory(kind, PURE)
+    # core released values twice (crashes) and returned a value with an
+    # exception set.
+    lines = faults.nomemory(kind)
     runs = _record(figures, "allocation failure", lines)
     found = faults.findings(lines)
     if not faults.interpreter_survives_nomemory():
@@ -86,7 +83,7 @@ def test_any_allocation_of_an_exchange_may_fail(figures, kind):
 def test_an_interrupt_at_any_point_of_an_exchange_frees_each_tensor_once(figures, kind):
     # Before, an interrupt after the hand-over capsule was made freed the
     # tensor twice, and one between the claim and an owner leaked it.
-    lines = faults.stepped(kind, PURE)
+    lines = faults.stepped(kind)
     runs = _record(figures, "interrupt points", lines)
     assert not faults.findings(lines), faults.findings(lines)[:3]
     assert any(line.get("done") for line in lines), "the stepping did not reach the end of the exchange"
@@ -94,12 +91,12 @@ def test_an_interrupt_at_any_point_of_an_exchange_frees_each_tensor_once(figures
 
 
 def test_thousands_of_timed_interrupts_free_each_tensor_once(figures):
-    final, rc, err, _ = faults.soak(PURE, SOAK_INTERRUPTS)
+    final, rc, err, _ = faults.soak(SOAK_INTERRUPTS)
     assert rc == 0, err[-3000:]
     assert final is not None and final["interrupts"] >= SOAK_INTERRUPTS
     figures["timed interrupts"] += final["interrupts"]
     figures.notes.append(
-        f"timed interrupts ({PATH}): {final['interrupts']} landed over {final['completed']} completed "
+        f"timed interrupts: {final['interrupts']} landed over {final['completed']} completed "
         f"exchanges in {final['seconds']} s"
     )
     assert (final["leaked"], final["twice"], final["wrong"], final["other"]) == (0, 0, 0, 0), final
@@ -130,22 +127,24 @@ def test_a_taken_tensor_lives_in_a_capsule_only_its_owner_holds():
 
 
 def test_a_memory_error_of_ctypes_is_raised_as_memory_error():
-    # The pure path's move, whose ctypes calls fail converting an argument:
-    # ctypes raised ArgumentError("argument 1: MemoryError"), which a caller
-    # catching MemoryError misses.
+    # A capsule's name and pointer are read through ctypes, whose calls fail
+    # converting an argument out of memory: ctypes raises
+    # ArgumentError("argument 1: MemoryError"), which a caller catching
+    # MemoryError misses.
     cap = np.arange(3.0).__dlpack__()
-    for n in range(100):
-        _testcapi.set_nomemory(n, n + 1)
-        try:
-            got = _capsule.PYTHON["move"](cap, False)
-        except MemoryError:
-            continue
-        finally:
-            _testcapi.remove_mem_hooks()
-        break
-    else:
-        pytest.fail("the move never got through")
-    assert n > 0 and _capsule.kind(got) is False  # the failures before were MemoryError
+    for read in (lambda: _capsule.pointer(cap, False), lambda: _capsule.kind(cap)):
+        for n in range(100):
+            _testcapi.set_nomemory(n, n + 1)
+            try:
+                got = read()
+            except MemoryError:
+                continue
+            finally:
+                _testcapi.remove_mem_hooks()
+            break
+        else:
+            pytest.fail("the read never got through")
+        assert n > 0 and got in (_capsule.pointer(cap, False), False)  # the failures before were MemoryError
     says = _capsule.from_ctypes(__import__("ctypes").ArgumentError("argument 1: TypeError: wrong type"))
     assert type(says).__name__ == "ArgumentError"  # any other ArgumentError is itself
 
@@ -153,7 +152,7 @@ def test_a_memory_error_of_ctypes_is_raised_as_memory_error():
 # -- fork ----------------------------------------------------------------------------
 
 def _in_child(code, timeout=120):
-    env = faults._env(PURE)
+    env = faults._env()
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], cwd=faults.ROOT, env=env, capture_output=True, text=True,
         timeout=timeout,
@@ -202,19 +201,6 @@ def test_children_forked_while_threads_exchange_exchange_normally(figures):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "(30, 0, 0)", done.stderr[-2000:]  # (clean, hung, failed)
     figures["forks under threads"] += 30
-
-
-def test_a_child_forked_while_a_thread_holds_the_claim_lock_exchanges():
-    # The pure path's claim lock, held by a thread at the fork, was held for
-    # ever in the child: its first claim waited for ever.
-    done = _in_child(_FORK + """
-from gpu_dlpack import _capsule
-release, t = holding(_capsule._claim_lock)
-status = forked(lambda: [faults._exchange_raw(i) for i in range(4)])
-release.set(); t.join()
-print(status)
-""")
-    assert done.returncode == 0 and done.stdout.split()[-1] == "0", done.stdout + done.stderr
 
 
 def test_a_dataloader_whose_workers_exchange_while_a_thread_does(figures):
@@ -444,7 +430,7 @@ print("ran in a subinterpreter:", m.import_host(T()), m.wrap(T(), False))
 load = "import gpu_dlpack" if sys.argv[1] == "the package" else LOAD_THE_FILE
 for _ in range(2):
     print("refused:", run(load))
-print(gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__()).tolist(), gpu_dlpack._fastpath.active())
+print(gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__()).tolist())
 '''
 
 
@@ -461,7 +447,7 @@ def test_the_core_is_refused_in_a_subinterpreter_after_the_main_interpreter_load
         pytest.skip("this interpreter has no module to make subinterpreters")
     if not glob.glob(os.path.join(faults.ROOT, "gpu_dlpack", "_core*.so")):
         pytest.skip("the compiled core is not built")
-    env = faults._env(PURE)
+    env = faults._env()
     done = subprocess.run([sys.executable, "-c", _SUBINTERPRETER, loads], cwd=faults.ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
@@ -469,7 +455,7 @@ def test_the_core_is_refused_in_a_subinterpreter_after_the_main_interpreter_load
     assert len(lines) == 3 and all(
         line.startswith("refused: ") and "ImportError" in line and REFUSED in line for line in lines[:2]
     ), done.stdout
-    assert lines[2] == "[0.0, 1.0, 2.0] " + ("pure Python" if PURE else "compiled")
+    assert lines[2] == "[0.0, 1.0, 2.0]"
 
 
 def test_the_core_is_refused_in_a_subinterpreter_on_its_own():

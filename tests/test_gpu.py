@@ -432,15 +432,14 @@ def test_cupy_reads_a_pending_jax_result_on_the_consumer_stream(cp, jgpu):
 def test_a_jax_gpu_capsule_is_adapted_in_c_around_its_legacy_struct(cp, jgpu):
     import ctypes
 
-    from gpu_dlpack import _capsule, _fastpath
+    from gpu_dlpack import _capsule
 
     j = _jax_on_gpu(jgpu)
     cap = export(j, max_version=(1, 0))
     info = inspect(cap)
     assert info.readonly and info.device == _gpu0()
-    if _fastpath.core is not None:
-        ctx = ctypes.c_void_p.from_address(_capsule.pointer(cap, True) + 8).value
-        assert ctypes.c_void_p.from_address(ctx).value == j.unsafe_buffer_pointer()  # JAX's DLTensor.data
+    ctx = ctypes.c_void_p.from_address(_capsule.pointer(cap, True) + 8).value
+    assert ctypes.c_void_p.from_address(ctx).value == j.unsafe_buffer_pointer()  # JAX's DLTensor.data
 
 
 # -- managed memory: CUDA to consumers that ask for a stream, managed to the others --

@@ -1,4 +1,4 @@
-"""Leaks: 100,000 export/import cycles on each path, with a steady resident
+"""Leaks: 100,000 export/import cycles of each kind, with a steady resident
 size and every deleter called; and a source array freed once its last
 consumer is gone.
 
@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _fastpath
 
 from . import capsules
 from .figures import counter_fixture
@@ -172,9 +171,9 @@ def test_jax_to_gpu_dlpack_versioned_adaptation_cycles_leak_nothing(figures, jax
 
 
 def test_jax_through_the_core_cycles_leak_nothing(figures, jax, torch):
-    # The plain JAX exchanges the compiled core makes (on the pure path, the
-    # same ones in Python): the import, the pass-on, the adaptation consumed
-    # by torch, through tvm-ffi's C exchange API, and never consumed.
+    # The plain JAX exchanges the compiled core makes: the import, the
+    # pass-on, the adaptation consumed by torch, through tvm-ffi's C
+    # exchange API, and never consumed.
     a, owner = _aligned(64)
     a[:] = np.arange(64.0)
     ref = weakref.ref(owner)
@@ -195,10 +194,7 @@ def test_jax_through_the_core_cycles_leak_nothing(figures, jax, torch):
         elif kind == 2:
             b = torch.from_dlpack(gpu_dlpack.wrap(j)).numpy()
         elif kind == 3 and tvm_ffi is not None:
-            # (Without the core, tvm-ffi asks wrap(j) for a legacy capsule,
-            # which JAX's immutable array is refused: convert copies it.)
-            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(j)) if _fastpath.core is not None
-                               else gpu_dlpack.convert(j, "tvm_ffi"))
+            b = np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(j)))
         else:
             gpu_dlpack.export(j, max_version=(1, 0))  # dropped unconsumed
             return

@@ -9,7 +9,7 @@ through the layer: ``from_dlpack``, ``convert``, ``wrap`` to any consumer and
   say so: a legacy export of one is refused unless copied (rule 5), as for
   every read-only array.
 
-With real torch and JAX; both paths run these (the suite runs twice).
+With real torch and JAX.
 """
 
 import numpy as np

@@ -26,7 +26,6 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PURE = os.environ.get("GPU_DLPACK_PURE_PYTHON") == "1"
 
 
 def _child(code, *args, timeout=120):
@@ -175,8 +174,7 @@ def test_the_layer_calls_the_c_api_through_function_objects_of_its_own(before, a
     # The layer set argtypes and restype on ctypes.pythonapi's shared
     # function objects, and so changed what every other library calls; any
     # library that set them its own way, after, changed what the layer
-    # calls: ctypes.ArgumentError on every claim of the pure path,
-    # AttributeError on both paths, a segmentation fault of the pure path.
+    # calls: ctypes.ArgumentError, AttributeError, a segmentation fault.
     pytest.importorskip("torch")
     clean = _child(HOSTILE, "none", "none")
     assert _child(HOSTILE, before, after) == clean

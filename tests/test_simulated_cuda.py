@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _fastpath, _handoff
+from gpu_dlpack import _handoff
 
 from . import simcuda
 from .helpers import gpu_arange, simulated_cuda
@@ -139,17 +139,15 @@ sim_only = pytest.mark.skipif(not simulated_cuda(), reason="needs the simulated 
 @pytest.mark.gpu
 @sim_only
 def test_the_hand_off_and_the_copy_go_through_cupys_runtime_entries_on_the_compiled_path(cp):
-    # With the compiled core, the hand-off and the copy are the core's calls
-    # through CuPy's C entries (the simulator counts them: C face); without
-    # it, CuPy's Python functions (Python face). The Python calls running
-    # with the core loaded fail this test.
+    # The hand-off and the copy are the core's calls through CuPy's C
+    # entries (the simulator counts them: C face), not CuPy's Python
+    # functions (Python face): Python calls where the core binds fail this
+    # test.
     sim = simcuda.installed()
     x = gpu_arange(cp, 4.0)
     consumer = cp.cuda.Stream(non_blocking=True)
-    compiled = _fastpath.core is not None
-    face = 0 if compiled else 1
-    if compiled:
-        assert _handoff.binding().startswith("CuPy's own runtime, through cupy_backends.cuda.api.runtime")
+    face = 0
+    assert _handoff.binding().startswith("CuPy's own runtime, through cupy_backends.cuda.api.runtime")
     before = {name: sim.calls(name) for name in ("eventRecord", "streamWaitEvent", "memcpyAsync", "streamSynchronize")}
     gpu_dlpack.export(x, max_version=(1, 0), stream=consumer.ptr)  # the hand-off
     host = gpu_dlpack.from_dlpack(gpu_dlpack.export(x, max_version=(1, 0), dl_device=(1, 0)))  # a copy

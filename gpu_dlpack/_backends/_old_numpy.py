@@ -4,18 +4,11 @@
 
 Export builds the ``DLManagedTensorVersioned`` here: one allocation holding
 the struct, the shape and the strides, a reference to the array kept until
-the consumer calls the deleter (or the unconsumed capsule dies). With the
-compiled core, its C deleter and destructor serve (``core.kept_capsule``
-takes the reference and makes the capsule in one step); without it, the
-ctypes callbacks below. Import
-reads a versioned capsule through the array interface, the capsule's owner
-kept alive by the array's base.
-
-Without the core, the deleter is a ctypes callback, kept alive for the life
-of the process (a capsule may outlive this module at shutdown), and the
-capsule destructor is the layer's own (``_destructor``), which also serves
-``_capsule.move`` here.
-NumPy 2.1 and later never come here.
+the consumer calls the deleter (or the unconsumed capsule dies): the
+compiled core's deleter and destructor (``_capsule.kept_capsule`` takes the
+reference and makes the capsule in one step). Import reads a versioned
+capsule through the array interface, the capsule's owner kept alive by the
+array's base. NumPy 2.1 and later never come here.
 
 Floor: the backends, under ``numpy``.
 """
@@ -28,36 +21,15 @@ import struct
 import numpy as np
 
 from .. import _capsule, _errors
-from .._destructor import OWNING_DESTRUCTOR as _DESTRUCTOR
-from .._fastpath import core as _core
 
-_VERSIONED = _capsule.VERSIONED.encode()
 _HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor
 _HEAD_SIZE = _HEAD.size  # 80
 
-_api = ctypes.pythonapi
-# Function objects of the layer's own, each with its own prototype (those
-# of ctypes.pythonapi are shared: any library may set their argtypes).
-_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_New", _api))
-_IncRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", _api))
-
-# struct address -> (its memory, the array): what a capsule keeps alive.
-_live: dict = {}
-_name = ctypes.create_string_buffer(_VERSIONED)  # the capsule keeps a pointer to it
-_no_elements = ctypes.create_string_buffer(64)  # the address of arrays without elements
+# The address of arrays without elements, never freed: an array over it may
+# outlive this module at shutdown.
+_no_elements = ctypes.create_string_buffer(64)
+ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_no_elements)
 _NO_ELEMENTS = ctypes.addressof(_no_elements)
-
-
-# The deleter is the dict's own pop, called by ctypes with the struct's
-# address: no Python code runs, so no interrupt can land inside it and skip
-# the release.
-_deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_live.pop)
-
-
-# Never freed: a capsule or a consumer may call them during shutdown.
-for _keep in (_deleter, _live, _name, _no_elements):
-    _IncRef(_keep)
-_DELETER = ctypes.cast(_deleter, ctypes.c_void_p).value
 
 
 def _data_offset():
@@ -101,22 +73,13 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
     shape_at = ptr + _HEAD_SIZE
     strides_at = shape_at + 8 * ndim
     _HEAD.pack_into(
-        mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, 0 if _core else _DELETER, flags,
+        # (No deleter yet: kept_capsule sets the core's.)
+        mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, 0, flags,
         data, 1, 0, ndim, code, bits, 1,
         shape_at if ndim else 0, strides_at if ndim else 0, 0,
     )
     struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE, *arr.shape, *strides)
-    if _core is not None:
-        return _core.kept_capsule(ptr, (mem, arr))
-    _live[ptr] = (mem, arr)
-    try:
-        return _New(ptr, _name, _DESTRUCTOR)
-    except ctypes.ArgumentError as exc:
-        _live.pop(ptr, None)
-        raise _capsule.from_ctypes(exc) from None
-    except BaseException:
-        _live.pop(ptr, None)
-        raise
+    return _capsule.kept_capsule(ptr, (mem, arr))
 
 
 class _Held:

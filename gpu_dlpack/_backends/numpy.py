@@ -54,7 +54,7 @@ def _versioned_numpy() -> tuple[bool, bool]:
         return False, False  # before 2.1: legacy capsules only
     if not _capsule.point_strides_after_shape(capsule):
         return True, False  # 2.4 and later: strides whenever ndim > 0
-    # NumPy 2.1 to 2.3 (numpy/_core/src/multiarray/dlpack.c, the same in
+    # NumPy 2.1 to 2.3 (its src/multiarray/dlpack.c, the same in
     # every release of them) allocate the strides right after the shape and
     # fill them, then leave a C-contiguous array's out (NULL): DLPack allowed
     # that before 1.2, which requires strides for ndim > 0. Pointed at again
@@ -115,7 +115,7 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
             ptr = _capsule.pointer(capsule, True)
             _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
             if dtype.padded:
-                flags = _capsule.peek(capsule, True).flags
+                flags = _capsule.read(capsule).flags
                 _capsule.set_flags(ptr, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
     elif dtype.carrier is not None:
         _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)

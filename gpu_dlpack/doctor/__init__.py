@@ -16,9 +16,8 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
       "schema": "gpu_dlpack.doctor/1",
       "gpu_dlpack": {"version": str, "dlpack_version": [int, int],
                      "min_dlpack_version": [int, int],
-                     "path": "compiled" | "pure Python",  # the hot path in use
-                     "path_detail": str,                  # where it is, or why not
-                     "runtime": str},                     # the CUDA runtime the core calls, or why none
+                     "core": str,     # the file of the compiled core
+                     "runtime": str},  # the CUDA runtime the core calls, or why none
       "platform": {
         "python": str, "implementation": str, "executable": str,
         "os": str, "machine": str,

@@ -121,8 +121,8 @@ def render(report) -> str:
     ]
     p = report["platform"]
     lines.append(f"  Python  {p['python']} ({p['implementation']}) on {p['os']}")
-    if "path" in g:
-        lines.append(f"  Path    {g['path_detail']}")
+    if "core" in g:
+        lines.append(f"  Core    {g['core']}")
     if "runtime" in g:
         lines.append(f"  Runtime {g['runtime']}")
     lines += _gpu_lines(p["gpu"])

@@ -6,7 +6,7 @@ import json
 
 import importlib.util
 
-from .. import __version__, _errors, _fastpath, _handoff, _versions
+from .. import __version__, _compiled, _errors, _handoff, _versions
 from ._faults import compare, strides_of
 from ._faults import start as start_stride_probes
 from ._findings import findings
@@ -71,8 +71,7 @@ def run(extra=(), peers=None, strict=False) -> dict:
             "version": __version__,
             "dlpack_version": list(_versions.DLPACK_VERSION),
             "min_dlpack_version": list(_versions.min_version()),
-            "path": _fastpath.active(),
-            "path_detail": _fastpath.describe(),
+            "core": _compiled.core.__file__,
         },
         "platform": probe_platform(),
         "libraries": [item.row for item in loaded],

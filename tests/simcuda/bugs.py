@@ -3,8 +3,8 @@ the gpu tests on the simulated CUDA must catch (scripts/inject-bugs.sh runs
 them: tests/simcuda/inject.py).
 
 Each bug replaces one exact piece of a source file (the table stops applying,
-loudly, when the code it names changes), runs on the path(s) whose code it
-changes, and names the tests that should catch it and what should: the
+loudly, when the code it names changes), and names the tests that should
+catch it and what should: the
 simulator's ``checker`` (a report), or a ``test``'s own assertion (values,
 an error). A bug no gpu test on the simulator can reach says why instead.
 """
@@ -21,12 +21,16 @@ class Bug(NamedTuple):
     old: str
     new: str
     tests: tuple
-    paths: tuple = ("compiled", "pure")
     catcher: str = "checker"
     unreachable: str = ""
 
 
 GPU = "tests/test_gpu.py::"
+# CuPy's Python calls make the hand-off and the copies only where the core
+# is not bound to CuPy's runtime module (an entry whose C signature
+# differs); on the simulated CUDA it is bound.
+_PYTHON_CALLS = ("the hand-off and the copies are CuPy's Python calls only where the compiled core is not bound "
+                 "to CuPy's runtime module; on the simulated CUDA it is (the core's own calls: the core-* bugs)")
 
 BUGS = (
     Bug("no-handoff-before-a-device-copy",
@@ -53,14 +57,13 @@ BUGS = (
         "                runtime.eventRecord(event, producer)\n",
         "                runtime.eventRecord(event, consumer)\n",
         (GPU + "test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host",),
-        paths=("pure",)),
+        unreachable=_PYTHON_CALLS),
     Bug("core-handoff-recorded-on-the-consumer-stream",
         "the same in the compiled core's hand-off",
         "gpu_dlpack/core/runtime.pxi",
         "answered(rt.event_record(<intptr_t>event_ptr, <intptr_t>producer_ptr, 0))",
         "answered(rt.event_record(<intptr_t>event_ptr, <intptr_t>consumer_ptr, 0))",
-        (GPU + "test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host",),
-        paths=("compiled",)),
+        (GPU + "test_an_export_makes_the_consumer_stream_wait_without_blocking_the_host",)),
     Bug("pinned-result-not-kept-alive",
         "a pinned result dropped before its copy is done goes back to the pool (its copy keeps only the source)",
         "gpu_dlpack/_backends/cupy/copies.py",
@@ -73,14 +76,13 @@ BUGS = (
         "            runtime.eventRecord(event, stream)\n",
         "            runtime.eventRecord(event, 1)\n",
         ("tests/test_gpu_reliability.py::test_a_pinned_destination_dropped_mid_copy_is_not_handed_to_another_owner",),
-        paths=("pure",)),
+        unreachable=_PYTHON_CALLS),
     Bug("core-copy-without-its-keep-alive-event",
         "the compiled core's copy records no event after it: what it reads and writes is released at once",
         "gpu_dlpack/core/runtime.pxi",
         "        or (event_ptr != NULL and answered(rt.event_record(<intptr_t>event_ptr, <intptr_t>stream_ptr, 0)) < 0)\n",
         "",
-        ("tests/test_gpu_reliability.py::test_a_pinned_destination_dropped_mid_copy_is_not_handed_to_another_owner",),
-        paths=("compiled",)),
+        ("tests/test_gpu_reliability.py::test_a_pinned_destination_dropped_mid_copy_is_not_handed_to_another_owner",)),
     Bug("event-of-the-current-device",
         "a pooled event made on the current GPU, not on the GPU whose stream records it",
         "gpu_dlpack/_handoff.py",
@@ -123,14 +125,13 @@ BUGS = (
         "    differs = core.bind_runtime(capi)\n",
         "    differs = ('unbound', None, 'x')\n",
         ("tests/test_simulated_cuda.py::test_the_hand_off_and_the_copy_go_through_cupys_runtime_entries_on_the_compiled_path",),
-        paths=("compiled",), catcher="test"),
+        catcher="test"),
     Bug("torch-to-cupy-without-a-wait",
         "torch's tensor taken through its C exchange API without making the consumer wait for its stream",
         "gpu_dlpack/_backends/cupy/imports.py",
         "            _handoff.handoff(work_stream or 1, ask, source.index)\n",
         "            pass\n",
         ("tests/test_core.py::test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream",),
-        paths=("compiled",),
         unreachable="needs a CUDA build of torch (the test extra's torch is the CPU build): torch's C exchange "
                     "API gives CUDA tensors only there"),
 )

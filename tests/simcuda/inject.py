@@ -1,8 +1,8 @@
 """Put each bug of tests/simcuda/bugs.py into a copy of the tree, one at a
-time, and run the tests that must catch it on the simulated CUDA, on each
-path the bug changes: ``python -m tests.simcuda.inject [-j JOBS] [NAME ...]``
+time, and run the tests that must catch it on the simulated CUDA:
+``python -m tests.simcuda.inject [-j JOBS] [NAME ...]``
 (scripts/inject-bugs.sh). First the same tests run on the tree as it is
-(they must pass there). Prints, per bug and path, what caught it: the
+(they must pass there). Prints, per bug, what caught it: the
 simulator's checker (its first report) or a test's assertion; exits 1 when
 a bug went unnoticed, or when a test fails without any bug."""
 
@@ -33,20 +33,14 @@ def _copy_tree(where):
             shutil.copy2(src, dst)
 
 
-def _env(path):
-    env = dict(os.environ, GPU_DLPACK_SIMCUDA="1", JAX_PLATFORMS="cpu",
-               GPU_DLPACK_CPRODUCER_DIR=os.path.join(ROOT, "build", "tests"))
-    env.pop("GPU_DLPACK_PURE_PYTHON", None)
-    if path == "pure":
-        env.update(GPU_DLPACK_PURE_PYTHON="1", GPU_DLPACK_EXPECT_CORE="0")
-    else:
-        env["GPU_DLPACK_EXPECT_CORE"] = "1"
-    return env
+def _env():
+    return dict(os.environ, GPU_DLPACK_SIMCUDA="1", JAX_PLATFORMS="cpu",
+                GPU_DLPACK_CPRODUCER_DIR=os.path.join(ROOT, "build", "tests"))
 
 
-def _pytest(where, tests, path):
+def _pytest(where, tests):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
-                          cwd=where, env=_env(path), capture_output=True, text=True, timeout=600)
+                          cwd=where, env=_env(), capture_output=True, text=True, timeout=600)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -65,10 +59,10 @@ def _verdict(rc, output):
     return True, "test: " + error[:400]
 
 
-def _one(bug, path, where):
-    rc, output = _pytest(where, bug.tests, path)
+def _one(bug, where):
+    rc, output = _pytest(where, bug.tests)
     caught, why = _verdict(rc, output)
-    return bug, path, caught, why
+    return bug, caught, why
 
 
 def _mutated_tree(bug, base):
@@ -100,36 +94,26 @@ def main(argv=None):
     base = tempfile.mkdtemp(prefix="gpu_dlpack-bugs-")
     failed = []
     try:
-        # The tests, without any bug: each must pass on its paths.
+        # The tests, without any bug: each must pass.
         clean = os.path.join(base, "clean")
         os.mkdir(clean)
         _copy_tree(clean)
-        runs = {}
-        for bug in bugs:
-            if not bug.unreachable:
-                for path in bug.paths:
-                    runs.setdefault(path, set()).update(bug.tests)
+        tests = sorted({test for bug in bugs if not bug.unreachable for test in bug.tests})
+        rc, output = _pytest(clean, tests)
+        if rc != 0:
+            print(f"inject: without any bug, the tests fail:\n{output[-3000:]}")
+            return 1
         with ThreadPoolExecutor(args.jobs) as pool:
-            for path, (rc, output) in zip(runs, pool.map(lambda p: _pytest(clean, sorted(runs[p]), p), runs)):
-                if rc != 0:
-                    print(f"inject: without any bug, the tests fail on the {path} path:\n{output[-3000:]}")
-                    return 1
-        jobs = []
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for bug in bugs:
-                if bug.unreachable:
-                    continue
-                where = _mutated_tree(bug, base)
-                jobs += [pool.submit(_one, bug, path, where) for path in bug.paths]
+            jobs = [pool.submit(_one, bug, _mutated_tree(bug, base)) for bug in bugs if not bug.unreachable]
             results = [job.result() for job in jobs]
-        print(f"{'bug':42} {'path':9} caught by")
-        for bug, path, caught, why in results:
-            print(f"{bug.name:42} {path:9} {why if caught else 'NOT CAUGHT: ' + why}")
+        print(f"{'bug':42} caught by")
+        for bug, caught, why in results:
+            print(f"{bug.name:42} {why if caught else 'NOT CAUGHT: ' + why}")
             if not caught:
-                failed.append((bug.name, path))
+                failed.append(bug.name)
         for bug in bugs:
             if bug.unreachable:
-                print(f"{bug.name:42} {'-':9} not run: {bug.unreachable}")
+                print(f"{bug.name:42} not run: {bug.unreachable}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(f"inject: {len(results) - len(failed)} of {len(results)} runs caught their bug, "

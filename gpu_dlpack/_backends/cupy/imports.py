@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from ... import _capsule, _dtypes, _errors, _fastpath, _handoff, _rules, _streams, _versions
+from ... import _capsule, _dtypes, _errors, _handoff, _rules, _streams, _versions
+from ..._compiled import core
 from ..._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 from ..._producer import request
 from .. import _reach
@@ -261,10 +262,9 @@ def _exchange(x, source, ask):
     """x's capsule through its type's DLPack C exchange API (the compiled
     core; PyTorch offers it): exported without synchronizing, then ``ask``
     made to wait for the producer's current work stream with a pooled event,
-    which is what ``x.__dlpack__(stream=ask)`` does. None when the core is off,
-    the type offers no such API, or the memory is not on a CUDA GPU."""
-    core = _fastpath.core
-    if core is None or source.type != _T.CUDA or ask is None:
+    which is what ``x.__dlpack__(stream=ask)`` does. None when the type
+    offers no such API, or the memory is not on a CUDA GPU."""
+    if source.type != _T.CUDA or ask is None:
         return None
     got = core.exchange(x)
     if got is None:
