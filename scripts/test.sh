@@ -14,7 +14,7 @@
 #   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
 #   4c. the documentation (scripts/docs.sh): docs/ built by Sphinx with every
 #       warning an error, the API reference checked against gpu_dlpack.__all__,
-#       and every example of the pages run as a doctest (about 20 s);
+#       and every example of the pages run as a doctest (about 10 s);
 #   5. the suite (the run fails if the core built in step 2 is not the one
 #      loaded), the README's blocks and the modules' doctests included, and
 #      4,000 cases of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the
