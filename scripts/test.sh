@@ -36,8 +36,9 @@
 # their versioned capsules, which the layer hands on as DLPack 1.2:
 #   9b. the suite (on the core built in step 2; two to three minutes,
 #       making the environment included).
-# 10. The release artefacts: build, twine check, the wheel tested in a fresh
-#    venv (scripts/release-check.sh, about a minute).
+# 10. The release artefacts: build, twine check, the sdist refused at its
+#    build where no compiler works, the wheel tested in a fresh venv
+#    (scripts/release-check.sh, about a minute).
 # 11. The matrix (scripts/matrix.sh): every other CPython the package claims
 #    (3.10, 3.12, 3.13), each in .venv-py3.X from requirements/test-py3.X.txt
 #    with the newest NumPy, JAX and (3.13) torch it admits: the core built
