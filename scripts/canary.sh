@@ -6,13 +6,13 @@
 # group of pyproject.toml with its version pins taken off (markers kept), so
 # that each peer comes at the newest release pip admits today, then the
 # package in editable mode; the compiled core is built for that interpreter
-# and the suite runs on the core and on the pure path, recorded in
-# build/canary/ and summarized (scripts/matrix_summary.py). Not a step of
-# the test command, whose result must not depend on the day it runs: the
-# scheduled workflow .github/workflows/canary.yml runs it daily. A failure
-# here, with the test command passing, is a new release of a peer that
-# breaks an exchange: add its version to the table of that peer's faults
-# (gpu_dlpack/_peers.py) or fix the layer, then move the pins (scripts/lock.sh).
+# and the suite runs on it, recorded in build/canary/ and summarized
+# (scripts/matrix_summary.py). Not a step of the test command, whose result
+# must not depend on the day it runs: the scheduled workflow
+# .github/workflows/canary.yml runs it daily. A failure here, with the test
+# command passing, is a new release of a peer that breaks an exchange: add
+# its version to the table of that peer's faults (gpu_dlpack/_peers.py) or
+# fix the layer, then move the pins (scripts/lock.sh).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -63,7 +63,6 @@ export PATH="$venv/bin:$PATH" GPU_DLPACK_RESULTS="$root/build/canary"
 cd "$root"
 python setup.py -q build_ext --inplace >/dev/null
 status=0
-bash "$here/suite.sh" "canary-py$version-core" -q -p no:cacheprovider || status=1
-bash "$here/suite.sh" "canary-py$version-pure" -q -p no:cacheprovider || status=1
+bash "$here/suite.sh" "canary-py$version" -q -p no:cacheprovider || status=1
 python "$here/matrix_summary.py" "$root/build/canary" >&2 || status=1
 exit $status

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The fault tests in their long form (the test command runs the short form,
-# tests/test_faults.py, on each path): scripts/faults.sh [paths]
+# tests/test_faults.py): scripts/faults.sh
 #
-# On the compiled core and on the pure-Python path (or the paths given:
-# core, pure or core,pure), each in child processes (tests/faults.py):
+# In child processes (tests/faults.py), on the compiled core built in place:
 #   - every exchange kind with each of its allocations failing in turn;
 #   - every exchange kind interrupted at each point where an interrupt lands;
 #   - 20,000 interrupts from a timer (GPU_DLPACK_SOAK_INTERRUPTS);
@@ -13,5 +12,5 @@
 # hung, crashed or raised other than the result or MemoryError.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 python setup.py -q build_ext --inplace
-python -m tests.faults all --paths "${1:-core,pure}" \
+python -m tests.faults all \
   --interrupts "${GPU_DLPACK_SOAK_INTERRUPTS:-20000}" --forks 1000 --epochs 20

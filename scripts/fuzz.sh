@@ -2,11 +2,11 @@
 # The capsule fuzzer's long form: scripts/fuzz.sh [CASES [ROUNDS]]
 #
 # ROUNDS rounds (default 5) of CASES cases each (default 10,000), each with
-# a new seed, on the compiled core and on the pure-Python path, each path in
-# its own interpreter (tests/fuzz_capsules.py): crafted capsules, then as
-# many reentrancy cases (producers and finalizers that run Python code
-# inside the layer's calls). Stops at the first round with a crash, a
-# broken rule or a disagreement between the paths, and prints its seed:
+# a new seed, on the compiled core built in place, in an interpreter of its
+# own (tests/fuzz_capsules.py): crafted capsules, then as many reentrancy
+# cases (producers and finalizers that run Python code inside the layer's
+# calls). Stops at the first round with a crash or a broken invariant (the
+# checks docs/internals/testing.md lists), and prints its seed:
 # `python -m tests.fuzz_capsules [--family reentrancy] --cases N --seed S`
 # runs that round again. Under the sanitizers: scripts/sanitize.sh --
 # tests/test_fuzz.py with GPU_DLPACK_FUZZ_CASES and

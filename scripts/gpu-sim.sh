@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# The gpu tests on the simulated CUDA, on both paths: scripts/gpu-sim.sh [--long] [pytest args]
+# The gpu tests on the simulated CUDA: scripts/gpu-sim.sh [--long] [pytest args]
 #
 # Without a GPU: real CuPy runs on the simulated CUDA of tests/simcuda (its
 # runtime and driver modules replaced at their C entries before CuPy is
 # imported; GPU_DLPACK_SIMCUDA=1), two GPUs, and every test marked gpu
-# that needs no kernel runs, once with the compiled core and once on the
-# pure-Python path. A test fails on any report of the simulator's checker
-# (a read or write another stream's work was never waited for, freed
-# memory, an unknown or destroyed stream or event, an event recorded on
-# another device's stream, the host touching device memory or memory that
-# queued work still writes); an installed CuPy whose C entries differ from
-# what the simulator implements stops the run, naming the entry. What still
-# needs a GPU skips, with why (docs/internals/testing.md lists it).
+# that needs no kernel runs, on the compiled core, whose CUDA calls reach
+# the simulator through CuPy's own entries. A test fails on any report of
+# the simulator's checker (a read or write another stream's work was never
+# waited for, freed memory, an unknown or destroyed stream or event, an
+# event recorded on another device's stream, the host touching device
+# memory or memory that queued work still writes); an installed CuPy whose
+# C entries differ from what the simulator implements stops the run, naming
+# the entry. What still needs a GPU skips, with why
+# (docs/internals/testing.md lists it).
 #
-# The short form (scripts/test.sh runs it, about a minute and a half) soaks
-# the leak test 2,000 times and runs a quarter of the property examples;
-# --long runs them in full. Exits non-zero when a test fails on either path.
+# The short form (scripts/test.sh runs it) soaks the leak test 2,000 times and
+# runs a quarter of the property examples; --long runs them in full. Exits as
+# pytest did: non-zero when a test fails.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 if [ "${1:-}" = "--long" ]; then
@@ -23,12 +24,9 @@ if [ "${1:-}" = "--long" ]; then
 else
   export GPU_DLPACK_LEAK_CYCLES=${GPU_DLPACK_LEAK_CYCLES:-2000} GPU_DLPACK_EXAMPLES=${GPU_DLPACK_EXAMPLES:-0.25}
 fi
+python -c "import gpu_dlpack._core" || { echo "gpu-sim: the compiled core is not built: python setup.py build_ext --inplace" >&2; exit 1; }
 export GPU_DLPACK_SIMCUDA=1 JAX_PLATFORMS=cpu
 # Only the files that hold gpu tests: collecting the whole suite takes longer than running these.
 mapfile -t files < <(grep -l "mark\.gpu" tests/test_*.py)
-status=0
-echo "== scripts/gpu-sim.sh: the gpu tests on the simulated CUDA, compiled core" >&2
-GPU_DLPACK_EXPECT_CORE=1 python -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider "$@" || status=1
-echo "== scripts/gpu-sim.sh: the gpu tests on the simulated CUDA, pure Python" >&2
-GPU_DLPACK_PURE_PYTHON=1 GPU_DLPACK_EXPECT_CORE=0 python -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider "$@" || status=1
-exit "$status"
+echo "== scripts/gpu-sim.sh: the gpu tests on the simulated CUDA" >&2
+python -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider "$@"

@@ -17,13 +17,14 @@ out=$(cd "$out" && pwd)
 py=${PYTHON:-python3}
 cd "$root"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-# The compiled core, built in place (gcc and the Python headers); without
-# them the pure-Python path is tested, and the log says so.
+# The compiled core, built in place (Cython, gcc and the Python headers):
+# without it nothing can be tested, and the run stops with status 1.
 # GPU_TESTS_BUILD=0 tests the tree as it is.
 if [ "${GPU_TESTS_BUILD:-1}" = 1 ]; then
-  "$py" setup.py -q build_ext --inplace >/dev/null 2>&1 || echo "gpu-tests: the compiled core did not build" >&2
+  "$py" setup.py -q build_ext --inplace >/dev/null || { echo "gpu-tests: the compiled core did not build" >&2; exit 1; }
 fi
-"$py" -c "from gpu_dlpack import _fastpath; print('gpu-tests: path:', _fastpath.describe())" >&2 || true
+"$py" -c "import gpu_dlpack._core as core; print('gpu-tests: core:', core.__file__)" >&2 ||
+  { echo "gpu-tests: the compiled core does not load" >&2; exit 1; }
 # JAX takes no GPU memory up front, and runs on the GPU when its plugin works.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 if [ -z "${JAX_PLATFORMS:-}" ]; then

@@ -5,7 +5,7 @@
 # fresh venv, pip installs the newest releases that interpreter admits of the
 # dependency group its runs need (pyproject.toml's [dependency-groups]:
 # `test` on the main interpreter, CPython 3.11, which runs the whole test
-# command; `suite` on the others, which run the suite on both paths), and
+# command; `suite` on the others, which run the suite), and
 # writes what it installed, every package at its exact version, to
 # requirements/test-py3.X.txt. The test command installs those files, so
 # that a run is reproducible; run this to move the pins, then the test

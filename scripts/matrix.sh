@@ -7,9 +7,7 @@
 # .venv-py3.X (made from requirements/test-py3.X.txt, the newest NumPy,
 # JAX and, where it has a build here, torch that it admits):
 #   1. the compiled core built in place for that interpreter;
-#   2. the suite on the compiled core (the run fails if it is not active);
-#   3. the suite on the pure-Python path, but the tests of the interpreter
-#      itself (faults, shutdown, closed pipes: below).
+#   2. the suite on it (the run fails if it is not the one loaded).
 # The long sweeps are shortened there (the knobs below): they run in full on
 # the main interpreter. A claimed CPython that this machine lacks is a
 # failure under CI=true, and a skip, said, elsewhere. Each run writes its
@@ -32,13 +30,6 @@ export GPU_DLPACK_SOAK_INTERRUPTS="${GPU_DLPACK_SOAK_INTERRUPTS:-300}"
 export GPU_DLPACK_LEAK_CYCLES="${GPU_DLPACK_LEAK_CYCLES:-20000}"
 export GPU_DLPACK_THREAD_CYCLES="${GPU_DLPACK_THREAD_CYCLES:-500}"
 export GPU_DLPACK_FAULT_STRIDE="${GPU_DLPACK_FAULT_STRIDE:-4}"
-# The pure path's run there leaves out the three files that exercise the
-# interpreter itself (allocation failures and interrupts at every step,
-# shutdown, the command on closed pipes): the core's run on the same
-# interpreter has them, and the main interpreter runs them on both paths.
-# They are over a third of a pure run's time, and the test command must fit
-# the CI's 90 minutes.
-pure_ignored=(--ignore=tests/test_faults.py --ignore=tests/test_shutdown.py --ignore=tests/test_cli_pipe.py)
 missing=() failed=()
 for v in "${versions[@]}"; do
   py=$(python_for "$v")
@@ -53,10 +44,7 @@ for v in "${versions[@]}"; do
     source "$here/_venv.sh"
     echo "matrix: CPython $v: the compiled core" >&2
     python setup.py -q build_ext --inplace >/dev/null
-    status=0
-    bash "$here/suite.sh" "py$v-core" -q -p no:cacheprovider || status=1
-    bash "$here/suite.sh" "py$v-pure" -q -p no:cacheprovider "${pure_ignored[@]}" || status=1
-    exit $status
+    bash "$here/suite.sh" "py$v" -q -p no:cacheprovider
   ) || failed+=("$v")
 done
 if [ ${#failed[@]} -gt 0 ]; then

@@ -1,7 +1,7 @@
-"""The matrix's summary: each interpreter, the path it ran, the peers it ran
-with, and what passed, from the runs scripts/suite.sh recorded in
-build/matrix/ or another folder (``python scripts/matrix_summary.py [DIR]``).
-Exits 1 when a recorded run failed or recorded no result."""
+"""The matrix's summary: each interpreter, the peers it ran with, and what
+passed, from the runs scripts/suite.sh recorded in build/matrix/ or another
+folder (``python scripts/matrix_summary.py [DIR]``). Exits 1 when a recorded
+run failed or recorded no result."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def main(folder: str) -> int:
     if not names:
         print(f"matrix: no run recorded in {folder}")
         return 1
-    head = ["run", "python", "path", *PEERS, "passed", "skipped", "xfailed", "failed", "seconds"]
+    head = ["run", "python", *PEERS, "passed", "skipped", "xfailed", "failed", "seconds"]
     metas = {}
     for name in names:
         with open(os.path.join(folder, name + ".json"), encoding="utf-8") as f:
@@ -47,9 +47,9 @@ def main(folder: str) -> int:
         peers = [meta["peers"].get(p) or "-" for p in PEERS]
         figures = (["-"] * 4 + ["no result"]) if counts is None else [
             str(counts[k]) for k in ("passed", "skipped", "xfailed", "failed")] + [f"{counts['time']:.0f}"]
-        rows.append([name, meta["python"], meta["path"], *peers, *figures])
+        rows.append([name, meta["python"], *peers, *figures])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    print("matrix: the suite on each interpreter and path")
+    print("matrix: the suite on each interpreter")
     for row in [head, *rows]:
         print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     if bad:

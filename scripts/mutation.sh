@@ -6,19 +6,18 @@
 #   bash scripts/mutation.sh                 # all six modules, one after another
 #   bash scripts/mutation.sh _rules _capsule # some of them
 #
-# Each module is mutated once per path (MUTATION_PATHS, default "core pure":
-# with the compiled core, and with GPU_DLPACK_PURE_PYTHON=1), since each path
-# leaves the other's lines unrun; a mutant counts as killed when a test fails
-# on either path, so a later path runs only the mutants the earlier ones left
-# alive. MUTATION_REUSE=1 keeps the paths a stopped run finished (and the tree
-# and commit it began with) and runs the rest. MUTATION_ONLY="name ..." runs
-# only those mutants (the survivors of a run, after tests were added). Per module it prints mutmut's summary, writes
-# MODULE/summary.txt (the counts and the score), MODULE/results.txt (each
-# mutant's combined status) and MODULE/survivors.txt (each surviving mutant
-# and its diff). Knobs: MUTATION_JOBS (parallel mutants, default 1),
-# MUTATION_TIMEOUT (seconds per module, default 1800), GPU_DLPACK_PYTHON (an
-# interpreter that already has the test environment and mutmut; otherwise
-# the project's .venv is made with the mutation dependency group too).
+# The compiled core is built in place first and copied with the tree: the
+# mutants run on it (the package has no other path). MUTATION_REUSE=1 keeps
+# what a stopped run finished (and the tree and commit it began with) and
+# runs the rest. MUTATION_ONLY="name ..." runs only those mutants (the
+# survivors of a run, after tests were added). Per module it prints mutmut's
+# summary, writes MODULE/summary.txt (the counts and the score),
+# MODULE/results.txt (each mutant's status) and MODULE/survivors.txt (each
+# surviving mutant and its diff). Knobs: MUTATION_JOBS (parallel mutants,
+# default 1), MUTATION_TIMEOUT (seconds per module, default 1800),
+# GPU_DLPACK_PYTHON (an interpreter that already has the test environment
+# and mutmut; otherwise the project's .venv is made with the mutation
+# dependency group too).
 # Not part of scripts/test.sh: a full run takes tens of minutes.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +31,7 @@ mutmut=("$py" -c "import sys; from mutmut.__main__ import cli; sys.argv[0] = 'mu
 work=${MUTATION_DIR:-/tmp/gpu_dlpack-mutation}
 jobs=${MUTATION_JOBS:-1}
 limit=${MUTATION_TIMEOUT:-1800}
-paths=${MUTATION_PATHS:-core pure}
+(cd "$root" && "$py" setup.py -q build_ext --inplace)
 
 # The tests that guard each module's rules (fast ones: no subprocesses, no
 # soak or property runs). mutmut runs each mutant's tests in a process forked
@@ -61,38 +60,27 @@ modules=("$@")
 for module in "${modules[@]}"; do
   tests=${TESTS[$module]:?no test selection for $module}
   out=$work/$module
+  dir=$work/$module-mutants
   if [ -z "${MUTATION_REUSE:-}" ] || [ ! -s "$out/commit" ]; then
-    rm -rf "$out" && mkdir -p "$out/tree"
-    # Every path mutates the tree as it was when the run began.
+    rm -rf "$out" "$dir" && mkdir -p "$out/tree"
+    # The tree as it was when the run began, the core built in place with it.
     cp -r "$root/gpu_dlpack" "$root/tests" "$root/conftest.py" "$root/pyproject.toml" "$out/tree/"
     find "$out/tree" -name __pycache__ -prune -exec rm -rf {} +
     echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- gpu_dlpack tests || echo "+changes")" > "$out/commit"
   fi
   commit=$(cat "$out/commit")
-  # A mutant counts as killed when a test fails on any path, so the first
-  # path runs every mutant and each later one only those still alive.
-  alive=(${MUTATION_ONLY:-}) later=${MUTATION_ONLY:+1}
-  for path in $paths; do
-    dir=$work/$module-$path
-    pure=; [ "$path" = pure ] && pure=1
-    if [ -n "${MUTATION_REUSE:-}" ] && [ -s "$out/results-$path.txt" ]; then
-      if grep -q ': not checked$' "$out/results-$path.txt" && [ -d "$dir/mutants" ]; then
-        # Stopped (by the time limit) before every mutant ran: mutmut goes on
-        # with the mutants that have no result yet.
-        echo "== resuming the $path path in $dir" >&2
-        (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
-        (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
-      else
-        echo "== reusing the $path path of $out" >&2
-      fi
-      alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
-      later=1
-      continue
+  if [ -n "${MUTATION_REUSE:-}" ] && [ -s "$out/results.txt" ]; then
+    if grep -q ': not checked$' "$out/results.txt" && [ -d "$dir/mutants" ]; then
+      # Stopped (by the time limit) before every mutant ran: mutmut goes on
+      # with the mutants that have no result yet.
+      echo "== resuming $dir" >&2
+      (cd "$dir" && JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs") || echo "mutmut run ended with status $?" >&2
+      (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results.txt") || true
+    else
+      echo "== reusing the results of $out" >&2
     fi
-    if [ -n "$later" ] && [ ${#alive[@]} -eq 0 ]; then
-      : > "$out/results-$path.txt"
-      continue
-    fi
+  else
+    only=(${MUTATION_ONLY:-})
     rm -rf "$dir" && mkdir -p "$dir"
     cp -r "$out/tree/." "$dir/"
     printf '%s\n' $PRELOAD > "$dir/preload.txt"
@@ -113,47 +101,29 @@ for module in "${modules[@]}"; do
       echo "pytest_add_cli_args_test_selection ="
       for t in $tests; do echo "    $t"; done
     } > "$dir/setup.cfg"
-    echo "== mutating gpu_dlpack/$module.py ($path path${later:+, the ${#alive[@]} mutants still alive}) against: $tests" >&2
-    (cd "$dir" && GPU_DLPACK_PURE_PYTHON=$pure JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs" "${alive[@]}") || echo "mutmut run ended with status $?" >&2
-    (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results-$path.txt") || true
-    alive=($(awk -F': ' '$2 == "survived" || $2 == "no tests" || $2 == "suspicious" {print $1}' "$out/results-$path.txt"))
-    later=1
-  done
-  # Score: killed (by a failing test, a timeout or a crash, on any path)
-  # over every mutant that ran; "no tests" mutants count as survivors.
-  "$py" - "$out" "gpu_dlpack/$module.py at $commit" $paths <<'PY'
+    echo "== mutating gpu_dlpack/$module.py${MUTATION_ONLY:+ (${#only[@]} mutants)} against: $tests" >&2
+    (cd "$dir" && JAX_PLATFORMS=cpu timeout "$limit" "${mutmut[@]}" run --max-children "$jobs" "${only[@]}") || echo "mutmut run ended with status $?" >&2
+    (cd "$dir" && "${mutmut[@]}" results --all true > "$out/results.txt") || true
+  fi
+  # Score: killed (by a failing test, a timeout or a crash) over every mutant
+  # that ran; "no tests" mutants count as survivors.
+  "$py" - "$out" "gpu_dlpack/$module.py at $commit" <<'PY'
 import collections, pathlib, sys
-d, title, paths = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+d, title = pathlib.Path(sys.argv[1]), sys.argv[2]
 KILLED = ("killed", "timeout", "segfault")
-rank = {"killed": 0, "timeout": 1, "segfault": 2, "suspicious": 3, "survived": 4, "no tests": 5, "not checked": 6, "skipped": 7}
-status, per_path = {}, {}
-for path in paths:
-    results = d / f"results-{path}.txt"
-    got = dict(line.strip().rsplit(": ", 1) for line in results.read_text().splitlines() if ": " in line) if results.exists() else {}
-    per_path[path] = got
-    for name, s in got.items():
-        if name not in status or rank.get(s, 9) < rank.get(status[name], 9):
-            status[name] = s
-(d / "results.txt").write_text("".join(f"{k}: {s}\n" for k, s in sorted(status.items())))
-def score(st):
-    counts = collections.Counter(st.values())
-    killed = sum(counts[s] for s in KILLED)
-    ran = sum(n for s, n in counts.items() if s not in ("skipped", "not checked"))
-    return counts, killed, ran
-lines = [title]
-for path in paths:
-    _, killed, ran = score(per_path[path])
-    lines.append(f"  {path} path: {killed} of the {ran} it ran killed")
-counts, killed, ran = score(status)
-lines += [f"  {s}: {n}" for s, n in counts.most_common()]
+results = d / "results.txt"
+status = dict(line.strip().rsplit(": ", 1) for line in results.read_text().splitlines() if ": " in line) if results.exists() else {}
+counts = collections.Counter(status.values())
+killed = sum(counts[s] for s in KILLED)
+ran = sum(n for s, n in counts.items() if s not in ("skipped", "not checked"))
+lines = [title] + [f"  {s}: {n}" for s, n in counts.most_common()]
 lines.append(f"score: {killed} of {ran} killed ({100 * killed / max(ran, 1):.1f}%)")
 (d / "summary.txt").write_text("\n".join(lines) + "\n")
 (d / "survivors.list").write_text("".join(f"{k}\n" for k, s in status.items() if s in ("survived", "no tests", "suspicious")))
 PY
-  first=$work/$module-${paths%% *}
   : > "$out/survivors.txt"
   while read -r name; do
-    (cd "$first" && "${mutmut[@]}" show "$name" < /dev/null) >> "$out/survivors.txt" 2>&1 || true
+    (cd "$dir" && "${mutmut[@]}" show "$name" < /dev/null) >> "$out/survivors.txt" 2>&1 || true
   done < "$out/survivors.list"
   cat "$out/summary.txt"
 done

@@ -15,9 +15,9 @@
 # interpreter:
 #   1. each file as it is (role "itself"): it must pass whole, which shows it
 #      is the installed release's;
-#   2. on the compiled core, then on the pure-Python path: the consumer and
-#      producer roles (tests/run_peer_suites.py) with JAX's 64-bit types,
-#      then JAX's file again without them (JAX's default).
+#   2. through the layer (label "layer"): the consumer and producer roles
+#      (tests/run_peer_suites.py) with JAX's 64-bit types, then JAX's file
+#      again without them (JAX's default; label "layer-jax-x32").
 # Prints the figures of each run per suite and role (the runs' logs and JUnit
 # reports are in build/peer-suites/); exits 1 if any run failed.
 set -euo pipefail
@@ -72,12 +72,10 @@ run() {  # run LABEL VAR=VALUE...: one pytest run of tests/run_peer_suites.py
 }
 pytest_args=("$@")
 run itself GPU_DLPACK_PEER_ROLES=itself
-for path in core pure; do
-  if [ $path = core ]; then on=(GPU_DLPACK_EXPECT_CORE=1); else on=(GPU_DLPACK_PURE_PYTHON=1 GPU_DLPACK_EXPECT_CORE=0); fi
-  run "$path" "${on[@]}" JAX_ENABLE_X64=1
-  if [ "$has_jax" = 1 ]; then
-    run "$path-jax-x32" "${on[@]}" JAX_ENABLE_X64=0 GPU_DLPACK_PEER_SUITES=jax
-  fi
-done
+# GPU_DLPACK_EXPECT_CORE: tests/run_peer_suites.py checks that the core built above is the one loaded.
+run layer GPU_DLPACK_EXPECT_CORE=1 JAX_ENABLE_X64=1
+if [ "$has_jax" = 1 ]; then
+  run layer-jax-x32 GPU_DLPACK_EXPECT_CORE=1 JAX_ENABLE_X64=0 GPU_DLPACK_PEER_SUITES=jax
+fi
 "$py" -m tests.peer_suites "${runs[@]}"
 exit $status

@@ -9,16 +9,20 @@
 #   scripts/sanitize.sh [--quick] -- PYTEST ARGS   other tests
 #
 # The tree is copied to build/sanitize (tracked and untracked files, not the
-# ignored ones), the core built there with -fsanitize=address,undefined
-# (any undefined behaviour aborts), and the suite run from the copy, so the
-# core built in place is left alone. The interpreter is not instrumented:
-# libasan is preloaded, with libstdc++ beside it (else jaxlib's first C++
-# exception kills the run on Debian), and PYTHONMALLOC=malloc lets ASan see
-# every Python allocation. Leak reports are off (CPython, NumPy and the
-# peers keep memory until exit by design). ASan keeps freed memory in
-# quarantine, which the RSS-based leak tests read as a leak: they run
-# apart, with the quarantine off. pytest captures sys.stderr only, so that a
-# sanitizer's report (written to file 2 as the process ends) is seen.
+# ignored ones: the C that Cython generates is made afresh there), the core
+# built there with -fsanitize=address,undefined (any undefined behaviour
+# aborts) on every C file of it, the one Cython writes from
+# gpu_dlpack/_core.pyx and its .pxi files as well as the hand-written C
+# (the run stops if an object file of the core is not instrumented), and the
+# suite run from the copy, so the core built in place is left alone. The
+# interpreter is not instrumented: libasan is preloaded, with libstdc++
+# beside it (else jaxlib's first C++ exception kills the run on Debian), and
+# PYTHONMALLOC=malloc lets ASan see every Python allocation. Leak reports are
+# off (CPython, NumPy and the peers keep memory until exit by design). ASan
+# keeps freed memory in quarantine, which the RSS-based leak tests read as a
+# leak: they run apart, with the quarantine off. pytest captures sys.stderr
+# only, so that a sanitizer's report (written to file 2 as the process ends)
+# is seen.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
@@ -35,7 +39,21 @@ git -C "$root" ls-files -z --cached --others --exclude-standard |
 
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 step "the core with $flags"
+# setup.py compiles every C file of the core with CFLAGS, the generated one included.
 (cd "$copy" && CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_ext --inplace)
+# Each object file carries ASan's module constructor (__asan_init), and the
+# one Cython generated UBSan's checks too: a build that dropped the flags for
+# any of them would run unchecked and pass. (grep reads nm's output whole:
+# under pipefail, grep -q ending a pipe early fails it.)
+mapfile -t objects < <(find "$copy/build" -name "*.o" -path "*gpu_dlpack*")
+[ ${#objects[@]} -gt 0 ] || { echo "sanitize: no object file of the core under $copy/build" >&2; exit 1; }
+for o in "${objects[@]}"; do
+  grep -q "__asan_init" < <(nm -u "$o") || { echo "sanitize: $o was built without ASan" >&2; exit 1; }
+done
+generated=$(printf '%s\n' "${objects[@]}" | grep "/gpu_dlpack/_core\.o$" || true)
+[ -n "$generated" ] || { echo "sanitize: no object of the Cython-generated gpu_dlpack/_core.c under $copy/build" >&2; exit 1; }
+grep -q "__ubsan_handle_" < <(nm -u "$generated") || { echo "sanitize: $generated was built without UBSan" >&2; exit 1; }
+echo "sanitize: ${#objects[@]} object files of the core instrumented, gpu_dlpack/_core.c (Cython's) among them" >&2
 
 asan=$(gcc -print-file-name=libasan.so)
 cxx=$(gcc -print-file-name=libstdc++.so)
@@ -82,7 +100,9 @@ else
     # frame in the layer's C (the core, the test capsules' deleter).
     python setup.py -q build_ext --inplace
     log="$root/build/valgrind.log"
-    PYTHONMALLOC=malloc valgrind --num-callers=40 --errors-for-leak-kinds=none --log-file="$log" \
+    # --fullpath-after=: each frame with its file's path, which the filter
+    # below reads (by default valgrind prints the file's name alone).
+    PYTHONMALLOC=malloc valgrind --num-callers=40 --errors-for-leak-kinds=none --fullpath-after= --log-file="$log" \
       python scripts/hot_paths.py
     awk '/^==[0-9]+== $/ { if (rec ~ /gpu_dlpack\/_?core|cproducer/) { print rec; bad = 1 } rec = ""; next }
          { rec = rec $0 "\n" }

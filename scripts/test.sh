@@ -6,23 +6,22 @@
 # `test` dependency group):
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
-#   2. the compiled core built in place (gpu_dlpack/core/);
+#   2. the compiled core built in place (gpu_dlpack/_core.pyx and the files
+#      of gpu_dlpack/core/ it includes), which every later step runs on;
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]), and
 #      mypy --strict on a user's script of the whole API (tests/typing_usage.py);
 #   4b. the layers: import-linter's contracts (pyproject.toml's [tool.importlinter]);
 #   4c. the documentation (scripts/docs.sh): docs/ built by Sphinx with every
 #       warning an error, the API reference checked against gpu_dlpack.__all__,
-#       and every example of the pages run as a doctest (about 20 s);
-#   5. the suite on the compiled core (the run fails if it is not active),
-#      the README's blocks and the modules' doctests included, and 4,000 cases
-#      of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the other runs)
-#      and 2,000 of its reentrancy cases (200 in the other runs);
-#   6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1);
-#   6b. the gpu tests on the simulated CUDA under real CuPy, on both paths
-#      (scripts/gpu-sim.sh, about a minute and a half), and the stream and
-#      lifetime bugs it must catch, put in one at a time (scripts/inject-bugs.sh,
-#      about a minute);
+#       and every example of the pages run as a doctest (about 10 s);
+#   5. the suite (the run fails if the core built in step 2 is not the one
+#      loaded), the README's blocks and the modules' doctests included, and
+#      4,000 cases of the capsule fuzzer (tests/fuzz_capsules.py; 300 in the
+#      other runs) and 2,000 of its reentrancy cases (200 in the other runs);
+#   6. the gpu tests on the simulated CUDA under real CuPy (scripts/gpu-sim.sh),
+#      and the stream and lifetime bugs it must catch, put in one at a time
+#      (scripts/inject-bugs.sh, about a minute);
 #   7. the suite again without the optional peers (CuPy, PyTorch, JAX,
 #      ml_dtypes, array-api-strict, Numba hidden from import: GPU_DLPACK_TEST_HIDE);
 #   8. the core built with ASan and UBSan, and the tests of what the layer
@@ -35,17 +34,19 @@
 # In .venv-numpy-2.2 (numpy 2.2.6, with ml_dtypes, pytest and hypothesis; no
 # other peer): NumPy 2.1 to 2.3 leave a C-contiguous array's strides out of
 # their versioned capsules, which the layer hands on as DLPack 1.2:
-#   9b. the suite on the compiled core (built in step 2; two to three
-#       minutes, making the environment included).
-# 10. The release artefacts: build, twine check, the wheel tested in a fresh
-#    venv (scripts/release-check.sh, about a minute).
+#   9b. the suite (on the core built in step 2; two to three minutes,
+#       making the environment included).
+# 10. The release artefacts: build, twine check, the sdist refused at its
+#    build where no compiler works, the wheel tested in a fresh venv
+#    (scripts/release-check.sh, about a minute).
 # 11. The matrix (scripts/matrix.sh): every other CPython the package claims
 #    (3.10, 3.12, 3.13), each in .venv-py3.X from requirements/test-py3.X.txt
 #    with the newest NumPy, JAX and (3.13) torch it admits: the core built
-#    for it, the suite on the core and on the pure path, the long sweeps
-#    shortened. A claimed CPython missing here fails the run under CI=true.
-# At the end, whether it passed or not, the summary of every suite run
-# (interpreter, path, peers, counts: scripts/matrix_summary.py).
+#    for it and the suite once, the long sweeps shortened. A claimed CPython
+#    missing here fails the run under CI=true.
+# Each suite runs once per interpreter. At the end, whether it passed or
+# not, the summary of every suite run (interpreter, peers, counts:
+# scripts/matrix_summary.py).
 # Stops at the first step that fails. About 80 minutes on a fresh 2-core
 # machine: steps 1 to 8 about 39, steps 9 and 10 about 12, the matrix
 # (three interpreters, their environments made on the way) about 30.
@@ -67,12 +68,10 @@ python -m mypy --strict tests/typing_usage.py tests/typing_convert.py  # a user'
 step "4b. the layers (lint-imports)"
 lint-imports --no-cache
 step "4c. the documentation (scripts/docs.sh)"
-GPU_DLPACK_EXPECT_CORE=1 bash scripts/docs.sh
-step "5. the suite on the compiled core"
-GPU_DLPACK_FUZZ_CASES=4000 GPU_DLPACK_REENTRANCY_CASES=2000 bash scripts/suite.sh py3.11-core "$@"
-step "6. the suite on the pure-Python path (GPU_DLPACK_PURE_PYTHON=1)"
-bash scripts/suite.sh py3.11-pure "$@"
-step "6b. the gpu tests on the simulated CUDA (scripts/gpu-sim.sh), and the bugs it catches (scripts/inject-bugs.sh)"
+bash scripts/docs.sh
+step "5. the suite"
+GPU_DLPACK_FUZZ_CASES=4000 GPU_DLPACK_REENTRANCY_CASES=2000 bash scripts/suite.sh py3.11 "$@"
+step "6. the gpu tests on the simulated CUDA (scripts/gpu-sim.sh), and the bugs it catches (scripts/inject-bugs.sh)"
 bash scripts/gpu-sim.sh
 bash scripts/inject-bugs.sh
 step "7. the suite without the optional peers"
@@ -87,7 +86,7 @@ step "9. the suite on the NumPy floor"
   python -c 'import numpy; assert numpy.__version__ == "1.26.4", numpy.__version__'
   python -m pytest tests -q
 )
-step "9b. the suite on the compiled core under NumPy 2.2"
+step "9b. the suite under NumPy 2.2"
 (
   export GPU_DLPACK_VENV="$root/.venv-numpy-2.2" GPU_DLPACK_LOCK="" GPU_DLPACK_EXTRAS=bf16
   export GPU_DLPACK_PIP="numpy==2.2.6 pytest hypothesis"
