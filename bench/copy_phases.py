@@ -176,9 +176,9 @@ def run(quick=False):
             raise RuntimeError("no GPU")
     except Exception as exc:
         return None, f"no GPU usable by CuPy here ({type(exc).__name__}): nothing measured"
-    from gpu_dlpack import _fastpath
+    from gpu_dlpack import _compiled
 
-    results = {"path": _fastpath.describe(), "phases": {}}
+    results = {"core": _compiled.core.__file__, "phases": {}}
     for direction, fn in (("device to host", device_to_host), ("host to device", host_to_device)):
         for nbytes in SIZES:
             key = f"{direction} {_size(nbytes)}"

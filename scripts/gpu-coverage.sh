@@ -8,9 +8,8 @@
 # gpu_dlpack/_core.c; for a REV from before the port, gpu_dlpack/core/runtime.c).
 # Runs, in a copy of the tree (of commit REV with --rev):
 #   the tests that reach that code on the CPU (GPU_TESTS below; --suite: the
-#   whole suite), on the compiled core and on the pure-Python path, and where
-#   the tree has the simulated CUDA (tests/simcuda), the gpu tests on it on
-#   both paths (as scripts/gpu-sim.sh runs them).
+#   whole suite), and where the tree has the simulated CUDA (tests/simcuda),
+#   the gpu tests on it (as scripts/gpu-sim.sh runs them).
 # Prints lines and branches covered, and each GPU-facing function no test
 # ran (scripts/gpu_coverage.py). Not part of scripts/test.sh: three to five
 # minutes on two cores (--suite: the whole suite twice, under coverage).
@@ -66,17 +65,14 @@ run() {  # run LABEL ENV... -- PYTEST ARGS...
   env "$@" >/dev/null 2>"$work/$label.log" || { echo "(see $label.log: some tests failed)" >&2; true; }
 }
 pytest_cov=(python -m coverage run --rcfile=.coveragerc -m pytest -q -p no:cacheprovider)
-run "tests, compiled" GPU_DLPACK_EXPECT_CORE=1 "${pytest_cov[@]}" "${selection[@]}"
-run "tests, pure" GPU_DLPACK_PURE_PYTHON=1 "${pytest_cov[@]}" "${selection[@]}"
+run "tests" GPU_DLPACK_EXPECT_CORE=1 "${pytest_cov[@]}" "${selection[@]}"
 if [ "$suite" = 0 ] && [ -f "$FORK_TESTS" ]; then
-  run "forks, compiled" GPU_DLPACK_EXPECT_CORE=1 "${pytest_cov[@]}" "$FORK_TESTS" -k fork
-  run "forks, pure" GPU_DLPACK_PURE_PYTHON=1 "${pytest_cov[@]}" "$FORK_TESTS" -k fork
+  run "forks" GPU_DLPACK_EXPECT_CORE=1 "${pytest_cov[@]}" "$FORK_TESTS" -k fork
 fi
 if [ -d tests/simcuda ]; then
   mapfile -t gpu_files < <(grep -l "mark\.gpu" tests/test_*.py)
   sim=(GPU_DLPACK_SIMCUDA=1 JAX_PLATFORMS=cpu GPU_DLPACK_LEAK_CYCLES=2000 GPU_DLPACK_EXAMPLES=0.25)
-  run "gpu tests on the simulated CUDA, compiled" "${sim[@]}" GPU_DLPACK_EXPECT_CORE=1 "${pytest_cov[@]}" "${gpu_files[@]}" -m gpu
-  run "gpu tests on the simulated CUDA, pure" "${sim[@]}" GPU_DLPACK_PURE_PYTHON=1 "${pytest_cov[@]}" "${gpu_files[@]}" -m gpu
+  run "gpu tests on the simulated CUDA" "${sim[@]}" GPU_DLPACK_EXPECT_CORE=1 "${pytest_cov[@]}" "${gpu_files[@]}" -m gpu
 fi
 python -m coverage combine --rcfile=.coveragerc -q
 python -m coverage json --rcfile=.coveragerc -q -o coverage.json
