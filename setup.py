@@ -11,8 +11,8 @@ from setuptools.command.build_ext import build_ext
 from setuptools.errors import BaseError, CCompilerError, CompileError
 
 CORE = "gpu_dlpack/core/"
-SOURCES = ["module.c", "export.c", "exportable.c", "state.c"]
-HEADERS = ["module.h", "export.h", "exportable.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "state.h",
+SOURCES = ["module.c", "state.c"]
+HEADERS = ["module.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "state.h",
            "dlpack.h", "dlpack.pxd"]
 
 NO_COMPILER = """gpu_dlpack's compiled core (gpu_dlpack._core) could not be built: {error}

@@ -2,9 +2,8 @@
 """The compiled hot path of gpu_dlpack."""
 
 # The module's face: what Python tells the core (configure), what it
-# forgets, and module setup. The concepts below it are one file each in
-# core/ (docs/internals/core.md); those still in C are added to the module by
-# its body (add_c_functions).
+# forgets, and module setup. The concepts are one file each in core/, included
+# below in floor order, lowest first (docs/internals/core.md).
 
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -18,6 +17,8 @@ include "info.pxi"
 include "adapt.pxi"
 include "runtime.pxi"
 include "consumer.pxi"
+include "exportable.pxi"
+include "export.pxi"
 
 cdef extern from "Python.h":
     ctypedef struct PyInterpreterState
@@ -26,14 +27,7 @@ cdef extern from "Python.h":
 
 cdef extern from "module.h":
     int setup_once() except -1
-    int add_c_functions(dict namespace, object modname) except -1
-    PyTypeObject ExportableType
-    PyTypeObject ExporterType
     object core_owning_destructors()
-    int C_PLAN_GENERAL "PLAN_GENERAL"
-    int C_PLAN_NUMPY "PLAN_NUMPY"
-    int C_PLAN_EXCHANGE "PLAN_EXCHANGE"
-    int C_PLAN_CAPSULE "PLAN_CAPSULE"
 
 # The words of _errors.subinterpreter(), which the package raises first.
 SUBINTERPRETER_REFUSED = (
@@ -77,7 +71,7 @@ def configure(dict impl not None, type header_type not None, unsigned long long 
     for t in range(64):
         for i in range(16):
             _clear(&state.devices[t][i])
-    if not issubclass(exportable_class, <type>&ExportableType):
+    if not issubclass(exportable_class, ExportableBase):
         raise TypeError("exportable_class must subclass ExportableBase")
     _hold(<PyObject **>&state.exportable_class, exportable_class)
     _hold(&state.cpu_device, cpu_device)
@@ -147,13 +141,8 @@ def forget():
 if PyInterpreterState_Get() != PyInterpreterState_Main():
     raise ImportError(SUBINTERPRETER_REFUSED)
 setup_once()
-add_c_functions(globals(), __name__)
-EXCHANGE_API = (<object><PyObject *>&ExportableType).__dict__["__dlpack_c_exchange_api__"]
-ExportableBase = <object><PyObject *>&ExportableType
-Exporter = <object><PyObject *>&ExporterType
+set_up_exportable()
+set_up_exporter()
+EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]
 # The addresses of the core's owning capsule destructors, by kind.
 OWNING_DESTRUCTORS = core_owning_destructors()
-PLAN_GENERAL = C_PLAN_GENERAL
-PLAN_NUMPY = C_PLAN_NUMPY
-PLAN_EXCHANGE = C_PLAN_EXCHANGE
-PLAN_CAPSULE = C_PLAN_CAPSULE

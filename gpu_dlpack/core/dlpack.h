@@ -16,9 +16,10 @@
  * header that says what it offers the files above it, top to bottom:
  *   module.c      module setup: configure (what Python tells the core),
  *                 forget, the module and its methods;
- *   export.c      export() and wrap(): their plain cases in C;
- *   exportable.c  the producer side: Exportable, and the DLPack C exchange
- *                 API its type offers;
+ *   export.pxi    export(), wrap(), from_dlpack() and inspect(): their
+ *                 plain cases (Cython);
+ *   exportable.pxi the producer side: ExportableBase, and the DLPack C
+ *                 exchange API its type offers (Cython);
  *   consumer.pxi  the C exchange API, consumer side: a producer's tensor as
  *                 a NumPy array (import_host), or for the hand-off (exchange);
  *   capsule.c     the capsule primitives: names, header, checks, claim,

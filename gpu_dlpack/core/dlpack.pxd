@@ -67,9 +67,15 @@ cdef extern from "state.h":
         PyObject *device_class
         PyObject *devices[64][16]
         PyObject *import_types
+        PyObject *produced_floor
+        PyObject *str_accepted
+        PyObject *str_floor
         PyObject *str_under_floor
         PyObject *str_dlpack
+        PyObject *str_max_version
+        PyObject *str_view
         PyObject *kw_max_version
+        PyObject *ask_versioned
     CoreState state
     int configured() except 0
 

@@ -1,24 +1,17 @@
-/* The module's methods and types still written in C, which the module's
- * body (_core.pyx) adds to the module, and what it makes of them once. */
+/* What of module setup is still C: the names the core's calls use, made
+ * once; the addresses of the owning destructors; and the module's init
+ * function, which must run before Cython's (below). */
 
 #include "module.h"
-#include "export.h"
-
-static PyMethodDef core_methods[] = {
-    {"wrap", (PyCFunction)(void (*)(void))core_wrap, METH_FASTCALL, "wrap($module, x, readonly, /)\n--\n\nwrap() of the plain cases, the rest in Python."},
-    {NULL}
-};
 
 /* Made once per process, in the main interpreter: the names and arguments
- * the calls use, and the exporter types. A second load of the module in the
- * main interpreter (its entry dropped from sys.modules) finds them made. */
+ * the calls use. A second load of the module in the main interpreter (its
+ * entry dropped from sys.modules) finds them made. */
 int
 setup_once(void)
 {
     if (state.set_up)
         return 0;
-    if (PyType_Ready(&ExportableType) < 0 || PyType_Ready(&ExporterType) < 0)
-        return -1;
     state.str_accepted = PyUnicode_InternFromString("_accepted");
     state.str_floor = PyUnicode_InternFromString("_floor");
     state.str_under_floor = PyUnicode_InternFromString("_under_floor");
@@ -38,29 +31,7 @@ setup_once(void)
     for (int i = 0; i < 10; i++)
         if ((state.info_keys[i] = PyUnicode_InternFromString(info_keys[i])) == NULL)
             return -1;
-    PyObject *api = PyCapsule_New(&exportable_api, EXCHANGE_API, NULL);
-    if (api == NULL || PyDict_SetItemString(ExportableType.tp_dict, "__dlpack_c_exchange_api__", api) < 0) {
-        Py_XDECREF(api);
-        return -1;
-    }
-    Py_DECREF(api);
-    PyType_Modified(&ExportableType);
     state.set_up = 1;  /* last: what says it is done */
-    return 0;
-}
-
-/* The methods above, as functions of the module whose namespace is dict. */
-int
-add_c_functions(PyObject *dict, PyObject *modname)
-{
-    for (PyMethodDef *def = core_methods; def->ml_name != NULL; def++) {
-        PyObject *fn = PyCFunction_NewEx(def, NULL, modname);
-        if (fn == NULL || PyDict_SetItemString(dict, def->ml_name, fn) < 0) {
-            Py_XDECREF(fn);
-            return -1;
-        }
-        Py_DECREF(fn);
-    }
     return 0;
 }
 

@@ -3,10 +3,9 @@
 #ifndef GPU_DLPACK_CORE_MODULE_H
 #define GPU_DLPACK_CORE_MODULE_H
 
-#include "export.h"
+#include "capsule.h"
 
 int setup_once(void);
-int add_c_functions(PyObject *dict, PyObject *modname);
 PyObject *core_owning_destructors(void);
 
 #endif

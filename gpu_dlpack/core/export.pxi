@@ -1,0 +1,285 @@
+# export(), wrap(), from_dlpack() and inspect(): the plain cases in C, the
+# rest in Python, behind a front (Exporter) that is the Python function to
+# every reader.
+
+
+cdef extern from "Python.h":
+    ctypedef PyObject *(*vectorcallfunc)(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                         PyObject *kwnames)
+    object PyMethod_New(object func, object self)
+    ctypedef PyObject *(*getter)(PyObject *, void *)
+    ctypedef int (*setter)(PyObject *, PyObject *, void *)
+    ctypedef struct PyGetSetDef:
+        const char *name
+        getter get
+        setter set
+        const char *doc
+        void *closure
+    PyObject *PyDescr_NewGetSet(PyTypeObject *type, PyGetSetDef *getset)
+    PyObject *generic_get_dict "PyObject_GenericGetDict"(PyObject *o, void *context)
+    int generic_set_dict "PyObject_GenericSetDict"(PyObject *o, PyObject *value, void *context)
+
+
+# wrap(x, readonly): the Exportable of the plain cases made here (a NumPy array
+# of a NumPy dtype; a host producer whose C exchange API says where its data
+# is), every other one by the Python wrap.
+@cython.embedsignature(False)
+def wrap(x, readonly, /):
+    """wrap($module, x, readonly, /)
+--
+
+wrap() of the plain cases, the rest in Python."""
+    return core_wrap(<PyObject *>x, <PyObject *>readonly)
+
+
+cdef object core_wrap(PyObject *x, PyObject *readonly):
+    cdef PyObject *a[2]
+    configured()
+    if state.exportable_class != NULL and readonly == Py_False:
+        made = wrap_plain(x)
+        if made is not None:
+            return made
+    a[0] = x
+    a[1] = readonly
+    return take(delegate_raw("wrap", a, 2))
+
+
+# The Exportable of a plain case, or None (the Python wrap makes it).
+cdef object wrap_plain(PyObject *x):
+    cdef PyObject *hold
+    cdef DLTensor t
+    if x.ob_type == state.ndarray_type:
+        if not is_plain(descr_of(x)):
+            return None
+        return new_exportable(x, PLAN_NUMPY, descr_of(x), NULL, NULL)
+    cdef ImportEntry *e = import_entry(x.ob_type, &hold)
+    owner = take(hold)
+    if is_entry(e) and e.api != NULL and e.api.dltensor_from_py_object_no_sync != NULL:
+        if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
+            PyErr_Clear()
+        elif t.device.device_type == state.cpu_type and t.device.device_id == 0:
+            return new_exportable(x, PLAN_EXCHANGE, NULL, e, <PyObject *>owner)
+    elif is_entry(e) and e.api == NULL:
+        # Host memory on one device by its type's host test: the device the
+        # Python wrap reads (the CPU, as its __dlpack_device__ says).
+        if ex_host_test(e, <object>x) != 0:
+            return new_exportable(x, PLAN_CAPSULE, NULL, e, <PyObject *>owner)
+    return None
+
+
+# The front's call when the front does not run it: the Python function, called
+# as the front was.
+cdef inline object handed_back(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    return take(PyObject_Vectorcall(<PyObject *>self.fallback, args, nargsf, kwnames))
+
+
+# wrap(x, *, readonly=False): core_wrap, whose every other case calls the
+# Python wrap through impl["wrap"].
+cdef object wrapper_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+    if (nargs != 1 or state.py_impl == NULL or nkw > 1 or
+            (nkw == 1 and PyUnicode_CompareWithASCIIString(<object>PyTuple_GET_ITEM(<object>kwnames, 0),
+                                                           "readonly") != 0)):
+        return handed_back(self, args, nargsf, kwnames)
+    if nkw and args[1] != Py_False:
+        return handed_back(self, args, nargsf, kwnames)
+    return core_wrap(args[0], Py_False)
+
+
+# export(x, *, max_version=None, ...): the plain cases (a NumPy array of a
+# NumPy dtype, a host producer with a C exchange API or a host test, asked for
+# nothing but max_version), every other case the Python function.
+cdef object exporter_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
+    cdef PyObject *k
+    cdef PyObject *v
+    if nargs != 1 or state.py_impl == NULL or state.plain_dtypes == NULL:
+        return handed_back(self, args, nargsf, kwnames)
+    cdef PyObject *max_version = <PyObject *>None
+    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+    for i in range(nkw):
+        k = PyTuple_GET_ITEM(<object>kwnames, i)
+        v = args[1 + i]
+        if k == state.str_max_version or PyUnicode_CompareWithASCIIString(<object>k, "max_version") == 0:
+            max_version = v
+        elif PyUnicode_CompareWithASCIIString(<object>k, "readonly") == 0:
+            if v != Py_False:
+                return handed_back(self, args, nargsf, kwnames)
+        elif v != <PyObject *>None:  # stream, dl_device, copy, min_version, or a wrong name
+            return handed_back(self, args, nargsf, kwnames)
+        elif (PyUnicode_CompareWithASCIIString(<object>k, "stream") != 0 and
+              PyUnicode_CompareWithASCIIString(<object>k, "dl_device") != 0 and
+              PyUnicode_CompareWithASCIIString(<object>k, "copy") != 0 and
+              PyUnicode_CompareWithASCIIString(<object>k, "min_version") != 0):
+            return handed_back(self, args, nargsf, kwnames)
+    cdef bint versioned = max_version != <PyObject *>None
+    if versioned and not accepted_versioned(max_version):
+        return handed_back(self, args, nargsf, kwnames)
+    capsule = export_plain(args[0], max_version, versioned)
+    if capsule is not NOT_PLAIN:
+        return capsule
+    return handed_back(self, args, nargsf, kwnames)
+
+
+# The capsule of a plain export, or NOT_PLAIN: the Python function runs.
+cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
+    cdef PyObject *hold
+    cdef PyObject *made
+    cdef DLTensor t
+    cdef DLManagedTensorVersioned *m
+    if x.ob_type == state.ndarray_type:
+        capsule = numpy_capsule(<object>x, versioned) if is_plain(descr_of(x)) else None
+        return NOT_PLAIN if capsule is None else capsule
+    cdef ImportEntry *e = import_entry(x.ob_type, &hold)
+    owner = take(hold)
+    if is_entry(e) and e.api == NULL:
+        # A producer with a host test (JAX), on the host by it.
+        if ex_host_test(e, <object>x) > 0:
+            return capsule_export(<object>x, <object>max_version, versioned)
+        return NOT_PLAIN
+    if versioned and is_entry(e) and e.api.dltensor_from_py_object_no_sync != NULL:
+        if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
+            PyErr_Clear()
+        elif t.device.device_type == state.cpu_type:
+            m = exchange_export_of(<object>x, e)
+            if m != NULL:
+                made = new_capsule(m, VERSIONED, ex_capsule_destructor)
+                if made == NULL:
+                    release_tensor(m, 1)
+                return take(made)
+    return NOT_PLAIN
+
+
+cdef enum:
+    ARRAY_C_CONTIGUOUS = 0x0001  # NPY_ARRAY_C_CONTIGUOUS
+
+
+# from_dlpack(a) of an exact NumPy array: the Python function's first shortcut,
+# a view, for a C-contiguous array of a dtype of the core's plain set (a subset
+# of the Python one's, which takes every other case: the two give the same
+# view). NULL with no error set when it is not that case.
+cdef PyObject *numpy_view(PyObject *x) noexcept:
+    cdef PyObject *a[2]
+    if not ((<ArrayHead *>x).flags & ARRAY_C_CONTIGUOUS) or not is_plain(descr_of(x)):
+        return NULL
+    a[0] = x
+    a[1] = <PyObject *>state.ndarray_type
+    return PyObject_VectorcallMethod(state.str_view, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+
+
+# from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
+# x, and x no NumPy array (the Python function's view shortcut), the core's
+# import of a producer it was told about (core_import_host); every other case,
+# and every one it hands back (None), the Python function. (The results are
+# C references here, as they come: a Cython local would cost a reference
+# count of its own on this path.)
+cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
+    cdef PyObject *k
+    cdef PyObject *got
+    if nargs != 1 or state.py_impl == NULL or state.numpy_api == NULL or state.plain_dtypes == NULL:
+        return handed_back(self, args, nargsf, kwnames)
+    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+    for i in range(nkw):
+        k = PyTuple_GET_ITEM(<object>kwnames, i)
+        if args[1 + i] != <PyObject *>None or (PyUnicode_CompareWithASCIIString(<object>k, "device") != 0 and
+                                               PyUnicode_CompareWithASCIIString(<object>k, "copy") != 0 and
+                                               PyUnicode_CompareWithASCIIString(<object>k, "stream") != 0):
+            return handed_back(self, args, nargsf, kwnames)
+    if args[0].ob_type == state.ndarray_type:
+        got = numpy_view(args[0])
+        if got != NULL or PyErr_Occurred() != NULL:
+            return take(got)
+        return handed_back(self, args, nargsf, kwnames)
+    got = ex_core_import_host(NULL, args[0])
+    if got != <PyObject *>None:
+        return take(got)
+    Py_XDECREF(got)
+    return handed_back(self, args, nargsf, kwnames)
+
+
+# inspect(capsule): the core's read (which hands to the Python read every case
+# it does not read); any other call, the Python function.
+cdef object reader_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    if PyVectorcall_NARGS(nargsf) != 1 or kwnames != NULL or state.py_impl == NULL:
+        return handed_back(self, args, nargsf, kwnames)
+    return ex_core_read(NULL, <object>args[0])
+
+
+cdef enum:
+    EXPORTER_EXPORT = 0
+    EXPORTER_WRAP = 1
+    EXPORTER_IMPORT = 2
+    EXPORTER_INSPECT = 3
+
+
+# An Exporter is the Python function it fronts, to every reader: the same
+# repr, class (isinstance and inspect.isfunction: pydoc and Sphinx read it as
+# that function), binding as a class attribute, pickling by name, and every
+# attribute the front does not hold (__code__, __defaults__...) read from the
+# function. functools.update_wrapper gives it __name__, __qualname__,
+# __module__, __doc__ and __wrapped__, whose signature inspect reads. Only
+# type() tells the two apart.
+@cython.final
+@cython.auto_pickle(False)
+cdef public class Exporter [object Exporter, type ExporterType]:
+    """export(), wrap(), from_dlpack() or inspect() with their plain cases in C."""
+    cdef vectorcallfunc vectorcall  # the call of its kind (set_up_exporter)
+    cdef object fallback            # the Python function
+    cdef dict __dict__              # __doc__, __wrapped__...: functools.update_wrapper
+
+    def __cinit__(self, fallback, int kind=EXPORTER_EXPORT, /):
+        if kind < EXPORTER_EXPORT or kind > EXPORTER_INSPECT:
+            raise ValueError(f"Exporter: no kind {kind} (0 export, 1 wrap, 2 from_dlpack, 3 inspect)")
+        self.vectorcall = <vectorcallfunc>(wrapper_call if kind == EXPORTER_WRAP else
+                                           importer_call if kind == EXPORTER_IMPORT else
+                                           reader_call if kind == EXPORTER_INSPECT else
+                                           exporter_call)
+        self.fallback = fallback
+
+    def __get__(self, obj, type):
+        if obj is None:
+            return self
+        return PyMethod_New(self, obj)
+
+    def __repr__(self):
+        return repr(self.fallback)
+
+    def __getattr__(self, name):
+        return getattr(self.fallback, name)
+
+    @property
+    def __class__(self):
+        return type(self.fallback)
+
+    # Pickled by reference, as a function is: the name its module gives it.
+    def __reduce__(self):
+        return self.__qualname__
+
+
+cdef extern from *:
+    Py_ssize_t VECTORCALL_OFFSET "offsetof(struct Exporter, vectorcall)"
+
+
+cdef PyGetSetDef exporter_dict
+
+
+# Made once per process, in the main interpreter (module setup): Cython gives
+# a class no vectorcall of its own (3.3 leaves tp_vectorcall_offset empty, and
+# a __call__ is tp_call, which takes a tuple and a dict), so the front sets it
+# here: each front is called as a function is, through the call of its kind.
+# Its __dict__ may be replaced, as a function's may (Cython's is read-only).
+cdef int set_up_exporter() except -1:
+    cdef ExTypeSlots *tp = <ExTypeSlots *>Exporter
+    tp.tp_vectorcall_offset = VECTORCALL_OFFSET
+    tp.tp_call = PyVectorcall_Call
+    tp.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+    exporter_dict.name = "__dict__"
+    exporter_dict.get = generic_get_dict
+    exporter_dict.set = generic_set_dict
+    exporter_dict.doc = NULL
+    exporter_dict.closure = NULL
+    (<dict>tp.tp_dict)["__dict__"] = take(PyDescr_NewGetSet(<PyTypeObject *>Exporter, &exporter_dict))
+    PyType_Modified(Exporter)
+    return 0

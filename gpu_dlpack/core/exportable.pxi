@@ -1,0 +1,821 @@
+# The producer side: ExportableBase, the compiled base of
+# gpu_dlpack.Exportable (what wrap() returns), whose __dlpack__ runs in C
+# the plan Python made at wrap time, and the DLPack C exchange API its type
+# offers.
+#
+# Reading the code: a state pointer (state.x, a PyObject *) is copied to a
+# local before it is cast to an object, for Cython to pass it on without a
+# reference of its own; <PyObject *>False is Cython's 0, so the booleans are
+# Py_True and Py_False.
+
+cimport cython
+from libc.stdint cimport int32_t, uint64_t, uintptr_t
+from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred
+from cpython.dict cimport PyDict_GetItem, PyDict_GetItemString
+from cpython.list cimport PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.long cimport PyLong_CheckExact, PyLong_AsLongAndOverflow, PyLong_AsVoidPtr
+from cpython.type cimport PyType_Check, PyType_Modified
+from cpython.unicode cimport PyUnicode_CompareWithASCIIString
+from cpython.pycapsule cimport PyCapsule_Destructor
+
+from dlpack cimport (DLDevice, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI, ImportEntry,
+                     configured, delegate_raw, LEGACY, VERSIONED, dtype_known, tensor_of, well_formed,
+                     release_tensor, drop_keeping_error, EXCHANGE_API_NAME)
+
+cdef extern from *:
+    # What the producer side calls of the files included before it
+    # (capsule.pxi, adapt.pxi, consumer.pxi, info.pxi) by their C names, as
+    # it calls them: an object where those take the PyObject * of the same
+    # reference.
+    int ex_kind_of "kind_of"(object capsule) noexcept
+    void *ex_claim "claim"(object capsule, int versioned) noexcept
+    void ex_capsule_destructor "capsule_destructor"(object capsule) noexcept
+    PyObject *ex_adapted_capsule "adapted_capsule"(object capsule, int versioned, DLDevice device)
+    bint ex_guards_pass "guards_pass"(ImportEntry *e, object x, int code) noexcept
+    int ex_host_test "host_test"(ImportEntry *e, object x) except -1
+    PyObject *ex_ask_capsule "ask_capsule"(object x, int versioned)
+    object ex_taken_error "taken_error"()
+    PyObject *ex_core_import_host "core_import_host"(PyObject *mod, PyObject *x)
+    object ex_core_read "core_read"(PyObject *mod, object capsule)
+
+cdef extern from "Python.h":
+    # Calls whose NULL the core handles where it gets it (an error cleared,
+    # or raised on with take()), as Python.h declares them, or under a name
+    # of their own where Cython's cpython package declares them raising.
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    PyObject *PyVectorcall_Call(PyObject *callable, PyObject *tuple, PyObject *dict)
+    PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+    PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+    PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
+    PyObject *get_attr "PyObject_GetAttr"(PyObject *o, PyObject *name)
+    PyObject *new_capsule "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor)
+    void *capsule_pointer "PyCapsule_GetPointer"(PyObject *capsule, const char *name)
+    PyObject *PyDescr_NewMethod(PyTypeObject *type, PyMethodDef *meth)
+    PyObject *Py_True
+    PyObject *Py_False
+    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
+    int METH_FASTCALL, METH_KEYWORDS
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct ExTypeSlots "PyTypeObject":
+        # The slots the core's types set or read beyond Cython's.
+        PyObject *tp_dict
+        unsigned long tp_flags
+        Py_ssize_t tp_vectorcall_offset
+        PyObject *(*tp_call)(PyObject *, PyObject *, PyObject *)
+        PyObject *(*tp_alloc)(PyTypeObject *, Py_ssize_t)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char *doc
+    int T_OBJECT_EX
+    PyObject *PyDescr_NewMember(PyTypeObject *type, PyMemberDef *member)
+
+cdef extern from *:
+    # The new reference a C call returned, from here Cython's (a cast: it
+    # costs nothing); NULL: the error the call left set, raised on.
+    object take "(PyObject *)"(PyObject *ref)
+
+# The exchange API's entries as the table holds them (a consumer's C calls them).
+ctypedef int (*from_py_t)(void *, DLManagedTensorVersioned **) noexcept
+ctypedef int (*to_py_t)(DLManagedTensorVersioned *, void **) noexcept
+ctypedef int (*stream_t)(int32_t, int32_t, void **) noexcept
+
+
+cpdef enum:
+    # The plan of a wrapper, which Python makes at wrap time (_export._plan):
+    # the general path (the Python method), NumPy's own capsule, the
+    # producer's C exchange API, or a host producer's capsule (JAX).
+    PLAN_GENERAL = 0
+    PLAN_NUMPY = 1
+    PLAN_EXCHANGE = 2
+    PLAN_CAPSULE = 3
+
+
+# What run_plan() and export_plain() give when theirs is not a plain case:
+# the call goes on to the general path. An object of its own, not None: what
+# the Python functions a plain case hands on to return is returned as it is.
+cdef object NOT_PLAIN = object()
+
+
+cdef inline void put(PyObject **slot, PyObject *value) noexcept:
+    """Set a member to a new reference to value; the old one is dropped after
+    (its finalizer may run Python, which then sees the new one)."""
+    cdef PyObject *old = slot[0]
+    Py_INCREF(<object>value)
+    slot[0] = value
+    Py_XDECREF(old)
+
+
+cdef inline void fill(PyObject **slot, PyObject *value) noexcept:
+    """Set a member tp_alloc left NULL to a new reference to value."""
+    Py_INCREF(<object>value)
+    slot[0] = value
+
+
+cdef inline void unset(PyObject **slot) noexcept:
+    cdef PyObject *old = slot[0]
+    slot[0] = NULL
+    Py_XDECREF(old)
+
+
+cdef inline bint is_entry(ImportEntry *e) noexcept:
+    """Whether import_entry found an entry (None: not imported this way)."""
+    return <PyObject *>e != <PyObject *>None
+
+
+cdef inline bint is_plain(PyObject *dtype) noexcept:
+    """Whether dtype is one of PLAN_NUMPY's (compared by identity)."""
+    cdef int i
+    for i in range(state.n_plain):
+        if state.plain_list[i] == dtype:
+            return True
+    return False
+
+
+# The head of a NumPy array (PyArrayObject_fields, NumPy's ABI since 1.7,
+# unchanged in 2.x): what the core reads of an exact ndarray, its dtype (the
+# descr: what x.dtype returns) and its flags.
+cdef struct ArrayHead:
+    PyObject ob_base
+    char *data
+    int nd
+    Py_ssize_t *dimensions
+    Py_ssize_t *strides
+    PyObject *base
+    PyObject *descr
+    int flags
+
+
+cdef inline PyObject *descr_of(PyObject *array) noexcept:
+    """x.dtype of an exact NumPy array x, read where NumPy keeps it (no
+    attribute lookup)."""
+    return (<ArrayHead *>array).descr
+
+
+@cython.auto_pickle(False)
+cdef public class ExportableBase [object Exportable, type ExportableType]:
+    """The compiled part of gpu_dlpack.Exportable."""
+    # Python's state of the wrapper, its members _x, _readonly... (Members
+    # below): unset (NULL) until Python sets them, as a Python slot is.
+    cdef object x, readonly, floor, source, device, request, reported, held
+    # The plan (None: none).
+    cdef object plan_dtype    # PLAN_NUMPY: the dtype the plan was made for
+    cdef object plan_type     # the type of x the plan was made for
+    cdef object guards_owner  # what keeps the entry below alive
+    cdef const DLPackExchangeAPI *api  # PLAN_EXCHANGE
+    cdef ImportEntry *guards           # PLAN_EXCHANGE, PLAN_CAPSULE: the producer type's entry
+    cdef int plan
+    cdef object __weakref__
+
+    def __cinit__(self):
+        # Cython sets every object member to None: Python's start unset.
+        cdef Members *m = members(self)
+        unset(&m.x)
+        unset(&m.readonly)
+        unset(&m.floor)
+        unset(&m.source)
+        unset(&m.device)
+        unset(&m.request)
+        unset(&m.reported)
+        unset(&m.held)
+
+    # The docstrings are those of the Python methods these replace
+    # (gpu_dlpack/_export.py), word for word: help() and the API reference
+    # read the same on both paths (tests/test_conventions.py compares them).
+    @cython.embedsignature(False)
+    def __dlpack_device__(self):
+        """__dlpack_device__($self, /)
+--
+
+The ``(device_type, device_id)`` of the wrapped array.
+
+Returns
+-------
+tuple of int
+    The DLPack device pair, as read when the wrapper was made."""
+        cdef PyObject *device = members(self).device
+        if device == NULL:  # deleted, or never set: what Python raises
+            return getattr(self, "_device")
+        return <object>device
+
+    @cython.embedsignature(False)
+    def _set_plan(self, int plan, arg=None, /):
+        """_set_plan($self, plan, arg=None, /)
+--
+
+The plan __dlpack__ runs in C (set by Python at wrap time)."""
+        cdef PyObject *hold
+        cdef ImportEntry *e
+        cdef PyObject *ndarray = <PyObject *>state.ndarray_type
+        configured()
+        self.plan = PLAN_GENERAL
+        self.plan_dtype = None
+        self.plan_type = None
+        self.guards_owner = None
+        self.api = NULL
+        self.guards = NULL
+        if plan == PLAN_NUMPY:
+            if ndarray == NULL:
+                return self.plan
+            self.plan_dtype = arg
+            self.plan_type = <object>ndarray
+            self.plan = plan
+        elif (plan == PLAN_EXCHANGE or plan == PLAN_CAPSULE) and PyType_Check(arg):
+            e = import_entry(<PyTypeObject *>arg, &hold)
+            owner = take(hold)
+            # A plan the type's entry allows: its exchange API, or its host test
+            if is_entry(e) and (e.api != NULL if plan == PLAN_EXCHANGE else e.host_method != NULL):
+                self.api = e.api
+                self.guards = e
+                self.guards_owner = owner
+                self.plan_type = arg
+                self.plan = plan
+        return self.plan
+
+
+cdef extern from *:
+    # ExportableBase's object members as C holds them: those of Python's
+    # state may be NULL (unset), which Cython's attributes cannot be, so
+    # they are read and written here (Cython still visits, clears and frees
+    # them all); the plan's are None when unset, as Cython holds them.
+    ctypedef struct Members "struct Exportable":
+        PyObject *x
+        PyObject *readonly
+        PyObject *floor
+        PyObject *source
+        PyObject *device
+        PyObject *request
+        PyObject *reported
+        PyObject *held
+        PyObject *plan_dtype
+        PyObject *plan_type
+        PyObject *guards_owner
+    Py_ssize_t X_OFFSET "offsetof(struct Exportable, x)"
+    Py_ssize_t READONLY_OFFSET "offsetof(struct Exportable, readonly)"
+    Py_ssize_t FLOOR_OFFSET "offsetof(struct Exportable, floor)"
+    Py_ssize_t SOURCE_OFFSET "offsetof(struct Exportable, source)"
+    Py_ssize_t DEVICE_OFFSET "offsetof(struct Exportable, device)"
+    Py_ssize_t REQUEST_OFFSET "offsetof(struct Exportable, request)"
+    Py_ssize_t HELD_OFFSET "offsetof(struct Exportable, held)"
+    Py_ssize_t REPORTED_OFFSET "offsetof(struct Exportable, reported)"
+
+
+cdef inline Members *members(ExportableBase self) noexcept:
+    return <Members *><PyObject *>self
+
+
+# 1 when o is a tuple of two ints, all of their exact types (no subclass: a
+# bool equals an int), else 0.
+cdef inline bint int_pair(PyObject *o) noexcept:
+    return (PyTuple_CheckExact(<object>o) and PyTuple_GET_SIZE(<object>o) == 2 and
+            PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, 0)) and
+            PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, 1)))
+
+
+# 1 when no call under way, on any thread, has put a floor of its own on the
+# exchanges made inside it (export(x, min_version=...), a wrapper's floor:
+# _versions.under_floor, which lists them), else 0: the verdicts cached below
+# are those of the floor in force, and the general path then checks against
+# the floor of the call.
+cdef inline bint no_call_floor() noexcept:
+    cdef PyObject *under_floor = state.under_floor
+    return PyList_GET_SIZE(<object>under_floor) == 0
+
+
+# 1 when max_version is the one the version policy last accepted against the
+# floor in force (what _versions.check_max_version caches), or a pair of exact
+# ints equal to it (the verdict depends on the values only: callers each pass
+# their own (1, 0)), else 0.
+cdef bint accepted_versioned(PyObject *max_version) noexcept:
+    cdef int i, overflow = 0
+    cdef long a, b
+    cdef PyObject *versions = state.versions_dict
+    cdef PyObject *accepted = state.str_accepted
+    cdef PyObject *floor_key = state.str_floor
+    if not no_call_floor():
+        return False
+    cdef PyObject *acc = PyDict_GetItem(<object>versions, <object>accepted)
+    cdef PyObject *floor = PyDict_GetItem(<object>versions, <object>floor_key)
+    if (acc == NULL or not PyTuple_CheckExact(<object>acc) or PyTuple_GET_SIZE(<object>acc) != 2 or
+            PyTuple_GET_ITEM(<object>acc, 1) != floor):
+        return False
+    cdef PyObject *known = PyTuple_GET_ITEM(<object>acc, 0)
+    if known == max_version:
+        return True
+    if not int_pair(max_version) or not int_pair(known):
+        return False
+    for i in range(2):
+        a = PyLong_AsLongAndOverflow(<object>PyTuple_GET_ITEM(<object>max_version, i), &overflow)
+        if overflow:
+            return False
+        b = PyLong_AsLongAndOverflow(<object>PyTuple_GET_ITEM(<object>known, i), &overflow)
+        if overflow or a != b:
+            return False
+    return True
+
+
+# 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
+# max_version under the floor in force: asked of _versions once per floor (a
+# new floor is a new object), not decided here.
+cdef bint produced_accepted() noexcept:
+    cdef PyObject *versions = state.versions_dict
+    cdef PyObject *floor_key = state.str_floor
+    if not no_call_floor():
+        return False
+    cdef PyObject *floor = PyDict_GetItem(<object>versions, <object>floor_key)
+    if floor == NULL:
+        return False
+    if floor == state.produced_floor:
+        return True
+    # Held for the call: the module's dict may drop it meanwhile.
+    cdef PyObject *found = PyDict_GetItemString(<object>versions, "check_max_version")
+    if found == NULL:
+        return False
+    cdef object check = <object>found
+    cdef PyObject *r = PyObject_CallOneArg(found, state.produced_version)
+    cdef bint ok = r == Py_True
+    Py_XDECREF(r)
+    PyErr_Clear()  # refused: the general path raises it
+    # The floor the check read: it may have been read from the environment
+    # just now (None before its first use).
+    floor = PyDict_GetItem(<object>versions, <object>floor_key)
+    if ok and floor != NULL and floor != <PyObject *>None:
+        put(&state.produced_floor, floor)
+    return ok
+
+
+# The versioned tensor of a PLAN_EXCHANGE export, passed on as the rules allow
+# for a host producer asked for nothing else; NULL (no error) when it is not
+# that case.
+cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noexcept:
+    cdef DLManagedTensorVersioned *m = NULL
+    if e.api.managed_tensor_from_py_object_no_sync(<PyObject *>x, &m) != 0 or m == NULL:
+        PyErr_Clear()
+        return NULL
+    cdef DLTensor *t = &m.dl_tensor
+    if (not ex_guards_pass(e, x, t.dtype.code) or m.version.major != 1 or not well_formed(t) or
+            t.device.device_type != state.cpu_type or not dtype_known(t.dtype) or t.dtype.bits < 8 or
+            (t.ndim and t.strides == NULL) or (m.flags & FLAG_READ_ONLY)):
+        if m.deleter:
+            m.deleter(m)
+        return NULL
+    (<uint64_t *>m)[0] = state.version_word
+    return m
+
+
+# The capsule of export(x, max_version=...) (no other argument) for a host
+# producer with a host test (JAX), on the host by that test: its answer to the
+# request the Python path makes, passed on as it came where it already obeys
+# the rules, adapted where it is of the other kind, and handed with every other
+# answer to _exchange.host_answer; an error the producer raised to
+# _exchange.host_refused, which goes on from it as the Python path does (the
+# producer is not asked the same again, and the error is not dropped).
+cdef object capsule_export(object x, object max_version, bint versioned):
+    cdef PyObject *a[8]
+    cdef PyObject *out
+    cdef DLDevice cpu
+    # The verdict on max_version, read again before and after the producer
+    # runs, as the Python path checks it before the request and again with
+    # the answer: the host test and the producer run Python, which may set
+    # another floor meanwhile.
+    if versioned and not accepted_versioned(<PyObject *>max_version):
+        a[0] = <PyObject *>x
+        a[1] = <PyObject *>max_version
+        return take(delegate_raw("host_export", a, 2))
+    # The answer is a C reference: it is dropped where an error may be
+    # pending (drop_keeping_error), since its destructor, a producer's, may
+    # run Python.
+    cdef PyObject *answer = ex_ask_capsule(x, versioned)
+    if answer == NULL:
+        error = ex_taken_error()  # not an Exception (an interrupt): raised as it is, as in Python
+        a[0] = <PyObject *>x
+        a[1] = <PyObject *>error
+        a[2] = <PyObject *>max_version
+        return take(delegate_raw("host_refused", a, 3))
+    cdef int kind = -1 if versioned and not accepted_versioned(<PyObject *>max_version) else ex_kind_of(<object>answer)
+    cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
+    if ptr == NULL:
+        PyErr_Clear()
+    cdef DLTensor *t = NULL if ptr == NULL else tensor_of(ptr, kind)
+    # The checks of every capsule passed on: well-formed, a dtype exchanged
+    # whole bytes wide, on the device the host test said (the CPU, any id).
+    cdef bint plain = (t != NULL and (not kind or (<DLManagedTensorVersioned *>ptr).version.major == 1) and
+                       well_formed(t) and t.device.device_type == state.cpu_type and dtype_known(t.dtype) and
+                       t.dtype.bits >= 8)
+    # Legacy for legacy is Python's: whether the data may be handed over
+    # writeable is the producer's row (JAX's arrays are immutable: rule 5).
+    if (plain and kind and versioned and (t.strides != NULL or t.ndim == 0) and
+            not ((<DLManagedTensorVersioned *>ptr).flags & ~FLAG_READ_ONLY)):
+        (<uint64_t *>ptr)[0] = state.version_word  # versioned for versioned: stamped
+        return take(answer)
+    if plain and not kind and versioned and adaptable(ptr, 0):
+        # The data of a legacy capsule counts as read-only (rule 6), on the
+        # CPU as NumPy labels it.
+        cpu.device_type = state.cpu_type
+        cpu.device_id = 0
+        out = ex_adapted_capsule(<object>answer, 0, cpu)
+        if out != NULL or PyErr_Occurred() != NULL:
+            drop_keeping_error(answer)
+            return take(out)
+    a[0] = <PyObject *>x
+    a[1] = state.cpu_device
+    a[2] = answer
+    a[3] = Py_False
+    a[4] = <PyObject *>None
+    a[5] = <PyObject *>max_version
+    a[6] = <PyObject *>None
+    a[7] = <PyObject *>None
+    out = delegate_raw("host_answer", a, 8)
+    drop_keeping_error(answer)
+    return take(out)
+
+
+# 1 when the plain plan may run now: its members are as the plan was made (set,
+# x of the type its plan was made for, not read-only, no floor of its own, no
+# device reported apart), else 0. Python may delete or replace them (the
+# general path then reads them as Python does, and raises what it raises), also
+# while this call runs: wherever Python code can run, an allocation (the cyclic
+# GC runs finalizers) or a call out, what is checked here is checked again
+# after it, or held (run_plan, plan_tensor).
+cdef inline bint plan_holds(ExportableBase self) noexcept:
+    cdef Members *m = members(self)
+    return (self.plan != PLAN_GENERAL and m.x != NULL and m.readonly == Py_False and
+            m.reported == <PyObject *>None and m.floor == <PyObject *>None and self.plan_type is not None and
+            <PyObject *>m.x.ob_type == m.plan_type and
+            (self.plan != PLAN_NUMPY or self.plan_dtype is not None) and
+            (self.plan == PLAN_NUMPY or (self.guards != NULL and self.guards_owner is not None)))
+
+
+# NumPy's capsule of x (an exact NumPy array: the plan's type) under a
+# PLAN_NUMPY made for dtype, when x still has that dtype (compared by
+# identity); None when it has another or NumPy refuses (the general path says
+# why).
+cdef inline object plan_numpy_capsule(object x, object dtype, bint versioned):
+    if descr_of(<PyObject *>x) != <PyObject *>dtype:
+        return None
+    return numpy_capsule(x, versioned)
+
+
+# NumPy's versioned capsule stamped DLPACK_VERSION, in one read of its pointer.
+# Since DLPack 1.2 a versioned tensor with dimensions carries strides: NumPy 2.1
+# to 2.3 write a C-contiguous array's right after the shape, in the same
+# allocation, then leave them out (NULL), and they are pointed at there where
+# Python confirmed that (numpy_strides_after_shape). -1 (no error set) when the
+# capsule is not one to stamp, or its strides are left out and not known to be
+# there: the general path builds the capsule, as _backends/numpy.py says.
+cdef int stamp_numpy(PyObject *capsule) noexcept:
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>capsule_pointer(capsule, VERSIONED)
+    if m == NULL or (<uintptr_t>m & 7):
+        PyErr_Clear()
+        return -1
+    cdef DLTensor *t = &m.dl_tensor
+    if t.ndim > 0 and t.strides == NULL:
+        if not state.numpy_strides_after_shape or t.shape == NULL:
+            return -1
+        t.strides = t.shape + t.ndim
+    (<uint64_t *>m)[0] = state.version_word
+    return 0
+
+
+# NumPy's __dlpack__, read once from the ndarray type the core was told of (a
+# static type: the method cannot change) and called as x.__dlpack__(...)
+# calls it on an exact ndarray (which has no instance dict), without looking
+# it up at each export; NULL (no error set) when it cannot be read.
+cdef object ndarray_dlpack = None
+cdef PyTypeObject *ndarray_dlpack_of = NULL
+
+cdef inline PyObject *numpy_dlpack() noexcept:
+    global ndarray_dlpack, ndarray_dlpack_of
+    cdef PyTypeObject *ndarray = state.ndarray_type
+    cdef PyObject *found
+    if ndarray_dlpack_of != ndarray:
+        found = get_attr(<PyObject *>ndarray, state.str_dlpack)
+        if found == NULL:
+            PyErr_Clear()
+            return NULL
+        ndarray_dlpack = take(found)
+        ndarray_dlpack_of = ndarray
+    return <PyObject *>ndarray_dlpack
+
+
+# NumPy's own capsule of x (an exact ndarray), stamped (and given its strides)
+# when versioned; None when NumPy refuses, or its capsule would not do.
+cdef object numpy_capsule(object x, bint versioned):
+    cdef PyObject *a[2]
+    cdef PyObject *capsule = NULL
+    cdef PyObject *method = numpy_dlpack()
+    a[0] = <PyObject *>x
+    if method != NULL:
+        if versioned:
+            a[1] = state.ask_versioned
+            capsule = PyObject_Vectorcall(method, a, 1, state.kw_max_version)
+        else:
+            capsule = PyObject_Vectorcall(method, a, 1, NULL)
+    if capsule == NULL or (versioned and stamp_numpy(capsule) != 0):
+        Py_XDECREF(capsule)
+        PyErr_Clear()
+        return None
+    return take(capsule)
+
+
+# The general __dlpack__ (the Python method), called as this one was.
+cdef object exportable_general(ExportableBase self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    cdef PyObject *stack[8]
+    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+    configured()
+    if nargs + nkw > 7:
+        raise TypeError("__dlpack__() takes keyword arguments only")
+    stack[0] = <PyObject *>self
+    for i in range(nargs + nkw):
+        stack[i + 1] = args[i]
+    return take(PyObject_Vectorcall(state.exportable_fallback, stack, nargs + 1, kwnames))
+
+
+# __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None): the
+# plan, asked for nothing but max_version; every other call, and every case
+# the plan does not take, the Python method, which words the error. A
+# METH_FASTCALL function of its own (set_up_exportable), not a def: the call
+# is handed on as it came (positional arguments, any keyword), which Cython's
+# keyword parsing would refuse in words of its own.
+cdef object exportable_dlpack(ExportableBase self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames):
+    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
+    cdef PyObject *k
+    cdef PyObject *stream = <PyObject *>None
+    cdef PyObject *max_version = <PyObject *>None
+    cdef PyObject *dl_device = <PyObject *>None
+    cdef PyObject *copy = <PyObject *>None
+    configured()
+    if nargs != 0 or not plan_holds(self):
+        return exportable_general(self, args, nargsf, kwnames)
+    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+    for i in range(nkw):
+        k = PyTuple_GET_ITEM(<object>kwnames, i)
+        if k == state.str_max_version or PyUnicode_CompareWithASCIIString(<object>k, "max_version") == 0:
+            max_version = args[i]
+        elif PyUnicode_CompareWithASCIIString(<object>k, "stream") == 0:
+            stream = args[i]
+        elif PyUnicode_CompareWithASCIIString(<object>k, "dl_device") == 0:
+            dl_device = args[i]
+        elif PyUnicode_CompareWithASCIIString(<object>k, "copy") == 0:
+            copy = args[i]
+        else:
+            return exportable_general(self, args, nargsf, kwnames)
+    if stream != <PyObject *>None or dl_device != <PyObject *>None or copy != <PyObject *>None:
+        return exportable_general(self, args, nargsf, kwnames)
+    cdef bint versioned = max_version != <PyObject *>None
+    if versioned and not accepted_versioned(max_version):
+        return exportable_general(self, args, nargsf, kwnames)
+    capsule = run_plan(self, <object>max_version, versioned)
+    if capsule is not NOT_PLAIN:
+        return capsule
+    return exportable_general(self, args, nargsf, kwnames)
+
+
+# The capsule of the plan asked for max_version (and nothing else), or
+# NOT_PLAIN: the general path runs.
+cdef object run_plan(ExportableBase self, object max_version, bint versioned):
+    cdef DLManagedTensorVersioned *m
+    cdef PyObject *made
+    # The request first, as the Python method sets it first: the allocation
+    # may run the cyclic GC, whose finalizers may delete or replace the
+    # members checked above, so they are checked again after it, and held.
+    request = (None, max_version, None, None)
+    if not plan_holds(self) or (versioned and not accepted_versioned(<PyObject *>max_version)):
+        return NOT_PLAIN
+    # The plan held for the rest of the call: strong references to the
+    # array, the dtype the plan was made for and what keeps the producer
+    # type's entry alive (Python code run meanwhile may drop the members).
+    cdef int plan = self.plan
+    x = <object>members(self).x
+    dtype = self.plan_dtype
+    cdef ImportEntry *guards = self.guards
+    owner = self.guards_owner
+    if plan == PLAN_NUMPY:
+        capsule = plan_numpy_capsule(x, dtype, versioned)
+        if capsule is None:
+            # NumPy refused (a read-only array as legacy...), or the dtype
+            # changed: the general path says why, in gpu_dlpack's words.
+            return NOT_PLAIN
+        put(&members(self).request, <PyObject *>request)
+        return capsule
+    if plan == PLAN_CAPSULE:
+        put(&members(self).request, <PyObject *>request)  # also when the export raises, as in Python
+        return capsule_export(x, max_version, versioned)
+    if not versioned:
+        return NOT_PLAIN
+    # PLAN_EXCHANGE, asked for a versioned capsule
+    m = exchange_export_of(x, guards)
+    if m == NULL:
+        return NOT_PLAIN
+    made = new_capsule(m, VERSIONED, ex_capsule_destructor)
+    if made == NULL:
+        release_tensor(m, 1)
+        return take(made)  # raises the MemoryError
+    put(&members(self).request, <PyObject *>request)
+    return take(made)
+
+
+# What wrap() makes of a plain case (export.pxi: data on the CPU), as tp_alloc
+# leaves it: every member set here, the plan with it.
+cdef object new_exportable(PyObject *x, int plan, PyObject *dtype, ImportEntry *e, PyObject *hold):
+    cdef PyTypeObject *cls = state.exportable_class
+    cdef ExportableBase self = <ExportableBase>take((<ExTypeSlots *>cls).tp_alloc(cls, 0))
+    cdef Members *m = members(self)
+    fill(&m.x, x)
+    fill(&m.readonly, Py_False)
+    fill(&m.floor, <PyObject *>None)
+    fill(&m.source, state.cpu_device)
+    fill(&m.device, state.cpu_dlpack)
+    fill(&m.request, <PyObject *>None)
+    fill(&m.held, <PyObject *>None)
+    fill(&m.reported, <PyObject *>None)
+    self.plan = plan
+    fill(&m.plan_type, <PyObject *>x.ob_type)
+    if plan == PLAN_NUMPY:
+        fill(&m.plan_dtype, dtype)
+        fill(&m.guards_owner, <PyObject *>None)
+    else:
+        # the entry the caller looked up, and what keeps it alive
+        fill(&m.plan_dtype, <PyObject *>None)
+        self.api = e.api
+        self.guards = e
+        fill(&m.guards_owner, hold)
+    return self
+
+
+# The DLPack C exchange API of Exportable (offered on its type).
+
+# The tensor of a plain plan (not PLAN_CAPSULE), the plan held for the call;
+# NULL when there is none.
+cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
+    x = <object>members(self).x
+    dtype = self.plan_dtype
+    cdef ImportEntry *guards = self.guards
+    owner = self.guards_owner
+    if self.plan == PLAN_NUMPY:
+        capsule = plan_numpy_capsule(x, dtype, True)
+        return NULL if capsule is None else <DLManagedTensorVersioned *>ex_claim(capsule, 1)  # renamed used_*
+    return exchange_export_of(x, guards)
+
+
+cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
+    out[0] = NULL
+    configured()
+    if not isinstance(<object>obj, ExportableBase):
+        raise TypeError("the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable")
+    return exchange_of(<ExportableBase>obj, out)
+
+
+cdef int exchange_of(ExportableBase self, DLManagedTensorVersioned **out) except -1:
+    cdef PyObject *a[2]
+    cdef DLManagedTensorVersioned *m
+    # The request is max_version=DLPACK_VERSION and nothing else: the plain
+    # plans run when the version policy has accepted it against the floor in
+    # force (else the general path checks it, and caches its verdict). That
+    # check may run Python: the plan is checked after it, then held.
+    if produced_accepted() and plan_holds(self) and self.plan != PLAN_CAPSULE:
+        m = plan_tensor(self)
+        if m != NULL:
+            # the request of the exchange: one tuple, made at configure
+            put(&members(self).request, state.produced_request)
+            out[0] = m
+            return 0
+    # Every other case: the capsule __dlpack__(max_version=DLPACK_VERSION)
+    # gives, claimed here.
+    a[0] = <PyObject *>self
+    a[1] = state.produced_version
+    capsule = take(PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version))
+    cdef void *ptr = ex_claim(capsule, 1)
+    del capsule  # before the error below: its destructor may run Python
+    if ptr == NULL:
+        raise BufferError("gpu_dlpack produced no versioned capsule")
+    out[0] = <DLManagedTensorVersioned *>ptr
+    return 0
+
+
+cdef int exportable_to_py(DLManagedTensorVersioned *m, void **out) except -1:
+    # An owned tensor becomes what gpu_dlpack.from_dlpack makes of it.
+    cdef PyObject *a[1]
+    capsule = take(new_capsule(m, VERSIONED, ex_capsule_destructor))
+    a[0] = <PyObject *>capsule
+    r = take(delegate_raw("from_dlpack", a, 1))
+    Py_INCREF(r)  # the consumer's reference
+    out[0] = <void *>r
+    return 0
+
+
+cdef int exportable_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
+                              void (*set_error)(void *, const char *, const char *) noexcept) noexcept:
+    out[0] = NULL
+    if set_error != NULL:  # a consumer may pass none
+        set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors")
+    return -1
+
+
+cdef int exportable_stream(int32_t device_type, int32_t device_id, void **out) except -1:
+    # The stream the layer would use on that device, as Python says.
+    cdef PyObject *a[2]
+    out[0] = NULL
+    if device_type == state.cpu_type:
+        return 0
+    cdef object kind = device_type, number = device_id
+    a[0] = <PyObject *>kind
+    a[1] = <PyObject *>number
+    r = take(delegate_raw("current_stream", a, 2))
+    out[0] = NULL if r is None else PyLong_AsVoidPtr(r)
+    return 0
+
+
+cdef DLPackExchangeAPI exportable_api
+cdef PyMethodDef dlpack_method
+cdef PyMemberDef exportable_members[8]
+
+# __dlpack__'s docstring, that of the Python method (above).
+cdef const char *DLPACK_DOC = (
+    b"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+    b"A DLPack capsule of the wrapped array, under the rules (the standard's\n"
+    b"``__dlpack__``).\n"
+    b"\n"
+    b"Parameters\n"
+    b"----------\n"
+    b"stream : int or stream object, optional\n"
+    b"    The stream the consumer uses the data on (``None`` or ``-1`` for host\n"
+    b"    memory).\n"
+    b"max_version : tuple of int, optional\n"
+    b"    The newest DLPack version the consumer reads; ``None`` asks for a\n"
+    b"    legacy capsule.\n"
+    b"dl_device : tuple of int, optional\n"
+    b"    The ``(device_type, device_id)`` to export to (``None``: in place).\n"
+    b"copy : bool, optional\n"
+    b"    ``True`` always copies, ``False`` never, ``None`` when it must.\n"
+    b"\n"
+    b"Returns\n"
+    b"-------\n"
+    b"PyCapsule\n"
+    b"    A ``dltensor`` or ``dltensor_versioned`` capsule.\n"
+    b"\n"
+    b"Raises\n"
+    b"------\n"
+    b"BufferError, TypeError, ValueError\n"
+    b"    What the rules refuse, as `export` raises it."
+)
+
+
+cdef inline void member(int i, const char *name, Py_ssize_t offset) noexcept:
+    exportable_members[i].name = name
+    exportable_members[i].type = T_OBJECT_EX
+    exportable_members[i].offset = offset
+    exportable_members[i].flags = 0
+    exportable_members[i].doc = NULL
+
+
+# Made once per process, in the main interpreter (module setup, after
+# setup_once): what ExportableBase's type holds besides Cython's methods.
+# __dlpack__ as a function of its own (above); Python's state as members
+# that raise AttributeError while unset and are unset again by del, as a
+# Python slot is (Cython's attributes are never unset); and the C exchange
+# API table, as __dlpack_c_exchange_api__.
+cdef bint exportable_set_up = False
+
+cdef int set_up_exportable() except -1:
+    global exportable_set_up
+    cdef int i
+    cdef PyTypeObject *tp = <PyTypeObject *>ExportableBase
+    if exportable_set_up:
+        return 0
+    tp_dict = <dict>(<ExTypeSlots *>tp).tp_dict
+    dlpack_method.ml_name = "__dlpack__"
+    dlpack_method.ml_meth = <PyCFunction><void *>exportable_dlpack
+    dlpack_method.ml_flags = METH_FASTCALL | METH_KEYWORDS
+    dlpack_method.ml_doc = DLPACK_DOC
+    tp_dict["__dlpack__"] = take(PyDescr_NewMethod(tp, &dlpack_method))
+    member(0, "_x", X_OFFSET)
+    member(1, "_readonly", READONLY_OFFSET)
+    member(2, "_floor", FLOOR_OFFSET)
+    member(3, "_source", SOURCE_OFFSET)
+    member(4, "_device", DEVICE_OFFSET)
+    member(5, "_request", REQUEST_OFFSET)
+    member(6, "_held", HELD_OFFSET)
+    member(7, "_reported", REPORTED_OFFSET)
+    for i in range(8):
+        tp_dict[exportable_members[i].name.decode()] = take(PyDescr_NewMember(tp, &exportable_members[i]))
+    exportable_api.header.version.major = 1
+    exportable_api.header.version.minor = 3
+    exportable_api.header.prev_api = NULL
+    exportable_api.managed_tensor_allocator = exportable_allocator
+    exportable_api.managed_tensor_from_py_object_no_sync = <from_py_t>exportable_from_py
+    exportable_api.managed_tensor_to_py_object_no_sync = <to_py_t>exportable_to_py
+    exportable_api.dltensor_from_py_object_no_sync = NULL
+    exportable_api.current_work_stream = <stream_t>exportable_stream
+    tp_dict["__dlpack_c_exchange_api__"] = take(new_capsule(&exportable_api, EXCHANGE_API_NAME, NULL))
+    PyType_Modified(ExportableBase)
+    exportable_set_up = True  # last: what says it is done
+    return 0
