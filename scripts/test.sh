@@ -47,9 +47,9 @@
 # Each suite runs once per interpreter. At the end, whether it passed or
 # not, the summary of every suite run (interpreter, peers, counts:
 # scripts/matrix_summary.py).
-# Stops at the first step that fails. About 80 minutes on a fresh 2-core
-# machine: steps 1 to 8 about 39, steps 9 and 10 about 12, the matrix
-# (three interpreters, their environments made on the way) about 30.
+# Stops at the first step that fails. About 26 minutes from a fresh clone on
+# a quiet 2-core machine, every environment made on the way
+# (docs/internals/testing.md).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 step() { echo "== scripts/test.sh: $*" >&2; }
 rm -rf build/matrix
