@@ -1,7 +1,7 @@
 """Builds the compiled core, gpu_dlpack._core: one extension module whose
-face is Cython (gpu_dlpack/_core.pyx, including one file per concept from
-gpu_dlpack/core/), with the concepts not yet ported still C files of
-gpu_dlpack/core/ linked into it. Everything else is declared in
+source is Cython (gpu_dlpack/_core.pyx, including one file per concept from
+gpu_dlpack/core/), with one small C file linked into it (core/module.c, the
+init function that refuses a subinterpreter before Cython's init runs). Everything else is declared in
 pyproject.toml. gpu_dlpack has no path without its core: where no C
 compiler works, the build stops and names the remedies."""
 
@@ -11,9 +11,7 @@ from setuptools.command.build_ext import build_ext
 from setuptools.errors import BaseError, CCompilerError, CompileError
 
 CORE = "gpu_dlpack/core/"
-SOURCES = ["module.c", "state.c"]
-HEADERS = ["module.h", "consumer.h", "adapt.h", "info.h", "capsule.h", "state.h",
-           "dlpack.h", "dlpack.pxd"]
+SOURCES = ["module.c"]
 
 NO_COMPILER = """gpu_dlpack's compiled core (gpu_dlpack._core) could not be built: {error}
 gpu_dlpack needs its compiled core on every platform. Either:
@@ -46,8 +44,6 @@ setup(
         [
             Extension(
                 "gpu_dlpack._core", ["gpu_dlpack/_core.pyx"] + [CORE + name for name in SOURCES],
-                depends=[CORE + name for name in HEADERS],
-                include_dirs=[CORE],
                 # Cython's init function, which module.c's PyInit__core calls once
                 # it has refused a subinterpreter in the package's words.
                 define_macros=[("PyInit__core", "gpu_dlpack_cython_init")],

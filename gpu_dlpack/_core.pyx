@@ -1,16 +1,71 @@
 # cython: language_level=3, binding=False, embedsignature=True, embedsignature.format=clinic
 """The compiled hot path of gpu_dlpack."""
 
-# The module's face: what Python tells the core (configure), what it
-# forgets, and module setup. The concepts are one file each in core/, included
-# below in floor order, lowest first (docs/internals/core.md).
+# The module's face: the core's state, what Python tells the core
+# (configure), what it forgets, and module setup. The concepts are one file
+# each in core/, included below in floor order, lowest first
+# (docs/internals/core.md).
 
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.exc cimport PyErr_Occurred, PyErr_SetString
+from cpython.long cimport PyLong_FromVoidPtr
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName
+from cpython.unicode cimport PyUnicode_InternFromString
 from libc.string cimport memset
 
-from dlpack cimport CoreState, state, MAX_NDIM, bit_index
+from dlpack cimport CoreState, MAX_NDIM, unicode_or_null, item_or_null, call_or_null, format_error
+
+# The core's state, one struct: what Python tells the core (configure), what
+# it keeps of that, and the names and arguments module setup makes once.
+cdef CoreState state
+state.cpu_type = 1
+
+
+cdef int configured() except 0:
+    """1 once Python has told the core what it decided (configure): every
+    entry point refuses before then, since what it would read (the Python
+    implementation, the tables) is not there yet."""
+    if state.py_impl == NULL:
+        raise RuntimeError("gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
+                           "instead of calling the core directly")
+    return 1
+
+
+# The hand-back to Python: every case the core does not run goes, unchanged,
+# to the Python implementation it was given.
+cdef PyObject *delegate_raw(const char *name, PyObject **args, Py_ssize_t nargs) noexcept:
+    """The Python implementation `name` called with the arguments: a new
+    reference, or NULL with the error set (an error looking it up, no memory
+    for the key, is the one set)."""
+    if state.py_impl == NULL:
+        PyErr_SetString(RuntimeError, "gpu_dlpack._core is not configured: import gpu_dlpack, which configures "
+                                      "it, instead of calling the core directly")
+        return NULL
+    cdef PyObject *key = unicode_or_null(name)
+    if key == NULL:
+        return NULL
+    cdef PyObject *fn = item_or_null(state.py_impl, key)
+    Py_DECREF(<object>key)
+    if fn == NULL:
+        if PyErr_Occurred() == NULL:
+            format_error(<PyObject *>RuntimeError, "gpu_dlpack._core has no Python %s", name)
+        return NULL
+    Py_INCREF(<object>fn)  # the call may replace the dict's entry
+    cdef PyObject *r = call_or_null(fn, args, nargs, NULL)
+    Py_DECREF(<object>fn)
+    return r
+
+
+cdef object delegate(const char *name, PyObject **args, Py_ssize_t nargs):
+    """delegate_raw's answer as Cython holds it: NULL raises the error set."""
+    cdef PyObject *r = delegate_raw(name, args, nargs)
+    if r == NULL:
+        raise_pending()
+    answer = <object>r
+    Py_DECREF(answer)  # the reference delegate_raw handed over, now answer's
+    return answer
+
 
 include "capsule.pxi"
 include "info.pxi"
@@ -19,21 +74,6 @@ include "runtime.pxi"
 include "consumer.pxi"
 include "exportable.pxi"
 include "export.pxi"
-
-cdef extern from "Python.h":
-    ctypedef struct PyInterpreterState
-    PyInterpreterState *PyInterpreterState_Get()
-    PyInterpreterState *PyInterpreterState_Main()
-
-cdef extern from "module.h":
-    int setup_once() except -1
-    object core_owning_destructors()
-
-# The words of _errors.subinterpreter(), which the package raises first.
-SUBINTERPRETER_REFUSED = (
-    "gpu_dlpack does not support subinterpreters (nor does NumPy, which it needs): import it in the main interpreter"
-)
-
 
 cdef inline void _hold(PyObject **slot, object value):
     """Set a state slot to a new reference to value (None stays None)."""
@@ -136,13 +176,37 @@ def forget():
         (<dict>state.import_types).clear()
 
 
-# Refused where it cannot run: the core's state is C globals, the main
-# interpreter's (a subinterpreter loading the file first gets here).
-if PyInterpreterState_Get() != PyInterpreterState_Main():
-    raise ImportError(SUBINTERPRETER_REFUSED)
+# Made once per process, in the main interpreter: the names and arguments
+# the calls use. A second load of the module in the main interpreter (its
+# entry dropped from sys.modules) finds them made.
+cdef int setup_once() except -1:
+    if state.set_up:
+        return 0
+    _hold(&state.str_accepted, PyUnicode_InternFromString(b"_accepted"))
+    _hold(&state.str_floor, PyUnicode_InternFromString(b"_floor"))
+    _hold(&state.str_under_floor, PyUnicode_InternFromString(b"_under_floor"))
+    _hold(&state.str_dlpack, PyUnicode_InternFromString(b"__dlpack__"))
+    _hold(&state.str_dtype, PyUnicode_InternFromString(b"dtype"))
+    _hold(&state.str_view, PyUnicode_InternFromString(b"view"))
+    _hold(&state.str_max_version, PyUnicode_InternFromString(b"max_version"))
+    _hold(&state.kw_max_version, (<object>state.str_max_version,))
+    _hold(&state.ask_versioned, (1, 0))
+    _hold(&state.str_legacy, PyUnicode_InternFromString(LEGACY))
+    _hold(&state.str_versioned, PyUnicode_InternFromString(VERSIONED))
+    cdef const char *info_keys[10]
+    info_keys[:] = [b"name", b"versioned", b"version", b"flags", b"device", b"dl_dtype", b"shape", b"strides",
+                    b"byte_offset", b"data"]
+    cdef int i
+    for i in range(10):
+        _hold(&state.info_keys[i], PyUnicode_InternFromString(info_keys[i]))
+    state.set_up = 1  # last: what says it is done
+    return 0
+
+
 setup_once()
 set_up_exportable()
 set_up_exporter()
 EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]
 # The addresses of the core's owning capsule destructors, by kind.
-OWNING_DESTRUCTORS = core_owning_destructors()
+OWNING_DESTRUCTORS = (PyLong_FromVoidPtr(<void *>legacy_capsule_destructor),
+                      PyLong_FromVoidPtr(<void *>capsule_destructor))

@@ -7,10 +7,6 @@
 # one NumPy's export makes (data + byte_offset and an offset of 0, strides
 # always, a legacy import READ_ONLY), so both paths give the same capsule.
 # Every other case is the Python one's.
-#
-# adaptable, versioned_over, legacy_over and adapted_capsule keep the C
-# names and signatures of adapt.h: the C exchange API's producer side calls
-# them.
 
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT32_MAX
 from libc.stdlib cimport malloc, free
@@ -18,11 +14,7 @@ from cpython.exc cimport PyErr_NoMemory, PyErr_Occurred, PyErr_Clear
 from cpython.ref cimport Py_DECREF
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
-from dlpack cimport (DLDevice, DLTensor, DLManagedTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, state,
-                     configured, bit_index, delegate, LEGACY, VERSIONED, USED_LEGACY, USED_VERSIONED, kind_of,
-                     tensor_of, well_formed, release_tensor)
-
-# claim, layout_ok and the owning destructors are capsule.pxi's.
+from dlpack cimport DLDevice, DLTensor, DLManagedTensor, DLManagedTensorVersioned, FLAG_READ_ONLY
 
 cdef extern from "Python.h":
     # Their answers read as C reads them: the failure handled where they are called.
@@ -57,7 +49,7 @@ cdef void legacy_over_deleter(DLManagedTensor *self) noexcept nogil:
         deleter(v)
 
 
-cdef public int adaptable(void *ptr, int versioned) noexcept:
+cdef int adaptable(void *ptr, int versioned) noexcept:
     """1 when the tensor of an unconsumed capsule of the given kind is one
     whose rebuild through NumPy the core makes as NumPy would: well-formed,
     a NumPy dtype of its own (the others go through a carrier, which needs
@@ -102,7 +94,7 @@ cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src,
         to.strides = strides
 
 
-cdef public DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, uint64_t flags,
+cdef DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, uint64_t flags,
                                                      DLDevice device) except NULL:
     cdef int ndim = legacy.dl_tensor.ndim
     cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>malloc(
@@ -117,7 +109,7 @@ cdef public DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, ui
     return v
 
 
-cdef public DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice device) except NULL:
+cdef DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice device) except NULL:
     cdef int ndim = v.dl_tensor.ndim
     cdef DLManagedTensor *m = <DLManagedTensor *>malloc(
         sizeof(DLManagedTensor) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
@@ -129,7 +121,7 @@ cdef public DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice d
     return m
 
 
-cdef public PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device) except? NULL:
+cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device) except? NULL:
     """The capsule of the other kind over the tensor of an unconsumed capsule
     that adaptable() took, labelled `device`: the capsule taken (renamed
     used_*), the new one owns its tensor, whose deleter runs once, when the
@@ -153,7 +145,7 @@ cdef public PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice
     if out == NULL:
         free(made)  # only the struct made above: the tensor is still the capsule's
         return NULL
-    cdef void *got = c_claim(capsule, versioned)
+    cdef void *got = claim_tensor(capsule, versioned)
     if got != ptr:
         Py_DECREF(<object>out)  # owns nothing: its destructor frees nothing
         free(made)

@@ -1,11 +1,10 @@
 # The capsule primitives: reading a header and the checks every exchange
 # makes, claiming a capsule in one step, the snapshot of an unconsumed one,
-# writing its version and flags. The C files still reach claim, new_header,
-# layout_ok, stamp and the owning destructors by their C names (capsule.h).
+# writing its version and flags; and the small ones every file inlines.
 
 cimport cython
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -16,9 +15,7 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t, UINT32_MAX
 from libc.string cimport strcmp
 
 from dlpack cimport (
-    DLTensor, DLDataType, DLManagedTensor, DLManagedTensorVersioned, state, configured, MAX_NDIM,
-    delegate, LEGACY, VERSIONED, USED_LEGACY, USED_VERSIONED, TypeSlots,
-    kind_of, tensor_of, well_formed, dtype_known, run_deleter, release_tensor,
+    DLTensor, DLDataType, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM, TypeSlots,
     pointer_or_null, name_or_null, rename, named, as_pointer, as_u64, as_ulong, truth,
 )
 
@@ -27,6 +24,97 @@ cdef extern from "Python.h":
 
 cdef extern from *:
     ctypedef long long int128 "__int128"
+
+
+cdef const char *LEGACY = "dltensor"
+cdef const char *VERSIONED = "dltensor_versioned"
+cdef const char *USED_LEGACY = "used_dltensor"
+cdef const char *USED_VERSIONED = "used_dltensor_versioned"
+cdef const char *EXCHANGED = "gpu_dlpack.exchanged"  # the base of an imported array
+cdef const char *EXCHANGED_LEGACY = "gpu_dlpack.exchanged_legacy"  # ... of a legacy tensor
+cdef const char *EXCHANGE_API_NAME = "dlpack_exchange_api"
+
+
+# -- the small ones --------------------------------------------------------------
+
+cdef inline int bit_index(unsigned bits) noexcept:
+    """8..128 bits in whole bytes -> bytes; 0 for anything else"""
+    return <int>(bits // 8) if bits % 8 == 0 and 8 <= bits <= 128 else 0
+
+
+cdef inline bint dtype_known(DLDataType dt) noexcept:
+    if dt.lanes != 1 or dt.code >= 32 or dt.bits == 0:
+        return False
+    if dt.bits <= 64:
+        return (state.known_dtypes[dt.code] >> (dt.bits - 1)) & 1
+    return dt.bits == 128 and ((state.known_128 >> dt.code) & 1)
+
+
+cdef inline int kind_of(PyObject *capsule) noexcept:
+    """1 versioned, 0 legacy, -1 anything else (no error set)."""
+    if not PyCapsule_CheckExact(<object>capsule):
+        return -1
+    cdef const char *name = name_or_null(capsule)
+    if name == NULL:
+        PyErr_Clear()
+        return -1
+    if strcmp(name, VERSIONED) == 0:
+        return 1
+    if strcmp(name, LEGACY) == 0:
+        return 0
+    return -1
+
+
+cdef inline DLTensor *tensor_of(void *ptr, int versioned) noexcept:
+    return &(<DLManagedTensorVersioned *>ptr).dl_tensor if versioned else &(<DLManagedTensor *>ptr).dl_tensor
+
+
+cdef inline bint well_formed(DLTensor *t) noexcept:
+    """1 when the tensor is well-formed (what _capsule.header checks), else 0."""
+    if t.ndim < 0 or t.ndim > MAX_NDIM:
+        return False
+    if t.ndim and t.shape == NULL:
+        return False
+    if (t.device.device_type < 0 or t.device.device_type >= 64 or
+            not ((state.device_types >> t.device.device_type) & 1) or t.device.device_id < 0):
+        return False
+    return layout_ok(t)
+
+
+cdef inline void run_deleter(void *ptr, int versioned) noexcept:
+    cdef DLManagedTensorVersioned *v
+    cdef DLManagedTensor *m
+    if versioned:
+        v = <DLManagedTensorVersioned *>ptr
+        if v.deleter != NULL:
+            v.deleter(v)
+    else:
+        m = <DLManagedTensor *>ptr
+        if m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef inline void release_tensor(void *ptr, int versioned) noexcept:
+    """run_deleter on an error path, or wherever an exception may be pending
+    (a capsule destructor): the pending exception is set aside while the
+    deleter runs (it may run Python code) and restored after it."""
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    PyErr_Fetch(&et, &ev, &tb)
+    run_deleter(ptr, versioned)
+    PyErr_Restore(et, ev, tb)
+
+
+cdef inline void drop_keeping_error(PyObject *o) noexcept:
+    """Py_DECREF where an exception may be pending: a destructor it runs (a
+    producer's, on a capsule renamed used_*) may clear or replace it."""
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    PyErr_Fetch(&et, &ev, &tb)
+    Py_DECREF(<object>o)
+    PyErr_Restore(et, ev, tb)
 
 
 # -- the hand-back to Python: every case the core does not run --------------------
@@ -64,7 +152,7 @@ cdef inline void tuple_fill(object tup, Py_ssize_t i, object value) noexcept:
 
 # -- the checks ------------------------------------------------------------------
 
-cdef public int layout_ok(DLTensor *t) noexcept:
+cdef int layout_ok(DLTensor *t) noexcept:
     """1 when the shape and strides can be held (what _capsule._check_layout
     checks: no negative dimension, no NULL data with elements, at most 2**63 - 1
     bytes, strides inside the 64-bit address space from either end), else 0."""
@@ -116,7 +204,7 @@ cdef public int layout_ok(DLTensor *t) noexcept:
     return 1
 
 
-cdef public object new_header(void *ptr, int versioned):
+cdef object new_header(void *ptr, int versioned):
     cdef DLTensor *t = tensor_of(ptr, versioned)
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>ptr
     address = PyLong_FromVoidPtr(ptr)
@@ -181,7 +269,7 @@ def checked(capsule, likely=True, check_dtype=None, /):
             try:
                 check_dtype(dtype.code, dtype.bits, dtype.lanes)
             except BufferError:
-                ptr = c_claim(<PyObject *>capsule, versioned)
+                ptr = claim_tensor(<PyObject *>capsule, versioned)
                 if ptr != NULL:
                     run_deleter(ptr, versioned)
                 raise
@@ -190,7 +278,7 @@ def checked(capsule, likely=True, check_dtype=None, /):
 
 # -- claiming --------------------------------------------------------------------
 
-cdef public void *c_claim "claim"(PyObject *capsule, int versioned) noexcept:
+cdef void *claim_tensor(PyObject *capsule, int versioned) noexcept:
     """Claim an unconsumed capsule of the given kind: check its name and
     rename it used_* in one step (the GIL, or the capsule's critical section
     on a free-threaded build, is held throughout and no Python code runs), so
@@ -211,7 +299,7 @@ cdef public void *c_claim "claim"(PyObject *capsule, int versioned) noexcept:
     return ptr
 
 
-cdef public void capsule_destructor(PyObject *capsule) noexcept:
+cdef void capsule_destructor(PyObject *capsule) noexcept:
     # What every producer's capsule does: free an unconsumed tensor (any
     # producer's: it also owns the tensors Python hands over with move()).
     # A capsule may die while an exception is pending (one dropped as an
@@ -220,7 +308,7 @@ cdef public void capsule_destructor(PyObject *capsule) noexcept:
         release_tensor(pointer_or_null(capsule, VERSIONED), 1)
 
 
-cdef public void legacy_capsule_destructor(PyObject *capsule) noexcept:
+cdef void legacy_capsule_destructor(PyObject *capsule) noexcept:
     if named(capsule, LEGACY):
         release_tensor(pointer_or_null(capsule, LEGACY), 0)
 
@@ -232,7 +320,7 @@ def claim(capsule, versioned, /):
     # never interleave; the Python claim() raises what the name now is.
     configured()
     cdef bint v = versioned
-    cdef void *ptr = c_claim(<PyObject *>capsule, v)
+    cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
         return hand_back2(b"claim", capsule, versioned)
     return PyLong_FromVoidPtr(ptr)
@@ -243,7 +331,7 @@ def discard(capsule, versioned, /):
     """Claim a capsule and run its deleter."""
     configured()
     cdef bint v = versioned
-    cdef void *ptr = c_claim(<PyObject *>capsule, v)
+    cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
         return hand_back2(b"discard", capsule, versioned)
     release_tensor(ptr, v)
@@ -327,7 +415,7 @@ def snapshot(capsule, /):
 
 # -- writing the version and flags -----------------------------------------------
 
-cdef public int stamp(PyObject *capsule, uint64_t word) noexcept:
+cdef int stamp(PyObject *capsule, uint64_t word) noexcept:
     cdef void *ptr = pointer_or_null(capsule, VERSIONED)
     if ptr == NULL or (<uintptr_t>ptr & 7):
         PyErr_Clear()

@@ -20,13 +20,9 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint32_t, uintptr_t
 
 from dlpack cimport (
-    DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, EXCHANGE_API_NAME,
-    EXCHANGED, EXCHANGED_LEGACY, FLAG_READ_ONLY, GUARD_METHODS, ImportEntry, LEGACY, NDIM_LIMIT, USED_VERSIONED,
-    VERSIONED, bit_index, cleared, configured, delegate_raw, drop_keeping_error, kind_of,
-    release_tensor, state, tensor_of, well_formed,
+    DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY,
+    MAX_NDIM,
 )
-
-# claim and the owning capsule destructor are capsule.pxi's.
 
 # The C API where a failure is answered on the spot (cleared, handed on, or
 # a tensor freed first): NULL or -1 comes back as it is, Cython raises nothing.
@@ -54,6 +50,33 @@ cdef enum:
     NPY_WRITEABLE = 0x0400
 
 cdef const char *IMPORT_ENTRY = "gpu_dlpack.import_entry"
+
+cdef enum:
+    GUARD_METHODS = 8  # the most guard methods a producer type has (Python gives fewer)
+
+
+# What Python said of a producer type (import_entry): its exchange API and
+# the guards that must be false for the plain exchange, and its host test,
+# where the core may ask its __dlpack__ itself (JAX).
+cdef struct ImportEntry:
+    const DLPackExchangeAPI *api  # NULL: not read
+    PyObject *api_owner  # the capsule of the table: it lives as long as the entry
+    PyObject *attrs    # attributes that must be false for the plain export
+    PyObject *methods  # methods whose result must be false ...
+    uint32_t method_codes[GUARD_METHODS]  # ... each for these dtype codes (bit per code)
+    PyObject *host_method  # the host test (_peers.HostTest), or NULL: len() of ...
+    PyObject *host_pieces  # ... this attribute is 1 (one device), and ...
+    PyObject *host_answer  # ... method() answers this for host memory
+
+
+cdef inline int cleared() noexcept:
+    """After a failed call into Python: 0 with the error cleared when it is an
+    Exception (the general path runs and reports it), -1 with it left set
+    when it is not (KeyboardInterrupt, SystemExit: the caller returns it)."""
+    if PyErr_ExceptionMatches(Exception):
+        PyErr_Clear()
+        return 0
+    return -1
 
 
 cdef int error_set() except -1:
@@ -182,7 +205,7 @@ cdef object learned_entry(object producer_type):
     return owned(entry)
 
 
-cdef public ImportEntry *import_entry(PyTypeObject *type, PyObject **hold) except NULL:
+cdef ImportEntry *import_entry(PyTypeObject *type, PyObject **hold) except NULL:
     """The entry of a producer type (Py_None: not imported this way), and in
     *hold a new reference to what keeps it alive, which the caller releases:
     the guards it runs are Python, which may clear the table meanwhile
@@ -219,7 +242,7 @@ cdef inline bint is_false(PyObject *v) noexcept:
     return True
 
 
-cdef public int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
+cdef int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
     """1 when every guard of the entry is false for x, 0 when one is true or
     cannot be read (the error cleared: the general path asks again and reports)."""
     cdef Py_ssize_t i
@@ -234,7 +257,7 @@ cdef public int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
     return 1
 
 
-cdef public int host_test(ImportEntry *e, PyObject *x) except -1:
+cdef int host_test(ImportEntry *e, PyObject *x) except -1:
     """1 when x passes its type's host test (told by Python: _peers.HostTest),
     as _devices reads it: len(x.<pieces>) == 1 and x.<method>() == answer is
     True (one device, host memory; a deleted JAX array's pieces are None, and
@@ -265,7 +288,7 @@ cdef public int host_test(ImportEntry *e, PyObject *x) except -1:
     return host
 
 
-cdef public PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
+cdef PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
     """x.__dlpack__(max_version=DLPACK_VERSION), or x.__dlpack__() for a legacy
     request: the call the Python path makes (_producer.request, which asks
     for nothing with no keyword at all). A new reference, or NULL with the
@@ -277,7 +300,7 @@ cdef public PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
                                  state.kw_max_version if versioned else NULL)
 
 
-cdef public PyObject *taken_error() except NULL:
+cdef PyObject *taken_error() except NULL:
     """After a producer's __dlpack__ raised: its exception taken (a new
     reference, with its traceback) when it is an Exception, for the Python
     function that goes on from it as the Python path does; NULL with it left
@@ -331,8 +354,8 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
     cdef DLTensor *t = tensor_of(ptr, versioned)
     cdef int nbytes = bit_index(t.dtype.bits)
     cdef PyObject *descr = state.numpy_descr[t.dtype.code][nbytes]
-    cdef Py_ssize_t shape[NDIM_LIMIT]
-    cdef Py_ssize_t strides[NDIM_LIMIT]
+    cdef Py_ssize_t shape[MAX_NDIM]
+    cdef Py_ssize_t strides[MAX_NDIM]
     cdef Py_ssize_t *byte_strides = strides if t.strides != NULL else NULL
     cdef int i
     for i in range(t.ndim):
@@ -400,7 +423,7 @@ cdef object capsule_import(object x, ImportEntry *e):
         return owned(delegate_raw("host_refused_import", args, 2))
     cdef int versioned = kind_of(capsule)
     cdef void *ptr = NULL if versioned < 0 else raw_capsule_pointer(capsule, VERSIONED if versioned else LEGACY)
-    cdef void *got = c_claim(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) else NULL
+    cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) else NULL
     cdef PyObject *arr
     if got != NULL and got == ptr:
         arr = ndarray_of(ptr, versioned)
@@ -445,7 +468,7 @@ cdef object import_host_with(object x, ImportEntry *e):
     return owned(arr)
 
 
-cdef public object core_import_host(PyObject *mod, object x):
+cdef object core_import_host(object x):
     """import_host(x): x as a NumPy array through its type's C exchange API,
     or None when the exchange is not the plain one Python was told about."""
     configured()
@@ -460,7 +483,7 @@ cdef public object core_import_host(PyObject *mod, object x):
 @cython.embedsignature.format("clinic")
 def import_host(x, /):
     """A NumPy array of a producer's C exchange API, or None."""
-    return core_import_host(NULL, x)
+    return core_import_host(x)
 
 
 cdef object exchange_with(object x, ImportEntry *e):
@@ -485,7 +508,7 @@ cdef object exchange_with(object x, ImportEntry *e):
     return owned(capsule), PyLong_FromVoidPtr(stream)
 
 
-cdef public object core_exchange(PyObject *mod, object x):
+cdef object core_exchange(object x):
     """exchange(x) -> (capsule, stream) or None: x's versioned tensor through
     its type's C exchange API, exported without synchronizing, and the
     producer's current work stream on x's device (0 for none), for the
@@ -501,4 +524,4 @@ cdef public object core_exchange(PyObject *mod, object x):
 @cython.embedsignature.format("clinic")
 def exchange(x, /):
     """A GPU producer's tensor through its C exchange API."""
-    return core_exchange(NULL, x)
+    return core_exchange(x)

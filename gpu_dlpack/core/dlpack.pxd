@@ -1,156 +1,127 @@
-# The DLPack ABI (1.3) and the core's shared C declarations, declared once
-# for every Cython file of the core: the structs are dlpack.h's.
+# The DLPack ABI (1.3, dlpack.h's structs laid out as C lays them out) and
+# the core's shared declarations, declared once for every Cython file of the
+# core: Cython writes the C of each struct from here.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.object cimport PyObject, PyTypeObject
 
-cdef extern from "dlpack.h":
-    ctypedef struct DLDevice:
-        int32_t device_type
-        int32_t device_id
-    ctypedef struct DLDataType:
-        uint8_t code
-        uint8_t bits
-        uint16_t lanes
-    ctypedef struct DLTensor:
-        void *data
-        DLDevice device
-        int32_t ndim
-        DLDataType dtype
-        int64_t *shape
-        int64_t *strides
-        uint64_t byte_offset
-    ctypedef struct DLPackVersion:
-        uint32_t major
-        uint32_t minor
-    ctypedef struct DLManagedTensor:
-        DLTensor dl_tensor
-        void *manager_ctx
-        void (*deleter)(DLManagedTensor *) noexcept
-    ctypedef struct DLManagedTensorVersioned:
-        DLPackVersion version
-        void *manager_ctx
-        void (*deleter)(DLManagedTensorVersioned *) noexcept
-        uint64_t flags
-        DLTensor dl_tensor
-    uint64_t FLAG_READ_ONLY
+# --- DLPack 1.3 ---------------------------------------------------------------
 
-cdef extern from "state.h":
-    ctypedef struct CoreState:
-        PyObject *py_impl
-        PyTypeObject *header_type
-        uint64_t device_types
-        uint64_t host_types
-        uint64_t known_dtypes[32]
-        uint32_t known_128
-        PyObject *numpy_descr[32][17]
-        PyTypeObject *ndarray_type
-        void **numpy_api
-        PyObject *versions_dict
-        PyObject *under_floor
-        PyObject *produced_version
-        PyObject *produced_request
-        uint64_t version_word
-        int numpy_strides_after_shape
-        int32_t cpu_type
-        PyObject *learn_import
-        PyObject *exportable_fallback
-        PyTypeObject *exportable_class
-        PyObject *cpu_device
-        PyObject *cpu_dlpack
-        PyObject *plain_dtypes
-        PyObject *plain_list[32]
-        int n_plain
-        int numpy_maxdims
-        int numpy_layout
-        PyTypeObject *info_type
-        PyObject *device_class
-        PyObject *devices[64][16]
-        PyObject *import_types
-        PyObject *produced_floor
-        PyObject *str_accepted
-        PyObject *str_floor
-        PyObject *str_under_floor
-        PyObject *str_dlpack
-        PyObject *str_max_version
-        PyObject *str_view
-        PyObject *kw_max_version
-        PyObject *ask_versioned
-    CoreState state
-    int configured() except 0
+cdef struct DLDevice:
+    int32_t device_type
+    int32_t device_id
 
-cdef extern from "capsule.h":
-    enum: MAX_NDIM  # a constant: it sizes arrays
-    int bit_index(unsigned bits) noexcept
+cdef struct DLDataType:
+    uint8_t code
+    uint8_t bits
+    uint16_t lanes
 
-# --- capsule.pxi, info.pxi -------------------------------------------------
+cdef struct DLTensor:
+    void *data
+    DLDevice device
+    int32_t ndim
+    DLDataType dtype
+    int64_t *shape
+    int64_t *strides
+    uint64_t byte_offset
 
-cdef extern from "state.h":
-    # The Python implementation `name` called with the arguments: every case
-    # the core does not run goes to it, unchanged.
-    object delegate(const char *name, PyObject **args, Py_ssize_t nargs)
-    # CoreState's fields only these files read, by their place in the one
-    # struct (the declaration above lists the fields the module's face sets).
-    PyObject *state_versions_seen "state.versions_seen"[16]
-    PyObject *state_dtypes_seen "state.dtypes_seen"[32][17]
-    PyObject *state_info_keys "state.info_keys"[10]
-    PyObject *state_str_legacy "state.str_legacy"
-    PyObject *state_str_versioned "state.str_versioned"
-    # What consumer.pxi calls as C calls it: NULL with an error set, handed on.
-    PyObject *delegate_raw "delegate"(const char *name, PyObject **args, Py_ssize_t nargs)
+cdef struct DLPackVersion:
+    uint32_t major
+    uint32_t minor
 
-# --- consumer.pxi (and the C files above it): the exchange API table -------
+cdef struct DLManagedTensor:
+    DLTensor dl_tensor
+    void *manager_ctx
+    void (*deleter)(DLManagedTensor *) noexcept
 
-cdef extern from "dlpack.h":
-    cdef struct DLPackExchangeAPIHeader:
-        DLPackVersion version
-        DLPackExchangeAPIHeader *prev_api
-    ctypedef struct DLPackExchangeAPI:
-        DLPackExchangeAPIHeader header
-        int (*managed_tensor_allocator)(DLTensor *, DLManagedTensorVersioned **, void *,
-                                        void (*)(void *, const char *, const char *) noexcept) noexcept
-        int (*managed_tensor_from_py_object_no_sync)(void *, DLManagedTensorVersioned **) noexcept
-        int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned *, void **) noexcept
-        int (*dltensor_from_py_object_no_sync)(void *, DLTensor *) noexcept
-        int (*current_work_stream)(int32_t, int32_t, void **) noexcept
+cdef struct DLManagedTensorVersioned:
+    DLPackVersion version
+    void *manager_ctx
+    void (*deleter)(DLManagedTensorVersioned *) noexcept
+    uint64_t flags
+    DLTensor dl_tensor
 
-cdef extern from "capsule.h":
-    const char *LEGACY
-    const char *VERSIONED
-    const char *USED_LEGACY
-    const char *USED_VERSIONED
-    int kind_of(PyObject *capsule) noexcept
-    DLTensor *tensor_of(void *ptr, int versioned) noexcept
-    bint well_formed(DLTensor *t) noexcept
-    bint dtype_known(DLDataType dt) noexcept
-    void run_deleter(void *ptr, int versioned) noexcept
-    void release_tensor(void *ptr, int versioned) noexcept
-    void drop_keeping_error(PyObject *o) noexcept
-    const char *EXCHANGED
-    const char *EXCHANGED_LEGACY
-    const char *EXCHANGE_API_NAME "EXCHANGE_API"  # the module's EXCHANGE_API is a capsule
-    enum:
-        NDIM_LIMIT "MAX_NDIM"
+cdef enum:
+    FLAG_READ_ONLY = 1
+    MAX_NDIM = 64  # the most dimensions the core reads (a constant: it sizes arrays)
 
-cdef extern from "consumer.h":
-    enum:
-        GUARD_METHODS
-    ctypedef struct ImportEntry:
-        const DLPackExchangeAPI *api
-        PyObject *api_owner
-        PyObject *attrs
-        PyObject *methods
-        uint32_t method_codes[GUARD_METHODS]
-        PyObject *host_method
-        PyObject *host_pieces
-        PyObject *host_answer
-    int cleared() noexcept
+cdef struct DLPackExchangeAPIHeader:
+    DLPackVersion version
+    DLPackExchangeAPIHeader *prev_api
+
+cdef struct DLPackExchangeAPI:
+    DLPackExchangeAPIHeader header
+    int (*managed_tensor_allocator)(DLTensor *, DLManagedTensorVersioned **, void *,
+                                    void (*)(void *, const char *, const char *) noexcept) noexcept
+    int (*managed_tensor_from_py_object_no_sync)(void *, DLManagedTensorVersioned **) noexcept
+    int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned *, void **) noexcept
+    int (*dltensor_from_py_object_no_sync)(void *, DLTensor *) noexcept
+    int (*current_work_stream)(int32_t, int32_t, void **) noexcept
+
+# --- the core's state (_core.pyx defines it: `state`) --------------------------
+
+cdef struct CoreState:
+    # what Python tells the core (configure)
+    PyObject *py_impl              # dict: name -> the Python implementation
+    PyTypeObject *header_type      # _capsule.Header (a tuple subclass)
+    uint64_t device_types          # bit t: t is a DLPack device type
+    uint64_t host_types            # bit t: host-readable memory
+    uint64_t known_dtypes[32]      # [code]: bit b-1 set when (code, b bits) is exchanged
+    uint32_t known_128             # bit code: (code, 128 bits) is exchanged
+    PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
+    PyTypeObject *ndarray_type
+    void **numpy_api
+    PyObject *versions_dict        # _versions.__dict__ (its verdict cache)
+    PyObject *under_floor          # _versions._under_floor: the calls under way with a floor of their own
+    PyObject *produced_version     # DLPACK_VERSION, as Python has it
+    PyObject *produced_request     # (None, DLPACK_VERSION, None, None): last_request of the C exchange
+    uint64_t version_word          # DLPACK_VERSION as written in a capsule
+    int numpy_strides_after_shape  # NumPy leaves C-order strides out, after the shape
+    int32_t cpu_type
+    PyObject *learn_import         # Python: type -> (api capsule, attrs, methods) or None
+    PyObject *exportable_fallback  # Python: the general Exportable.__dlpack__
+    PyTypeObject *exportable_class # gpu_dlpack.Exportable
+    PyObject *cpu_device           # the CPU as a Device ...
+    PyObject *cpu_dlpack           # ... and as (1, 0)
+    PyObject *plain_dtypes         # NumPy dtypes of PLAN_NUMPY (a dict)
+    PyObject *plain_list[32]       # the same, compared by identity
+    int n_plain
+    int numpy_maxdims              # the most dimensions the NumPy in use takes (32 before 2.0)
+    int numpy_layout               # NumPy lays out imports and exports as the core does (2.4 and later)
+    PyTypeObject *info_type        # _capsule.CapsuleInfo (inspect)
+    PyObject *device_class         # _devices.Device
+
+    # what the core keeps of it
+    PyObject *devices[64][16]      # [type][id]: the Device, made once by device_class
+    PyObject *versions_seen[16]    # [minor]: (1, minor), made once
+    PyObject *dtypes_seen[32][17]  # [code][bytes]: (code, bits, 1), made once
+    PyObject *import_types         # dict: type -> ImportEntry capsule or None
+    PyObject *produced_floor       # the floor DLPACK_VERSION was accepted under
+
+    # names and arguments made once (module setup)
+    PyObject *str_accepted
+    PyObject *str_floor
+    PyObject *str_under_floor
+    PyObject *str_dlpack
+    PyObject *str_dtype
+    PyObject *str_max_version
+    PyObject *str_view
+    PyObject *kw_max_version       # ("max_version",)
+    PyObject *ask_versioned        # (1, 0): what NumPy is asked
+    PyObject *info_keys[10]        # CapsuleInfo's fields, in order
+    PyObject *str_legacy           # "dltensor"
+    PyObject *str_versioned        # "dltensor_versioned"
+    int set_up                     # the above made (setup_once)
 
 cdef extern from "Python.h":
-    # The slots of PyTypeObject called here.
+    # The slots of PyTypeObject the core calls, sets or reads beyond Cython's.
     ctypedef struct TypeSlots "PyTypeObject":
         object (*tp_alloc)(PyTypeObject *type, Py_ssize_t nitems)
         object (*tp_new)(PyTypeObject *type, object args, PyObject *kwargs)
+        PyObject *tp_dict
+        unsigned long tp_flags
+        Py_ssize_t tp_vectorcall_offset
+        PyObject *(*tp_call)(PyObject *, PyObject *, PyObject *)
     TypeSlots PyBaseObject_Type  # object
     # The calls whose failure the caller checks (or clears) itself.
     void *pointer_or_null "PyCapsule_GetPointer"(PyObject *capsule, const char *name) noexcept
@@ -161,3 +132,8 @@ cdef extern from "Python.h":
     unsigned long long as_u64 "PyLong_AsUnsignedLongLong"(object value) noexcept
     unsigned long as_ulong "PyLong_AsUnsignedLong"(object value) noexcept
     int truth "PyObject_IsTrue"(object value) noexcept
+    PyObject *unicode_or_null "PyUnicode_FromString"(const char *u) noexcept
+    PyObject *item_or_null "PyDict_GetItemWithError"(PyObject *d, PyObject *key) noexcept
+    PyObject *call_or_null "PyObject_Vectorcall"(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                                 PyObject *kwnames) noexcept
+    PyObject *format_error "PyErr_Format"(PyObject *exception, const char *format, ...) noexcept

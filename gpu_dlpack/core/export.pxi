@@ -62,7 +62,7 @@ cdef object wrap_plain(PyObject *x):
     elif is_entry(e) and e.api == NULL:
         # Host memory on one device by its type's host test: the device the
         # Python wrap reads (the CPU, as its __dlpack_device__ says).
-        if ex_host_test(e, <object>x) != 0:
+        if host_test(e, x) != 0:
             return new_exportable(x, PLAN_CAPSULE, NULL, e, <PyObject *>owner)
     return None
 
@@ -135,7 +135,7 @@ cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
     owner = take(hold)
     if is_entry(e) and e.api == NULL:
         # A producer with a host test (JAX), on the host by it.
-        if ex_host_test(e, <object>x) > 0:
+        if host_test(e, x) > 0:
             return capsule_export(<object>x, <object>max_version, versioned)
         return NOT_PLAIN
     if versioned and is_entry(e) and e.api.dltensor_from_py_object_no_sync != NULL:
@@ -144,7 +144,7 @@ cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
         elif t.device.device_type == state.cpu_type:
             m = exchange_export_of(<object>x, e)
             if m != NULL:
-                made = new_capsule(m, VERSIONED, ex_capsule_destructor)
+                made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
                 if made == NULL:
                     release_tensor(m, 1)
                 return take(made)
@@ -171,9 +171,9 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
 # from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
 # x, and x no NumPy array (the Python function's view shortcut), the core's
 # import of a producer it was told about (core_import_host); every other case,
-# and every one it hands back (None), the Python function. (The results are
-# C references here, as they come: a Cython local would cost a reference
-# count of its own on this path.)
+# and every one it hands back (None), the Python function. (The view is a C
+# reference here, as it comes: a Cython local would cost a reference count
+# of its own on this path.)
 cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
     cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
     cdef PyObject *k
@@ -192,10 +192,9 @@ cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, P
         if got != NULL or PyErr_Occurred() != NULL:
             return take(got)
         return handed_back(self, args, nargsf, kwnames)
-    got = ex_core_import_host(NULL, args[0])
-    if got != <PyObject *>None:
-        return take(got)
-    Py_XDECREF(got)
+    imported = core_import_host(<object>args[0])
+    if imported is not None:
+        return imported
     return handed_back(self, args, nargsf, kwnames)
 
 
@@ -204,7 +203,7 @@ cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, P
 cdef object reader_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
     if PyVectorcall_NARGS(nargsf) != 1 or kwnames != NULL or state.py_impl == NULL:
         return handed_back(self, args, nargsf, kwnames)
-    return ex_core_read(NULL, <object>args[0])
+    return read_info(<object>args[0])
 
 
 cdef enum:
@@ -223,7 +222,7 @@ cdef enum:
 # type() tells the two apart.
 @cython.final
 @cython.auto_pickle(False)
-cdef public class Exporter [object Exporter, type ExporterType]:
+cdef public class Exporter [object Exporter, type ExporterType]:  # public: its struct is named (below)
     """export(), wrap(), from_dlpack() or inspect() with their plain cases in C."""
     cdef vectorcallfunc vectorcall  # the call of its kind (set_up_exporter)
     cdef object fallback            # the Python function
@@ -271,7 +270,7 @@ cdef PyGetSetDef exporter_dict
 # here: each front is called as a function is, through the call of its kind.
 # Its __dict__ may be replaced, as a function's may (Cython's is read-only).
 cdef int set_up_exporter() except -1:
-    cdef ExTypeSlots *tp = <ExTypeSlots *>Exporter
+    cdef TypeSlots *tp = <TypeSlots *>Exporter
     tp.tp_vectorcall_offset = VECTORCALL_OFFSET
     tp.tp_call = PyVectorcall_Call
     tp.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL

@@ -21,25 +21,7 @@ from cpython.type cimport PyType_Check, PyType_Modified
 from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 from cpython.pycapsule cimport PyCapsule_Destructor
 
-from dlpack cimport (DLDevice, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI, ImportEntry,
-                     configured, delegate_raw, LEGACY, VERSIONED, dtype_known, tensor_of, well_formed,
-                     release_tensor, drop_keeping_error, EXCHANGE_API_NAME)
-
-cdef extern from *:
-    # What the producer side calls of the files included before it
-    # (capsule.pxi, adapt.pxi, consumer.pxi, info.pxi) by their C names, as
-    # it calls them: an object where those take the PyObject * of the same
-    # reference.
-    int ex_kind_of "kind_of"(object capsule) noexcept
-    void *ex_claim "claim"(object capsule, int versioned) noexcept
-    void ex_capsule_destructor "capsule_destructor"(object capsule) noexcept
-    PyObject *ex_adapted_capsule "adapted_capsule"(object capsule, int versioned, DLDevice device)
-    bint ex_guards_pass "guards_pass"(ImportEntry *e, object x, int code) noexcept
-    int ex_host_test "host_test"(ImportEntry *e, object x) except -1
-    PyObject *ex_ask_capsule "ask_capsule"(object x, int versioned)
-    object ex_taken_error "taken_error"()
-    PyObject *ex_core_import_host "core_import_host"(PyObject *mod, PyObject *x)
-    object ex_core_read "core_read"(PyObject *mod, object capsule)
+from dlpack cimport DLDevice, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI, TypeSlots
 
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,
@@ -59,13 +41,6 @@ cdef extern from "Python.h":
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     int METH_FASTCALL, METH_KEYWORDS
     unsigned long Py_TPFLAGS_HAVE_VECTORCALL
-    ctypedef struct ExTypeSlots "PyTypeObject":
-        # The slots the core's types set or read beyond Cython's.
-        PyObject *tp_dict
-        unsigned long tp_flags
-        Py_ssize_t tp_vectorcall_offset
-        PyObject *(*tp_call)(PyObject *, PyObject *, PyObject *)
-        PyObject *(*tp_alloc)(PyTypeObject *, Py_ssize_t)
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -160,7 +135,7 @@ cdef inline PyObject *descr_of(PyObject *array) noexcept:
 
 
 @cython.auto_pickle(False)
-cdef public class ExportableBase [object Exportable, type ExportableType]:
+cdef public class ExportableBase [object Exportable, type ExportableType]:  # public: its struct is named (Members)
     """The compiled part of gpu_dlpack.Exportable."""
     # Python's state of the wrapper, its members _x, _readonly... (Members
     # below): unset (NULL) until Python sets them, as a Python slot is.
@@ -360,7 +335,7 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
         PyErr_Clear()
         return NULL
     cdef DLTensor *t = &m.dl_tensor
-    if (not ex_guards_pass(e, x, t.dtype.code) or m.version.major != 1 or not well_formed(t) or
+    if (not guards_pass(e, <PyObject *>x, t.dtype.code) or m.version.major != 1 or not well_formed(t) or
             t.device.device_type != state.cpu_type or not dtype_known(t.dtype) or t.dtype.bits < 8 or
             (t.ndim and t.strides == NULL) or (m.flags & FLAG_READ_ONLY)):
         if m.deleter:
@@ -392,14 +367,14 @@ cdef object capsule_export(object x, object max_version, bint versioned):
     # The answer is a C reference: it is dropped where an error may be
     # pending (drop_keeping_error), since its destructor, a producer's, may
     # run Python.
-    cdef PyObject *answer = ex_ask_capsule(x, versioned)
+    cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
     if answer == NULL:
-        error = ex_taken_error()  # not an Exception (an interrupt): raised as it is, as in Python
+        error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
         a[0] = <PyObject *>x
         a[1] = <PyObject *>error
         a[2] = <PyObject *>max_version
         return take(delegate_raw("host_refused", a, 3))
-    cdef int kind = -1 if versioned and not accepted_versioned(<PyObject *>max_version) else ex_kind_of(<object>answer)
+    cdef int kind = -1 if versioned and not accepted_versioned(<PyObject *>max_version) else kind_of(answer)
     cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
     if ptr == NULL:
         PyErr_Clear()
@@ -420,8 +395,12 @@ cdef object capsule_export(object x, object max_version, bint versioned):
         # CPU as NumPy labels it.
         cpu.device_type = state.cpu_type
         cpu.device_id = 0
-        out = ex_adapted_capsule(<object>answer, 0, cpu)
-        if out != NULL or PyErr_Occurred() != NULL:
+        try:
+            out = adapted_capsule(answer, 0, cpu)
+        except BaseException:
+            drop_keeping_error(answer)
+            raise
+        if out != NULL:
             drop_keeping_error(answer)
             return take(out)
     a[0] = <PyObject *>x
@@ -615,7 +594,7 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     m = exchange_export_of(x, guards)
     if m == NULL:
         return NOT_PLAIN
-    made = new_capsule(m, VERSIONED, ex_capsule_destructor)
+    made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
     if made == NULL:
         release_tensor(m, 1)
         return take(made)  # raises the MemoryError
@@ -627,7 +606,7 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
 # leaves it: every member set here, the plan with it.
 cdef object new_exportable(PyObject *x, int plan, PyObject *dtype, ImportEntry *e, PyObject *hold):
     cdef PyTypeObject *cls = state.exportable_class
-    cdef ExportableBase self = <ExportableBase>take((<ExTypeSlots *>cls).tp_alloc(cls, 0))
+    cdef ExportableBase self = <ExportableBase>(<TypeSlots *>cls).tp_alloc(cls, 0)
     cdef Members *m = members(self)
     fill(&m.x, x)
     fill(&m.readonly, Py_False)
@@ -662,7 +641,7 @@ cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
     owner = self.guards_owner
     if self.plan == PLAN_NUMPY:
         capsule = plan_numpy_capsule(x, dtype, True)
-        return NULL if capsule is None else <DLManagedTensorVersioned *>ex_claim(capsule, 1)  # renamed used_*
+        return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
     return exchange_export_of(x, guards)
 
 
@@ -693,7 +672,7 @@ cdef int exchange_of(ExportableBase self, DLManagedTensorVersioned **out) except
     a[0] = <PyObject *>self
     a[1] = state.produced_version
     capsule = take(PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version))
-    cdef void *ptr = ex_claim(capsule, 1)
+    cdef void *ptr = claim_tensor(<PyObject *>capsule, 1)
     del capsule  # before the error below: its destructor may run Python
     if ptr == NULL:
         raise BufferError("gpu_dlpack produced no versioned capsule")
@@ -704,7 +683,7 @@ cdef int exchange_of(ExportableBase self, DLManagedTensorVersioned **out) except
 cdef int exportable_to_py(DLManagedTensorVersioned *m, void **out) except -1:
     # An owned tensor becomes what gpu_dlpack.from_dlpack makes of it.
     cdef PyObject *a[1]
-    capsule = take(new_capsule(m, VERSIONED, ex_capsule_destructor))
+    capsule = take(new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor))
     a[0] = <PyObject *>capsule
     r = take(delegate_raw("from_dlpack", a, 1))
     Py_INCREF(r)  # the consumer's reference
@@ -791,7 +770,7 @@ cdef int set_up_exportable() except -1:
     cdef PyTypeObject *tp = <PyTypeObject *>ExportableBase
     if exportable_set_up:
         return 0
-    tp_dict = <dict>(<ExTypeSlots *>tp).tp_dict
+    tp_dict = <dict>(<TypeSlots *>tp).tp_dict
     dlpack_method.ml_name = "__dlpack__"
     dlpack_method.ml_meth = <PyCFunction><void *>exportable_dlpack
     dlpack_method.ml_flags = METH_FASTCALL | METH_KEYWORDS

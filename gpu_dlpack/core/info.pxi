@@ -18,9 +18,8 @@ from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
 
 from dlpack cimport (
-    DLTensor, DLDataType, DLPackVersion, DLManagedTensor, DLManagedTensorVersioned, state, MAX_NDIM, bit_index,
-    LEGACY, VERSIONED, PyBaseObject_Type, kind_of, tensor_of, pointer_or_null,
-    state_versions_seen, state_dtypes_seen, state_info_keys, state_str_legacy, state_str_versioned,
+    DLTensor, DLDataType, DLPackVersion, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM, PyBaseObject_Type,
+    pointer_or_null,
 )
 
 
@@ -53,7 +52,7 @@ cdef object new_device(int32_t type, int32_t id):
 
 cdef inline object version_of(DLPackVersion version):
     """(major, minor), kept for the versions of major 1"""
-    cdef PyObject **slot = &state_versions_seen[version.minor] if version.major == 1 and version.minor < 16 else NULL
+    cdef PyObject **slot = &state.versions_seen[version.minor] if version.major == 1 and version.minor < 16 else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
     v = (version.major, version.minor)
@@ -66,7 +65,7 @@ cdef inline object version_of(DLPackVersion version):
 cdef inline object dtype_of(DLDataType dt):
     """(code, bits, lanes), kept for one lane of whole bytes"""
     cdef int nbytes = bit_index(dt.bits)
-    cdef PyObject **slot = &state_dtypes_seen[dt.code][nbytes] if dt.lanes == 1 and dt.code < 32 and nbytes else NULL
+    cdef PyObject **slot = &state.dtypes_seen[dt.code][nbytes] if dt.lanes == 1 and dt.code < 32 and nbytes else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
     v = (dt.code, dt.bits, dt.lanes)
@@ -118,7 +117,7 @@ cdef inline object read_info(object capsule):
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
         return hand_back1(b"read", capsule)
-    name = <object>(state_str_versioned if versioned else state_str_legacy)
+    name = <object>(state.str_versioned if versioned else state.str_legacy)
     if versioned:
         version = version_of(head.v.version)
         flags = head.v.flags
@@ -143,16 +142,16 @@ cdef inline object read_info(object capsule):
     # and 3.13).
     info = PyBaseObject_Type.tp_new(state.info_type, (), NULL)
     fields = PyObject_GenericGetDict(info, NULL)
-    PyDict_SetItem(fields, <object>state_info_keys[0], name)
-    PyDict_SetItem(fields, <object>state_info_keys[1], versioned != 0)
-    PyDict_SetItem(fields, <object>state_info_keys[2], version)
-    PyDict_SetItem(fields, <object>state_info_keys[3], flags)
-    PyDict_SetItem(fields, <object>state_info_keys[4], device)
-    PyDict_SetItem(fields, <object>state_info_keys[5], dl_dtype)
-    PyDict_SetItem(fields, <object>state_info_keys[6], shape_)
-    PyDict_SetItem(fields, <object>state_info_keys[7], strides_)
-    PyDict_SetItem(fields, <object>state_info_keys[8], byte_offset)
-    PyDict_SetItem(fields, <object>state_info_keys[9], data)
+    PyDict_SetItem(fields, <object>state.info_keys[0], name)
+    PyDict_SetItem(fields, <object>state.info_keys[1], versioned != 0)
+    PyDict_SetItem(fields, <object>state.info_keys[2], version)
+    PyDict_SetItem(fields, <object>state.info_keys[3], flags)
+    PyDict_SetItem(fields, <object>state.info_keys[4], device)
+    PyDict_SetItem(fields, <object>state.info_keys[5], dl_dtype)
+    PyDict_SetItem(fields, <object>state.info_keys[6], shape_)
+    PyDict_SetItem(fields, <object>state.info_keys[7], strides_)
+    PyDict_SetItem(fields, <object>state.info_keys[8], byte_offset)
+    PyDict_SetItem(fields, <object>state.info_keys[9], data)
     return info
 
 
@@ -161,6 +160,3 @@ def read(capsule, /):
     """The CapsuleInfo of an unconsumed capsule (inspect), read in one step."""
     return read_info(capsule)
 
-
-cdef public object core_read(PyObject *mod, PyObject *capsule):
-    return read_info(<object>capsule)

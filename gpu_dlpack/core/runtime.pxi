@@ -28,36 +28,39 @@ cdef extern from "Python.h":
 
 # The entries as CuPy's runtime module publishes them (Cython's C
 # signatures). A call answers a new reference (None), or NULL with the error
-# set; getDevice answers -1 with the error set.
-cdef extern from "state.h":
-    ctypedef int (*get_device_t)(int) except? -1
-    ctypedef PyObject *(*set_device_t)(int, int) noexcept
-    ctypedef PyObject *(*event_record_t)(intptr_t, intptr_t, int) noexcept
-    ctypedef PyObject *(*stream_wait_t)(intptr_t, intptr_t, int, void *) noexcept
-    ctypedef PyObject *(*memcpy_async_t)(intptr_t, intptr_t, size_t, int, intptr_t, int) noexcept
-    ctypedef PyObject *(*stream_sync_t)(intptr_t, int) noexcept
-    enum:
-        RT_GET_DEVICE
-        RT_SET_DEVICE
-        RT_EVENT_RECORD
-        RT_STREAM_WAIT
-        RT_MEMCPY_ASYNC
-        RT_STREAM_SYNC
-        RT_ENTRIES
-    ctypedef struct Runtime:
-        get_device_t get_device
-        set_device_t set_device
-        event_record_t event_record
-        stream_wait_t stream_wait
-        memcpy_async_t memcpy_async
-        stream_sync_t stream_sync
-    # The core's state, as far as the runtime calls read it: the calls
-    # (bind_runtime: all or none), and the capsules they come from, held
-    # while bound (NULL: unbound).
-    ctypedef struct RuntimeState "CoreState":
-        Runtime rt
-        PyObject *rt_owner
-    RuntimeState runtime_state "state"
+# set; getDevice answers -1 with the error set. Python binds them
+# (bind_runtime); the tests bind stand-ins.
+ctypedef int (*get_device_t)(int) except? -1
+ctypedef PyObject *(*set_device_t)(int, int) noexcept
+ctypedef PyObject *(*event_record_t)(intptr_t, intptr_t, int) noexcept
+ctypedef PyObject *(*stream_wait_t)(intptr_t, intptr_t, int, void *) noexcept
+ctypedef PyObject *(*memcpy_async_t)(intptr_t, intptr_t, size_t, int, intptr_t, int) noexcept
+ctypedef PyObject *(*stream_sync_t)(intptr_t, int) noexcept
+
+cdef enum:
+    RT_GET_DEVICE
+    RT_SET_DEVICE
+    RT_EVENT_RECORD
+    RT_STREAM_WAIT
+    RT_MEMCPY_ASYNC
+    RT_STREAM_SYNC
+    RT_ENTRIES
+
+cdef struct Runtime:
+    get_device_t get_device
+    set_device_t set_device
+    event_record_t event_record
+    stream_wait_t stream_wait
+    memcpy_async_t memcpy_async
+    stream_sync_t stream_sync
+
+# The calls (bind_runtime: all or none), and the capsules they come from,
+# held while bound (NULL: unbound).
+cdef struct RuntimeState:
+    Runtime rt
+    PyObject *rt_owner
+
+cdef RuntimeState runtime_state
 
 # The entries, in the order of RT_*, and their signatures as Cython writes them.
 RUNTIME_ENTRIES = (
