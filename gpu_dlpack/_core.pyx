@@ -1,8 +1,8 @@
 # cython: language_level=3, binding=False, embedsignature=True, embedsignature.format=clinic
 """The compiled hot path of gpu_dlpack."""
 
-# The module's face: the core's state, what Python tells the core
-# (configure), what it forgets, and module setup. The concepts are one file
+# The module's face: the core's state, what Python tells the core (the
+# set_* setters), what it forgets, and module setup. The concepts are one file
 # each in core/, included below in floor order, lowest first
 # (docs/internals/core.md).
 
@@ -12,18 +12,19 @@ from cpython.exc cimport PyErr_Occurred, PyErr_SetString
 from cpython.long cimport PyLong_FromVoidPtr
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName
 from cpython.unicode cimport PyUnicode_InternFromString
-from libc.string cimport memset
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcpy, memset
 
-from dlpack cimport CoreState, MAX_NDIM, unicode_or_null, item_or_null, call_or_null, format_error
+from dlpack cimport CoreState, DLPackVersion, MAX_NDIM, unicode_or_null, item_or_null, call_or_null, format_error
 
-# The core's state, one struct: what Python tells the core (configure), what
+# The core's state, one struct: what Python tells the core (set_*), what
 # it keeps of that, and the names and arguments module setup makes once.
 cdef CoreState state
 state.cpu_type = 1
 
 
 cdef int configured() except 0:
-    """1 once Python has told the core what it decided (configure): every
+    """1 once Python has told the core what it decided (set_python, last): every
     entry point refuses before then, since what it would read (the Python
     implementation, the tables) is not there yet."""
     if state.py_impl == NULL:
@@ -89,83 +90,156 @@ cdef inline void _clear(PyObject **slot):
     Py_XDECREF(old)
 
 
-def configure(dict impl not None, type header_type not None, unsigned long long device_types,
-              unsigned long long host_types, known, numpy_dtypes, numpy_api, versions, produced,
-              unsigned long long version_word, learn_import, exportable_fallback, type exportable_class not None,
-              cpu_device, cpu_dlpack, dict plain_dtypes not None, bint numpy_strides_after_shape=False,
-              type capsule_info=None, device_class=None, int numpy_maxdims=32, bint numpy_layout=False):
-    """What Python tells the core, once every module is loaded."""
-    cdef int code, bits, nbytes, t, i, c, b
-    if numpy_maxdims < 1 or numpy_maxdims > MAX_NDIM:
-        raise ValueError(f"numpy_maxdims must be within [1, {MAX_NDIM}]")
-    state.numpy_maxdims = numpy_maxdims
-    state.numpy_layout = numpy_layout
-    if capsule_info is None:
-        _clear(<PyObject **>&state.info_type)
-    else:
-        _hold(<PyObject **>&state.info_type, capsule_info)
-    if device_class is None:
-        _clear(&state.device_class)
-    else:
-        _hold(&state.device_class, device_class)
-    for t in range(64):
-        for i in range(16):
-            _clear(&state.devices[t][i])
-    if not issubclass(exportable_class, ExportableBase):
-        raise TypeError("exportable_class must subclass ExportableBase")
-    _hold(<PyObject **>&state.exportable_class, exportable_class)
-    _hold(&state.cpu_device, cpu_device)
-    _hold(&state.cpu_dlpack, cpu_dlpack)
-    _hold(&state.plain_dtypes, plain_dtypes)
-    state.n_plain = 0
-    for key in plain_dtypes:
-        if state.n_plain >= 32:
-            break
-        state.plain_list[state.n_plain] = <PyObject *>key  # held by plain_dtypes
-        state.n_plain += 1
-    if not issubclass(header_type, tuple):
-        raise TypeError("header_type must be a tuple subclass")
-    memset(state.known_dtypes, 0, sizeof(state.known_dtypes))
-    state.known_128 = 0
-    for item in known:
-        code, bits = item
+# What Python tells the core, once every module is loaded (_wiring.install):
+# one setter per concept, each handed the public names of the module that
+# owns it. set_python comes last: until it has run, every entry point
+# refuses (configured()).
+cdef enum:
+    TOLD_DTYPES = 1
+    TOLD_DEVICES = 2
+    TOLD_NUMPY = 4
+    TOLD_VERSIONS = 8
+    TOLD_ALL = 15
+
+cdef int told = 0
+
+
+def set_dtypes(known, numpy_dtypes, plain):
+    """The dtypes: the pairs exchanged, the NumPy dtype of each pair, the plain NumPy dtypes.
+
+    known: every (code, bits) pair exchanged (_dtypes.KNOWN); numpy_dtypes:
+    {(code, bits): dtype} of the pairs the core imports and adapts; plain:
+    the NumPy dtypes whose capsule NumPy itself makes for an export
+    (compared by identity, at most 32)."""
+    global told
+    cdef int code, bits, nbytes, c, b
+    cdef uint64_t known_dtypes[32]
+    cdef uint32_t known_128 = 0
+    memset(known_dtypes, 0, sizeof(known_dtypes))
+    for code, bits in known:
         if 0 <= code < 32:
             if 1 <= bits <= 64:
-                state.known_dtypes[code] |= 1ULL << (bits - 1)
+                known_dtypes[code] |= 1ULL << (bits - 1)
             elif bits == 128:
-                state.known_128 |= 1U << code
+                known_128 |= 1U << code
+    numpy_dtypes = dict(numpy_dtypes)
+    plain = tuple(plain)
+    if len(plain) > 32:
+        raise ValueError("at most 32 plain dtypes")
+    memcpy(state.known_dtypes, known_dtypes, sizeof(known_dtypes))
+    state.known_128 = known_128
     for c in range(32):
         for b in range(17):
             _clear(&state.numpy_descr[c][b])
-    if not isinstance(numpy_dtypes, dict):
-        raise TypeError("numpy_dtypes must be a dict")
-    for key, value in (<dict>numpy_dtypes).items():
-        code, bits = key
+    for (code, bits), value in (<dict>numpy_dtypes).items():
         nbytes = bit_index(<unsigned>bits)
         if 0 <= code < 32 and nbytes:
             _hold(&state.numpy_descr[code][nbytes], value)
-    state.numpy_api = NULL
-    if numpy_api is not None:
-        state.numpy_api = <void **>PyCapsule_GetPointer(numpy_api, PyCapsule_GetName(numpy_api))
-        _hold(<PyObject **>&state.ndarray_type, <object>state.numpy_api[2])
-    # The calls under way with a floor of their own (export(x,
-    # min_version=...)): while there is one, the cached verdicts of the
-    # floor in force are not used.
-    under_floor = (<dict>versions).get("_under_floor") if isinstance(versions, dict) else None
-    if type(under_floor) is not list:
-        raise TypeError("versions must hold _under_floor, a list")
-    _hold(&state.import_types, {})
-    _hold(<PyObject **>&state.header_type, header_type)
-    _hold(&state.versions_dict, versions)
-    _hold(&state.under_floor, under_floor)
+    _hold(&state.plain_dtypes, plain)
+    state.n_plain = 0
+    for dtype in <tuple>plain:
+        state.plain_list[state.n_plain] = <PyObject *>dtype  # held by plain_dtypes
+        state.n_plain += 1
+    told |= TOLD_DTYPES
+
+
+def set_devices(device_types, host_types, cpu_device, device_class):
+    """The devices: the device types, the host ones, the CPU, the Device class.
+
+    device_types: the DLPack device types (_devices.DLDeviceType);
+    host_types: those whose memory the core's NumPy imports take;
+    cpu_device: the CPU as a Device; device_class: what makes the Device of
+    a (type, id) pair."""
+    global told
+    cdef uint64_t types = 0, host = 0
+    cdef int t, i
+    for t in device_types:
+        if 0 <= t < 64:
+            types |= 1ULL << t
+    for t in host_types:
+        if 0 <= t < 64:
+            host |= 1ULL << t
+    cpu_dlpack = cpu_device.dlpack
+    state.device_types = types
+    state.host_types = host & types
+    _hold(&state.cpu_device, cpu_device)
+    _hold(&state.cpu_dlpack, cpu_dlpack)
+    _hold(&state.device_class, device_class)
+    for t in range(64):
+        for i in range(16):
+            _clear(&state.devices[t][i])
+    told |= TOLD_DEVICES
+
+
+def set_numpy(api, int maxdims, bint layout, bint strides_after_shape):
+    """NumPy as the core uses it: its C-API table and what it takes and lays out.
+
+    api: its C-API table (a capsule; None: the core builds no NumPy array);
+    maxdims: the most dimensions it takes; layout: whether it lays out
+    imports and exports as the core does (2.4 and later);
+    strides_after_shape: whether it leaves a C-contiguous array's strides
+    out, right after the shape (2.1 to 2.3)."""
+    global told
+    if maxdims < 1 or maxdims > MAX_NDIM:
+        raise ValueError(f"maxdims must be within [1, {MAX_NDIM}]")
+    cdef void **table = NULL
+    if api is not None:
+        table = <void **>PyCapsule_GetPointer(api, PyCapsule_GetName(api))
+        _hold(<PyObject **>&state.ndarray_type, <object>table[2])
+    state.numpy_api = table
+    state.numpy_maxdims = maxdims
+    state.numpy_layout = layout
+    state.numpy_strides_after_shape = strides_after_shape
+    told |= TOLD_NUMPY
+
+
+def set_versions(versions):
+    """The version policy: the _versions module, whose public names the core reads.
+
+    DLPACK_VERSION, the version produced, read now; floor_in_force and
+    last_accepted (the verdict cached for it), read at each exchange;
+    calls_with_own_floor, the list of the calls under way with a floor of
+    their own (while it is not empty, the cached verdict is not used);
+    check_max_version, asked whether DLPACK_VERSION passes the floor in
+    force."""
+    global told
+    cdef DLPackVersion version
+    namespace = vars(versions)
+    calls = namespace["calls_with_own_floor"]
+    if type(calls) is not list:
+        raise TypeError("versions.calls_with_own_floor must be a list")
+    produced = namespace["DLPACK_VERSION"]
+    version.major, version.minor = produced
+    _hold(&state.versions_dict, namespace)
+    _hold(&state.under_floor, calls)
     _hold(&state.produced_version, produced)
     _hold(&state.produced_request, (None, produced, None, None))
+    _clear(&state.produced_floor)
+    memcpy(&state.version_word, &version, sizeof(version))  # as a capsule holds it
+    told |= TOLD_VERSIONS
+
+
+def set_python(dict impl not None, learn_import, exportable_fallback, type exportable_class not None,
+               type header_type not None, type capsule_info not None):
+    """The Python side, last: the core is configured once this has run.
+
+    impl: the Python implementation of every case the core hands back, by
+    name; learn_import: what the core may do with a producer type (its
+    import plan); exportable_fallback: the general Exportable.__dlpack__;
+    exportable_class: gpu_dlpack.Exportable; header_type: _capsule.Header;
+    capsule_info: _capsule.CapsuleInfo."""
+    if told != TOLD_ALL:
+        raise RuntimeError("set_python comes last: set_dtypes, set_devices, set_numpy and set_versions first")
+    if not issubclass(exportable_class, ExportableBase):
+        raise TypeError("exportable_class must subclass ExportableBase")
+    if not issubclass(header_type, tuple):
+        raise TypeError("header_type must be a tuple subclass")
+    _hold(<PyObject **>&state.exportable_class, exportable_class)
+    _hold(<PyObject **>&state.header_type, header_type)
+    _hold(<PyObject **>&state.info_type, capsule_info)
     _hold(&state.learn_import, learn_import)
     _hold(&state.exportable_fallback, exportable_fallback)
-    state.device_types = device_types
-    state.host_types = host_types
-    state.version_word = version_word
-    state.numpy_strides_after_shape = numpy_strides_after_shape
+    _hold(&state.import_types, {})
     # Last: the core counts as configured once everything above is set.
     _hold(&state.py_impl, impl)
 
@@ -182,9 +256,8 @@ def forget():
 cdef int setup_once() except -1:
     if state.set_up:
         return 0
-    _hold(&state.str_accepted, PyUnicode_InternFromString(b"_accepted"))
-    _hold(&state.str_floor, PyUnicode_InternFromString(b"_floor"))
-    _hold(&state.str_under_floor, PyUnicode_InternFromString(b"_under_floor"))
+    _hold(&state.str_accepted, PyUnicode_InternFromString(b"last_accepted"))
+    _hold(&state.str_floor, PyUnicode_InternFromString(b"floor_in_force"))
     _hold(&state.str_dlpack, PyUnicode_InternFromString(b"__dlpack__"))
     _hold(&state.str_dtype, PyUnicode_InternFromString(b"dtype"))
     _hold(&state.str_view, PyUnicode_InternFromString(b"view"))

@@ -120,25 +120,26 @@ def to_numpy(code: int, bits: int, lanes: int) -> DType:
             )
         dtype = np.dtype(getattr(ml, name))
         return DType(code, bits, dtype, _CARRIERS[dtype.itemsize])
-    dtype = _NATIVE.get((code, bits))
+    dtype = NATIVE.get((code, bits))
     if dtype is None:
         raise _errors.unsupported_dtype(code, bits, lanes, "NumPy has no such type")
     return DType(code, bits, dtype)
 
 
-_NATIVE = {
+#: The NumPy dtype of every (code, bits) pair NumPy holds itself (no ml_dtypes).
+NATIVE = {
     (INT, 8): np.dtype("i1"), (INT, 16): np.dtype("i2"), (INT, 32): np.dtype("i4"), (INT, 64): np.dtype("i8"),
     (UINT, 8): np.dtype("u1"), (UINT, 16): np.dtype("u2"), (UINT, 32): np.dtype("u4"), (UINT, 64): np.dtype("u8"),
     (FLOAT, 16): np.dtype("f2"), (FLOAT, 32): np.dtype("f4"), (FLOAT, 64): np.dtype("f8"),
     (COMPLEX, 64): np.dtype("c8"), (COMPLEX, 128): np.dtype("c16"),
     (BOOL, 8): np.dtype("?"),
 }
-_NATIVE_DTYPES = frozenset(_NATIVE.values())
-_NATIVE_IDS = frozenset(id(d) for d in _NATIVE.values())  # alive for good: held by _NATIVE
+_NATIVE_DTYPES = frozenset(NATIVE.values())
+_NATIVE_IDS = frozenset(id(d) for d in NATIVE.values())  # alive for good: held by NATIVE
 _id = id
 
 #: Every (code, bits) pair gpu_dlpack exchanges, with or without ml_dtypes.
-KNOWN = frozenset(_NATIVE) | frozenset(ML_DTYPES.values())
+KNOWN = frozenset(NATIVE) | frozenset(ML_DTYPES.values())
 
 
 def check_known(code: int, bits: int, lanes: int) -> None:

@@ -76,17 +76,18 @@ def parse_floor(value, source):
     return floor
 
 
-# The floor in force, or None until it is first used: GPU_DLPACK_MIN_VERSION
-# is read then, so that setting it after the import works, and a bad value
-# is an error of the exchange that needs the floor, not of the import.
-_floor = None
+#: The floor in force, or None until it is first used: GPU_DLPACK_MIN_VERSION
+#: is read then, so that setting it after the import works, and a bad value
+#: is an error of the exchange that needs the floor, not of the import.
+#: Set through ``set_min_version``; the compiled core reads it.
+floor_in_force = None
 
-# The last versioned max_version accepted, and the floor it was checked
-# against. Consumers pass the same constant tuple on every call (NumPy and
-# PyTorch do), so the common check is two identity tests; a tuple is
-# immutable and held here, so the same object is still valid, and a new
-# floor is a new object. The compiled core reads both.
-_accepted = (None, None)
+#: The last versioned max_version accepted, and the floor it was checked
+#: against. Consumers pass the same constant tuple on every call (NumPy and
+#: PyTorch do), so the common check is two identity tests; a tuple is
+#: immutable and held here, so the same object is still valid, and a new
+#: floor is a new object. The compiled core reads both.
+last_accepted = (None, None)
 
 class _CallFloor(threading.local):
     #: The floor of the call under way on this thread (export(min_version=),
@@ -96,40 +97,40 @@ class _CallFloor(threading.local):
 
 _local = _CallFloor()
 
-# One entry per call under way, on any thread, that has a floor of its own
-# (``under_floor``): while there is one, the verdict cached above (the floor
-# in force's) is not used, and the thread's floor decides. A list, whose
-# append and remove are one step each (and the compiled core reads its
-# length).
-_under_floor: list = []
+#: One entry per call under way, on any thread, that has a floor of its own
+#: (``under_floor``): while there is one, the verdict cached above (the floor
+#: in force's) is not used, and the thread's floor decides. A list, whose
+#: append and remove are one step each (and the compiled core reads its
+#: length).
+calls_with_own_floor: list = []
 
 
 def min_version():
     """The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
     ValueError while that value is bad)."""
-    floor = _floor
+    floor = floor_in_force
     return floor if floor is not None else _read_environment()
 
 
 def _read_environment():
-    global _floor
+    global floor_in_force
     raw = os.environ.get(ENV_MIN_VERSION)
     floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
-    _floor = floor
+    floor_in_force = floor
     return floor
 
 
 def set_min_version(value):
     """Set the floor; returns the previous one. Accepts (0, 8) or '0.8'."""
-    global _floor
+    global floor_in_force
     floor = parse_floor(value, "MIN_DLPACK_VERSION")
-    previous = _floor
+    previous = floor_in_force
     if previous is None:
         try:
             previous = _read_environment()
         except ValueError:  # the bad environment value never took effect
             previous = DEFAULT_MIN_VERSION
-    _floor = floor
+    floor_in_force = floor
     return previous
 
 
@@ -145,14 +146,14 @@ def under_floor(floor, call, *args):
     mark = object()  # this call's entry (compared by identity)
     try:
         _local.floor = floor
-        _under_floor.append(mark)
+        calls_with_own_floor.append(mark)
         answer = call(*args)
         _local.floor = outer
-        _under_floor.remove(mark)
+        calls_with_own_floor.remove(mark)
     except BaseException:
         _local.floor = outer
-        if mark in _under_floor:
-            _under_floor.remove(mark)
+        if mark in calls_with_own_floor:
+            calls_with_own_floor.remove(mark)
         raise
     return answer
 
@@ -162,11 +163,11 @@ def check_max_version(max_version, floor=None):
     capsule. ``None`` (an old consumer) asks for a legacy one. ``floor``: a
     floor of the call's own, else the thread's ``under_floor``, else the
     floor in force."""
-    global _accepted
+    global last_accepted
     if max_version is None:
         return False
-    accepted = _accepted
-    if floor is None and max_version is accepted[0] and accepted[1] is _floor and not _under_floor:
+    accepted = last_accepted
+    if floor is None and max_version is accepted[0] and accepted[1] is floor_in_force and not calls_with_own_floor:
         return True
     if type(max_version) is not tuple or len(max_version) != 2 or type(
         max_version[0]
@@ -182,7 +183,7 @@ def check_max_version(max_version, floor=None):
     if max_version[0] < 1:
         return False
     if in_force:
-        _accepted = (max_version, floor)
+        last_accepted = (max_version, floor)
     return True
 
 

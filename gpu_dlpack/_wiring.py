@@ -74,10 +74,39 @@ def _current_stream(device_type, device_id):
 
 
 def install() -> None:
-    """Configure the core once every module is loaded (``gpu_dlpack/__init__``)."""
+    """Tell the core what policy decided, once every module is loaded
+    (``gpu_dlpack/__init__``): one setter per concept, each given the public
+    names of the module that owns it; the Python side last, after which the
+    core counts as configured."""
+    core.set_dtypes(
+        _dtypes.KNOWN,
+        # The NumPy dtype of each pair the core's imports and adaptation make.
+        {key: d for key, d in _dtypes.NATIVE.items() if d.isbuiltin == 1 and d.isnative},
+        # The dtypes whose NumPy capsule _exchange._export passes on as it is.
+        [d for d in _dtypes.NATIVE.values() if d.isbuiltin == 1],
+    )
+    # The NumPy array an import makes: CPU and pinned memory only (managed
+    # memory takes the general path, which knows its device).
+    host = {_devices.DLDeviceType.CPU, _devices.DLDeviceType.CUDA_HOST, _devices.DLDeviceType.ROCM_HOST}
+    core.set_devices(_devices.DLDeviceType, host & _devices.HOST_ACCESSIBLE, _devices.CPU, _devices.Device)
     # NumPy's C API table lives in the extension module of its C functions
     # (_multiarray_umath, which moved between NumPy 1 and 2).
     numpy_api = getattr(np.frompyfunc.__self__, "_ARRAY_API", None)
+    core.set_numpy(
+        numpy_api if type(numpy_api) is _capsule.CapsuleType else None,
+        # The core's NumPy imports and its adaptation (the rebuild through
+        # NumPy is its reference) take what NumPy takes: NumPy 1.x refuses
+        # more than 32 dimensions, 2.x more than 64.
+        64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
+        # The core's adaptation and its capsule imports (JAX) lay a capsule
+        # out as NumPy 2.4 lays it, strides always. Before 2.4 NumPy exports
+        # C-contiguous arrays without strides (before 2.1 it moves empty
+        # ones too), so they are then the ones the general path rebuilds
+        # through NumPy: the same capsule whichever makes it.
+        numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
+        numpy_backend.STRIDES_AFTER_SHAPE,
+    )
+    core.set_versions(_versions)
     impl = dict(_capsule.GENERAL)
     impl.update(
         wrap=_export.python_wrap,
@@ -91,44 +120,5 @@ def install() -> None:
         host_export=_exchange.host_export,
         rebuild=_exchange.python_rebuild,
     )
-    host = 0
-    for t in _devices.HOST_ACCESSIBLE:
-        if int(t) < 64:
-            host |= 1 << int(t)
-    # The NumPy array an import makes: CPU and pinned memory only (managed
-    # memory takes the general path, which knows its device).
-    host &= (1 << int(_devices.DLDeviceType.CPU)) | (1 << int(_devices.DLDeviceType.CUDA_HOST)) | (
-        1 << int(_devices.DLDeviceType.ROCM_HOST)
-    )
-    core.configure(
-        impl=impl,
-        header_type=_capsule.Header,
-        device_types=sum(1 << t for t in _capsule._DEVICE_TYPES if t < 64),
-        host_types=host,
-        known=list(_dtypes.KNOWN),
-        numpy_dtypes={key: d for key, d in _dtypes._NATIVE.items() if d.isbuiltin == 1 and d.isnative},
-        numpy_api=numpy_api if type(numpy_api) is _capsule.CapsuleType and np.ndarray else None,
-        versions=vars(_versions),
-        produced=_versions.DLPACK_VERSION,
-        version_word=_capsule.version_word(_versions.DLPACK_VERSION),
-        learn_import=_import_plan,
-        exportable_fallback=_export.general_dlpack,
-        exportable_class=_export.Exportable,
-        cpu_device=_devices.CPU,
-        cpu_dlpack=_devices.CPU.dlpack,
-        # The dtypes whose NumPy capsule _exchange._export passes on as it is.
-        plain_dtypes={d: True for d in _dtypes._NATIVE.values() if d.isbuiltin == 1},
-        numpy_strides_after_shape=numpy_backend.STRIDES_AFTER_SHAPE,
-        # The core's NumPy imports and its adaptation (the rebuild through
-        # NumPy is its reference) take what NumPy takes: NumPy 1.x refuses
-        # more than 32 dimensions, 2.x more than 64.
-        numpy_maxdims=64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
-        # The core's adaptation and its capsule imports (JAX) lay a capsule
-        # out as NumPy 2.4 lays it, strides always. Before 2.4 NumPy exports
-        # C-contiguous arrays without strides (before 2.1 it moves empty
-        # ones too), so they are then the ones the general path rebuilds
-        # through NumPy: the same capsule whichever makes it.
-        numpy_layout=numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
-        capsule_info=_capsule.CapsuleInfo,
-        device_class=_devices.Device,
-    )
+    core.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
+                    _capsule.CapsuleInfo)

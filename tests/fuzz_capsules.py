@@ -682,12 +682,12 @@ def run_reentrant_case(env, case, keep):
     # Nothing of the call is left behind: no floor of a call, no producer
     # marked as asked.
     left = [what for what, there in (("a floor of a call", _versions._local.floor is not None or
-                                      bool(_versions._under_floor)),
+                                      bool(_versions.calls_with_own_floor)),
                                      ("a producer marked as asked", bool(_producer.asked.ids))) if there]
     if left:
         result["violation"] = "left behind: " + ", ".join(left)
         _versions._local.floor = None
-        del _versions._under_floor[:], _producer.asked.ids[:]
+        del _versions.calls_with_own_floor[:], _producer.asked.ids[:]
     if producer is not None:
         keep.extend((entry, rec, 1) for rec in producer.records)
         producer.trigger = None

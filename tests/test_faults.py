@@ -342,10 +342,10 @@ print(gpu_dlpack.from_dlpack(np.arange(3.0).__dlpack__()).tolist())
     assert lines[2] == "[0.0, 1.0, 2.0]"
 
 
-# -- the compiled core before configure() ----------------------------------------------
+# -- the compiled core before it is told the policy (set_*) -------------------------
 
 def test_the_core_refuses_every_call_before_it_is_configured():
-    # Each entry point read the Python tables configure() sets: called before
+    # Each entry point read the Python tables the set_* setters set: called before
     # it (the core loaded on its own), they crashed the process.
     import glob
 
@@ -383,14 +383,26 @@ for name, call in calls.items():
     except RuntimeError as exc:
         print(name, "refused" if "not configured" in str(exc) else exc)
 print("Exporter:", core.Exporter(lambda x, **kw: "python")(a))  # hands every call to Python
+try:  # the Python side is told last: before the tables, it is refused, and nothing runs yet
+    core.set_python({}, None, None, core.ExportableBase, tuple, type)
+    print("set_python first: taken")
+except RuntimeError as exc:
+    print("set_python first:", exc)
+try:
+    core.header(1, True)
+except RuntimeError as exc:
+    print("header still", "refused" if "not configured" in str(exc) else exc)
 """)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert lines[:-1] == [f"{name} refused" for name in (
+    assert lines[:-3] == [f"{name} refused" for name in (
         "header", "checked", "claim", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
         "exchange", "ExportableBase.__dlpack__", "ExportableBase._set_plan",
     )], done.stdout
-    assert lines[-1] == "Exporter: python"
+    assert lines[-3] == "Exporter: python"
+    assert lines[-2] == ("set_python first: set_python comes last: set_dtypes, set_devices, set_numpy and "
+                         "set_versions first"), done.stdout
+    assert lines[-1] == "header still refused"
 
 
 _SUBINTERPRETER = r'''

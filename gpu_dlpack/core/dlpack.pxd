@@ -61,7 +61,7 @@ cdef struct DLPackExchangeAPI:
 # --- the core's state (_core.pyx defines it: `state`) --------------------------
 
 cdef struct CoreState:
-    # what Python tells the core (configure)
+    # what Python tells the core (the set_* setters of _core.pyx)
     PyObject *py_impl              # dict: name -> the Python implementation
     PyTypeObject *header_type      # _capsule.Header (a tuple subclass)
     uint64_t device_types          # bit t: t is a DLPack device type
@@ -71,8 +71,8 @@ cdef struct CoreState:
     PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
     PyTypeObject *ndarray_type
     void **numpy_api
-    PyObject *versions_dict        # _versions.__dict__ (its verdict cache)
-    PyObject *under_floor          # _versions._under_floor: the calls under way with a floor of their own
+    PyObject *versions_dict        # vars(_versions): its floor in force and verdict cache, read at each exchange
+    PyObject *under_floor          # _versions.calls_with_own_floor: the calls under way with a floor of their own
     PyObject *produced_version     # DLPACK_VERSION, as Python has it
     PyObject *produced_request     # (None, DLPACK_VERSION, None, None): last_request of the C exchange
     uint64_t version_word          # DLPACK_VERSION as written in a capsule
@@ -83,7 +83,7 @@ cdef struct CoreState:
     PyTypeObject *exportable_class # gpu_dlpack.Exportable
     PyObject *cpu_device           # the CPU as a Device ...
     PyObject *cpu_dlpack           # ... and as (1, 0)
-    PyObject *plain_dtypes         # NumPy dtypes of PLAN_NUMPY (a dict)
+    PyObject *plain_dtypes         # NumPy dtypes of PLAN_NUMPY (a tuple)
     PyObject *plain_list[32]       # the same, compared by identity
     int n_plain
     int numpy_maxdims              # the most dimensions the NumPy in use takes (32 before 2.0)
@@ -99,9 +99,8 @@ cdef struct CoreState:
     PyObject *produced_floor       # the floor DLPACK_VERSION was accepted under
 
     # names and arguments made once (module setup)
-    PyObject *str_accepted
-    PyObject *str_floor
-    PyObject *str_under_floor
+    PyObject *str_accepted         # "last_accepted"
+    PyObject *str_floor            # "floor_in_force"
     PyObject *str_dlpack
     PyObject *str_dtype
     PyObject *str_max_version

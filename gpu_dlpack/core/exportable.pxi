@@ -256,7 +256,7 @@ cdef inline bint int_pair(PyObject *o) noexcept:
 
 # 1 when no call under way, on any thread, has put a floor of its own on the
 # exchanges made inside it (export(x, min_version=...), a wrapper's floor:
-# _versions.under_floor, which lists them), else 0: the verdicts cached below
+# _versions.calls_with_own_floor lists them), else 0: the verdicts cached below
 # are those of the floor in force, and the general path then checks against
 # the floor of the call.
 cdef inline bint no_call_floor() noexcept:
@@ -641,7 +641,8 @@ cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
     owner = self.guards_owner
     if self.plan == PLAN_NUMPY:
         capsule = plan_numpy_capsule(x, dtype, True)
-        return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
+        # renamed used_*
+        return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)
     return exchange_export_of(x, guards)
 
 
@@ -663,7 +664,7 @@ cdef int exchange_of(ExportableBase self, DLManagedTensorVersioned **out) except
     if produced_accepted() and plan_holds(self) and self.plan != PLAN_CAPSULE:
         m = plan_tensor(self)
         if m != NULL:
-            # the request of the exchange: one tuple, made at configure
+            # the request of the exchange: one tuple, made by set_versions
             put(&members(self).request, state.produced_request)
             out[0] = m
             return 0

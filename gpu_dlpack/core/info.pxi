@@ -88,7 +88,7 @@ cdef inline tuple int64s(const int64_t *values, int n):
 
 cdef inline object read_info(object capsule):
     if state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL:
-        return hand_back1(b"read", capsule)  # refused before configure
+        return hand_back1(b"read", capsule)  # refused before set_python
     cdef CapsuleHead head
     cdef int64_t shape[MAX_NDIM]
     cdef int64_t strides[MAX_NDIM]
