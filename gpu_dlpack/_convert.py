@@ -19,7 +19,9 @@ NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack`` itself, Numba
 over CuPy.
 
 A plain NumPy array (writeable, a layout the consumer takes) asked for
-nothing goes straight to ``consumer.from_dlpack(wrap(x))``.
+nothing goes straight to ``consumer.from_dlpack(wrap(x))``, or, for a
+consumer that takes a capsule (torch), to the capsule it would ask the
+wrapper for.
 
 Floor: the faces, beside ``_wiring`` and ``_explain``: it stands on both
 directions.
@@ -73,6 +75,8 @@ class Consumer(NamedTuple):
     faults: frozenset        # the faults that matter, for the installed version
     plain: Callable          # (ndarray) -> whether it goes straight through
     switches: tuple = ()     # (fault id, getter, setting): a fault off while getter() is true
+    capsules: bool = False   # straight through as the rules' capsule, not a wrapper
+    asks: tuple | None = None  # ...asked for this max_version, as the consumer asks
 
     def active(self) -> frozenset:
         """Its faults now: those a setting turns off left out (JAX's x64)."""
@@ -189,8 +193,14 @@ def _read_consumer(to) -> Consumer:
             (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
             for f in peer.faults if f.unless and f.id in faults
         )
+    # A consumer that takes a capsule is handed the one it would ask a
+    # wrapper for (the same capsule, without its Python round trip).
+    capsules = peer is not None and peer.asks is not None and peer.lands is None and call is getattr(
+        importlib.import_module(peer.module), "from_dlpack", None)
+    asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
         label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
+        capsules, asks,
     )
 
 
@@ -539,7 +549,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
     ):
         if c.lands is None:
-            return c.call(wrap(x))
+            return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
         if c.lands == "host":
             return from_dlpack(x)
     return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
