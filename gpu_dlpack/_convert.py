@@ -187,17 +187,17 @@ def _read_consumer(to) -> Consumer:
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
     label = peer.name if peer is not None else name
     switches: tuple = ()
+    capsules, asks = False, None
     if peer is not None:
         root = importlib.import_module(peer.module)
         switches = tuple(
             (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
             for f in peer.faults if f.unless and f.id in faults
         )
-    # A consumer that takes a capsule is handed the one it would ask a
-    # wrapper for (the same capsule, without its Python round trip).
-    capsules = peer is not None and peer.asks is not None and peer.lands is None and call is getattr(
-        importlib.import_module(peer.module), "from_dlpack", None)
-    asks = None if not capsules or "legacy-only" in faults else peer.asks
+        # A consumer that takes a capsule is handed the one it would ask a
+        # wrapper for (the same capsule, without its Python round trip).
+        capsules = peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None)
+        asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
         label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
         capsules, asks,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _errors, _exchange, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _dtypes, _errors, _exchange, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._compiled import core
 from ._devices import CPU, Device
 from ._typing import Capsule, DeviceLike, StreamLike, Version
@@ -375,7 +375,7 @@ def _plan(x, readonly, source):
     if readonly is not False:
         return (core.PLAN_GENERAL,)
     if type(x) is _ndarray:
-        if x.dtype.isbuiltin == 1:
+        if id(x.dtype) in _dtypes.PLAIN:
             return core.PLAN_NUMPY, x.dtype
         return (core.PLAN_GENERAL,)
     if source.type != CPU.type:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import (
-    _backends, _capsule, _errors, _exchange, _peers, _protocols, _rules, _shards, _streams, _versions,
+    _backends, _capsule, _dtypes, _errors, _exchange, _peers, _protocols, _rules, _shards, _streams, _versions,
 )
 from ._backends import numpy_backend
 from ._compiled import core
@@ -127,15 +127,12 @@ def from_dlpack(
     if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
         return _meeting(x, device, copy, stream, require_alignment, require_contiguous)
     if type(x) is not _ndarray:
-        facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
-        if facts.views:
-            view = _exchange.unresolved_view(x, facts)
-            if view is not None:  # torch's negative and conjugate bits: the values are a copy's
-                resolved = _exchange.resolved(x, view, copy)
-                return from_dlpack(resolved, device=device, copy=None, stream=stream)
+        values = _exchange.resolved_views(x, copy)
+        if values is not x:  # torch's negative and conjugate bits: the values are a copy's
+            return from_dlpack(values, device=device, copy=None, stream=stream)
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
-            if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
+            if _id(x.dtype) in _PLAIN and (x.flags.c_contiguous or _whole_strides(x)):
                 return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
             return _import_numpy(x)
         # (from_dlpack is the core's front, which first runs the core's
@@ -209,12 +206,8 @@ def from_dlpack(
         return from_dlpack(_protocols.besides_dlpack(x), device=device, copy=copy, stream=stream)
 
 
-_export_facts = _peers._EXPORT_FACTS
-_NUMERIC_KINDS = frozenset("biufc")
 _id = id
-# NumPy's own native numeric dtypes, by identity (each is one object for the
-# life of the process): the fast test for the view shortcut.
-_PLAIN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDG")
+_PLAIN = _dtypes.PLAIN
 
 
 # Asked for nothing but x, the core imports the producers it was told about
@@ -242,18 +235,11 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
     return backend.aligned_copy(out, alignment, stream)
 
 
-def _plain(x) -> bool:
-    """Whether the view shortcut may take NumPy array ``x``: a native numeric
-    dtype and strides in whole elements, as DLPack describes it."""
-    dtype = x.dtype
-    if _id(dtype) not in _PLAIN_DTYPES and (dtype.isbuiltin != 1 or dtype.kind not in _NUMERIC_KINDS):
-        return False
-    size = dtype.itemsize
-    for stride in x.strides:
-        if stride % size:
-            # Allowed only on an axis of length 1, where it is never used.
-            return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
-    return True
+def _whole_strides(x) -> bool:
+    """Whether NumPy array ``x`` has strides in whole elements (on every axis
+    longer than 1), as DLPack describes it: the view shortcut's layout."""
+    size = x.dtype.itemsize
+    return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
 
 
 def _import_numpy(x):
@@ -299,7 +285,7 @@ def host_capsule(x, capsule):
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))
-    elif not header.flags & _capsule.READ_ONLY and _exchange.read_only_arrays(x):
+    elif not header.flags & _capsule.READ_ONLY and _peers.export_facts(type(x)).read_only:
         _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)  # its arrays are immutable
     return _land_on_host(capsule, versioned, header, False)
 

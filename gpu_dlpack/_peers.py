@@ -37,7 +37,7 @@ the package (a leaf: the device parser reads it too).
   measures them and reports what the table does not say;
 - ``export_faults``: what it gets wrong as a producer, by version (``Fault``
   rows, ids from ``EXPORT_FAULTS``): every export and import of its arrays
-  corrects them (``read_only_arrays``, ``views``, ``_devices.Device.of``).
+  corrects them (``read_only``, ``views``, ``_devices.Device.of``).
 """
 
 from __future__ import annotations
