@@ -36,9 +36,10 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     """A capsule for any producer ``x`` under the rules: ``__dlpack__``'s
     arguments (``stream`` a handle), ``readonly`` as ``wrap`` was asked, and
     ``source`` the device ``wrap`` read ``x`` on (None: read it now). One
-    pass down: another protocol's object, a producer's views and its own
-    ``__dlpack__`` asking back each replace ``x`` and go round again."""
-    resolved = False  # x holds the values of views resolved: a copy, flagged IS_COPIED
+    pass down: another protocol's object, a producer's views resolved, a
+    spread array's replica or gather and what else a producer speaks when
+    its own ``__dlpack__`` asks back each replace ``x`` and go round again."""
+    copied = False  # x is a copy made here (views resolved, a gather): flagged IS_COPIED
     while True:
         if type(x) is _ndarray:
             backend = numpy_backend
@@ -54,12 +55,7 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
         else:
             backend = _backends.for_array(x)
         if backend is numpy_backend:
-            dtype = _dtypes.from_numpy(x.dtype)
-            plan = _rules.plan_export(
-                CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
-                copy, _backends.can_copy, _backends.addressable,
-            )
-            capsule = _host_export(x, plan, dtype, stream)
+            capsule = export_numpy(x, readonly, stream, max_version, dl_device, copy)
             break
         if backend is not None:
             capsule = backend.export_array(x, readonly, stream, max_version, dl_device, copy)
@@ -72,7 +68,7 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
             continue
         values = resolved_views(x, copy)
         if values is not x:
-            x, copy, source, resolved = values, None, None, True
+            x, copy, source, copied = values, None, None, True
             continue
         try:
             if source is None:
@@ -82,8 +78,23 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
                 except BufferError:
                     if not _shards.spread(x):
                         raise
-                    capsule = _export_spread(x, readonly, stream, max_version, dl_device, copy)
-                    break
+                    # Spread over several devices: its replica on the device
+                    # asked for, exported in place; else one gather onto that
+                    # device, exported and flagged IS_COPIED.
+                    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
+                    one = _shards.replica(x, target)
+                    if one is None:
+                        if target is None:
+                            target = _shards.home(x)
+                        _versions.check_max_version(max_version)
+                        _rules.check_copy(copy)
+                        # A target no backend serves is a BufferError, as on every
+                        # other path, not whatever the GPU library raises halfway
+                        # through the gather.
+                        _backends.for_device(target)
+                        one, dl_device, copy, copied = gather(x, target, copy, stream), target.dlpack, None, True
+                    x = one
+                    continue
             if source.is_host_accessible:
                 capsule = host_answer(x, source, None, readonly, stream, max_version, dl_device, copy)
             else:
@@ -94,7 +105,7 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
                 raise
             # x's own __dlpack__ asks for its export: its other protocols answer.
             x, source = _protocols.besides_dlpack(x), None
-    if resolved:
+    if copied:
         _shards.flag_copied(capsule)
     return capsule
 
@@ -126,27 +137,6 @@ def resolved_views(x, copy):
     return x
 
 
-def _export_spread(x, readonly, stream, max_version, dl_device, copy):
-    """An array spread over several devices: its replica on the device asked
-    for, exported in place; else one gather onto that device, exported and
-    flagged IS_COPIED."""
-    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
-    one = _shards.replica(x, target)
-    if one is not None:
-        return _export(one, readonly, stream, max_version, dl_device, copy)
-    if target is None:
-        target = _shards.home(x)
-    _versions.check_max_version(max_version)
-    _rules.check_copy(copy)
-    # A target no backend serves is a BufferError, as on every other path,
-    # not whatever the GPU library raises halfway through the gather.
-    _backends.for_device(target)
-    gathered = gather(x, target, copy, stream)
-    capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
-    _shards.flag_copied(capsule)
-    return capsule
-
-
 def gather(x, target: Device, copy, stream):
     """A new array holding all of ``x``, each piece copied once into its
     place: a NumPy array for the CPU, a CuPy array for a GPU (the copies
@@ -170,9 +160,18 @@ def gather(x, target: Device, copy, stream):
 _GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
 
 
-def _host_export(x, plan, dtype, stream):
-    """The capsule ``plan`` asks for of NumPy array ``x``: NumPy's memory, or
-    a copy the backend of the target device makes of it."""
+def export_numpy(x, readonly=False, stream=None, max_version=_versions.DLPACK_VERSION, dl_device=None, copy=None,
+                 plan=None):
+    """A capsule of NumPy array ``x`` under the rules, built by the host
+    backend: NumPy's memory, or a copy the backend of the target device
+    makes of it (by default the versioned capsule an import takes).
+    ``plan``: the rules' verdict where the caller has it."""
+    dtype = _dtypes.from_numpy(x.dtype)
+    if plan is None:
+        plan = _rules.plan_export(
+            CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
+            copy, _backends.can_copy, _backends.addressable,
+        )
     # The consumer's stream belongs to the memory it receives.
     if stream is not None:
         stream = _streams.check_stream(stream, plan.target.type)
@@ -261,7 +260,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         # (the CPU under any id a producer gives is NumPy's (1, 0)).
         return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, CPU.dlpack)
     arr = numpy_backend.consume(capsule, versioned, header)
-    return _host_export(arr, plan, _dtypes.from_numpy(arr.dtype), stream)
+    return export_numpy(arr, readonly, stream, max_version, dl_device, copy, plan)
 
 
 def _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy):
