@@ -47,7 +47,7 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     t = type(x)
     asks = ASKS_BACK.get(t)
     if asks is None:
-        asks = asks_back(t)
+        asks = ASKS_BACK[t] = not _peers.owns_type(t)
     if asks:
         ids = asked.ids
         key = id(x)
@@ -80,9 +80,9 @@ class AskedAgain(Exception):
     export or import of ``producer`` that made the request answers with
     the object's other protocols instead."""
 
-    def __init__(self, producer):
-        super().__init__(producer)
-        self.producer = producer
+    @property
+    def producer(self):
+        return self.args[0]
 
 
 class _Asking(threading.local):
@@ -99,14 +99,6 @@ asked = _Asking()
 # type -> whether its DLPack methods may call back into gpu_dlpack: a type of
 # a peer library (``_peers``) never does, and is asked without a mark.
 ASKS_BACK: dict = {}
-
-
-def asks_back(t) -> bool:
-    try:
-        return ASKS_BACK[t]
-    except KeyError:
-        found = ASKS_BACK[t] = not _peers.owns_type(t)
-        return found
 
 
 def marked(x, call, *args):
