@@ -137,7 +137,7 @@ def from_dlpack(
             # Through the exchange itself: zero-copy for what DLPack can
             # describe (ml_dtypes types), BufferError as NumPy gives for the
             # rest (datetime64, byte-swapped data, a field of a structured array).
-            return _from_capsule(_exchange.export_numpy(x), None, None, None)
+            return host_capsule(x, _exchange.export_numpy(x))
         # (from_dlpack is the core's front, which first runs the core's
         # import of a producer it was told about: a C exchange API, JAX's
         # capsules. This function is what it hands back.)
@@ -266,9 +266,9 @@ def host_capsule(x, capsule=None):
         if _numpy_reads_directly(x):
             return _np_from_dlpack(x)
         if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
-            # NumPy before 2.1: the layer's versioned capsule, as in from_dlpack
-            return _from_capsule(_exchange.export_numpy(x), None, None, None)
-        capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
+            capsule = _exchange.export_numpy(x)  # NumPy before 2.1: the layer's versioned capsule
+        else:
+            capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     elif type(capsule) is not _CapsuleType:
         raise _errors.producer_not_a_capsule(producer_name(x), capsule)
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
