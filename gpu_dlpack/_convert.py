@@ -391,13 +391,12 @@ def _copy_of(capsule, info, alignment: int, stream):
     host memory to the CPU, GPU memory on its own device, the copy queued
     on ``stream``; its first element at a multiple of ``alignment`` bytes
     (0: as allocated)."""
-    if info.device.is_host_accessible:
-        out = from_dlpack(capsule, copy=True, require_alignment=alignment, require_contiguous=True)
-        copied = export(out, max_version=_VERSION)
-    else:
-        fresh = from_dlpack(capsule, device=info.device, copy=True, stream=stream, require_alignment=alignment,
-                            require_contiguous=True)
-        copied = export(fresh, max_version=_VERSION, stream=stream)
+    device = None if info.device.is_host_accessible else info.device
+    if device is None:
+        stream = None
+    out = from_dlpack(capsule, device=device, copy=True, stream=stream, require_alignment=alignment,
+                      require_contiguous=True)
+    copied = export(out, max_version=_VERSION, stream=stream)
     ptr = _capsule.pointer(copied, True)
     code, bits, _lanes = info.dl_dtype
     _capsule.set_dtype(ptr, True, code, bits)  # a dtype NumPy carries as unsigned keeps its code
@@ -566,21 +565,21 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
     target = None if device is None else Device(device)
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
     served = None
-    if c.lands == "host":
-        where = target if target is not None else CPU
-        if report:
-            served = Served(x, c, None, None, None, on_readonly, required)
-            served.lands_on = where
-            result = from_dlpack(served, device=where, copy=copy, stream=stream, **_keywords(required))
-        elif target is None and (type(x) is _ndarray or known_on_host(x)):
-            result = from_dlpack(x, copy=copy, stream=stream, **_keywords(required))
+    if c.lands is not None:  # gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy)
+        source = x
+        where: Device | None
+        if c.lands == "host":
+            where = target if target is not None else CPU
+            if report:
+                source = served = Served(x, c, None, None, None, on_readonly, required)
+                served.lands_on = where
+            elif target is None and (type(x) is _ndarray or known_on_host(x)):
+                where = None
         else:
-            result = from_dlpack(x, device=where, copy=copy, stream=stream, **_keywords(required))
-    elif c.lands == "gpu":
-        served = Served(x, c, None, None, None, on_readonly, required)
-        gpu = target if target is not None else _gpu_for(served, c)
-        served.lands_on = gpu if gpu is not None else Device(served.__dlpack_device__())
-        result = from_dlpack(served, device=gpu, copy=copy, stream=stream, **_keywords(required))
+            source = served = Served(x, c, None, None, None, on_readonly, required)
+            where = target if target is not None else _gpu_for(served, c)
+            served.lands_on = where if where is not None else Device(served.__dlpack_device__())
+        result = from_dlpack(source, device=where, copy=copy, stream=stream, **_keywords(required))
         if c.name == "numba":
             result = c.call(result)
     else:
