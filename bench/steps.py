@@ -59,7 +59,7 @@ def chains():
             ("torch's own t.__dlpack__(max_version=(1, 2))", "t.__dlpack__(max_version=V12)"),
             ("+ ask the producer (_producer.request)", "_producer.request(t, max_version=V12)"),
             ("+ open and check the capsule (kind, pointer, header)", "_capsule.checked(_producer.request(t, max_version=V12)[0])"),
-            ("+ hand it to NumPy (_import_host)", "_import._import_host(t)"),
+            ("+ hand it to NumPy (host_capsule)", "_import.host_capsule(t)"),
             ("= gpu_dlpack.from_dlpack(t) (+ host test)", "g.from_dlpack(t)"),
         ]),
     ]

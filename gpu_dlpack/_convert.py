@@ -19,7 +19,9 @@ NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack`` itself, Numba
 over CuPy.
 
 A plain NumPy array (writeable, a layout the consumer takes) asked for
-nothing goes straight to ``consumer.from_dlpack(wrap(x))``.
+nothing goes straight to ``consumer.from_dlpack(wrap(x))``, or, for a
+consumer that takes a capsule (torch), to the capsule it would ask the
+wrapper for.
 
 Floor: the faces, beside ``_wiring`` and ``_explain``: it stands on both
 directions.
@@ -73,6 +75,8 @@ class Consumer(NamedTuple):
     faults: frozenset        # the faults that matter, for the installed version
     plain: Callable          # (ndarray) -> whether it goes straight through
     switches: tuple = ()     # (fault id, getter, setting): a fault off while getter() is true
+    capsules: bool = False   # straight through as the rules' capsule, not a wrapper
+    asks: tuple | None = None  # ...asked for this max_version, as the consumer asks
 
     def active(self) -> frozenset:
         """Its faults now: those a setting turns off left out (JAX's x64)."""
@@ -183,14 +187,20 @@ def _read_consumer(to) -> Consumer:
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
     label = peer.name if peer is not None else name
     switches: tuple = ()
+    capsules, asks = False, None
     if peer is not None:
         root = importlib.import_module(peer.module)
         switches = tuple(
             (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
             for f in peer.faults if f.unless and f.id in faults
         )
+        # A consumer that takes a capsule is handed the one it would ask a
+        # wrapper for (the same capsule, without its Python round trip).
+        capsules = peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None)
+        asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
         label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
+        capsules, asks,
     )
 
 
@@ -381,13 +391,12 @@ def _copy_of(capsule, info, alignment: int, stream):
     host memory to the CPU, GPU memory on its own device, the copy queued
     on ``stream``; its first element at a multiple of ``alignment`` bytes
     (0: as allocated)."""
-    if info.device.is_host_accessible:
-        out = from_dlpack(capsule, copy=True, require_alignment=alignment, require_contiguous=True)
-        copied = export(out, max_version=_VERSION)
-    else:
-        fresh = from_dlpack(capsule, device=info.device, copy=True, stream=stream, require_alignment=alignment,
-                            require_contiguous=True)
-        copied = export(fresh, max_version=_VERSION, stream=stream)
+    device = None if info.device.is_host_accessible else info.device
+    if device is None:
+        stream = None
+    out = from_dlpack(capsule, device=device, copy=True, stream=stream, require_alignment=alignment,
+                      require_contiguous=True)
+    copied = export(out, max_version=_VERSION, stream=stream)
     ptr = _capsule.pointer(copied, True)
     code, bits, _lanes = info.dl_dtype
     _capsule.set_dtype(ptr, True, code, bits)  # a dtype NumPy carries as unsigned keeps its code
@@ -539,7 +548,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
     ):
         if c.lands is None:
-            return c.call(wrap(x))
+            return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
         if c.lands == "host":
             return from_dlpack(x)
     return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
@@ -556,21 +565,21 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
     target = None if device is None else Device(device)
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
     served = None
-    if c.lands == "host":
-        where = target if target is not None else CPU
-        if report:
-            served = Served(x, c, None, None, None, on_readonly, required)
-            served.lands_on = where
-            result = from_dlpack(served, device=where, copy=copy, stream=stream, **_keywords(required))
-        elif target is None and (type(x) is _ndarray or known_on_host(x)):
-            result = from_dlpack(x, copy=copy, stream=stream, **_keywords(required))
+    if c.lands is not None:  # gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy)
+        source = x
+        where: Device | None
+        if c.lands == "host":
+            where = target if target is not None else CPU
+            if report:
+                source = served = Served(x, c, None, None, None, on_readonly, required)
+                served.lands_on = where
+            elif target is None and (type(x) is _ndarray or known_on_host(x)):
+                where = None
         else:
-            result = from_dlpack(x, device=where, copy=copy, stream=stream, **_keywords(required))
-    elif c.lands == "gpu":
-        served = Served(x, c, None, None, None, on_readonly, required)
-        gpu = target if target is not None else _gpu_for(served, c)
-        served.lands_on = gpu if gpu is not None else Device(served.__dlpack_device__())
-        result = from_dlpack(served, device=gpu, copy=copy, stream=stream, **_keywords(required))
+            source = served = Served(x, c, None, None, None, on_readonly, required)
+            where = target if target is not None else _gpu_for(served, c)
+            served.lands_on = where if where is not None else Device(served.__dlpack_device__())
+        result = from_dlpack(source, device=where, copy=copy, stream=stream, **_keywords(required))
         if c.name == "numba":
             result = c.call(result)
     else:

@@ -91,7 +91,7 @@ def from_numpy(dtype: np.dtype) -> DType:
             "convert first with x.astype(x.dtype.newbyteorder('='))"
         )
     code = _NUMPY_KINDS.get(dtype.kind)
-    if code is not None and _id(dtype) in _NATIVE_IDS:
+    if _id(dtype) in PLAIN:
         # NumPy's own dtype objects, known by identity: no hash to compute
         # (out of memory, NumPy's dtype hash misses with an exception set).
         return DType(code, dtype.itemsize * 8, dtype)
@@ -135,8 +135,14 @@ NATIVE = {
     (BOOL, 8): np.dtype("?"),
 }
 _NATIVE_DTYPES = frozenset(NATIVE.values())
-_NATIVE_IDS = frozenset(id(d) for d in NATIVE.values())  # alive for good: held by NATIVE
 _id = id
+
+#: A plain NumPy dtype: one of NumPy's own dtype objects that DLPack 1.0
+#: describes as it is (no carrier, no newer code), by ``id`` (each is one
+#: object for the life of the process, held here: no hash to compute). The
+#: plain cases of both directions (NumPy's own capsule, the view shortcut)
+#: take these alone.
+PLAIN = {id(d): d for d in (np.dtype(c) for c in "?bBhHiIlLqQefdFD")}
 
 #: Every (code, bits) pair gpu_dlpack exchanges, with or without ml_dtypes.
 KNOWN = frozenset(NATIVE) | frozenset(ML_DTYPES.values())

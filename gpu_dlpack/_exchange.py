@@ -35,110 +35,106 @@ _ndarray = np.ndarray
 def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     """A capsule for any producer ``x`` under the rules: ``__dlpack__``'s
     arguments (``stream`` a handle), ``readonly`` as ``wrap`` was asked, and
-    ``source`` the device ``wrap`` read ``x`` on (None: read it now)."""
-    if type(x) is _ndarray:
-        if stream is None and dl_device is None and copy is None and not readonly and (
-            x.dtype.isbuiltin == 1  # NumPy's own types: no carrier, no code newer than 1.0
-        ):
-            # The common case: NumPy's capsule is already the one the rules
-            # ask for. A 0.x max_version takes the general path (a dtype may
-            # be too new for it).
-            versioned = max_version is not None and _versions.check_max_version(max_version)
-            if versioned or max_version is None:
-                capsule = numpy_backend.export_in_place(x, versioned)
-                if capsule is not None:
-                    return capsule
-        return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
-    backend = _backends.for_array(x)
-    if backend is numpy_backend:
-        return _export_numpy(x, readonly, stream, max_version, dl_device, copy)
-    if backend is not None:
-        return backend.export_array(x, readonly, stream, max_version, dl_device, copy)
-    if not hasattr(type(x), "__dlpack__"):
-        adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
-        if adapted is None:
-            raise _errors.not_dlpack(x)
-        return _export(adapted, readonly, stream, max_version, dl_device, copy)
-    facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
-    if facts.views:
-        view = unresolved_view(x, facts)
-        if view is not None:
-            capsule = _export(resolved(x, view, copy), readonly, stream, max_version, dl_device, None)
-            _shards.flag_copied(capsule)
-            return capsule
-    try:
-        if source is None:
-            try:
-                # A host test (JAX) stands for __dlpack_device__ where it passes.
-                source = CPU if host_tested(x) else Device.of(x)
-            except BufferError:
-                if not _shards.spread(x):
-                    raise
-                return _export_spread(x, readonly, stream, max_version, dl_device, copy)
-        if source.is_host_accessible:
-            return _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy)
-        return _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
-    except AskedAgain as again:
-        if again.producer is not x:
-            raise
-        # x's own __dlpack__ asks for its export: its other protocols answer.
-        return _export(_protocols.besides_dlpack(x), readonly, stream, max_version, dl_device, copy)
+    ``source`` the device ``wrap`` read ``x`` on (None: read it now). One
+    pass down: another protocol's object, a producer's views resolved, a
+    spread array's replica or gather and what else a producer speaks when
+    its own ``__dlpack__`` asks back each replace ``x`` and go round again."""
+    copied = False  # x is a copy made here (views resolved, a gather): flagged IS_COPIED
+    while True:
+        if type(x) is _ndarray:
+            backend = numpy_backend
+            if stream is None and dl_device is None and copy is None and not readonly and _id(x.dtype) in _PLAIN:
+                # The common case: NumPy's capsule is already the one the rules
+                # ask for. A 0.x max_version takes the general path (a dtype may
+                # be too new for it).
+                versioned = max_version is not None and _versions.check_max_version(max_version)
+                if versioned or max_version is None:
+                    capsule = numpy_backend.export_in_place(x, versioned)
+                    if capsule is not None:
+                        break
+        else:
+            backend = _backends.for_array(x)
+        if backend is numpy_backend:
+            capsule = export_numpy(x, readonly, stream, max_version, dl_device, copy)
+            break
+        if backend is not None:
+            capsule = backend.export_array(x, readonly, stream, max_version, dl_device, copy)
+            break
+        if not hasattr(type(x), "__dlpack__"):
+            adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
+            if adapted is None:
+                raise _errors.not_dlpack(x)
+            x, source = adapted, None
+            continue
+        values = resolved_views(x, copy)
+        if values is not x:
+            x, copy, source, copied = values, None, None, True
+            continue
+        try:
+            if source is None:
+                try:
+                    # A host test (JAX) stands for __dlpack_device__ where it passes.
+                    source = CPU if host_tested(x) else Device.of(x)
+                except BufferError:
+                    if not _shards.spread(x):
+                        raise
+                    # Spread over several devices: its replica on the device
+                    # asked for, exported in place; else one gather onto that
+                    # device, exported and flagged IS_COPIED.
+                    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
+                    one = _shards.replica(x, target)
+                    if one is None:
+                        if target is None:
+                            target = _shards.home(x)
+                        _versions.check_max_version(max_version)
+                        _rules.check_copy(copy)
+                        # A target no backend serves is a BufferError, as on every
+                        # other path, not whatever the GPU library raises halfway
+                        # through the gather.
+                        _backends.for_device(target)
+                        one, dl_device, copy, copied = gather(x, target, copy, stream), target.dlpack, None, True
+                    x = one
+                    continue
+            if source.is_host_accessible:
+                capsule = host_answer(x, source, None, readonly, stream, max_version, dl_device, copy)
+            else:
+                capsule = _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy)
+            break
+        except AskedAgain as again:
+            if again.producer is not x:
+                raise
+            # x's own __dlpack__ asks for its export: its other protocols answer.
+            x, source = _protocols.besides_dlpack(x), None
+    if copied:
+        _shards.flag_copied(capsule)
+    return capsule
 
 
 _export_facts = _peers._EXPORT_FACTS  # type -> ExportFacts, once read
 
+_id = id
+_PLAIN = _dtypes.PLAIN
 
-def unresolved_view(x, facts):
-    """The first of ``facts.views`` that producer ``x`` holds unresolved
-    (torch's negative and conjugate bits), or None. A view the producer's
-    capsule does not carry would hand the consumer other values."""
-    for view in facts.views:
+
+def resolved_views(x, copy):
+    """``x`` with the views (``_peers.ExportFacts.views``) it holds unresolved (torch's
+    negative and conjugate bits) resolved: a new array holding the values
+    its capsule would not carry; ``x`` itself where it holds none.
+    ``copy=False`` forbids that copy (``CopyRequiredError``)."""
+    views = (_export_facts.get(type(x)) or _peers.export_facts(type(x))).views
+    for view in views:
         try:
-            if getattr(x, view.test)() is True:
-                return view
+            if getattr(x, view.test)() is not True:
+                continue
         except Exception:  # the test cannot say: the export is the producer's as it is
             continue
-    return None
-
-
-def resolved(x, view, copy):
-    """``x`` with every view resolved: a new array holding its values.
-    ``copy=False`` forbids that copy (``CopyRequiredError``)."""
-    if copy is False:
-        raise _errors.view_needs_copy(_producer_name(x), view.what, view.resolve)
-    facts = _peers.export_facts(type(x))
-    for v in facts.views:
-        if getattr(x, v.test)() is True:
-            x = getattr(x, v.resolve)()
+        if copy is False:
+            raise _errors.view_needs_copy(_producer_name(x), view.what, view.resolve)
+        for v in views:
+            if getattr(x, v.test)() is True:
+                x = getattr(x, v.resolve)()
+        return x
     return x
-
-
-def read_only_arrays(x) -> bool:
-    """Whether ``x``'s library makes read-only arrays whatever its capsules
-    say (JAX, TensorFlow, pyarrow: ``_peers.READ_ONLY_ARRAYS``)."""
-    facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
-    return facts.read_only
-
-
-def _export_spread(x, readonly, stream, max_version, dl_device, copy):
-    """An array spread over several devices: its replica on the device asked
-    for, exported in place; else one gather onto that device, exported and
-    flagged IS_COPIED."""
-    target = None if dl_device is None else _rules.target_device(CPU, dl_device)
-    one = _shards.replica(x, target)
-    if one is not None:
-        return _export(one, readonly, stream, max_version, dl_device, copy)
-    if target is None:
-        target = _shards.home(x)
-    _versions.check_max_version(max_version)
-    _rules.check_copy(copy)
-    # A target no backend serves is a BufferError, as on every other path,
-    # not whatever the GPU library raises halfway through the gather.
-    _backends.for_device(target)
-    gathered = gather(x, target, copy, stream)
-    capsule = _export(gathered, readonly, stream, max_version, target.dlpack, None)
-    _shards.flag_copied(capsule)
-    return capsule
 
 
 def gather(x, target: Device, copy, stream):
@@ -154,58 +150,46 @@ def gather(x, target: Device, copy, stream):
         return cupy_backend.gather(x.shape, x.dtype, pieces, target, stream)
     out = np.empty(x.shape, x.dtype)
     for shard in pieces:
-        out[shard.index] = _on_host(shard.data)
+        # Each piece where the host reads it: its export to the CPU under
+        # the rules (zero-copy for host memory).
+        capsule = _export(shard.data, False, None, _versions.DLPACK_VERSION, CPU.dlpack, None)
+        out[shard.index] = numpy_backend.consume(capsule, *_capsule.checked(capsule))
     return out
-
-
-def _on_host(piece):
-    """A NumPy array of one piece of a gather, where the host reads it: its
-    export to the CPU under the rules (zero-copy for host memory)."""
-    capsule = _export(piece, False, None, _versions.DLPACK_VERSION, CPU.dlpack, None)
-    versioned, header = _capsule.checked(capsule)
-    return numpy_backend.consume(capsule, versioned, header)
 
 
 _GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
 
 
-def _export_numpy(x, readonly, stream, max_version, dl_device, copy):
+def export_numpy(x, readonly=False, stream=None, max_version=_versions.DLPACK_VERSION, dl_device=None, copy=None,
+                 plan=None):
+    """A capsule of NumPy array ``x`` under the rules, built by the host
+    backend: NumPy's memory, or a copy the backend of the target device
+    makes of it (by default the versioned capsule an import takes).
+    ``plan``: the rules' verdict where the caller has it."""
     dtype = _dtypes.from_numpy(x.dtype)
-    plan = _rules.plan_export(
-        CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
-        copy, _backends.can_copy, _backends.addressable,
-    )
+    if plan is None:
+        plan = _rules.plan_export(
+            CPU, readonly or not x.flags.writeable, dtype.code, dtype.bits, max_version, dl_device,
+            copy, _backends.can_copy, _backends.addressable,
+        )
     # The consumer's stream belongs to the memory it receives.
     if stream is not None:
         stream = _streams.check_stream(stream, plan.target.type)
-    if plan.target != CPU:
+    if plan.target.type != CPU.type:
         return _backends.for_device(plan.target).export_host(x, plan, dtype, stream)
     return numpy_backend.export(x, plan, dtype)
 
 
-def _export_host_producer(x, source, readonly, stream, max_version, dl_device, copy):
-    """A producer of host memory: take its zero-copy capsule, then pass it on
-    or rebuild it through NumPy."""
-    want_versioned = _versions.check_max_version(max_version)
-    _rules.check_copy(copy)
-    # A copy is rebuilt through NumPy anyway: ask for a versioned capsule,
-    # which says whether the data is read-only (a legacy one cannot, and a
-    # NumPy-based producer refuses one for read-only data).
-    ask_versioned = want_versioned or copy is True
-    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
-    return host_answer(x, source, capsule, readonly, stream, max_version, dl_device, copy)
-
-
 def host_export(x, max_version):
-    """``_export_host_producer`` for a request of nothing but ``max_version``
-    of producer ``x``, on the host by its host test: the compiled core's
+    """``host_answer`` for a request of nothing but ``max_version`` of
+    producer ``x``, on the host by its host test: the compiled core's
     export of such a producer (JAX) hands it here where the verdict on
     ``max_version`` it read no longer holds (a floor set meanwhile)."""
-    return _export_host_producer(x, CPU, False, None, max_version, None, None)
+    return host_answer(x, CPU, None, False, None, max_version, None, None)
 
 
 def host_refused(x, error, max_version):
-    """``_export_host_producer`` for a request of nothing but ``max_version``,
+    """``host_answer`` for a request of nothing but ``max_version``,
     from the error producer ``x`` raised to the request it makes: the
     compiled core asks the producers it was told about (JAX) itself, and
     hands their errors here, to go on as the Python path does without
@@ -217,14 +201,21 @@ def host_refused(x, error, max_version):
 
 
 def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, copy):
-    """The rest of ``_export_host_producer``, from what producer ``x``
-    answered to ``__dlpack__(max_version=...)`` (``DLPACK_VERSION`` when a
-    versioned capsule or a copy was asked, else None). The compiled core asks
-    the producers it was told about (JAX) itself, passes on or adapts the
-    plain capsules, and hands every other answer here."""
-    if type(capsule) is not _capsule.CapsuleType:
-        raise _errors.producer_not_a_capsule(_producer_name(x), capsule)
+    """A producer of host memory: its zero-copy capsule passed on or rebuilt
+    through NumPy. ``capsule``: what ``x`` answered to
+    ``__dlpack__(max_version=...)`` (``DLPACK_VERSION`` when a versioned
+    capsule or a copy was asked, else None), or None to ask it now. The
+    compiled core asks the producers it was told about (JAX) itself, passes
+    on or adapts the plain capsules, and hands every other answer here."""
+    # A copy is rebuilt through NumPy anyway: ask for a versioned capsule,
+    # which says whether the data is read-only (a legacy one cannot, and a
+    # NumPy-based producer refuses one for read-only data).
     ask_versioned = _versions.check_max_version(max_version) or copy is True
+    if capsule is None:
+        _rules.check_copy(copy)
+        capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
+    elif type(capsule) is not _capsule.CapsuleType:
+        raise _errors.producer_not_a_capsule(_producer_name(x), capsule)
     versioned, header = _capsule.checked(
         capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.check_known
     )
@@ -238,7 +229,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         got = Device((header.device_type, header.device_id))
         raise _errors.device_mismatch(_producer_name(x), source, got)
     flags = header.flags
-    if readonly or read_only_arrays(x):
+    if readonly or _peers.export_facts(type(x)).read_only:
         known_readonly = True
     elif versioned:
         known_readonly = bool(flags & _capsule.READ_ONLY)
@@ -269,11 +260,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         # (the CPU under any id a producer gives is NumPy's (1, 0)).
         return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, CPU.dlpack)
     arr = numpy_backend.consume(capsule, versioned, header)
-    dtype = _dtypes.from_numpy(arr.dtype)
-    # The CPU under any id (a producer may number it) is NumPy's memory.
-    if plan.target.type != CPU.type:
-        return _backends.for_device(plan.target).export_host(arr, plan, dtype, stream)
-    return numpy_backend.export(arr, plan, dtype)
+    return export_numpy(arr, readonly, stream, max_version, dl_device, copy, plan)
 
 
 def _export_device_producer(x, source, readonly, stream, max_version, dl_device, copy):
@@ -300,10 +287,22 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         gave_legacy.add(type(x))
     got = Device((header.device_type, header.device_id))
     if got != target or (copy and not full):
-        return _finish_on_backend(capsule, versioned, header, source, got, target, readonly,
-                                  stream, max_version, dl_device, copy)
+        # The producer gave its own memory where a move or a copy was asked:
+        # the backend of its device makes them, from a zero-copy view of it.
+        if got != source or not _backends.can_copy(source, target):
+            _capsule.discard(capsule, versioned)
+            kind = "versioned" if versioned else "legacy"
+            raise _errors.unreachable(
+                source, target, f"the producer gave a {kind} capsule on {got} and "
+                "gpu_dlpack has no backend for this device to move or copy it"
+            )
+        backend = _backends.for_device(source)
+        arr = backend.consume(capsule, versioned, header)
+        # Data of a legacy capsule counts as read-only unless it is copied.
+        known_readonly = readonly or not versioned or bool(header.flags & _capsule.READ_ONLY)
+        return backend.export_array(arr, known_readonly, stream, max_version, dl_device, copy)
     copied = bool(copy or moves)
-    read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY) or read_only_arrays(x))
+    read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY) or _peers.export_facts(type(x)).read_only)
     if not want_versioned:
         if read_only:
             _capsule.discard(capsule, versioned)
@@ -346,22 +345,3 @@ def python_rebuild(capsule, versioned, header, want_versioned, read_only, device
     if device is not None:
         _capsule.set_device(_capsule.pointer(out, want_versioned), want_versioned, *device)
     return out
-
-
-def _finish_on_backend(capsule, versioned, header, source, got, target, readonly, stream,
-                       max_version, dl_device, copy):
-    """The producer gave its own memory where a move or a copy was asked:
-    the backend of its device makes them, from a zero-copy view of that
-    memory. Without such a backend, a BufferError."""
-    if got != source or not _backends.can_copy(source, target):
-        _capsule.discard(capsule, versioned)
-        kind = "versioned" if versioned else "legacy"
-        raise _errors.unreachable(
-            source, target, f"the producer gave a {kind} capsule on {got} and "
-            "gpu_dlpack has no backend for this device to move or copy it"
-        )
-    backend = _backends.for_device(source)
-    arr = backend.consume(capsule, versioned, header)
-    # Data of a legacy capsule counts as read-only unless it is copied.
-    known_readonly = readonly or not versioned or bool(header.flags & _capsule.READ_ONLY)
-    return backend.export_array(arr, known_readonly, stream, max_version, dl_device, copy)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _errors, _exchange, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _dtypes, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._compiled import core
 from ._devices import CPU, Device
 from ._typing import Capsule, DeviceLike, StreamLike, Version
@@ -121,7 +121,15 @@ def export(
     if stream is None:
         # A NumPy array that stays on the host has no stream to take.
         if (dl_device is not None or type(x) is not _ndarray) and _streams.in_block():
-            stream = _block_stream(x, dl_device)
+            # The block's stream for the memory the consumer receives, if
+            # that memory has GPU streams.
+            try:
+                source = _backends.device_of(x)
+                target = _rules.target_device(source, dl_device)
+            except (AttributeError, TypeError, ValueError, BufferError):
+                pass  # the export itself reports what is wrong
+            else:
+                stream = _streams.block_stream(target)
     elif type(stream) is not int:
         stream = _streams.handle_of(stream)
     if readonly is not False and readonly is not True:
@@ -137,16 +145,6 @@ def export(
 # exchange API, asked for nothing but max_version) run in the core; the rest
 # calls the function above. help() and inspect see that function.
 export = functools.update_wrapper(core.Exporter(export), export)
-
-
-def _block_stream(x, dl_device):
-    """The stream of the enclosing ``use_stream`` block for the memory the
-    consumer receives, if that memory has GPU streams."""
-    try:
-        target = _rules.target_device(_backends.device_of(x), dl_device)
-    except (AttributeError, TypeError, ValueError, BufferError):
-        return None  # the export itself reports what is wrong
-    return _streams.block_stream(target)
 
 
 class Exportable(core.ExportableBase):
@@ -200,7 +198,7 @@ class Exportable(core.ExportableBase):
             # Read once: the device __dlpack_device__ reports is the one exported.
             asks = _asks_back.get(type(x))
             if asks is None:
-                asks = _producer.asks_back(type(x))
+                asks = _asks_back[type(x)] = not _peers.owns_type(type(x))
             if asks and id(x) in _asked.ids:
                 # wrap(self) inside x's own __dlpack__ or __dlpack_device__:
                 # what else x speaks is wrapped.
@@ -375,7 +373,7 @@ def _plan(x, readonly, source):
     if readonly is not False:
         return (core.PLAN_GENERAL,)
     if type(x) is _ndarray:
-        if x.dtype.isbuiltin == 1:
+        if id(x.dtype) in _dtypes.PLAIN:
             return core.PLAN_NUMPY, x.dtype
         return (core.PLAN_GENERAL,)
     if source.type != CPU.type:

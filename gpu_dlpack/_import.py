@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import (
-    _backends, _capsule, _errors, _exchange, _peers, _protocols, _rules, _shards, _streams, _versions,
+    _backends, _capsule, _dtypes, _errors, _exchange, _peers, _protocols, _rules, _shards, _streams, _versions,
 )
 from ._backends import numpy_backend
 from ._compiled import core
@@ -127,22 +127,22 @@ def from_dlpack(
     if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
         return _meeting(x, device, copy, stream, require_alignment, require_contiguous)
     if type(x) is not _ndarray:
-        facts = _export_facts.get(type(x)) or _peers.export_facts(type(x))
-        if facts.views:
-            view = _exchange.unresolved_view(x, facts)
-            if view is not None:  # torch's negative and conjugate bits: the values are a copy's
-                resolved = _exchange.resolved(x, view, copy)
-                return from_dlpack(resolved, device=device, copy=None, stream=stream)
+        values = _exchange.resolved_views(x, copy)
+        if values is not x:  # torch's negative and conjugate bits: the values are a copy's
+            return from_dlpack(values, device=device, copy=None, stream=stream)
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
-            if (_id(x.dtype) in _PLAIN_DTYPES and x.flags.c_contiguous) or _plain(x):
+            if _id(x.dtype) in _PLAIN and (x.flags.c_contiguous or _whole_strides(x)):
                 return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
-            return _import_numpy(x)
+            # Through the exchange itself: zero-copy for what DLPack can
+            # describe (ml_dtypes types), BufferError as NumPy gives for the
+            # rest (datetime64, byte-swapped data, a field of a structured array).
+            return host_capsule(x, _exchange.export_numpy(x))
         # (from_dlpack is the core's front, which first runs the core's
         # import of a producer it was told about: a C exchange API, JAX's
         # capsules. This function is what it hands back.)
         if known_on_host(x):
-            return _import_host(x)
+            return host_capsule(x)
         view = _buffer_views.get(type(x))
         if view is not None:  # bytes, bytearray, memoryview...: a NumPy view
             return view(x)
@@ -165,7 +165,16 @@ def from_dlpack(
         except BufferError:
             if not _shards.spread(x):
                 raise
-            return _from_spread(x, device, copy, stream)
+            # Spread over several devices: its replica on the device asked for
+            # (zero-copy where the rules allow), else one gather onto that device.
+            target = None if device is None else Device(device)
+            one = _shards.replica(x, target)
+            if one is not None:
+                return from_dlpack(one, device=device, copy=copy, stream=stream)
+            if target is None:
+                target = _shards.home(x)
+            gathered = _exchange.gather(x, target, copy, stream)
+            return from_dlpack(gathered, device=target, copy=False if copy else None, stream=stream)
         target = _rules.import_target(source, device)
         needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)
         if target != CPU:
@@ -179,7 +188,7 @@ def from_dlpack(
         backend = _backends.for_array(x)
         foreign = backend is None or backend is numpy_backend
         if not moves and copy is None and foreign:
-            return _import_host(x)
+            return host_capsule(x)
         ask = dict(
             max_version=_versions.DLPACK_VERSION,
             dl_device=CPU.dlpack if moves else None,
@@ -193,7 +202,7 @@ def from_dlpack(
             # NumPy before 2.1 makes only legacy capsules, which land
             # read-only: the layer's own export is the versioned one NumPy
             # 2.1 makes (READ_ONLY only for read-only data).
-            capsule, full = _exchange._export(x, False, None, _versions.DLPACK_VERSION, None, None), True
+            capsule, full = _exchange.export_numpy(x), True
         else:
             capsule, full = request(x, **ask)
         versioned, header = _capsule.checked(capsule)
@@ -209,12 +218,9 @@ def from_dlpack(
         return from_dlpack(_protocols.besides_dlpack(x), device=device, copy=copy, stream=stream)
 
 
-_export_facts = _peers._EXPORT_FACTS
-_NUMERIC_KINDS = frozenset("biufc")
 _id = id
-# NumPy's own native numeric dtypes, by identity (each is one object for the
-# life of the process): the fast test for the view shortcut.
-_PLAIN_DTYPES = frozenset(id(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDG")
+
+_PLAIN = _dtypes.PLAIN
 
 
 # Asked for nothing but x, the core imports the producers it was told about
@@ -242,70 +248,39 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
     return backend.aligned_copy(out, alignment, stream)
 
 
-def _plain(x) -> bool:
-    """Whether the view shortcut may take NumPy array ``x``: a native numeric
-    dtype and strides in whole elements, as DLPack describes it."""
-    dtype = x.dtype
-    if _id(dtype) not in _PLAIN_DTYPES and (dtype.isbuiltin != 1 or dtype.kind not in _NUMERIC_KINDS):
-        return False
-    size = dtype.itemsize
-    for stride in x.strides:
-        if stride % size:
-            # Allowed only on an axis of length 1, where it is never used.
-            return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
-    return True
+def _whole_strides(x) -> bool:
+    """Whether NumPy array ``x`` has strides in whole elements (on every axis
+    longer than 1), as DLPack describes it: the view shortcut's layout."""
+    size = x.dtype.itemsize
+    return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
 
 
-def _import_numpy(x):
-    """A NumPy array the shortcut does not take, through the exchange itself:
-    zero-copy for what DLPack can describe (ml_dtypes types), BufferError as
-    NumPy gives for the rest (datetime64, byte-swapped data, a field of a
-    structured array)."""
-    capsule = _exchange._export(x, False, None, _versions.DLPACK_VERSION, None, None)
-    return _from_capsule(capsule, None, None, None)
-
-
-def _from_spread(x, device, copy, stream):
-    """An array spread over several devices: its replica on the device asked
-    for (zero-copy where the rules allow), else one gather onto that device."""
-    target = None if device is None else Device(device)
-    one = _shards.replica(x, target)
-    if one is not None:
-        return from_dlpack(one, device=device, copy=copy, stream=stream)
-    if target is None:
-        target = _shards.home(x)
-    gathered = _exchange.gather(x, target, copy, stream)
-    return from_dlpack(gathered, device=target, copy=False if copy else None, stream=stream)
-
-
-def _import_host(x):
+def host_capsule(x, capsule=None):
     """The common import: host memory of a foreign producer, no copy. The
-    producer's zero-copy capsule becomes a NumPy array."""
-    if _numpy_reads_directly(x):
-        return _np_from_dlpack(x)
-    if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
-        return _import_numpy(x)  # NumPy before 2.1: the layer's versioned capsule, as in from_dlpack
-    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
-    return host_capsule(x, capsule)
-
-
-def host_capsule(x, capsule):
-    """The common import, from what host producer ``x`` answered to
-    ``__dlpack__(max_version=DLPACK_VERSION)``. The compiled core asks the
-    producers it was told about (JAX) itself, imports the plain capsules,
-    and hands every other answer here."""
-    if type(capsule) is not _CapsuleType:
+    producer's zero-copy capsule becomes a NumPy array. ``capsule``: what
+    ``x`` answered to ``__dlpack__(max_version=DLPACK_VERSION)``, or None to
+    ask it now. The compiled core asks the producers it was told about
+    (JAX) itself, imports the plain capsules, and hands every other answer
+    here."""
+    if capsule is None:
+        if _numpy_reads_directly(x):
+            return _np_from_dlpack(x)
+        if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
+            capsule = _exchange.export_numpy(x)  # NumPy before 2.1: the layer's versioned capsule
+        else:
+            capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
+    elif type(capsule) is not _CapsuleType:
         raise _errors.producer_not_a_capsule(producer_name(x), capsule)
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))
-    elif not header.flags & _capsule.READ_ONLY and _exchange.read_only_arrays(x):
+    elif not header.flags & _capsule.READ_ONLY and _peers.export_facts(type(x)).read_only:
         _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)  # its arrays are immutable
     return _land_on_host(capsule, versioned, header, False)
 
 
 def host_refused_import(x, error):
-    """``_import_host`` from the error host producer ``x`` raised to the
+    """``host_capsule`` from the error host producer ``x`` raised to the
     request it makes: the compiled core asks the producers it was told
     about (JAX) itself, and hands their errors here, to go on as the Python
     path does without asking the producer the same again."""
@@ -429,7 +404,7 @@ def shards(x: Any, /, *, replicas: bool = False) -> list[Shard]:
     if isinstance(x, type) or not hasattr(x, "addressable_shards"):
         data = from_dlpack(x)
         whole = tuple(slice(None) for _ in range(max(np.ndim(data), 1)))
-        return [Shard(whole, _where(data), 0, data)]
+        return [Shard(whole, _backends.device_of(data), 0, data)]
     _shards.check_addressable(x)
     found = []
     for shard in x.addressable_shards:
@@ -437,9 +412,6 @@ def shards(x: Any, /, *, replicas: bool = False) -> list[Shard]:
             continue
         data = from_dlpack(shard.data)
         index = tuple(shard.index)
-        found.append(Shard(index, _where(data), int(shard.replica_id), data))
+        found.append(Shard(index, _backends.device_of(data), int(shard.replica_id), data))
     return found
 
-
-def _where(data) -> Device:
-    return _backends.device_of(data)

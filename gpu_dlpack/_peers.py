@@ -37,7 +37,7 @@ the package (a leaf: the device parser reads it too).
   measures them and reports what the table does not say;
 - ``export_faults``: what it gets wrong as a producer, by version (``Fault``
   rows, ids from ``EXPORT_FAULTS``): every export and import of its arrays
-  corrects them (``read_only_arrays``, ``views``, ``_devices.Device.of``).
+  corrects them (``read_only``, ``views``, ``_devices.Device.of``).
 """
 
 from __future__ import annotations
@@ -191,6 +191,7 @@ class Peer(NamedTuple):
     exchange: Exchange | None = None
     devices: Devices | None = None
     consumer: tuple = ("from_dlpack",)
+    asks: tuple | None = None  # the max_version its from_dlpack asks for, where it also takes a capsule
     submodules: tuple = ()
     lands: str | None = None
     faults: tuple = ()
@@ -219,6 +220,9 @@ PEERS = (
         # A tensor's __dlpack_device__ costs over 1 us; is_cpu 40 ns. CPU and
         # pinned tensors (CUDA_HOST) are both host memory.
         on_host="is_cpu",
+        # torch.from_dlpack asks for (1, 0) (a legacy capsule before 2.9)
+        # and takes a capsule itself: convert hands it the rules' capsule.
+        asks=(1, 0),
         numpy_reads=(
             "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
             "complex64", "complex128", "uint16", "uint32", "uint64",

@@ -47,26 +47,11 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     t = type(x)
     asks = ASKS_BACK.get(t)
     if asks is None:
-        asks = asks_back(t)
+        asks = ASKS_BACK[t] = not _peers.owns_type(t)
     if asks:
-        ids = asked.ids
-        key = id(x)
-        if key in ids:
+        if id(x) in asked.ids:
             raise AskedAgain(x)
-        # The mark is made inside the try and cut back to where it stood, on
-        # each way out, inside the try or its handler: an interrupt landing
-        # anywhere leaves no mark behind (a stale one would refuse the next
-        # request of the object). (Not a finally: CPython runs the finally
-        # of a normal exit as code outside the try, where an interrupt
-        # landing after the call skips it.)
-        depth = len(ids)
-        try:
-            ids.append(key)
-            answer = _ask(x, stream, max_version, dl_device, copy)
-            del ids[depth:]
-        except BaseException:
-            del ids[depth:]
-            raise
+        answer = marked(x, _ask, x, stream, max_version, dl_device, copy)
     else:
         answer = _ask(x, stream, max_version, dl_device, copy)
     if type(answer[0]) is not _CapsuleType:
@@ -80,9 +65,9 @@ class AskedAgain(Exception):
     export or import of ``producer`` that made the request answers with
     the object's other protocols instead."""
 
-    def __init__(self, producer):
-        super().__init__(producer)
-        self.producer = producer
+    @property
+    def producer(self):
+        return self.args[0]
 
 
 class _Asking(threading.local):
@@ -101,14 +86,6 @@ asked = _Asking()
 ASKS_BACK: dict = {}
 
 
-def asks_back(t) -> bool:
-    try:
-        return ASKS_BACK[t]
-    except KeyError:
-        found = ASKS_BACK[t] = not _peers.owns_type(t)
-        return found
-
-
 def marked(x, call, *args):
     """``call(*args)`` with ``x`` marked as asked on this thread: ``request``
     asks a producer so, and ``wrap`` reads its device so (a
@@ -116,7 +93,13 @@ def marked(x, call, *args):
     a ``__dlpack__`` that does)."""
     ids = asked.ids
     depth = len(ids)
-    try:  # as request does: no mark outlives an interrupt
+    # The mark is made inside the try and cut back to where it stood, on
+    # each way out, inside the try or its handler: an interrupt landing
+    # anywhere leaves no mark behind (a stale one would refuse the next
+    # request of the object). (Not a finally: CPython runs the finally of a
+    # normal exit as code outside the try, where an interrupt landing after
+    # the call skips it.)
+    try:
         ids.append(id(x))
         answer = call(*args)
         del ids[depth:]

@@ -191,8 +191,12 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
 def _record(info, stream, obj, readonly) -> ArrayView:
     shape = info.shape
     strides = info.strides
-    if strides is None:
-        strides = _c_strides(shape)
+    if strides is None:  # C order
+        step, c = 1, []
+        for n in reversed(shape):
+            c.append(step)
+            step *= max(n, 1)
+        strides = tuple(reversed(c))
     try:
         dtype = _dtypes.to_numpy(*info.dl_dtype).numpy
     except BufferError:
@@ -201,15 +205,6 @@ def _record(info, stream, obj, readonly) -> ArrayView:
         ptr=info.data + info.byte_offset, shape=shape, strides=strides, dtype=dtype,
         dl_dtype=info.dl_dtype, device=info.device, readonly=readonly, stream=stream, exporting_obj=obj,
     )
-
-
-def _c_strides(shape) -> tuple:
-    strides = []
-    step = 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 class _Viewable:

@@ -103,6 +103,25 @@ def test_writeable_numpy_to_torch_is_zero_copy_and_shared(torch):
     assert done.library == "torch" and done.version == torch.__version__
 
 
+def test_a_plain_array_reaches_torch_as_the_capsule_torch_would_ask_a_wrapper_for(torch, floor, monkeypatch):
+    # The plain case hands torch the rules' capsule itself: the version torch
+    # asks for (a legacy capsule for a torch that asks for none) and the floor
+    # in force, as through a wrapper.
+    c = _convert.consumer_of("torch")
+    assert c.capsules and c.asks == ((1, 0) if "legacy-only" not in c.faults else None)
+    seen = []
+    monkeypatch.setitem(_convert._consumers, "torch", c._replace(call=lambda obj: seen.append(obj) or obj))
+    capsule = gpu_dlpack.convert(np.arange(3.0), "torch")
+    assert seen == [capsule] and gpu_dlpack.inspect(capsule).versioned == (c.asks is not None)
+    monkeypatch.setitem(_convert._consumers, "torch", c)
+    gpu_dlpack.MIN_DLPACK_VERSION = (1, 1)
+    a = np.arange(3.0)
+    with pytest.raises(gpu_dlpack.DLPackVersionError, match="below \\(1, 1\\)"):
+        torch.from_dlpack(gpu_dlpack.wrap(a))
+    with pytest.raises(gpu_dlpack.DLPackVersionError, match="below \\(1, 1\\)"):
+        gpu_dlpack.convert(a, "torch")
+
+
 def test_copy_true_is_made_by_the_layer_and_reported(torch):
     a = np.arange(6.0)
     done = gpu_dlpack.convert(a, "torch", copy=True, report=True)

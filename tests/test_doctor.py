@@ -374,7 +374,7 @@ def test_a_refusal_no_refusing_rule_demands_fails_the_run_when_the_direct_exchan
     def unreachable(x, source, *args):
         raise _errors.unreachable(source, _devices.CPU, "an injected defect")
 
-    monkeypatch.setattr(_exchange, "_export_host_producer", unreachable)
+    monkeypatch.setattr(_exchange, "host_answer", unreachable)
     from gpu_dlpack import _wiring
     from gpu_dlpack._compiled import core
 
