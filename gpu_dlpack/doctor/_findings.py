@@ -9,8 +9,6 @@ from ._faults import HINTS, detail
 from ._verdicts import is_unjustified_refusal, rule_of, rule_text
 
 
-# -- findings ----------------------------------------------------------------
-
 SEVERITIES = ("failure", "refused", "hazard", "fixed", "note")
 
 
@@ -142,5 +140,3 @@ def findings(report) -> list:
         out += _cell_findings(mat)
     out.sort(key=lambda f: SEVERITIES.index(f["severity"]))
     return out
-
-

@@ -19,9 +19,6 @@ from ._probes import _write_through
 from ._verdicts import judge
 
 
-# -- exchanges ---------------------------------------------------------------
-
-
 def _result(call, run, source, readonly_source=False):
     """Run one exchange and judge it: values, pointers, read-only writes."""
     result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
@@ -265,5 +262,3 @@ def matrix(loaded, gpu=False) -> dict | None:
         "skipped": skipped,
         "cells": cells,
     }
-
-

@@ -16,7 +16,6 @@ def _host_copy(m, a):
     return _aligned(a)
 
 
-
 def _jax_devices(m, platform_name):
     try:
         return m.devices(platform_name)
@@ -111,7 +110,6 @@ def generic_peer(module: str) -> Peer:
     )
 
 
-
 def _peer_gpu_usable(peer, module) -> bool:
     if peer.gpu_usable is None or module is None:
         return False
@@ -121,4 +119,3 @@ def _peer_gpu_usable(peer, module) -> bool:
             return bool(peer.gpu_usable(module))
     except Exception:
         return False
-

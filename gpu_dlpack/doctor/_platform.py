@@ -12,9 +12,6 @@ from ._peers import _cupy_gpus
 from ._probes import _installed
 
 
-# -- platform ----------------------------------------------------------------
-
-
 def _nvidia_driver():
     try:
         with open("/proc/driver/nvidia/version") as f:
@@ -125,5 +122,3 @@ def probe_platform() -> dict:
         "machine": platform.machine(),
         "gpu": gpu,
     }
-
-

@@ -5,9 +5,6 @@ from __future__ import annotations
 from .. import _explain
 
 
-# -- the terminal view -------------------------------------------------------
-
-
 class _Span(str):
     """A table cell that runs over the columns after it (a reason, not a value)."""
 
