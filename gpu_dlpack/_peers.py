@@ -42,6 +42,7 @@ the package (a leaf: the device parser reads it too).
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Callable, NamedTuple
 
@@ -398,17 +399,16 @@ def release(version: str | None) -> tuple:
     range needs no more, and gpu_dlpack depends on NumPy alone.)"""
     out = []
     for part in (version or "").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
+        digits = _DIGITS.match(part)
+        if digits is None:
             break
-        out.append(int(digits))
-        if len(digits) < len(part):
+        out.append(int(digits[0]))
+        if digits.end() < len(part):
             break  # "0rc1", "0+cpu": the release ends here
     return tuple(out)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def active_faults(peer: Peer | None, version: str | None) -> frozenset:

@@ -275,17 +275,13 @@ def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> It
         raise _errors.bad_stream_value(handle, "a GPU", describe(DLDeviceType.CUDA))
     index = device_index_of(stream)
     if device is not None:
-        index = device if type(device) is int else _device_index(device)
+        index = device if type(device) is int else Device(device).index
     stack = _stack()
     stack.append((handle, index))
     try:
         yield stream
     finally:
         stack.pop()
-
-
-def _device_index(device):
-    return Device(device).index
 
 
 def in_block() -> bool:
