@@ -57,30 +57,18 @@ def _takes_capsules(consumer):
 def _direct(consumer, make):
     source = make()
     if _takes_capsules(consumer):
-        def run():
-            return consumer.consume(type(source).__dlpack__(source)), None
-
-        return source, run, "x.__dlpack__()"
-
-    def run():
-        return consumer.consume(source), None
-
-    return source, run, "x"
+        return source, lambda: (consumer.consume(type(source).__dlpack__(source)), None), "x.__dlpack__()"
+    return source, lambda: (consumer.consume(source), None), "x"
 
 
 def _through(consumer, make, backend_consumer):
     source = make()
     call = consumer.row["consumer"]["call"]
     if backend_consumer:
-        def run():
-            return gd_from_dlpack(source), None
-
-        return source, run, "gpu_dlpack.from_dlpack(x)"
+        return source, lambda: (gd_from_dlpack(source), None), "gpu_dlpack.from_dlpack(x)"
     if _takes_capsules(consumer):
-        def run():
-            return consumer.consume(gpu_export(source)), None
-
-        return source, run, f"{call}(gpu_dlpack.export(x){_suffix(consumer)})"
+        return (source, lambda: (consumer.consume(gpu_export(source)), None),
+                f"{call}(gpu_dlpack.export(x){_suffix(consumer)})")
     w = wrap(source)
 
     def run():
