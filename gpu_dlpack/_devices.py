@@ -59,10 +59,8 @@ DEVICE_ACCESSIBLE = frozenset(
     {DLDeviceType.CUDA, DLDeviceType.CUDA_HOST, DLDeviceType.CUDA_MANAGED, DLDeviceType.ROCM, DLDeviceType.ROCM_HOST}
 )
 
-#: Device types whose id is always 0 (one address space on the host side).
-_SINGLE = frozenset(
-    {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
-)
+#: Device types whose id is always 0: host memory is one address space.
+_SINGLE = HOST_ACCESSIBLE
 
 # Name -> (CUDA-build type, ROCm-build type). Names without a ROCm twin map to
 # themselves on both builds.

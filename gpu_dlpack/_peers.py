@@ -342,10 +342,9 @@ def export_facts(t) -> ExportFacts:
     """The export facts of producer type ``t`` (read once per type, from
     its row and the version of its library, loaded already since ``t`` is
     one of its types)."""
-    try:
-        return _EXPORT_FACTS[t]
-    except KeyError:
-        pass
+    facts = _EXPORT_FACTS.get(t)
+    if facts is not None:
+        return facts
     peer = of_array_type(t)
     facts = NO_EXPORT_FAULTS
     if peer is not None and peer.export_faults:
@@ -422,11 +421,6 @@ def active_faults(peer: Peer | None, version: str | None) -> frozenset:
 
 def _in_range(faults, version) -> frozenset:
     have = release(version)
-    found = set()
-    for fault in faults:
-        if not have or (
-            (fault.since is None or have >= tuple(fault.since))
-            and (fault.until is None or have < tuple(fault.until))
-        ):
-            found.add(fault.id)
-    return frozenset(found)
+    return frozenset(fault.id for fault in faults if not have or (
+        (fault.since is None or have >= tuple(fault.since)) and (fault.until is None or have < tuple(fault.until))
+    ))

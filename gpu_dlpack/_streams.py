@@ -48,10 +48,9 @@ def rules_for(device_type):
 
 def describe(device_type) -> str:
     """The valid values for a device type, for error messages."""
-    parts = []
-    for key, meaning in rules_for(device_type).items():
-        label = "an int > 2" if key == ABOVE_2 else repr(key)
-        parts.append(f"{label} ({meaning})")
+    parts = [
+        f"{'an int > 2' if key == ABOVE_2 else repr(key)} ({meaning})" for key, meaning in rules_for(device_type).items()
+    ]
     if device_type in _CUDA_ZERO:
         parts.append("0 (ambiguous; taken as the legacy default stream, with a StreamWarning)")
     return ", ".join(parts)
