@@ -16,10 +16,10 @@ make, and the ``gpus`` they ask; this face names what the layer above calls.
 
 from .copies import to_host
 from .exports import export_array, export_host
-from .gpus import DEVICE_TYPES, GPU_TYPES, INDEXED_TYPES, addressable, device_count, device_of, gpu_of, owns, serves
+from .gpus import device_count, device_of, gpu_of, owns, serves
 from .imports import aligned_copy, consume, gather, import_capsule, import_to
 
 __all__ = [
-    "DEVICE_TYPES", "GPU_TYPES", "INDEXED_TYPES", "addressable", "aligned_copy", "consume", "device_count", "device_of",
-    "export_array", "export_host", "gather", "gpu_of", "import_capsule", "import_to", "owns", "serves", "to_host",
+    "aligned_copy", "consume", "device_count", "device_of", "export_array", "export_host", "gather", "gpu_of",
+    "import_capsule", "import_to", "owns", "serves", "to_host",
 ]

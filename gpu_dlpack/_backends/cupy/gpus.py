@@ -19,7 +19,6 @@ from ..._devices import Device, DLDeviceType, cupy_is_rocm
 
 _T = DLDeviceType
 
-GPU_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED, _T.CUDA_HOST, _T.ROCM_HOST})
 _BUILD_TYPES = {
     False: frozenset({_T.CUDA, _T.CUDA_MANAGED, _T.CUDA_HOST}),
     True: frozenset({_T.ROCM, _T.ROCM_HOST}),
