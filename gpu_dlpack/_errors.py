@@ -709,10 +709,13 @@ def consumer_not_importable(name, exc, meant=()) -> ModuleNotFoundError:
         hint = " Did you mean one of " + ", ".join(repr(m) for m in meant) + "?"
     else:
         hint = ""
+    return _not_importable(f"convert(x, {name!r})", name, exc, hint)
+
+
+def _not_importable(asker, name, exc, hint="") -> ModuleNotFoundError:
     return ModuleNotFoundError(
-        f"convert(x, {name!r}): no module named {name!r} can be imported here "
-        f"({type(exc).__name__}: {exc}).{hint} Check the spelling, or install the library into "
-        "this Python.",
+        f"{asker}: no module named {name!r} can be imported here ({type(exc).__name__}: {exc}).{hint} "
+        "Check the spelling, or install the library into this Python.",
         name=name,
     )
 
@@ -808,12 +811,7 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
 
 
 def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
-    return ModuleNotFoundError(
-        f"gpu-dlpack doctor --library {name}: no module named {name!r} can be imported here "
-        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
-        "this Python.",
-        name=name,
-    )
+    return _not_importable(f"gpu-dlpack doctor --library {name}", name, exc)
 
 
 def explain_takes(obj) -> TypeError:
