@@ -96,10 +96,7 @@ def _remedy_for(result):
 
 def _first_sentence(text):
     """The first sentence of a message, ending with a period."""
-    if not text:
-        return text
-    head = text.partition(". ")[0].rstrip(".")
-    return head + "."
+    return text and text.partition(". ")[0].rstrip(".") + "."
 
 
 def _cell_findings(mat):

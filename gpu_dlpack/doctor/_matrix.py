@@ -21,21 +21,14 @@ from ._verdicts import judge
 
 def _result(call, run, source, readonly_source=False):
     """Run one exchange and judge it: values, pointers, read-only writes."""
-    result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
-              "request": None, "hazards": []}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got, request = run()
     except Exception as exc:
-        result["error"] = _err(exc)
-        found = _explain.first(result["error"])
-        result["explain"] = found.entry.id if found else None
-        result["outcome"] = "refused" if found is not None and found.entry.refusal else "error"
-        request = getattr(exc, "_doctor_request", None)
-        result["request"] = request
-        return result
-    result["request"] = request
+        return _failed(call, exc, getattr(exc, "_doctor_request", None), judged=True)
+    result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
+              "request": request, "hazards": []}
     values = _host_values(got)
     if values is None or values.shape != VALUES.shape or not np.array_equal(values, VALUES):
         result["outcome"] = "wrong-values"
@@ -116,12 +109,14 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
     return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": via}
 
 
-def _failed(call, exc):
-    """An exchange that could not start (the array or the wrapper failed)."""
+def _failed(call, exc, request=None, judged=False):
+    """An exchange that raised (``judged``: a refusal by design is
+    ``refused``), or could not start (the array or the wrapper failed)."""
     error = _err(exc)
     found = _explain.first(error)
-    return {"call": call, "outcome": "error", "ok": False, "error": error,
-            "explain": found.entry.id if found else None, "request": None, "hazards": []}
+    refused = judged and found is not None and found.entry.refusal
+    return {"call": call, "outcome": "refused" if refused else "error", "ok": False, "error": error,
+            "explain": found.entry.id if found else None, "request": request, "hazards": []}
 
 
 def _makers(loaded, gpu):
