@@ -280,9 +280,7 @@ def from_pointer(
         raise _errors.bad_pointer_argument("ptr", ptr, f"it is NULL but the shape {tuple(dims)} has elements")
     _check_extent(ptr, address, shape, dims, strides, steps, itemsize)
     where = Device(device)
-    handle = None
-    if stream is not None:
-        handle = _streams.check_stream(_streams.handle_of(stream), where.type)
+    handle = None if stream is None else _streams.check_stream(_streams.handle_of(stream), where.type)
     info = {
         "shape": tuple(dims), "dtype": numpy_dtype, "ptr": address, "readonly": readonly,
         "strides": None if steps is None else tuple(s * itemsize for s in steps),
