@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import _handoff
+from ._compiled import core
 
 #: Bytes of one pinned staging chunk, and the chunks in the ring: at most
 #: 64 MiB of pinned memory held (measured on an H200 host: 4-8 MiB chunks,
@@ -47,10 +48,6 @@ RING_MIN_BYTES = 16 << 20
 #: Workers filling chunks: the cores this process may use, less one for
 #: the thread that queues the copies, at most 12.
 MAX_WORKERS = 12
-
-
-def workers_for(cores: int) -> int:
-    return max(0, min(MAX_WORKERS, cores - 1))
 
 
 def cores() -> int:
@@ -66,7 +63,7 @@ def plan(nbytes: int, cores_available: int | None = None) -> int:
     is as fast as anything on a host with fewer than three cores."""
     if nbytes < RING_MIN_BYTES:
         return 0
-    n = workers_for(cores() if cores_available is None else cores_available)
+    n = min(MAX_WORKERS, (cores() if cores_available is None else cores_available) - 1)
     return n if n >= 2 else 0
 
 
@@ -91,23 +88,17 @@ class Runtime:
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         rt = self._rt()
-        from cupy.cuda import Device
-
-        with Device(self.gpu):
+        with _handoff.on_device(self.gpu):
             rt.memcpyAsync(dst, src, nbytes, rt.memcpyHostToDevice, stream)
 
     def event_create(self) -> int:
         rt = self._rt()
-        from cupy.cuda import Device
-
-        with Device(self.gpu):
+        with _handoff.on_device(self.gpu):
             return rt.eventCreateWithFlags(rt.eventDisableTiming)
 
     def event_record(self, event: int, stream: int) -> None:
         rt = self._rt()
-        from cupy.cuda import Device
-
-        with Device(self.gpu):
+        with _handoff.on_device(self.gpu):
             rt.eventRecord(event, stream)
 
     def event_synchronize(self, event: int) -> None:
@@ -295,9 +286,8 @@ def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int =
     is bound to CuPy's runtime module; else CuPy's runtime calls (the same
     functions), with the device switched only when ``gpu`` is not current."""
     runtime = _handoff._runtime()
-    bound = _handoff.core_copy(runtime)
-    if bound is not None:
-        bound(dst, src, nbytes, stream, gpu, event, synchronize)
+    if _handoff.core_bound(runtime):
+        core.copy(dst, src, nbytes, stream, gpu, event, synchronize)
         return
     with _handoff.on_device(gpu):
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)

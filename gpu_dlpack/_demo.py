@@ -12,6 +12,7 @@ import importlib
 import numpy as np
 
 from . import _capsule
+from ._backends import numpy_backend
 from ._devices import Device
 from ._export import export, wrap
 from ._import import from_dlpack
@@ -28,16 +29,6 @@ def _pointer(x):
     return None
 
 
-def _aligned(values, align=64):
-    """A copy of ``values`` whose data is ``align``-byte aligned: JAX shares
-    host memory only when it is (it copies otherwise)."""
-    raw = np.empty(values.nbytes + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    out = raw[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
-    out[...] = values
-    return out
-
-
 def _describe_capsule(capsule):
     info = _capsule.read(capsule)
     flags = [n for bit, n in ((1, "READ_ONLY"), (2, "IS_COPIED"), (4, "SUBBYTE_PADDED")) if info.flags & bit]
@@ -47,12 +38,9 @@ def _describe_capsule(capsule):
 
 def _step(title, run):
     try:
-        line = run()
+        line, ok = run(), True
     except Exception as exc:  # the demo reports, it does not stop
-        line = f"FAILED {type(exc).__name__}: {exc}"
-        ok = False
-    else:
-        ok = True
+        line, ok = f"FAILED {type(exc).__name__}: {exc}", False
     print(f"  {title:<48} {line}")
     return ok
 
@@ -73,7 +61,8 @@ def run_demo() -> int:
         except Exception as exc:
             print(f"  ({name} is not usable here: {type(exc).__name__}: {exc})")
     failures = 0
-    a = _aligned(np.arange(12, dtype=np.float32).reshape(3, 4))
+    # 64-byte aligned: JAX shares host memory only when it is (it copies otherwise).
+    a = numpy_backend.aligned_copy(np.arange(12, dtype=np.float32).reshape(3, 4), 64)
     ro = a.copy()
     ro.flags.writeable = False
     print("gpu_dlpack demo exchange (host memory)")

@@ -59,10 +59,8 @@ DEVICE_ACCESSIBLE = frozenset(
     {DLDeviceType.CUDA, DLDeviceType.CUDA_HOST, DLDeviceType.CUDA_MANAGED, DLDeviceType.ROCM, DLDeviceType.ROCM_HOST}
 )
 
-#: Device types whose id is always 0 (one address space on the host side).
-_SINGLE = frozenset(
-    {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
-)
+#: Device types whose id is always 0: host memory is one address space.
+_SINGLE = HOST_ACCESSIBLE
 
 # Name -> (CUDA-build type, ROCm-build type). Names without a ROCm twin map to
 # themselves on both builds.
@@ -321,18 +319,16 @@ _BY_PAIR: dict = {}  # (int type, id) -> Device, for the pairs seen
 CPU = Device((1, 0))
 
 
-# Array types whose memory can be known to be host memory more cheaply than
-# through __dlpack_device__ (type -> test, or None: ask __dlpack_device__).
-_HOST_TESTS: dict = {}
-
-
-def _host_test(t):
+def _host_test(t, attribute: bool):
+    """The cheap host test of array type ``t`` from its row in ``_peers``:
+    its ``on_host`` attribute (where ``attribute``), else its ``host_test``;
+    None: ask ``__dlpack_device__``."""
     peer = _peers.of_array_type(t)
-    if peer is not None and peer.on_host is not None:
+    if peer is None:
+        return None
+    if attribute and peer.on_host is not None:
         return operator.attrgetter(peer.on_host)
-    if peer is not None and peer.host_test is not None:
-        return functools.partial(_passes, peer.host_test)
-    return None
+    return None if peer.host_test is None else functools.partial(_passes, peer.host_test)
 
 
 def _passes(test, x) -> bool:
@@ -346,6 +342,10 @@ def _passes(test, x) -> bool:
         return False
 
 
+_CPU_TESTS: dict = {}  # type -> its host test, or None
+_HOST_TESTS: dict = {}  # type -> its on_host attribute or host test, or None
+
+
 def host_tested(x) -> bool:
     """True when ``x`` passes its library's host test (``_peers.HostTest``):
     memory of the CPU on one device, known without ``__dlpack_device__``.
@@ -356,14 +356,8 @@ def host_tested(x) -> bool:
     try:
         test = _CPU_TESTS[t]
     except KeyError:
-        peer = _peers.of_array_type(t)
-        test = _CPU_TESTS[t] = None if peer is None or peer.host_test is None else functools.partial(
-            _passes, peer.host_test)
+        test = _CPU_TESTS[t] = _host_test(t, attribute=False)
     return test is not None and test(x) is True
-
-
-# Array types with a host test (type -> test, or None: none).
-_CPU_TESTS: dict = {}
 
 
 def known_on_host(x) -> bool:
@@ -373,5 +367,5 @@ def known_on_host(x) -> bool:
     try:
         test = _HOST_TESTS[t]
     except KeyError:
-        test = _HOST_TESTS[t] = _host_test(t)
+        test = _HOST_TESTS[t] = _host_test(t, attribute=True)
     return test is not None and test(x) is True

@@ -4,23 +4,14 @@ Each message says what was asked, why it cannot be done, and what to do
 instead. The exception types are the ones the array API standard names:
 ``BufferError`` for exchanges that cannot happen, ``TypeError`` for arguments
 of the wrong type, ``ValueError`` for arguments of the right type but a wrong
-value.
+value. A refusal a caller may want to act on has a class of its own, named
+for its cause and still a subclass of the standard's type.
 
-Each refusal a caller may want to act on has a class of its own, named for
-its cause and still a subclass of the standard's type, so that
-``except BufferError`` keeps working: ``DLPackVersionError``,
-``CopyRequiredError``, ``ReadOnlyError``, ``DeviceUnreachableError``,
-``DtypeChangeError`` (``BufferError`` each), and for streams ``InvalidStreamError``
-(``ValueError``: a value the memory's device does not take) and
-``StreamTypeError`` (``TypeError``: no stream at all), both ``StreamError``.
-
-Every error the layer raises itself is also a ``GpuDlpackError``, so that
-``except gpu_dlpack.GpuDlpackError`` catches them all and nothing a peer
-raised (torch's, JAX's own errors, passed on where the layer has nothing to
-add). In this module the names ``BufferError``, ``TypeError``,
-``ValueError``... are the layer's classes of those types (each the builtin
-of its name and a ``GpuDlpackError``), defined below: the causes are of
-them, and every message without a cause of its own builds one.
+In this module the names ``BufferError``, ``TypeError``, ``ValueError``...
+are the layer's classes of those types (each the builtin of its name and a
+``GpuDlpackError``, so a traceback names it gpu_dlpack._errors.BufferError):
+the causes are of them, and every message without a cause of its own builds
+one.
 
 Floor: the leaves, at the bottom: it imports nothing of the package.
 """
@@ -47,12 +38,6 @@ class GpuDlpackError(Exception):
     ...     print(isinstance(e, TypeError), e)
     True copy must be True, False or None; got 'yes'.
     """
-
-
-# The standard's types as the layer raises them: each is the builtin of its
-# name and a GpuDlpackError (a traceback names it gpu_dlpack._errors.BufferError).
-# The causes below are of them, and the messages without a cause of their
-# own build them.
 
 
 class BufferError(GpuDlpackError, builtins.BufferError):
@@ -221,10 +206,10 @@ def _fmt_version(v) -> str:
 # -- versions ---------------------------------------------------------------
 
 def below_floor(asked, floor) -> DLPackVersionError:
-    v = f"({asked[0]}, {asked[1]})"
+    v = _fmt_version(asked)
     return DLPackVersionError(
         f"gpu_dlpack does not export DLPack versions below {_fmt_version(floor)}, "
-        f"but max_version={_fmt_version(asked)} was requested. Remedies: upgrade "
+        f"but max_version={v} was requested. Remedies: upgrade "
         "the consuming library so that it asks for max_version=(1, 0) or newer; "
         "or call __dlpack__ without max_version to get a legacy capsule; or lower "
         f"the floor for this consumer: consumer.from_dlpack(gpu_dlpack.wrap(x, min_version={v})), "
@@ -724,10 +709,13 @@ def consumer_not_importable(name, exc, meant=()) -> ModuleNotFoundError:
         hint = " Did you mean one of " + ", ".join(repr(m) for m in meant) + "?"
     else:
         hint = ""
+    return _not_importable(f"convert(x, {name!r})", name, exc, hint)
+
+
+def _not_importable(asker, name, exc, hint="") -> ModuleNotFoundError:
     return ModuleNotFoundError(
-        f"convert(x, {name!r}): no module named {name!r} can be imported here "
-        f"({type(exc).__name__}: {exc}).{hint} Check the spelling, or install the library into "
-        "this Python.",
+        f"{asker}: no module named {name!r} can be imported here ({type(exc).__name__}: {exc}).{hint} "
+        "Check the spelling, or install the library into this Python.",
         name=name,
     )
 
@@ -823,12 +811,7 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
 
 
 def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
-    return ModuleNotFoundError(
-        f"gpu-dlpack doctor --library {name}: no module named {name!r} can be imported here "
-        f"({type(exc).__name__}: {exc}). Check the spelling, or install the library into "
-        "this Python.",
-        name=name,
-    )
+    return _not_importable(f"gpu-dlpack doctor --library {name}", name, exc)
 
 
 def explain_takes(obj) -> TypeError:

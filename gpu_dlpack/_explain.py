@@ -253,22 +253,11 @@ def _data() -> dict:
 @functools.lru_cache(maxsize=1)
 def entries() -> tuple:
     """Every known error, in the order of the data file (most specific first)."""
-    out = []
-    for raw in _data()["errors"]:
-        out.append(
-            Entry(
-                id=raw["id"],
-                library=raw["library"],
-                exception=raw["exception"],
-                pattern=re.compile(raw["pattern"], re.IGNORECASE),
-                meaning=raw["meaning"],
-                remedies=tuple(raw["remedies"]),
-                avoid=dict(raw["avoid"]),
-                refusal=bool(raw.get("refusal", False)),
-                rule=raw.get("rule"),
-            )
-        )
-    return tuple(out)
+    return tuple(
+        Entry(raw["id"], raw["library"], raw["exception"], re.compile(raw["pattern"], re.IGNORECASE), raw["meaning"],
+              tuple(raw["remedies"]), dict(raw["avoid"]), bool(raw.get("refusal", False)), raw.get("rule"))
+        for raw in _data()["errors"]
+    )
 
 
 def by_id(entry_id: str) -> Entry | None:

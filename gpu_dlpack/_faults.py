@@ -28,9 +28,6 @@ POLICIES = ("copy", "share", "refuse")
 READ_ONLY = ("read-only-ignored", "always-writeable", "legacy-only", "read-only-unknown")
 _READ_ONLY = frozenset(READ_ONLY)
 
-#: Faults of layout: the consumer cannot import some strides.
-LAYOUT = frozenset({"negative-strides", "non-compact-strides", "c-order-only"})
-
 #: What a consumer with "narrows-64-bit" makes of a DLPack (code, bits):
 #: (the dtype, the narrower one it would hold).
 NARROWED = {
@@ -114,6 +111,16 @@ def is_c_order(shape, strides) -> bool:
     return True
 
 
+#: The layout faults, in the order they are acted on: (fault, whether a
+#: layout of ``(shape, strides)`` has it, what its copy is called, whether
+#: any compact copy, made for an earlier fault, already serves it).
+_LAYOUT_FAULTS = (
+    ("negative-strides", has_negative, "copied", False),
+    ("non-compact-strides", lambda shape, strides: not is_compact(shape, strides), "copied", False),
+    ("c-order-only", lambda shape, strides: not is_c_order(shape, strides), "copied in C order", True),
+)
+
+
 def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, strides, host: bool,
         address: int, copy, on_readonly: str, dtype: tuple = (), settings: dict | None = None) -> Fix:
     """What to do with a capsule of these facts for ``consumer`` (its name,
@@ -135,38 +142,22 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
             raise _errors.readonly_refused(consumer, why)
         if on_readonly == "share":
             share = True
-            applied.append(fault)
             reasons.append(
-                f"read-only data handed to {consumer} writeable, as on_readonly='share' asked "
-                f"({consumer} {why})"
-            )
+                f"read-only data handed to {consumer} writeable, as on_readonly='share' asked ({consumer} {why})")
+        elif copy is False:
+            raise _errors.readonly_needs_copy(consumer, why)
         else:
+            copies = True
+            reasons.append(f"copied: the data is read-only and {consumer} {why}")
+        applied.append(fault)
+    for fault, has, done, fixed_by_any_copy in _LAYOUT_FAULTS:
+        if fault in faults and not (fixed_by_any_copy and copies) and has(shape, strides):
+            why = f"{consumer} {FAULTS[fault][0]}"
             if copy is False:
-                raise _errors.readonly_needs_copy(consumer, why)
+                raise _errors.layout_needs_copy(consumer, shape, strides, why)
             copies = True
             applied.append(fault)
-            reasons.append(f"copied: the data is read-only and {consumer} {why}")
-    if "negative-strides" in faults and has_negative(shape, strides):
-        if copy is False:
-            raise _errors.layout_needs_copy(consumer, shape, strides, f"{consumer} {FAULTS['negative-strides'][0]}")
-        copies = True
-        applied.append("negative-strides")
-        reasons.append(f"copied: {consumer} {FAULTS['negative-strides'][0]}")
-    if "non-compact-strides" in faults and not is_compact(shape, strides):
-        if copy is False:
-            raise _errors.layout_needs_copy(
-                consumer, shape, strides, f"{consumer} {FAULTS['non-compact-strides'][0]}"
-            )
-        copies = True
-        applied.append("non-compact-strides")
-        reasons.append(f"copied: {consumer} {FAULTS['non-compact-strides'][0]}")
-    if "c-order-only" in faults and not copies and not is_c_order(shape, strides):
-        why = f"{consumer} {FAULTS['c-order-only'][0]}"
-        if copy is False:
-            raise _errors.layout_needs_copy(consumer, shape, strides, why)
-        copies = True
-        applied.append("c-order-only")
-        reasons.append(f"copied in C order: {why}")
+            reasons.append(f"{done}: {why}")
     align = False
     consumer_copies = None
     if "unaligned-copies" in faults and host and copies:
@@ -174,8 +165,7 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
     elif "unaligned-copies" in faults and host and address % ALIGNMENT:
         if copy is False:
             raise _errors.unaligned_needs_copy(consumer, address, ALIGNMENT)
-        else:
-            consumer_copies = f"{consumer} {FAULTS['unaligned-copies'][0]}"
+        consumer_copies = f"{consumer} {FAULTS['unaligned-copies'][0]}"
     if not (copies or share or consumer_copies):
         return PLAIN
     return Fix(copies, align, share, tuple(applied), tuple(reasons), consumer_copies)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import threading
 
 from . import _errors
@@ -116,9 +117,8 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     runtime = _runtime()
     event = _acquire(device)
     try:
-        bound = _core_handoff(runtime)
-        if bound is not None:  # the same calls, made in C
-            bound(event, producer, consumer, device, consumer_device)
+        if core_bound(runtime):  # the same calls, made in C
+            core.handoff(event, producer, consumer, device, consumer_device)
         else:  # a runtime the core is not bound to: its Python calls
             with on_device(device):
                 runtime.eventRecord(event, producer)
@@ -292,8 +292,6 @@ def default_stream() -> int:
     try:
         from cupy_backends.cuda.stream import get_default_stream_ptr
     except ImportError:  # older CuPy: read the switch CuPy reads
-        import os
-
         ptds = os.environ.get("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
         return runtime.streamPerThread if ptds else runtime.streamLegacy
     return int(get_default_stream_ptr())
@@ -372,10 +370,11 @@ _RUNTIME_FACES = ("cupy.cuda.runtime", CUPY_RUNTIME)
 _bindings: list = []  # [(runtime module, bound: bool, why not)], once resolved
 
 
-def _bind(runtime) -> bool:
-    """Whether the core is bound to ``runtime`` (CuPy's runtime module, as
-    ``_runtime`` gives it): resolved once; any other runtime object (a
-    stand-in, or none) keeps the Python calls."""
+def core_bound(runtime) -> bool:
+    """Whether the core's hand-off and copy (``core.handoff``, ``core.copy``)
+    are bound to ``runtime`` (CuPy's runtime module, as ``_runtime`` gives
+    it): resolved once; any other runtime object (a stand-in, or none) keeps
+    the Python calls."""
     state = _bindings
     if state:
         known, bound, _why = state[0]
@@ -390,8 +389,6 @@ def _bind(runtime) -> bool:
 def _bind_capi(runtime):
     """``(bound, why not)``: the core bound to the C entries of CuPy's
     runtime module behind ``runtime``, checked entry by entry."""
-    import sys
-
     module = sys.modules.get(CUPY_RUNTIME)
     capi = getattr(module, "__pyx_capi__", None)
     if not isinstance(capi, dict) or getattr(runtime, "getDevice", None) is not getattr(module, "getDevice", False):
@@ -402,36 +399,14 @@ def _bind_capi(runtime):
     return True, None
 
 
-def _core_handoff(runtime):
-    """The core's hand-off when it is bound to ``runtime`` (else None: the
-    Python calls)."""
-    state = _bindings
-    if state:  # resolved: no call more per exchange
-        known, bound, _why = state[0]
-        return core.handoff if bound and runtime is known else None
-    return core.handoff if _bind(runtime) else None
-
-
-def core_copy(runtime):
-    """The core's one-call copy (``cudaMemcpyAsync``, then an event record
-    or a stream synchronize) when it is bound to ``runtime``; else None."""
-    state = _bindings
-    if state:
-        known, bound, _why = state[0]
-        return core.copy if bound and runtime is known else None
-    return core.copy if _bind(runtime) else None
-
-
 def binding() -> str:
     """The runtime the core's CUDA calls go to, in words (``gpu-dlpack
     doctor``): CuPy's runtime module, or why they are CuPy's Python calls."""
     if not _bindings:
-        import sys
-
         if "cupy" not in sys.modules:
             return "none yet: CuPy is not imported"
         try:
-            _bind(_runtime())
+            core_bound(_runtime())
         except Exception as exc:  # a CuPy that does not import, or a forked child
             return f"none: {type(exc).__name__}: {exc}"
     if not _bindings:

@@ -17,6 +17,7 @@ Floor: the export direction's kit, over ``_export`` (never over ``_import``).
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Sequence
 
@@ -26,8 +27,6 @@ from . import _dtypes, _errors, _protocols, _streams
 from ._devices import CPU, Device
 from ._export import Exportable, wrap
 from ._typing import Capsule, DeviceLike, StreamLike, Version
-
-_Exportable = Exportable
 
 
 class Producer:
@@ -136,28 +135,11 @@ class Producer:
         return _held_interface(exportable, exportable.__array_interface__)  # AttributeError off the host
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        """``dlpack_memory()`` as a NumPy array (NumPy's ``__array__``).
-
-        Parameters
-        ----------
-        dtype : numpy.dtype or what it takes, optional
-            The dtype asked for: the data converted (a copy) when it is another.
-        copy : bool, optional
-            ``True`` a copy, ``False`` none (``ValueError`` where one is
-            needed), ``None`` a copy only for another dtype.
-
-        Returns
-        -------
-        numpy.ndarray
-            The array over the memory (read-only where the memory is), or a
-            copy of it.
-
-        Raises
-        ------
-        TypeError
-            Memory the host cannot address (on a GPU): copy it to the host
-            with ``gpu_dlpack.from_dlpack(obj, device="cpu")``.
-        """
+        """``dlpack_memory()`` as a NumPy array (NumPy's ``__array__``): the
+        array over the memory (read-only where the memory is), or a copy of
+        it for ``copy=True`` or another ``dtype`` (``ValueError`` where
+        ``copy=False`` forbids it). TypeError for memory the host cannot
+        address (on a GPU)."""
         exportable = _exportable(self)
         if not exportable.device.is_host_accessible:
             raise _errors.not_on_host(self, exportable.device)
@@ -172,7 +154,7 @@ class Producer:
 
 def _exportable(producer) -> Exportable:
     memory = producer.dlpack_memory()
-    return memory if type(memory) is _Exportable else wrap(memory)
+    return memory if type(memory) is Exportable else wrap(memory)
 
 
 class _Span:
@@ -293,16 +275,12 @@ def from_pointer(
         steps = _ints("strides", strides)
         if len(steps) != len(dims):
             raise _errors.bad_pointer_argument("strides", strides, f"there is one per dimension of {tuple(dims)}")
-    size = 1
-    for n in dims:
-        size *= n
+    size = math.prod(dims)
     if address == 0 and size:
         raise _errors.bad_pointer_argument("ptr", ptr, f"it is NULL but the shape {tuple(dims)} has elements")
     _check_extent(ptr, address, shape, dims, strides, steps, itemsize)
     where = Device(device)
-    handle = None
-    if stream is not None:
-        handle = _streams.check_stream(_streams.handle_of(stream), where.type)
+    handle = None if stream is None else _streams.check_stream(_streams.handle_of(stream), where.type)
     info = {
         "shape": tuple(dims), "dtype": numpy_dtype, "ptr": address, "readonly": readonly,
         "strides": None if steps is None else tuple(s * itemsize for s in steps),

@@ -42,6 +42,7 @@ the package (a leaf: the device parser reads it too).
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Callable, NamedTuple
 
@@ -345,10 +346,9 @@ def export_facts(t) -> ExportFacts:
     """The export facts of producer type ``t`` (read once per type, from
     its row and the version of its library, loaded already since ``t`` is
     one of its types)."""
-    try:
-        return _EXPORT_FACTS[t]
-    except KeyError:
-        pass
+    facts = _EXPORT_FACTS.get(t)
+    if facts is not None:
+        return facts
     peer = of_array_type(t)
     facts = NO_EXPORT_FAULTS
     if peer is not None and peer.export_faults:
@@ -402,17 +402,16 @@ def release(version: str | None) -> tuple:
     range needs no more, and gpu_dlpack depends on NumPy alone.)"""
     out = []
     for part in (version or "").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
+        digits = _DIGITS.match(part)
+        if digits is None:
             break
-        out.append(int(digits))
-        if len(digits) < len(part):
+        out.append(int(digits[0]))
+        if digits.end() < len(part):
             break  # "0rc1", "0+cpu": the release ends here
     return tuple(out)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def active_faults(peer: Peer | None, version: str | None) -> frozenset:
@@ -426,11 +425,6 @@ def active_faults(peer: Peer | None, version: str | None) -> frozenset:
 
 def _in_range(faults, version) -> frozenset:
     have = release(version)
-    found = set()
-    for fault in faults:
-        if not have or (
-            (fault.since is None or have >= tuple(fault.since))
-            and (fault.until is None or have < tuple(fault.until))
-        ):
-            found.add(fault.id)
-    return frozenset(found)
+    return frozenset(fault.id for fault in faults if not have or (
+        (fault.since is None or have >= tuple(fault.since)) and (fault.until is None or have < tuple(fault.until))
+    ))

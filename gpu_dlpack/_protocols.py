@@ -243,11 +243,6 @@ def _dtype_of(typestr, cai):
     return dtype
 
 
-def _gpu_of(ptr: int) -> int:
-    """The GPU that holds device pointer ``ptr`` (the current GPU for NULL)."""
-    return cupy_backend.gpu_of(ptr)
-
-
 class Lent:
     """A DLPack producer over memory another object describes and owns: a
     pointer, shape, NumPy dtype and strides in bytes (``info``, as
@@ -283,7 +278,7 @@ class Lent:
             raise _errors.readonly_legacy()
         view = self._view
         if view is None:
-            view = self._view = self._host_typed_view()
+            view = self._view = host_array(info, self.obj)
         # NumPy's exporter describes the memory (and says READ_ONLY, and the
         # DLPack code of a type it carries); the layer stamps its version on
         # what it passes on.
@@ -292,9 +287,6 @@ class Lent:
         capsule = numpy_backend.export(view, plan, dtype)
         _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
         return capsule
-
-    def _host_typed_view(self) -> np.ndarray:
-        return host_array(self.info, self.obj)
 
 
 def host_array(info, owner) -> np.ndarray:
@@ -338,7 +330,7 @@ class CudaArray(Lent):
 
     def __init__(self, obj, cai):
         info = parse_cuda_interface(cai)
-        gpu = _gpu_of(info["ptr"])
+        gpu = cupy_backend.gpu_of(info["ptr"])  # the current GPU for NULL
         super().__init__(obj, info, Device._make(_T.ROCM if cupy_is_rocm() else _T.CUDA, gpu))
 
 

@@ -85,19 +85,11 @@ def check_addressable(x) -> None:
         raise _errors.spread_not_addressable(describe(x), missing, here)
 
 
-def _shard_device(shard) -> Device:
-    return Device.of(shard.data)
-
-
-def _replicated(x) -> bool:
-    return bool(getattr(x, "is_fully_replicated", False))
-
-
 def replica(x, device: Device | None = None):
     """The single-device replica of a fully replicated ``x``: the one on
     ``device`` when there is one, else the first addressable one. None when
     ``x`` is not fully replicated."""
-    if not _replicated(x):
+    if not getattr(x, "is_fully_replicated", False):
         return None
     shards = x.addressable_shards
     if not shards:
@@ -105,7 +97,7 @@ def replica(x, device: Device | None = None):
         return None
     if device is not None:
         for shard in shards:
-            if _shard_device(shard) == device:
+            if Device.of(shard.data) == device:
                 return shard.data
     return shards[0].data
 
@@ -115,7 +107,7 @@ def home(x) -> Device:
     first addressable shard (so a gather of a host-sharded array lands on the
     host)."""
     check_addressable(x)
-    return _shard_device(x.addressable_shards[0])
+    return Device.of(x.addressable_shards[0].data)
 
 
 def pieces(x):

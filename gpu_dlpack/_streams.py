@@ -48,10 +48,9 @@ def rules_for(device_type):
 
 def describe(device_type) -> str:
     """The valid values for a device type, for error messages."""
-    parts = []
-    for key, meaning in rules_for(device_type).items():
-        label = "an int > 2" if key == ABOVE_2 else repr(key)
-        parts.append(f"{label} ({meaning})")
+    parts = [
+        f"{'an int > 2' if key == ABOVE_2 else repr(key)} ({meaning})" for key, meaning in rules_for(device_type).items()
+    ]
     if device_type in _CUDA_ZERO:
         parts.append("0 (ambiguous; taken as the legacy default stream, with a StreamWarning)")
     return ", ".join(parts)
@@ -275,17 +274,13 @@ def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> It
         raise _errors.bad_stream_value(handle, "a GPU", describe(DLDeviceType.CUDA))
     index = device_index_of(stream)
     if device is not None:
-        index = device if type(device) is int else _device_index(device)
+        index = device if type(device) is int else Device(device).index
     stack = _stack()
     stack.append((handle, index))
     try:
         yield stream
     finally:
         stack.pop()
-
-
-def _device_index(device):
-    return Device(device).index
 
 
 def in_block() -> bool:

@@ -142,25 +142,12 @@ def _export_old(view: np.ndarray, plan, dtype: _dtypes.DType):
     return _old_numpy.export_versioned(view, _STAMP, flags, dtype.code, dtype.bits)
 
 
-def own_capsule(view: np.ndarray, versioned: bool):
-    """NumPy's own capsule of ``view``, as NumPy 2.1+ makes it on any NumPy:
-    legacy, or versioned 1.0 with READ_ONLY where ``view`` is read-only."""
-    if not versioned:
-        return view.__dlpack__()
-    if VERSIONED_NUMPY:
-        return view.__dlpack__(max_version=_ASK)
-    dtype = _dtypes.from_numpy(view.dtype)
-    flags = 0 if view.flags.writeable else _capsule.READ_ONLY
-    return _old_numpy.export_versioned(view, _capsule.version_word(_ASK), flags, dtype.code, dtype.bits)
-
-
 def export_in_place(arr: np.ndarray, versioned: bool):
     """NumPy's own capsule for ``arr`` where it is already what the rules ask
     for (on the CPU, no copy, a dtype NumPy describes, READ_ONLY set by NumPy
     for read-only data), relabelled DLPACK_VERSION (with its strides) when
-    versioned. None when
-    NumPy refuses (a read-only array as legacy, a dtype it cannot export):
-    the general path then says why, in gpu_dlpack's words."""
+    versioned. None when NumPy refuses (a read-only array as legacy, a dtype
+    it cannot export): the general path then says why, in gpu_dlpack's words."""
     if versioned and not VERSIONED_NUMPY:
         return None  # built by the general path
     try:

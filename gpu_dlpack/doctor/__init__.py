@@ -106,24 +106,9 @@ for the consumer gpu_dlpack lands in on that device (NumPy on the host, CuPy
 on a GPU), ``consumer(gpu_dlpack.wrap(x))`` for every other consumer.
 On a GPU, NumPy is a consumer too (``numpy.from_dlpack(x, device="cpu")``),
 and CuPy arrays in managed memory are a producer of their own.
-``refused`` is gpu_dlpack declining what a rule (docs/internals/rules.md) exists to
-refuse (a version below the floor, ``copy=False`` where a copy is needed,
-read-only data to a legacy consumer; ``_verdicts``); it is not a failure,
-and its finding names the rule. Any other refusal of an exchange that works
-directly is an ``error``. The exit status is 1 when an exchange through
-gpu_dlpack fails, and with ``strict`` (``doctor --strict``) also when a
-finding is one gpu_dlpack does not correct (``"strict": true``): a library
-that is installed but cannot be used, a fault the table does not list for
-the installed version (``convert`` does not correct it), or an entry of the
-table the probes no longer find. The hazards of the direct path that the
-layer corrects (torch ignoring READ_ONLY, JAX's legacy capsules...) do not
-fail it: ``--strict`` can gate a CI job on a stack gpu_dlpack serves.
-
-Each host consumer's faults are measured (``_faults``: strides in a child
-process, since torch 2.12 and 2.13 abort on a negative one) and compared
-with gpu_dlpack's table for its version: a fault the table does not list is
-a hazard, an entry the probes no longer find a note. A ``--library`` that
-cannot be imported is an error (ModuleNotFoundError; exit status 2).
+``refused`` is gpu_dlpack declining what a rule exists to refuse
+(``_verdicts``): not a failure. What the exit status, ``--strict`` and the
+findings mean is in docs/guide/doctor.md.
 
 Floor: the faces; it stands on the two directions and reads the rest as any
 user would.

@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 from .. import _peers
-from ._measure import _err, _host_values, _pointer_or_none, _resolve
+from ._measure import _aligned, _err, _host_values, _pointer_or_none, _resolve
 
 #: The faults the doctor measures on the host.
 MEASURED = frozenset({
@@ -44,18 +44,11 @@ _CHILD_TIMEOUT = 240  # seconds, for all the consumers together
 
 
 def _sample(case):
-    if case == "transposed":
-        raw = np.empty(48 + _peers.ALIGNMENT, np.uint8)
-        start = (-raw.ctypes.data) % _peers.ALIGNMENT
-        base = raw[start:start + 48].view(np.float32)
-        base[...] = np.arange(12, dtype=np.float32)
-        return base.reshape(3, 4).T
     base = np.arange(12, dtype=np.float32)
-    return base[CASES[case]]
+    return _aligned(base).reshape(3, 4).T if case == "transposed" else base[CASES[case]]
 
 
 # -- the child -------------------------------------------------------------------
-
 
 def _child(units) -> None:
     """Probe ``units`` (``[name, module, submodules, consumer paths, case]``)
@@ -196,7 +189,6 @@ def strides_of(results: dict, name: str) -> dict | None:
 
 
 # -- what was measured, against the table ----------------------------------------
-
 
 def _fails(outcome) -> bool:
     return outcome.startswith(("raises", "aborts", "kills", "hangs", "wrong"))

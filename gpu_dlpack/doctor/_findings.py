@@ -9,8 +9,6 @@ from ._faults import HINTS, detail
 from ._verdicts import is_unjustified_refusal, rule_of, rule_text
 
 
-# -- findings ----------------------------------------------------------------
-
 SEVERITIES = ("failure", "refused", "hazard", "fixed", "note")
 
 
@@ -98,10 +96,7 @@ def _remedy_for(result):
 
 def _first_sentence(text):
     """The first sentence of a message, ending with a period."""
-    if not text:
-        return text
-    head = text.partition(". ")[0].rstrip(".")
-    return head + "."
+    return text and text.partition(". ")[0].rstrip(".") + "."
 
 
 def _cell_findings(mat):
@@ -142,5 +137,3 @@ def findings(report) -> list:
         out += _cell_findings(mat)
     out.sort(key=lambda f: SEVERITIES.index(f["severity"]))
     return out
-
-

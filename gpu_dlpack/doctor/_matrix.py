@@ -19,26 +19,16 @@ from ._probes import _write_through
 from ._verdicts import judge
 
 
-# -- exchanges ---------------------------------------------------------------
-
-
 def _result(call, run, source, readonly_source=False):
     """Run one exchange and judge it: values, pointers, read-only writes."""
-    result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
-              "request": None, "hazards": []}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got, request = run()
     except Exception as exc:
-        result["error"] = _err(exc)
-        found = _explain.first(result["error"])
-        result["explain"] = found.entry.id if found else None
-        result["outcome"] = "refused" if found is not None and found.entry.refusal else "error"
-        request = getattr(exc, "_doctor_request", None)
-        result["request"] = request
-        return result
-    result["request"] = request
+        return _failed(call, exc, getattr(exc, "_doctor_request", None), judged=True)
+    result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
+              "request": request, "hazards": []}
     values = _host_values(got)
     if values is None or values.shape != VALUES.shape or not np.array_equal(values, VALUES):
         result["outcome"] = "wrong-values"
@@ -60,30 +50,18 @@ def _takes_capsules(consumer):
 def _direct(consumer, make):
     source = make()
     if _takes_capsules(consumer):
-        def run():
-            return consumer.consume(type(source).__dlpack__(source)), None
-
-        return source, run, "x.__dlpack__()"
-
-    def run():
-        return consumer.consume(source), None
-
-    return source, run, "x"
+        return source, lambda: (consumer.consume(type(source).__dlpack__(source)), None), "x.__dlpack__()"
+    return source, lambda: (consumer.consume(source), None), "x"
 
 
 def _through(consumer, make, backend_consumer):
     source = make()
     call = consumer.row["consumer"]["call"]
     if backend_consumer:
-        def run():
-            return gd_from_dlpack(source), None
-
-        return source, run, "gpu_dlpack.from_dlpack(x)"
+        return source, lambda: (gd_from_dlpack(source), None), "gpu_dlpack.from_dlpack(x)"
     if _takes_capsules(consumer):
-        def run():
-            return consumer.consume(gpu_export(source)), None
-
-        return source, run, f"{call}(gpu_dlpack.export(x){_suffix(consumer)})"
+        return (source, lambda: (consumer.consume(gpu_export(source)), None),
+                f"{call}(gpu_dlpack.export(x){_suffix(consumer)})")
     w = wrap(source)
 
     def run():
@@ -131,12 +109,14 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
     return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": via}
 
 
-def _failed(call, exc):
-    """An exchange that could not start (the array or the wrapper failed)."""
+def _failed(call, exc, request=None, judged=False):
+    """An exchange that raised (``judged``: a refusal by design is
+    ``refused``), or could not start (the array or the wrapper failed)."""
     error = _err(exc)
     found = _explain.first(error)
-    return {"call": call, "outcome": "error", "ok": False, "error": error,
-            "explain": found.entry.id if found else None, "request": None, "hazards": []}
+    refused = judged and found is not None and found.entry.refusal
+    return {"call": call, "outcome": "refused" if refused else "error", "ok": False, "error": error,
+            "explain": found.entry.id if found else None, "request": request, "hazards": []}
 
 
 def _makers(loaded, gpu):
@@ -265,5 +245,3 @@ def matrix(loaded, gpu=False) -> dict | None:
         "skipped": skipped,
         "cells": cells,
     }
-
-

@@ -9,13 +9,10 @@ import warnings
 import numpy as np
 
 from .. import _capsule
+from .._peers import ALIGNMENT  # bytes; JAX copies host buffers aligned less
 
 VALUES = np.arange(6, dtype=np.float32).reshape(2, 3)
-KEYWORDS = ("stream", "max_version", "dl_device", "copy")
 _MESSAGE_WIDTH = 300
-
-
-ALIGNMENT = 64  # bytes; JAX copies host buffers aligned less
 
 
 def _aligned(a, offset=0):
@@ -128,4 +125,3 @@ def _quiet(fn):
             return fn(*args, **kwargs)
 
     return run
-

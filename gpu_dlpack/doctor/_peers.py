@@ -3,18 +3,12 @@ nothing here says how a library behaves."""
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 from .._backends import cupy_backend
 from ._measure import _aligned, _readonly_numpy
-
-
-def _host_copy(m, a):
-    return _aligned(a)
-
 
 
 def _jax_devices(m, platform_name):
@@ -27,11 +21,6 @@ def _jax_devices(m, platform_name):
 def _tf_host(m, a):
     with m.device("CPU:0"):
         return m.constant(a)
-
-
-@functools.lru_cache(maxsize=1)
-def _cupy_gpus() -> int:
-    return cupy_backend.device_count()
 
 
 @dataclass(frozen=True)
@@ -51,7 +40,7 @@ class Peer:
 
 
 PEERS = (
-    Peer("numpy", "numpy", host=_host_copy, readonly=_readonly_numpy),
+    Peer("numpy", "numpy", host=lambda m, a: _aligned(a), readonly=_readonly_numpy),
     Peer(
         "torch", "torch",
         host=lambda m, a: m.from_numpy(_aligned(a)),
@@ -65,7 +54,7 @@ PEERS = (
         gpu_usable=lambda m: bool(_jax_devices(m, "gpu")),
     ),
     Peer(
-        "cupy", "cupy", gpu=lambda m, a: m.asarray(a), gpu_usable=lambda m: _cupy_gpus() > 0,
+        "cupy", "cupy", gpu=lambda m, a: m.asarray(a), gpu_usable=lambda m: cupy_backend.device_count() > 0,
         host_consumer=False,
     ),
     Peer(
@@ -111,7 +100,6 @@ def generic_peer(module: str) -> Peer:
     )
 
 
-
 def _peer_gpu_usable(peer, module) -> bool:
     if peer.gpu_usable is None or module is None:
         return False
@@ -121,4 +109,3 @@ def _peer_gpu_usable(peer, module) -> bool:
             return bool(peer.gpu_usable(module))
     except Exception:
         return False
-

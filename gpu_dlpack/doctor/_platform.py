@@ -7,12 +7,9 @@ import platform
 import sys
 import warnings
 
+from .._backends import cupy_backend
 from ._measure import _err
-from ._peers import _cupy_gpus
 from ._probes import _installed
-
-
-# -- platform ----------------------------------------------------------------
 
 
 def _nvidia_driver():
@@ -96,7 +93,7 @@ def probe_platform() -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gpu["cupy"] = _probe_cupy(gpu)
-        gpu["usable"] = bool(gpu["devices"]) and _cupy_gpus() > 0
+        gpu["usable"] = bool(gpu["devices"]) and cupy_backend.device_count() > 0
         if gpu["usable"]:
             gpu["reason"] = None
         torch = sys.modules.get("torch")
@@ -125,5 +122,3 @@ def probe_platform() -> dict:
         "machine": platform.machine(),
         "gpu": gpu,
     }
-
-

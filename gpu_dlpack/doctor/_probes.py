@@ -291,5 +291,3 @@ def _probe_producer_where_possible(peer, module, gpu):
     if gpu and not _peer_gpu_usable(peer, module):
         return {"probed": False, "reason": "its arrays live on a GPU, and none is usable"}
     return probe_producer(peer, module, gpu=gpu)
-
-

@@ -5,9 +5,6 @@ from __future__ import annotations
 from .. import _explain
 
 
-# -- the terminal view -------------------------------------------------------
-
-
 class _Span(str):
     """A table cell that runs over the columns after it (a reason, not a value)."""
 
@@ -40,12 +37,19 @@ def _capsule_text(c):
     return f"{c['version'][0]}.{c['version'][1]}"
 
 
-def _producer_cells(row):
-    p = row.get("producer") or {}
+def _unprobed(row, side):
+    """The cells of a library whose ``side`` was not probed (a reason that
+    spans them), or None."""
+    probe = row.get(side) or {}
     if not row["installed"] or row["error"]:
         return [_Span(row["error"] or ""), "", "", "", "", ""]
-    if not p.get("probed"):
-        return [_Span(f"not probed: {p.get('reason')}"), "", "", "", "", ""]
+    if not probe.get("probed"):
+        return [_Span(f"not probed: {probe.get('reason')}"), "", "", "", "", ""]
+    return None
+
+
+def _producer_cells(row):
+    p = row["producer"]
     missing = [k for k, taken in p["keywords"].items() if not taken]
     ro = p.get("read_only")
     if ro is None:
@@ -73,11 +77,7 @@ def _producer_cells(row):
 
 
 def _consumer_cells(row):
-    c = row.get("consumer") or {}
-    if not row["installed"] or row["error"]:
-        return [_Span(row["error"] or ""), "", "", "", "", ""]
-    if not c.get("probed"):
-        return [_Span(f"not probed: {c.get('reason')}"), "", "", "", "", ""]
+    c = row["consumer"]
     sends = c.get("sends")
     if c.get("error"):
         sends_text = f"fails ({c['error'].split(':')[0]})"
@@ -129,12 +129,12 @@ def render(report) -> str:
     lines += ["", "Producers: x.__dlpack__() / x.__dlpack__(max_version=(1, 0))"]
     rows = [["library", "version", "capsules", "floor", "keywords taken", "read-only data", "copy=True", "device"]]
     for row in report["libraries"]:
-        rows.append([row["name"], row["version"] or "-"] + _producer_cells(row))
+        rows.append([row["name"], row["version"] or "-"] + (_unprobed(row, "producer") or _producer_cells(row)))
     lines += _table(rows)
     lines += ["", "Consumers: what from_dlpack asks of a producer (measured with gpu_dlpack.wrap)"]
     rows = [["library", "call", "sends", "copy=True", "READ_ONLY", "unaligned", "raw capsules"]]
     for row in report["libraries"]:
-        rows.append([row["name"]] + _consumer_cells(row))
+        rows.append([row["name"]] + (_unprobed(row, "consumer") or _consumer_cells(row)))
     lines += _table(rows)
     lines += _fault_lines(report)
     for mat in report["matrices"]:

@@ -19,9 +19,6 @@ from ._probes import load
 SCHEMA = "gpu_dlpack.doctor/1"
 
 
-# -- the report --------------------------------------------------------------
-
-
 def _summary(report):
     cells = [c for m in report["matrices"] for c in m["cells"]]
     return {
@@ -99,5 +96,3 @@ def run(extra=(), peers=None, strict=False) -> dict:
 
 def to_json(report) -> str:
     return json.dumps(report, indent=2)
-
-

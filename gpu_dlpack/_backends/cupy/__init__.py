@@ -1,33 +1,25 @@
 """The CuPy backend: CUDA and ROCm memory, and every copy that involves a GPU.
 
-Exports go through CuPy's own exporter (zero-copy; its C deleter is safe on
-any thread), asked for no synchronization: the stream hand-off is done here
-with pooled events (``_handoff``), then the capsule is corrected (version,
-flags, device label, dtype). What CuPy refuses or does poorly is done here:
-``copy=True`` on the array's own device, device-to-host copies through
-pinned memory on the consumer's stream, pinned host (CUDA_HOST) results,
-peer copies between GPUs, and imports of host and pinned memory.
-
-Imports land in CuPy arrays through ``cupy.from_dlpack`` for the capsules it
-takes (CUDA, CUDA_MANAGED, ROCM), and over ``cupy.cuda.UnownedMemory`` owned
-by the capsule's tensor for the memory it refuses (pinned or host memory a
-GPU can address). Every copy is ``cudaMemcpyAsync`` on a stream, or a CuPy
-kernel on it; every buffer a queued copy reads or writes stays alive until
-it is done.
+What CuPy refuses or does poorly is done here: ``copy=True`` on the array's
+own device, device-to-host copies through pinned memory on the consumer's
+stream, pinned host (CUDA_HOST) results, peer copies between GPUs, and
+imports of host and pinned memory. Every copy is ``cudaMemcpyAsync`` on a
+stream, or a CuPy kernel on it; every buffer a queued copy reads or writes
+stays alive until it is done.
 
 This package decides nothing: ``_rules`` says whether to copy and where to,
 ``_streams`` what each stream value means and when a copy must be complete.
-Its modules, top to bottom: ``exports`` and ``imports`` side by side, the
-``copies`` they make, and the ``gpus`` they ask; this face names what the
-layer above calls.
+Its modules, top to bottom: ``exports`` and ``imports`` side by side (each
+says how it uses CuPy's own exporter and importer), the ``copies`` they
+make, and the ``gpus`` they ask; this face names what the layer above calls.
 """
 
 from .copies import to_host
 from .exports import export_array, export_host
-from .gpus import DEVICE_TYPES, GPU_TYPES, INDEXED_TYPES, addressable, device_count, device_of, gpu_of, owns, serves
+from .gpus import device_count, device_of, gpu_of, owns, serves
 from .imports import aligned_copy, consume, gather, import_capsule, import_to
 
 __all__ = [
-    "DEVICE_TYPES", "GPU_TYPES", "INDEXED_TYPES", "addressable", "aligned_copy", "consume", "device_count", "device_of",
-    "export_array", "export_host", "gather", "gpu_of", "import_capsule", "import_to", "owns", "serves", "to_host",
+    "aligned_copy", "consume", "device_count", "device_of", "export_array", "export_host", "gather", "gpu_of",
+    "import_capsule", "import_to", "owns", "serves", "to_host",
 ]

@@ -19,7 +19,6 @@ from ..._devices import Device, DLDeviceType, cupy_is_rocm
 
 _T = DLDeviceType
 
-GPU_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED, _T.CUDA_HOST, _T.ROCM_HOST})
 _BUILD_TYPES = {
     False: frozenset({_T.CUDA, _T.CUDA_MANAGED, _T.CUDA_HOST}),
     True: frozenset({_T.ROCM, _T.ROCM_HOST}),
@@ -142,7 +141,6 @@ def gpu_of(ptr: int) -> int:
         from cupy.cuda import runtime
     except ImportError:
         return 0
-
     try:
         if ptr:
             device = int(runtime.pointerGetAttributes(ptr).device)
@@ -151,15 +149,6 @@ def gpu_of(ptr: int) -> int:
         return int(runtime.getDevice())
     except Exception:
         return 0
-
-
-def _memory_type(ptr: int) -> int | None:
-    runtime = _handoff._runtime()
-
-    try:
-        return runtime.pointerGetAttributes(ptr).type
-    except Exception:  # pageable memory on runtimes that refuse to say
-        return None
 
 
 def _before_host_access(source: Device, producer: int, gpu: int) -> None:
@@ -175,24 +164,31 @@ def _before_host_access(source: Device, producer: int, gpu: int) -> None:
         _handoff.wait_host(producer, gpu)
 
 
-def _is_managed(ptr: int) -> bool:
+def _memory_is(ptr: int, kind: str) -> bool:
+    """Whether ``ptr`` points into the runtime's ``memoryType<kind>`` memory
+    (False for NULL, and for pageable memory on runtimes that refuse to say)."""
     runtime = _handoff._runtime()
+    if not ptr:
+        return False
+    try:
+        found = runtime.pointerGetAttributes(ptr).type
+    except Exception:
+        return False
+    return found == getattr(runtime, f"memoryType{kind}")
 
-    return bool(ptr) and _memory_type(ptr) == runtime.memoryTypeManaged
+
+def _is_managed(ptr: int) -> bool:
+    return _memory_is(ptr, "Managed")
 
 
 def _is_pinned(ptr: int) -> bool:
-    runtime = _handoff._runtime()
-
-    return bool(ptr) and _memory_type(ptr) == runtime.memoryTypeHost
+    return _memory_is(ptr, "Host")
 
 
 # -- streams -----------------------------------------------------------------
 
 def _current_gpu() -> int:
-    runtime = _handoff._runtime()
-
-    return runtime.getDevice()
+    return _handoff._runtime().getDevice()
 
 
 def _stream_gpu(target: Device, fallback: int | None) -> int:

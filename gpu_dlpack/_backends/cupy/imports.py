@@ -45,8 +45,7 @@ def import_to(x, source, target, copy, needs_copy, stream):
         if not needs_copy:  # the same GPU, or memory it addresses in place
             _handoff.handoff(producer, consumer, src_gpu, gpu)
             return x.view()
-        out = _copy_from_gpu(x, src_gpu, producer, target, stream, _lands_on_host(target), consumer)
-        return out
+        return _copy_from_gpu(x, src_gpu, producer, target, stream, _lands_on_host(target), consumer)
     # The producer makes a stream wait for its work: the consumer's, or for
     # a peer copy the current stream of the producer's own GPU.
     peer = source.type in INDEXED_TYPES and source.index != gpu
