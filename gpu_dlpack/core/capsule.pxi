@@ -499,3 +499,114 @@ def kept_capsule(ptr, keep, /):
     m.manager_ctx = <void *>keep
     m.deleter = kept_deleter
     return capsule
+
+
+# -- a capsule's kind and pointer, and the patches of a tensor's fields ------------
+# What Python reads of a capsule by its name, and writes into a tensor the
+# layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
+# leave out), with no Python code run in between; a refusal writes nothing
+# and hands back to _capsule's words.
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.stdint cimport int32_t, uint8_t, INT32_MIN, INT32_MAX
+
+cdef extern from "Python.h":
+    long as_long "PyLong_AsLong"(object value) noexcept
+
+
+cdef object hand_back4(const char *name, a, b, c, d):
+    cdef PyObject *args[4]
+    args[0] = <PyObject *>a
+    args[1] = <PyObject *>b
+    args[2] = <PyObject *>c
+    args[3] = <PyObject *>d
+    return delegate(name, args, 4)
+
+
+@cython.embedsignature.format("clinic")
+def kind(capsule, /):
+    """True for an unconsumed versioned capsule, False for a legacy one."""
+    # The name is read once, in one step: what any other name means (a
+    # consumed capsule, not DLPack, not a capsule) is _capsule._kind's words.
+    cdef int versioned
+    cdef const char *name
+    raw = None
+    with cython.critical_section(capsule):
+        versioned = kind_of(<PyObject *>capsule)
+        if versioned < 0 and PyCapsule_CheckExact(capsule):
+            name = name_or_null(<PyObject *>capsule)
+            if name != NULL:
+                raw = <bytes>name
+    if versioned >= 0:
+        return versioned != 0
+    PyErr_Clear()
+    return hand_back2(b"kind", capsule, raw)
+
+
+@cython.embedsignature.format("clinic")
+def is_unconsumed(capsule, /):
+    """Whether the capsule is named dltensor or dltensor_versioned."""
+    return kind_of(<PyObject *>capsule) >= 0
+
+
+@cython.embedsignature.format("clinic")
+def pointer(capsule, versioned, /):
+    """The pointer of an unconsumed capsule of the given kind."""
+    # ValueError (the C API's) for anything else.
+    return PyLong_FromVoidPtr(PyCapsule_GetPointer(capsule, VERSIONED if versioned else LEGACY))
+
+
+@cython.embedsignature.format("clinic")
+def set_dtype(ptr, versioned, code, bits, /):
+    """Write a tensor's dtype: code and bits, one lane."""
+    cdef void *p = as_pointer(ptr)
+    cdef int v = truth(versioned)
+    cdef unsigned long c = as_ulong(code)
+    cdef unsigned long b = as_ulong(bits)
+    if PyErr_Occurred() or p == NULL or v < 0 or c > 255 or b > 255:
+        PyErr_Clear()
+        return hand_back4(b"set_dtype", ptr, versioned, code, bits)
+    cdef DLTensor *t = tensor_of(p, v)
+    t.dtype.code = <uint8_t>c
+    t.dtype.bits = <uint8_t>b
+    t.dtype.lanes = 1
+
+
+@cython.embedsignature.format("clinic")
+def set_device(ptr, versioned, device_type, device_id, /):
+    """Write a tensor's device."""
+    cdef void *p = as_pointer(ptr)
+    cdef int v = truth(versioned)
+    cdef long dt = as_long(device_type)
+    cdef long di = as_long(device_id)
+    if (PyErr_Occurred() or p == NULL or v < 0 or not INT32_MIN <= dt <= INT32_MAX or
+            not INT32_MIN <= di <= INT32_MAX):
+        PyErr_Clear()
+        return hand_back4(b"set_device", ptr, versioned, device_type, device_id)
+    cdef DLTensor *t = tensor_of(p, v)
+    t.device.device_type = <int32_t>dt
+    t.device.device_id = <int32_t>di
+
+
+@cython.embedsignature.format("clinic")
+def point_strides_after_shape(capsule, /):
+    """Point a versioned capsule's left-out strides at the ndim int64s after its shape."""
+    # Only for a capsule NumPy's own __dlpack__ has just returned: on a NumPy
+    # that writes a C-contiguous array's strides there before leaving them
+    # out (2.1 to 2.3, _backends/numpy.py) they are then its strides. True
+    # when they were left out (NULL with 0 < ndim <= 64 and a shape); writes
+    # the strides field only, and reads nothing past the shape. ValueError
+    # (the C API's) for anything but an unconsumed versioned capsule.
+    cdef DLManagedTensorVersioned *m
+    cdef DLTensor *t
+    cdef bint pointed = False
+    with cython.critical_section(capsule):
+        m = <DLManagedTensorVersioned *>pointer_or_null(<PyObject *>capsule, VERSIONED)
+        if m != NULL:
+            t = &m.dl_tensor
+            if 0 < t.ndim <= MAX_NDIM and t.shape != NULL and t.strides == NULL:
+                t.strides = t.shape + t.ndim
+                pointed = True
+    if m == NULL:
+        raise_pending()
+    return pointed
