@@ -239,7 +239,7 @@ def header(ptr, versioned, /):
     if (p == NULL and PyErr_Occurred()) or v < 0:
         raise_pending()
     if p == NULL or (v and (<DLManagedTensorVersioned *>p).version.major != 1) or not well_formed(tensor_of(p, v)):
-        return hand_back2(b"header", ptr, versioned)
+        return header_general(p, v, ptr, versioned)
     return new_header(p, v)
 
 
@@ -391,26 +391,17 @@ def snapshot(capsule, /):
     configured()
     cdef int versioned = -1
     cdef void *ptr = NULL
-    cdef DLTensor *t
-    raw = shape = strides = None
+    read = None
     with cython.critical_section(capsule):
         versioned = kind_of(<PyObject *>capsule)
         if versioned >= 0:
             ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
         if ptr != NULL:
-            raw = PyBytes_FromStringAndSize(
-                <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-            t = tensor_of(ptr, versioned)
-            if ((not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and
-                    0 < t.ndim <= MAX_NDIM):
-                if t.shape != NULL:
-                    shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
-                if t.strides != NULL:
-                    strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
+            read = tensor_bytes(ptr, versioned)  # capsule.pxi's last block
     if ptr == NULL:
         PyErr_Clear()
         return hand_back1(b"snapshot", capsule)
-    return (versioned != 0, raw, shape, strides)
+    return (versioned != 0, *read)
 
 
 # -- writing the version and flags -----------------------------------------------
@@ -505,7 +496,8 @@ def kept_capsule(ptr, keep, /):
 # What Python reads of a capsule by its name, and writes into a tensor the
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
 # leave out), with no Python code run in between; a refusal writes nothing
-# and hands back to _capsule's words.
+# and hands back to _capsule's words. header's hand-back of a tensor it will
+# not take comes here too, with the bytes it read.
 
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.stdint cimport int32_t, uint8_t, INT32_MIN, INT32_MAX
@@ -521,6 +513,42 @@ cdef object hand_back4(const char *name, a, b, c, d):
     args[2] = <PyObject *>c
     args[3] = <PyObject *>d
     return delegate(name, args, 4)
+
+
+cdef object hand_back5(const char *name, a, b, c, d, e):
+    cdef PyObject *args[5]
+    args[0] = <PyObject *>a
+    args[1] = <PyObject *>b
+    args[2] = <PyObject *>c
+    args[3] = <PyObject *>d
+    args[4] = <PyObject *>e
+    return delegate(name, args, 5)
+
+
+cdef tuple tensor_bytes(void *ptr, int versioned):
+    """(struct, shape, strides): the bytes of a tensor's struct and of its
+    shape and strides arrays (None where there are none to read: another
+    major version, whose struct may be laid out otherwise, or an ndim out of
+    range)."""
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    shape = strides = None
+    raw = PyBytes_FromStringAndSize(
+        <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
+    if (not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and 0 < t.ndim <= MAX_NDIM:
+        if t.shape != NULL:
+            shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
+        if t.strides != NULL:
+            strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
+    return (raw, shape, strides)
+
+
+cdef object header_general(void *p, int v, ptr, versioned):
+    # What header does not read itself (NULL, another major version, a
+    # tensor no importer can hold) goes to _capsule._header with its bytes.
+    raw = shape = strides = None
+    if p != NULL:
+        raw, shape, strides = tensor_bytes(p, v)
+    return hand_back5(b"header", ptr, versioned, raw, shape, strides)
 
 
 @cython.embedsignature.format("clinic")
