@@ -6,18 +6,17 @@ This is mechanism only. Nothing here decides whether an exchange may happen;
 ``_rules`` does. Capsules are created by the backends (NumPy, CuPy), whose C
 deleters are safe on any thread and at interpreter shutdown.
 
-The compiled core does the work (``claim``, ``move``, ``checked``, ``discard``,
-``read``...: its functions, by the names the layer calls). What stays here is
-what the core returns (``Header``, ``CapsuleInfo``), the general path it hands
-back to (a capsule it will not take, in the layer's words), and the patches
-of a tensor's dtype and device.
+The compiled core does the work (``kind``, ``claim``, ``move``, ``checked``,
+``discard``, ``read``, ``set_dtype``...: its functions, by the names the layer
+calls). What stays here is what the core returns (``Header``,
+``CapsuleInfo``) and the general path it hands back to (a capsule it will not
+take, a value that fits no field, in the layer's words).
 
 Floor: mechanism, over the loaded core and the leaves.
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import struct
 import sys
@@ -43,28 +42,6 @@ IS_SUBBYTE_TYPE_PADDED = 1 << 2
 #: The capsule type (types.CapsuleType from Python 3.13 on).
 CapsuleType: Any = type(datetime.datetime_CAPI)
 
-# The C API through function objects of the layer's own, each with its own
-# prototype: ctypes.pythonapi's attributes are shared objects whose argtypes
-# and restype any library in the process may set (its own way, or back to
-# ctypes' default of a C int, which cuts a pointer in half).
-_api = ctypes.pythonapi
-_GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
-_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
-# What a ctypes call raises when converting an argument fails, a MemoryError
-# included; the functions below raise that one as MemoryError
-# (``from_ctypes``), as every other path does.
-_ArgumentError = ctypes.ArgumentError
-
-
-def from_ctypes(exc):
-    """What a ctypes call's ``ArgumentError`` stands for. Out of memory,
-    ctypes wraps the ``MemoryError`` of converting an argument in it; that
-    is a ``MemoryError``, as on every other path. Anything else is itself."""
-    if ": MemoryError" in str(exc):
-        return MemoryError()
-    return exc
-
-
 def check_platform(byteorder: str, maxsize: int) -> None:
     """ImportError unless the interpreter is little-endian and 64-bit: the
     struct formats here are dlpack.h's LP64 layout in little-endian order,
@@ -80,27 +57,16 @@ def check_platform(byteorder: str, maxsize: int) -> None:
 
 check_platform(sys.byteorder, sys.maxsize)
 
-# Each patch writes one field through a view of that field's own bytes (a
-# ctypes array at its address), never through a view of the whole address
-# space: a bad pointer can reach no further than the field it names.
-_BYTES = [ctypes.c_char * n for n in range(17)]
-
 # DLTensor: data, device_type, device_id, ndim, code, bits, lanes, shape,
 # strides, byte_offset (48 bytes).
 _TENSOR = "QiiiBBHQQQ"
 _LEGACY_FMT = struct.Struct("<" + _TENSOR + "QQ")  # + manager_ctx, deleter
 _VERSIONED_FMT = struct.Struct("<IIQQQ" + _TENSOR)  # version, ctx, deleter, flags
-_TENSOR_AT_VERSIONED = 32
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
-_DTYPE_FMT = struct.Struct("<BBH")
-_DEVICE_FMT = struct.Struct("<ii")
 _MAX_NDIM = 64
-_NDIM_FMT = struct.Struct("<i")  # DLTensor.ndim, 16 bytes in
-_SHAPES_FMT = struct.Struct("<QQ")  # DLTensor.shape and .strides, 24 bytes in
 _INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # a shape or strides
 _DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
-_NAME_BYTES = {False: LEGACY.encode(), True: VERSIONED.encode()}
 
 
 @dataclass(frozen=True)
@@ -196,44 +162,6 @@ class CapsuleInfo:
         return len(self.shape)
 
 
-
-
-def kind(obj) -> bool:
-    """True for an unconsumed versioned capsule, False for a legacy one.
-
-    TypeError for a non-capsule, ConsumedCapsuleError for a used one,
-    BufferError for any other name.
-    """
-    if type(obj) is not CapsuleType:
-        raise _errors.not_a_capsule(obj)
-    try:
-        raw = _GetName(obj)
-    except _ArgumentError as exc:
-        raise from_ctypes(exc) from None
-    if raw == b"dltensor_versioned":
-        return True
-    if raw == b"dltensor":
-        return False
-    name = None if raw is None else raw.decode(errors="replace")
-    if name in (USED_LEGACY, USED_VERSIONED):
-        raise _errors.consumed(name)
-    raise _errors.bad_capsule_name(name)
-
-
-def is_unconsumed(capsule) -> bool:
-    try:
-        return _GetName(capsule) in (b"dltensor", b"dltensor_versioned")
-    except _ArgumentError as exc:
-        raise from_ctypes(exc) from None
-
-
-def pointer(capsule, versioned: bool) -> int:
-    try:
-        return _GetPointer(capsule, _NAME_BYTES[versioned])
-    except _ArgumentError as exc:
-        raise from_ctypes(exc) from None
-
-
 class Header(NamedTuple):
     """The fields an exchange decides on (``strides`` is the pointer, 0 for NULL)."""
 
@@ -273,34 +201,6 @@ def version_word(version) -> int:
     return _U64.unpack(_VERSION_FMT.pack(*version))[0]
 
 
-def set_dtype(ptr: int, versioned: bool, code: int, bits: int) -> None:
-    base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
-    _DTYPE_FMT.pack_into(_BYTES[4].from_address(base + 20), 0, code, bits, 1)
-
-
-def set_device(ptr: int, versioned: bool, device_type: int, device_id: int) -> None:
-    """Relabel the memory's device (``DLTensor.device``): a host capsule of
-    pinned memory says CUDA_HOST, managed memory says device id 0."""
-    base = ptr + (_TENSOR_AT_VERSIONED if versioned else 0)
-    _DEVICE_FMT.pack_into(_BYTES[8].from_address(base + 8), 0, int(device_type), int(device_id))
-
-
-def point_strides_after_shape(capsule) -> bool:
-    """Point a versioned capsule's strides, left out (NULL with ndim > 0), at
-    the ``ndim`` int64s right after its shape; True when they were left out.
-    Only for a capsule NumPy's own ``__dlpack__`` has just returned: on a
-    NumPy that writes a C-contiguous array's strides there before leaving
-    them out (2.1 to 2.3, ``numpy_backend``) they are then its strides.
-    Writes the struct's strides field only, and reads nothing past the shape."""
-    base = pointer(capsule, True) + _TENSOR_AT_VERSIONED
-    ndim = _NDIM_FMT.unpack_from(_BYTES[4].from_address(base + 16))[0]
-    shape_p, strides_p = _SHAPES_FMT.unpack_from(_BYTES[16].from_address(base + 24))
-    if not 0 < ndim <= _MAX_NDIM or not shape_p or strides_p:
-        return False
-    _U64.pack_into(_BYTES[8].from_address(base + 32), 0, shape_p + 8 * ndim)
-    return True
-
-
 class Owner:
     """Holds the tensor of a consumed capsule (the owner of memory wrapped by
     another library, such as ``cupy.cuda.UnownedMemory``): the tensor lives
@@ -324,6 +224,16 @@ class Owner:
 # several threads handed one capsule exactly one takes it, and an interrupt
 # cannot land between a claim and the hand-over of the tensor.
 
+#: ``kind(capsule)``: True for an unconsumed versioned capsule, False for a
+#: legacy one; TypeError for a non-capsule, ConsumedCapsuleError for a used
+#: one, BufferError for any other name (``_kind``'s words).
+kind = core.kind
+#: ``is_unconsumed(capsule)``: whether a capsule is named ``dltensor`` or
+#: ``dltensor_versioned``.
+is_unconsumed = core.is_unconsumed
+#: ``pointer(capsule, versioned)``: the pointer of an unconsumed capsule of
+#: that kind; ValueError (the C API's) for any other.
+pointer = core.pointer
 #: ``claim(capsule, versioned)``: rename an unconsumed capsule ``used_*`` and
 #: return its pointer, whose tensor the caller now owns.
 claim = core.claim
@@ -348,6 +258,20 @@ stamp_version = core.stamp_version
 #: versioned tensor.
 set_flags = core.set_flags
 set_version = core.set_version
+#: ``set_dtype(ptr, versioned, code, bits)`` of a tensor (one lane), and
+#: ``set_device(ptr, versioned, device_type, device_id)``: relabel the
+#: memory's device (a host capsule of pinned memory says CUDA_HOST, managed
+#: memory says device id 0).
+set_dtype = core.set_dtype
+set_device = core.set_device
+#: ``point_strides_after_shape(capsule)``: point a versioned capsule's
+#: strides, left out (NULL with ndim > 0), at the ``ndim`` int64s right
+#: after its shape; True when they were left out. Only for a capsule NumPy's
+#: own ``__dlpack__`` has just returned: on a NumPy that writes a
+#: C-contiguous array's strides there before leaving them out (2.1 to 2.3,
+#: ``numpy_backend``) they are then its strides. ValueError (the C API's)
+#: for anything but an unconsumed versioned capsule.
+point_strides_after_shape = core.point_strides_after_shape
 #: ``kept_capsule(ptr, keep)``: a versioned capsule over a struct whose
 #: deleter is 0, holding ``keep`` until the core's deleter runs.
 kept_capsule = core.kept_capsule
@@ -392,6 +316,17 @@ def handover(capsule):
 # call it was not made for come back to these functions, by the primitive's
 # name, which say why in the layer's words (``GENERAL``, told to the core by
 # ``_wiring``). They read a capsule through ``snapshot``.
+
+
+def _kind(obj, name) -> NoReturn:
+    # What the core's kind read as the name (bytes, None for NULL) of
+    # anything but an unconsumed DLPack capsule.
+    if type(obj) is not CapsuleType:
+        raise _errors.not_a_capsule(obj)
+    name = None if name is None else name.decode(errors="replace")
+    if name in (USED_LEGACY, USED_VERSIONED):
+        raise _errors.consumed(name)
+    raise _errors.bad_capsule_name(name)
 
 
 def _not_taken(capsule, versioned) -> NoReturn:
@@ -504,6 +439,15 @@ def _header_of(ptr: int, versioned: bool, raw: bytes, shape_raw, strides_raw) ->
     return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
 
 
+def _header(ptr: int, versioned: bool, raw, shape_raw, strides_raw) -> Header:
+    """What the core's ``header`` will not read itself: NULL, another major
+    version (its ``Header`` has no shape), a tensor no importer can hold (in
+    words), from the bytes the core read at ``ptr``."""
+    if raw is None:
+        raise ValueError("header() needs the address of a tensor, not NULL")
+    return _header_of(ptr, versioned, raw, shape_raw, strides_raw)
+
+
 def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
     """What the core's ``checked`` refuses: a capsule it cannot take
     (``_not_taken``'s words), another major version, a tensor no importer
@@ -562,8 +506,18 @@ def _not_written(ptr, value):
     raise ValueError(f"no {value!r} is written at {ptr!r}: a versioned tensor's address and its flags or version")
 
 
+def _not_set(ptr, versioned, first, second):
+    # The core writes a dtype (code and bits, two uint8s) or a device (two
+    # int32s) at a tensor's address; anything else is a call it was not made for.
+    raise ValueError(
+        f"no ({first!r}, {second!r}) is written at {ptr!r}: a tensor's address and its dtype's code and bits "
+        "(uint8s) or its device (int32s)"
+    )
+
+
 #: The general path of each primitive, by the name the core hands back to.
 GENERAL = {
     "claim": _claim, "discard": _claim, "move": _move, "snapshot": _snapshot, "checked": _checked,
     "read": _read, "stamp_version": _stamp_version, "set_flags": _not_written, "set_version": _not_written,
+    "kind": _kind, "header": _header, "set_dtype": _not_set, "set_device": _not_set,
 }

@@ -506,8 +506,9 @@ def core_not_loaded(module, exc) -> ImportError:
 def gil_disabled(version) -> ImportError:
     return ImportError(
         f"gpu_dlpack needs the GIL, and this free-threaded CPython {version} runs without it: "
-        "a claim of a capsule (its name checked, then renamed) and the compiled core's caches "
-        "are one step only under the GIL, so two threads could take one tensor and free it twice. "
+        "the compiled core claims a capsule in one step (its name checked and renamed under the "
+        "capsule's critical section), but its caches (devices, versions, dtypes, the plans of the "
+        "types it has seen) are read and replaced without a lock, which only the GIL makes safe. "
         "Run with the GIL on (PYTHON_GIL=1 or python -X gil=1), or use a default (GIL) build of CPython."
     )
 

@@ -826,3 +826,123 @@ def test_the_adaptation_adds_a_byte_offset_to_the_data_as_an_address(versioned):
 
     gc.collect()
     assert rec.calls == 1
+
+
+# -- a capsule's kind and pointer, and the patches of a tensor's fields --------------
+# The core's primitives the layer calls by a capsule or an address (once
+# ctypes calls in _capsule.py): each answers or writes exactly its field, and
+# a refusal writes nothing and says why in the layer's words.
+
+def test_kind_and_is_unconsumed_read_a_capsule_name_once():
+    from gpu_dlpack import _capsule
+
+    from . import capsules
+
+    versioned, legacy = np.arange(3.0).__dlpack__(max_version=(1, 0)), np.arange(3.0).__dlpack__()
+    assert core.kind(versioned) is True and core.kind(legacy) is False
+    assert core.is_unconsumed(versioned) is True and core.is_unconsumed(legacy) is True
+    gpu_dlpack.from_dlpack(gpu_dlpack.wrap(legacy))  # consumed: renamed used_dltensor
+    with pytest.raises(gpu_dlpack.ConsumedCapsuleError, match="'used_dltensor'"):
+        core.kind(legacy)
+    assert core.is_unconsumed(legacy) is False
+    for name, shown in ((b"dltensor\xff", "'dltensor\\ufffd'"), (False, "None"), ("other", "'other'")):
+        cap, _rec = capsules.make(name=name)
+        with pytest.raises(BufferError, match=f"this one is named {shown}"):
+            core.kind(cap)
+        assert core.is_unconsumed(cap) is False
+    with pytest.raises(TypeError, match="got int"):
+        core.kind(3)
+    assert core.is_unconsumed(3) is False
+    assert _capsule.kind is core.kind and _capsule.is_unconsumed is core.is_unconsumed
+
+
+def test_pointer_is_the_capsule_pointer_of_its_kind_only():
+    from . import capsules
+
+    for versioned in (False, True):
+        cap, rec = capsules.make(versioned=versioned)
+        assert core.pointer(cap, versioned) == rec.address
+        with pytest.raises(ValueError, match="incorrect name"):
+            core.pointer(cap, not versioned)
+    with pytest.raises(ValueError, match="invalid PyCapsule"):
+        core.pointer(object(), True)
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_set_dtype_and_set_device_write_those_fields_only(versioned):
+    from . import capsules
+
+    cap, rec = capsules.make(versioned=versioned, dtype=(2, 64, 4), device=(1, 0))
+    before = bytes(rec.struct)
+    core.set_dtype(rec.address, versioned, 1, 16)
+    t = rec.struct.dl_tensor
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (1, 16, 1)
+    core.set_device(rec.address, versioned, gpu_dlpack.DLDeviceType.CUDA_HOST, 2**31 - 1)
+    assert (t.device.device_type, t.device.device_id) == (3, 2**31 - 1)
+    core.set_device(rec.address, versioned, 1, 0)
+    core.set_dtype(rec.address, versioned, 2, 64)
+    t.dtype.lanes = 4
+    assert bytes(rec.struct) == before  # nothing else was written
+
+
+@pytest.mark.parametrize("call, args", [
+    (core.set_dtype, (256, 8)), (core.set_dtype, (1, -1)), (core.set_dtype, (1.0, 8)),
+    (core.set_device, (2**31, 0)), (core.set_device, (1, -(2**31) - 1)), (core.set_device, ("cpu", 0)),
+])
+def test_a_dtype_or_device_that_does_not_fit_its_field_writes_nothing(call, args):
+    from . import capsules
+
+    cap, rec = capsules.make(versioned=True)
+    before = bytes(rec.struct)
+    with pytest.raises(ValueError, match="is written at"):
+        call(rec.address, True, *args)
+    with pytest.raises(ValueError, match="is written at"):
+        call(0, True, 1, 8)  # no tensor
+    assert bytes(rec.struct) == before
+
+
+def test_strides_left_out_are_pointed_after_the_shape_and_nothing_else_is_written():
+    from . import capsules
+
+    x = np.zeros((2, 3))
+    # The shape and, after it, the strides in one array, as NumPy 2.1 to 2.3 allocate them.
+    cap, rec = capsules.make(x, null_strides=True, together=(4, 0, 2, 7))
+    t = rec.struct.dl_tensor
+    shape_at = ctypes.cast(t.shape, ctypes.c_void_p).value
+    assert core.point_strides_after_shape(cap) is True
+    assert ctypes.cast(t.strides, ctypes.c_void_p).value == shape_at + 16
+    assert gpu_dlpack.inspect(cap).strides == (3, 1)
+    assert core.point_strides_after_shape(cap) is False  # strides there: left as they are
+    assert ctypes.cast(t.strides, ctypes.c_void_p).value == shape_at + 16
+    for kw in ({"null_shape": True}, {"ndim": 0, "shape": ()}, {"ndim": 65}):
+        cap, rec = capsules.make(x, null_strides=True, **kw)
+        before = bytes(rec.struct)
+        assert core.point_strides_after_shape(cap) is False
+        assert bytes(rec.struct) == before
+    legacy, rec = capsules.make(x, versioned=False, null_strides=True)
+    with pytest.raises(ValueError, match="incorrect name"):
+        core.point_strides_after_shape(legacy)
+    assert rec.struct.dl_tensor.strides is not None and not rec.struct.dl_tensor.strides
+
+
+def test_header_of_a_tensor_it_will_not_take_is_read_by_the_layer_in_words():
+    # The core's header hands NULL, another major version and a malformed
+    # tensor back to Python, which had no function by that name: each was a
+    # RuntimeError ("no Python header").
+    from . import capsules
+
+    with pytest.raises(ValueError, match="not NULL"):
+        core.header(0, True)
+    cap, rec = capsules.make(versioned=True, version=(2, 5), flags=3)
+    head = core.header(rec.address, True)
+    assert (head.ptr, head.major, head.minor, head.flags, head.ndim, head.strides) == (rec.address, 2, 5, 3, 0, 0)
+    for versioned in (False, True):
+        cap, rec = capsules.make(versioned=versioned, ndim=65)
+        with pytest.raises(BufferError, match="malformed DLPack tensor: ndim=65"):
+            core.header(rec.address, versioned)
+        cap, rec = capsules.make(np.arange(6.0).reshape(2, 3), versioned=versioned, shape=(2, -3))
+        with pytest.raises(BufferError, match=r"the shape \(2, -3\) has a negative dimension"):
+            core.header(rec.address, versioned)
+        cap, rec = capsules.make(versioned=versioned)
+        head = core.header(rec.address, versioned)
+        assert (head.ptr, head.ndim, head.code, head.bits) == (rec.address, 1, 2, 64)

@@ -33,6 +33,13 @@ else:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("refused: gpu_dlpack needs the GIL, and this free-threaded CPython"), done.stdout
     assert "PYTHON_GIL=1" in lines[0] and "-X gil=1" in lines[0]
+    # What it says of a claim is what the core does: one step under the
+    # capsule's critical section (the unlocked caches are why it refuses).
+    assert "claims a capsule in one step (its name checked and renamed under the capsule's critical section)" in (
+        lines[0]) and "caches" in lines[0] and "then renamed" not in lines[0]
+    with open(os.path.join(ROOT, "gpu_dlpack", "core", "capsule.pxi")) as f:
+        claim = f.read().split('"""Claim an unconsumed capsule of the given kind', 1)[1].split("\n\n\n", 1)[0]
+    assert "with cython.critical_section(<object>capsule):" in claim and "rename(" in claim
     assert lines[1] == "numpy loaded: False core loaded: False"  # refused before anything is loaded
 
 

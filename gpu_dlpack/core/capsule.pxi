@@ -239,7 +239,7 @@ def header(ptr, versioned, /):
     if (p == NULL and PyErr_Occurred()) or v < 0:
         raise_pending()
     if p == NULL or (v and (<DLManagedTensorVersioned *>p).version.major != 1) or not well_formed(tensor_of(p, v)):
-        return hand_back2(b"header", ptr, versioned)
+        return header_general(p, v, ptr, versioned)
     return new_header(p, v)
 
 
@@ -391,26 +391,17 @@ def snapshot(capsule, /):
     configured()
     cdef int versioned = -1
     cdef void *ptr = NULL
-    cdef DLTensor *t
-    raw = shape = strides = None
+    read = None
     with cython.critical_section(capsule):
         versioned = kind_of(<PyObject *>capsule)
         if versioned >= 0:
             ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
         if ptr != NULL:
-            raw = PyBytes_FromStringAndSize(
-                <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-            t = tensor_of(ptr, versioned)
-            if ((not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and
-                    0 < t.ndim <= MAX_NDIM):
-                if t.shape != NULL:
-                    shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
-                if t.strides != NULL:
-                    strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
+            read = tensor_bytes(ptr, versioned)  # capsule.pxi's last block
     if ptr == NULL:
         PyErr_Clear()
         return hand_back1(b"snapshot", capsule)
-    return (versioned != 0, raw, shape, strides)
+    return (versioned != 0, *read)
 
 
 # -- writing the version and flags -----------------------------------------------
@@ -499,3 +490,151 @@ def kept_capsule(ptr, keep, /):
     m.manager_ctx = <void *>keep
     m.deleter = kept_deleter
     return capsule
+
+
+# -- a capsule's kind and pointer, and the patches of a tensor's fields ------------
+# What Python reads of a capsule by its name, and writes into a tensor the
+# layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
+# leave out), with no Python code run in between; a refusal writes nothing
+# and hands back to _capsule's words. header's hand-back of a tensor it will
+# not take comes here too, with the bytes it read.
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.stdint cimport int32_t, uint8_t, INT32_MIN, INT32_MAX
+
+cdef extern from "Python.h":
+    long as_long "PyLong_AsLong"(object value) noexcept
+
+
+cdef object hand_back4(const char *name, a, b, c, d):
+    cdef PyObject *args[4]
+    args[0] = <PyObject *>a
+    args[1] = <PyObject *>b
+    args[2] = <PyObject *>c
+    args[3] = <PyObject *>d
+    return delegate(name, args, 4)
+
+
+cdef object hand_back5(const char *name, a, b, c, d, e):
+    cdef PyObject *args[5]
+    args[0] = <PyObject *>a
+    args[1] = <PyObject *>b
+    args[2] = <PyObject *>c
+    args[3] = <PyObject *>d
+    args[4] = <PyObject *>e
+    return delegate(name, args, 5)
+
+
+cdef tuple tensor_bytes(void *ptr, int versioned):
+    """(struct, shape, strides): the bytes of a tensor's struct and of its
+    shape and strides arrays (None where there are none to read: another
+    major version, whose struct may be laid out otherwise, or an ndim out of
+    range)."""
+    cdef DLTensor *t = tensor_of(ptr, versioned)
+    shape = strides = None
+    raw = PyBytes_FromStringAndSize(
+        <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
+    if (not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and 0 < t.ndim <= MAX_NDIM:
+        if t.shape != NULL:
+            shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
+        if t.strides != NULL:
+            strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
+    return (raw, shape, strides)
+
+
+cdef object header_general(void *p, int v, ptr, versioned):
+    # What header does not read itself (NULL, another major version, a
+    # tensor no importer can hold) goes to _capsule._header with its bytes.
+    raw = shape = strides = None
+    if p != NULL:
+        raw, shape, strides = tensor_bytes(p, v)
+    return hand_back5(b"header", ptr, versioned, raw, shape, strides)
+
+
+@cython.embedsignature.format("clinic")
+def kind(capsule, /):
+    """True for an unconsumed versioned capsule, False for a legacy one."""
+    # The name is read once, in one step: what any other name means (a
+    # consumed capsule, not DLPack, not a capsule) is _capsule._kind's words.
+    cdef int versioned
+    cdef const char *name
+    raw = None
+    with cython.critical_section(capsule):
+        versioned = kind_of(<PyObject *>capsule)
+        if versioned < 0 and PyCapsule_CheckExact(capsule):
+            name = name_or_null(<PyObject *>capsule)
+            if name != NULL:
+                raw = <bytes>name
+    if versioned >= 0:
+        return versioned != 0
+    PyErr_Clear()
+    return hand_back2(b"kind", capsule, raw)
+
+
+@cython.embedsignature.format("clinic")
+def is_unconsumed(capsule, /):
+    """Whether the capsule is named dltensor or dltensor_versioned."""
+    return kind_of(<PyObject *>capsule) >= 0
+
+
+@cython.embedsignature.format("clinic")
+def pointer(capsule, versioned, /):
+    """The pointer of an unconsumed capsule of the given kind."""
+    # ValueError (the C API's) for anything else.
+    return PyLong_FromVoidPtr(PyCapsule_GetPointer(capsule, VERSIONED if versioned else LEGACY))
+
+
+@cython.embedsignature.format("clinic")
+def set_dtype(ptr, versioned, code, bits, /):
+    """Write a tensor's dtype: code and bits, one lane."""
+    cdef void *p = as_pointer(ptr)
+    cdef int v = truth(versioned)
+    cdef unsigned long c = as_ulong(code)
+    cdef unsigned long b = as_ulong(bits)
+    if PyErr_Occurred() or p == NULL or v < 0 or c > 255 or b > 255:
+        PyErr_Clear()
+        return hand_back4(b"set_dtype", ptr, versioned, code, bits)
+    cdef DLTensor *t = tensor_of(p, v)
+    t.dtype.code = <uint8_t>c
+    t.dtype.bits = <uint8_t>b
+    t.dtype.lanes = 1
+
+
+@cython.embedsignature.format("clinic")
+def set_device(ptr, versioned, device_type, device_id, /):
+    """Write a tensor's device."""
+    cdef void *p = as_pointer(ptr)
+    cdef int v = truth(versioned)
+    cdef long dt = as_long(device_type)
+    cdef long di = as_long(device_id)
+    if (PyErr_Occurred() or p == NULL or v < 0 or not INT32_MIN <= dt <= INT32_MAX or
+            not INT32_MIN <= di <= INT32_MAX):
+        PyErr_Clear()
+        return hand_back4(b"set_device", ptr, versioned, device_type, device_id)
+    cdef DLTensor *t = tensor_of(p, v)
+    t.device.device_type = <int32_t>dt
+    t.device.device_id = <int32_t>di
+
+
+@cython.embedsignature.format("clinic")
+def point_strides_after_shape(capsule, /):
+    """Point a versioned capsule's left-out strides at the ndim int64s after its shape."""
+    # Only for a capsule NumPy's own __dlpack__ has just returned: on a NumPy
+    # that writes a C-contiguous array's strides there before leaving them
+    # out (2.1 to 2.3, _backends/numpy.py) they are then its strides. True
+    # when they were left out (NULL with 0 < ndim <= 64 and a shape); writes
+    # the strides field only, and reads nothing past the shape. ValueError
+    # (the C API's) for anything but an unconsumed versioned capsule.
+    cdef DLManagedTensorVersioned *m
+    cdef DLTensor *t
+    cdef bint pointed = False
+    with cython.critical_section(capsule):
+        m = <DLManagedTensorVersioned *>pointer_or_null(<PyObject *>capsule, VERSIONED)
+        if m != NULL:
+            t = &m.dl_tensor
+            if 0 < t.ndim <= MAX_NDIM and t.shape != NULL and t.strides == NULL:
+                t.strides = t.shape + t.ndim
+                pointed = True
+    if m == NULL:
+        raise_pending()
+    return pointed
