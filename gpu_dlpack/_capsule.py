@@ -21,7 +21,7 @@ import datetime
 import struct
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
@@ -69,8 +69,8 @@ _INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # a shape or 
 _DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
 
 
-@dataclass(frozen=True)
-class CapsuleInfo:
+@dataclass(frozen=True, init=False)
+class CapsuleInfo(core.CapsuleFields):
     """What an unconsumed DLPack capsule holds, as `inspect` reads it.
 
     A frozen record: reading it touches the capsule no more.
@@ -120,16 +120,23 @@ class CapsuleInfo:
     (True, (2, 2), (3, 2), 'cpu')
     """
 
-    name: str
-    versioned: bool
-    version: tuple[int, int] | None
-    flags: int
-    device: Device
-    dl_dtype: tuple[int, int, int]
-    shape: tuple[int, ...]
-    strides: tuple[int, ...] | None
-    byte_offset: int
-    data: int
+    # The fields live in the core's base (CapsuleFields, which inspect fills
+    # directly); the dataclass gives the record its face: the fields' types,
+    # equality, hash, repr, and FrozenInstanceError on assignment. Each is a
+    # field() without a default: dataclass would take the base's attribute,
+    # found on the class, for one.
+    __slots__ = ()
+
+    name: str = field()
+    versioned: bool = field()
+    version: tuple[int, int] | None = field()
+    flags: int = field()
+    device: Device = field()
+    dl_dtype: tuple[int, int, int] = field()
+    shape: tuple[int, ...] = field()
+    strides: tuple[int, ...] | None = field()
+    byte_offset: int = field()
+    data: int = field()
 
     @property
     def dtype(self) -> np.dtype[Any] | None:
@@ -475,8 +482,7 @@ def _read(capsule) -> CapsuleInfo:
         # the version and flags words are safe to read.
         raise _errors.unreadable_major((major, minor))
     _check_readable(ndim, shape_p, dt, di)
-    info = object.__new__(CapsuleInfo)
-    info.__dict__.update(
+    return CapsuleInfo(
         name=VERSIONED if versioned else LEGACY,
         versioned=versioned,
         version=(major, minor) if versioned else None,
@@ -488,7 +494,6 @@ def _read(capsule) -> CapsuleInfo:
         byte_offset=offset,
         data=data,
     )
-    return info
 
 
 def _stamp_version(capsule, word):

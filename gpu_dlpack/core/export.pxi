@@ -129,6 +129,10 @@ cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
     cdef DLTensor t
     cdef DLManagedTensorVersioned *m
     if x.ob_type == state.ndarray_type:
+        if versioned:
+            made = numpy_versioned(x)  # made here, as NumPy makes it
+            if made != NULL:
+                return take(made)
         capsule = numpy_capsule(<object>x, versioned) if is_plain(descr_of(x)) else None
         return NOT_PLAIN if capsule is None else capsule
     cdef ImportEntry *e = import_entry(x.ob_type, &hold)

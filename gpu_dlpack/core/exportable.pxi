@@ -9,9 +9,12 @@
 # Py_True and Py_False.
 
 cimport cython
-from libc.stdint cimport int32_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.object cimport PyObject_TypeCheck
+from cpython.pycapsule cimport PyCapsule_CheckExact
 from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from cpython.dict cimport PyDict_GetItem, PyDict_GetItemString
 from cpython.list cimport PyList_GET_SIZE
@@ -21,7 +24,8 @@ from cpython.type cimport PyType_Check, PyType_Modified
 from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 from cpython.pycapsule cimport PyCapsule_Destructor
 
-from dlpack cimport DLDevice, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI, TypeSlots
+from dlpack cimport (DLDevice, DLDataType, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI,
+                     TypeSlots, MAX_NDIM, pointer_or_null, name_or_null)
 
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,
@@ -32,6 +36,9 @@ cdef extern from "Python.h":
     PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
+    PyObject *dict_get "PyDict_GetItemWithError"(PyObject *d, PyObject *key)
+    int set_context "PyCapsule_SetContext"(PyObject *capsule, void *context)
+    void *get_context "PyCapsule_GetContext"(PyObject *capsule)
     PyObject *get_attr "PyObject_GetAttr"(PyObject *o, PyObject *name)
     PyObject *new_capsule "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor)
     void *capsule_pointer "PyCapsule_GetPointer"(PyObject *capsule, const char *name)
@@ -276,8 +283,11 @@ cdef bint accepted_versioned(PyObject *max_version) noexcept:
     cdef PyObject *floor_key = state.str_floor
     if not no_call_floor():
         return False
-    cdef PyObject *acc = PyDict_GetItem(<object>versions, <object>accepted)
-    cdef PyObject *floor = PyDict_GetItem(<object>versions, <object>floor_key)
+    # (str keys: no comparison can raise, so no error to keep or clear)
+    cdef PyObject *acc = dict_get(versions, accepted)
+    cdef PyObject *floor = dict_get(versions, floor_key)
+    if acc == NULL or floor == NULL:
+        PyErr_Clear()
     if (acc == NULL or not PyTuple_CheckExact(<object>acc) or PyTuple_GET_SIZE(<object>acc) != 2 or
             PyTuple_GET_ITEM(<object>acc, 1) != floor):
         return False
@@ -286,6 +296,9 @@ cdef bint accepted_versioned(PyObject *max_version) noexcept:
         return True
     if not int_pair(max_version) or not int_pair(known):
         return False
+    if (PyTuple_GET_ITEM(<object>max_version, 0) == PyTuple_GET_ITEM(<object>known, 0) and
+            PyTuple_GET_ITEM(<object>max_version, 1) == PyTuple_GET_ITEM(<object>known, 1)):
+        return True  # the same ints (CPython keeps one of each small int)
     for i in range(2):
         a = PyLong_AsLongAndOverflow(<object>PyTuple_GET_ITEM(<object>max_version, i), &overflow)
         if overflow:
@@ -304,8 +317,9 @@ cdef bint produced_accepted() noexcept:
     cdef PyObject *floor_key = state.str_floor
     if not no_call_floor():
         return False
-    cdef PyObject *floor = PyDict_GetItem(<object>versions, <object>floor_key)
+    cdef PyObject *floor = dict_get(versions, floor_key)  # str keys: no error to keep
     if floor == NULL:
+        PyErr_Clear()
         return False
     if floor == state.produced_floor:
         return True
@@ -437,8 +451,13 @@ cdef inline bint plan_holds(ExportableBase self) noexcept:
 # identity); None when it has another or NumPy refuses (the general path says
 # why).
 cdef inline object plan_numpy_capsule(object x, object dtype, bint versioned):
+    cdef PyObject *made
     if descr_of(<PyObject *>x) != <PyObject *>dtype:
         return None
+    if versioned:
+        made = numpy_versioned(<PyObject *>x)
+        if made != NULL:
+            return take(made)
     return numpy_capsule(x, versioned)
 
 
@@ -482,6 +501,153 @@ cdef inline PyObject *numpy_dlpack() noexcept:
         ndarray_dlpack = take(found)
         ndarray_dlpack_of = ndarray
     return <PyObject *>ndarray_dlpack
+
+
+# NumPy's versioned export, made here (NumPy 2.4 and later, numpy_layout)
+# for an exact ndarray of a plain dtype as its own __dlpack__(max_version=...)
+# makes it: data as NumPy holds it and byte_offset 0, the shape, strides
+# always (in items), READ_ONLY for an array that is not writeable, the array
+# held by manager_ctx; then stamped DLPACK_VERSION as NumPy's capsule is
+# (stamp_numpy). NULL (no error set) where NumPy would refuse or say
+# otherwise, or memory runs out: NumPy's own __dlpack__ then runs.
+
+cdef enum:
+    ARRAY_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
+
+
+# The DLPack dtype of a plain dtype (one of state.plain_list): found in the
+# table Python told (numpy_descr) and kept for the last one asked, read
+# again from both each time (Python may tell them again).
+cdef int plain_last = -1
+cdef DLDataType plain_last_dl
+
+
+cdef bint plain_dl_dtype(PyObject *dtype, DLDataType *out) noexcept:
+    global plain_last, plain_last_dl
+    cdef int i, code, nbytes
+    cdef int last = plain_last
+    cdef DLDataType dl = plain_last_dl  # read once: what is checked is what is given
+    if (0 <= last < state.n_plain and state.plain_list[last] == dtype and dl.code < 32 and
+            state.numpy_descr[dl.code][bit_index(dl.bits)] == dtype):
+        out[0] = dl
+        return True
+    for i in range(state.n_plain):
+        if state.plain_list[i] == dtype:
+            break
+    else:
+        return False
+    for code in range(32):
+        for nbytes in range(1, 17):
+            if state.numpy_descr[code][nbytes] == dtype:
+                plain_last_dl.code = code
+                plain_last_dl.bits = 8 * nbytes
+                plain_last_dl.lanes = 1
+                plain_last = i
+                out[0] = plain_last_dl
+                return True
+    return False
+
+
+# The deleter of those tensors: the array let go and the struct freed (one
+# allocation, Python's: NumPy's own are) with the GIL, an exception pending set
+# aside (the array's release may run Python); after finalization both are
+# left, as NumPy's deleter leaves them.
+cdef void numpy_export_deleter(DLManagedTensorVersioned *m) noexcept nogil:
+    if not Py_IsInitialized():
+        return
+    with gil:
+        numpy_export_free(m)
+
+
+cdef inline void numpy_export_free(DLManagedTensorVersioned *m) noexcept:
+    cdef PyObject *array = <PyObject *>m.manager_ctx
+    PyMem_Free(m)
+    if PyErr_Occurred() == NULL:
+        Py_DECREF(<object>array)
+    else:
+        drop_keeping_error(array)
+
+
+cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
+    cdef ArrayHead *a = <ArrayHead *>x
+    cdef DLDataType dtype
+    cdef int i, ndim = a.nd
+    cdef Py_ssize_t itemsize
+    cdef PyObject *base = a.base
+    if not state.numpy_layout or ndim < 0 or ndim > MAX_NDIM or not plain_dl_dtype(a.descr, &dtype):
+        return NULL
+    itemsize = dtype.bits >> 3
+    cdef int shift = 0
+    while (1 << shift) < itemsize:
+        shift += 1
+    if (1 << shift) != itemsize:
+        return NULL
+    # The device: NumPy reads an import's from the capsule at the root of its
+    # bases (CUDA_HOST...): such an array is NumPy's to export.
+    while base != NULL and PyObject_TypeCheck(<object>base, state.ndarray_type):
+        base = (<ArrayHead *>base).base
+    if base != NULL and PyCapsule_CheckExact(<object>base):
+        return NULL
+    for i in range(ndim):
+        if a.strides[i] & (itemsize - 1):
+            return NULL  # not whole items: NumPy refuses it, or exports it its way
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>PyMem_Malloc(
+        sizeof(DLManagedTensorVersioned) + 2 * sizeof(int64_t) * <size_t>ndim)
+    if m == NULL:
+        return NULL
+    cdef int64_t *shape = <int64_t *>(m + 1)
+    (<uint64_t *>m)[0] = state.version_word
+    m.manager_ctx = <void *>x
+    m.deleter = numpy_export_deleter
+    m.flags = 0 if a.flags & ARRAY_WRITEABLE else FLAG_READ_ONLY
+    m.dl_tensor.data = <void *>a.data
+    m.dl_tensor.device.device_type = state.cpu_type
+    m.dl_tensor.device.device_id = 0
+    m.dl_tensor.ndim = ndim
+    m.dl_tensor.dtype = dtype
+    m.dl_tensor.shape = shape if ndim > 0 else NULL
+    m.dl_tensor.strides = shape + ndim if ndim > 0 else NULL
+    m.dl_tensor.byte_offset = 0
+    for i in range(ndim):
+        shape[i] = a.dimensions[i]
+        shape[ndim + i] = a.strides[i] >> shift  # whole items: exact
+    Py_INCREF(<object>x)  # the tensor's, let go by its deleter
+    return m
+
+
+# The capsule of such a tensor, which also holds it as its context (read by
+# its destructor without comparing names); NULL (no error set) where
+# numpy_tensor makes none.
+cdef PyObject *numpy_versioned(PyObject *x) noexcept:
+    cdef DLManagedTensorVersioned *m = numpy_tensor(x)
+    if m == NULL:
+        return NULL
+    cdef PyObject *capsule = new_capsule(m, VERSIONED, <PyCapsule_Destructor>numpy_capsule_destructor)
+    if capsule == NULL or set_context(capsule, m) != 0:
+        PyErr_Clear()
+        if capsule == NULL:
+            numpy_export_free(m)
+        return drop_capsule(capsule)
+    return capsule
+
+
+cdef inline PyObject *drop_capsule(PyObject *capsule) noexcept:
+    Py_XDECREF(capsule)  # its destructor frees the tensor
+    return NULL
+
+
+# Its destructor: capsule_destructor's, the tensor freed here where it is
+# still unconsumed under the name it was made with (the GIL held: no deleter
+# to call through); any other, as capsule_destructor frees it.
+cdef void numpy_capsule_destructor(PyObject *capsule) noexcept:
+    cdef DLManagedTensorVersioned *m = NULL
+    if name_or_null(capsule) == VERSIONED:
+        m = <DLManagedTensorVersioned *>get_context(capsule)
+    if m == NULL or m.deleter != numpy_export_deleter:
+        PyErr_Clear()
+        capsule_destructor(capsule)
+        return
+    numpy_export_free(m)
 
 
 # NumPy's own capsule of x (an exact ndarray), stamped (and given its strides)
@@ -549,13 +715,23 @@ cdef object exportable_dlpack(ExportableBase self, PyObject *const *args, Py_ssi
             return exportable_general(self, args, nargsf, kwnames)
     if stream != <PyObject *>None or dl_device != <PyObject *>None or copy != <PyObject *>None:
         return exportable_general(self, args, nargsf, kwnames)
-    cdef bint versioned = max_version != <PyObject *>None
-    if versioned and not accepted_versioned(max_version):
-        return exportable_general(self, args, nargsf, kwnames)
-    capsule = run_plan(self, <object>max_version, versioned)
+    # The verdict on max_version is read in run_plan, after its allocation.
+    capsule = run_plan(self, <object>max_version, max_version != <PyObject *>None)
     if capsule is not NOT_PLAIN:
         return capsule
     return exportable_general(self, args, nargsf, kwnames)
+
+
+# The request a wrapper holds (its _request), when it is the one of a call
+# asked for this max_version (the same object) and nothing else; else None.
+cdef inline object same_request(PyObject *request, object max_version):
+    if (request == NULL or not PyTuple_CheckExact(<object>request) or PyTuple_GET_SIZE(<object>request) != 4 or
+            PyTuple_GET_ITEM(<object>request, 1) != <PyObject *>max_version or
+            PyTuple_GET_ITEM(<object>request, 0) != <PyObject *>None or
+            PyTuple_GET_ITEM(<object>request, 2) != <PyObject *>None or
+            PyTuple_GET_ITEM(<object>request, 3) != <PyObject *>None):
+        return None
+    return <object>request
 
 
 # The capsule of the plan asked for max_version (and nothing else), or
@@ -563,10 +739,13 @@ cdef object exportable_dlpack(ExportableBase self, PyObject *const *args, Py_ssi
 cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     cdef DLManagedTensorVersioned *m
     cdef PyObject *made
-    # The request first, as the Python method sets it first: the allocation
-    # may run the cyclic GC, whose finalizers may delete or replace the
-    # members checked above, so they are checked again after it, and held.
-    request = (None, max_version, None, None)
+    # The request first, as the Python method sets it first (the one set
+    # already where it asked the same): an allocation may run the cyclic GC,
+    # whose finalizers may delete or replace the members checked above, so
+    # they are checked after it, and held.
+    request = same_request(members(self).request, max_version)
+    if request is None:
+        request = (None, max_version, None, None)
     if not plan_holds(self) or (versioned and not accepted_versioned(<PyObject *>max_version)):
         return NOT_PLAIN
     # The plan held for the rest of the call: strong references to the
@@ -639,7 +818,12 @@ cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
     dtype = self.plan_dtype
     cdef ImportEntry *guards = self.guards
     owner = self.guards_owner
+    cdef DLManagedTensorVersioned *m
     if self.plan == PLAN_NUMPY:
+        if descr_of(<PyObject *>x) == <PyObject *>dtype:
+            m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
+            if m != NULL:
+                return m
         capsule = plan_numpy_capsule(x, dtype, True)
         # renamed used_*
         return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)

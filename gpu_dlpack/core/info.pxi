@@ -8,17 +8,17 @@
 # the Python read's, which words the error.
 
 cimport cython
-from cpython.object cimport PyObject, PyObject_GenericGetDict
-from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.type cimport PyType_IsSubtype
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear
 from cpython.long cimport PyLong_FromVoidPtr
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.dict cimport PyDict_SetItem
 from libc.stdint cimport int32_t, int64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memcmp
 
 from dlpack cimport (
-    DLTensor, DLDataType, DLPackVersion, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM, PyBaseObject_Type,
+    DLTensor, DLDataType, DLPackVersion, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM,
     pointer_or_null,
 )
 
@@ -75,6 +75,31 @@ cdef inline object dtype_of(DLDataType dt):
     return v
 
 
+# The last shape and strides tuples read (0 and 1), with their values, given
+# again while the values are the same (a tuple cannot change): inspect of one
+# capsule, or of tensors of one shape, makes no new ones.
+cdef PyObject *kept_tuples[2]
+cdef int kept_n[2]
+cdef int64_t kept_values[2][MAX_NDIM]
+cdef object kept_lock = object()  # a free-threaded build's: the GIL's elsewhere
+
+
+cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
+    cdef tuple t
+    with cython.critical_section(kept_lock):
+        if (kept_tuples[which] != NULL and kept_n[which] == n and
+                memcmp(kept_values[which], values, sizeof(int64_t) * <size_t>n) == 0):
+            return <tuple>kept_tuples[which]
+    t = int64s(values, n)
+    with cython.critical_section(kept_lock):
+        Py_XDECREF(kept_tuples[which])
+        Py_INCREF(t)
+        kept_tuples[which] = <PyObject *>t
+        kept_n[which] = n
+        memcpy(kept_values[which], values, sizeof(int64_t) * <size_t>n)
+    return t
+
+
 cdef inline tuple int64s(const int64_t *values, int n):
     cdef tuple t = PyTuple_New(n)
     cdef int i
@@ -86,8 +111,57 @@ cdef inline tuple int64s(const int64_t *values, int n):
     return t
 
 
+# The fields of the record inspect returns, held in the object: the base of
+# _capsule.CapsuleInfo, the record's face (a frozen dataclass of these fields
+# with the properties derived from them), which read() makes directly.
+@cython.auto_pickle(False)
+cdef class CapsuleFields:
+    """The fields of a CapsuleInfo, held by the compiled core."""
+    cdef readonly object name, versioned, version, flags, device, dl_dtype, shape, strides, byte_offset, data
+    cdef object __weakref__
+
+    def __init__(self, name, versioned, version, flags, device, dl_dtype, shape, strides, byte_offset, data):
+        self.name = name
+        self.versioned = versioned
+        self.version = version
+        self.flags = flags
+        self.device = device
+        self.dl_dtype = dl_dtype
+        self.shape = shape
+        self.strides = strides
+        self.byte_offset = byte_offset
+        self.data = data
+
+    # vars(info): the fields, as a dataclass instance's dict holds them.
+    @property
+    def __dict__(self):
+        return {"name": self.name, "versioned": self.versioned, "version": self.version, "flags": self.flags,
+                "device": self.device, "dl_dtype": self.dl_dtype, "shape": self.shape, "strides": self.strides,
+                "byte_offset": self.byte_offset, "data": self.data}
+
+    # Pickled and copied as made: the class and its fields, in order.
+    def __reduce__(self):
+        return type(self), (self.name, self.versioned, self.version, self.flags, self.device, self.dl_dtype,
+                            self.shape, self.strides, self.byte_offset, self.data)
+
+
+# Whether the record type Python told of (CapsuleInfo) is made of
+# CapsuleFields, checked once per type told.
+cdef PyTypeObject *info_type_checked = NULL
+
+cdef inline bint info_type_fits(PyTypeObject *tp) noexcept:
+    global info_type_checked
+    if tp == info_type_checked:
+        return True
+    if not PyType_IsSubtype(<type>tp, CapsuleFields):
+        return False
+    info_type_checked = tp
+    return True
+
+
 cdef inline object read_info(object capsule):
-    if state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL:
+    if (state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL or
+            not info_type_fits(state.info_type)):
         return hand_back1(b"read", capsule)  # refused before set_python
     cdef CapsuleHead head
     cdef int64_t shape[MAX_NDIM]
@@ -125,33 +199,23 @@ cdef inline object read_info(object capsule):
         version = None
         flags = 0
     dl_dtype = dtype_of(t.dtype)
-    shape_ = int64s(shape, t.ndim)
-    strides_ = None if t.strides == NULL else int64s(strides, t.ndim)
+    shape_ = int64s_kept(0, shape, t.ndim)
+    strides_ = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
     byte_offset = t.byte_offset
     data = PyLong_FromVoidPtr(t.data)
-    # What _capsule._capsule_info makes: object.__new__(CapsuleInfo), the
-    # dataclass's fields in the new instance's dict, without its __init__.
-    # The dict is the instance's own, asked of it (PyObject_GenericGetDict)
-    # and filled in place: from CPython 3.13 a plain class keeps its
-    # attributes in inline values, which a dict installed with
-    # PyObject_GenericSetDict would bypass, so that lookups found none of the
-    # fields there. object.__new__ rather than tp_alloc alone: on 3.11 it
-    # gives the instance inline values too, so the dict asked of it shares
-    # the class's keys and takes the ten fields without growing (read costs
-    # 0.27 us instead of 0.32 us there; within 3% either way on 3.10, 3.12
-    # and 3.13).
-    info = PyBaseObject_Type.tp_new(state.info_type, (), NULL)
-    fields = PyObject_GenericGetDict(info, NULL)
-    PyDict_SetItem(fields, <object>state.info_keys[0], name)
-    PyDict_SetItem(fields, <object>state.info_keys[1], versioned != 0)
-    PyDict_SetItem(fields, <object>state.info_keys[2], version)
-    PyDict_SetItem(fields, <object>state.info_keys[3], flags)
-    PyDict_SetItem(fields, <object>state.info_keys[4], device)
-    PyDict_SetItem(fields, <object>state.info_keys[5], dl_dtype)
-    PyDict_SetItem(fields, <object>state.info_keys[6], shape_)
-    PyDict_SetItem(fields, <object>state.info_keys[7], strides_)
-    PyDict_SetItem(fields, <object>state.info_keys[8], byte_offset)
-    PyDict_SetItem(fields, <object>state.info_keys[9], data)
+    # The record made by its type's tp_new (Cython's, which sets the fields
+    # to None), without parsing arguments, then filled in place.
+    cdef CapsuleFields info = <CapsuleFields>state.info_type.tp_new(<type>state.info_type, <PyObject *>(), NULL)
+    info.name = name
+    info.versioned = versioned != 0
+    info.version = version
+    info.flags = flags
+    info.device = device
+    info.dl_dtype = dl_dtype
+    info.shape = shape_
+    info.strides = strides_
+    info.byte_offset = byte_offset
+    info.data = data
     return info
 
 
