@@ -266,12 +266,6 @@ cdef int setup_once() except -1:
     _hold(&state.ask_versioned, (1, 0))
     _hold(&state.str_legacy, PyUnicode_InternFromString(LEGACY))
     _hold(&state.str_versioned, PyUnicode_InternFromString(VERSIONED))
-    cdef const char *info_keys[10]
-    info_keys[:] = [b"name", b"versioned", b"version", b"flags", b"device", b"dl_dtype", b"shape", b"strides",
-                    b"byte_offset", b"data"]
-    cdef int i
-    for i in range(10):
-        _hold(&state.info_keys[i], PyUnicode_InternFromString(info_keys[i]))
     state.set_up = 1  # last: what says it is done
     return 0
 

@@ -107,7 +107,6 @@ cdef struct CoreState:
     PyObject *str_view
     PyObject *kw_max_version       # ("max_version",)
     PyObject *ask_versioned        # (1, 0): what NumPy is asked
-    PyObject *info_keys[10]        # CapsuleInfo's fields, in order
     PyObject *str_legacy           # "dltensor"
     PyObject *str_versioned        # "dltensor_versioned"
     int set_up                     # the above made (setup_once)

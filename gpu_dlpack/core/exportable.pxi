@@ -45,7 +45,6 @@ cdef extern from "Python.h":
     PyObject *PyDescr_NewMethod(PyTypeObject *type, PyMethodDef *meth)
     PyObject *Py_True
     PyObject *Py_False
-    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     int METH_FASTCALL, METH_KEYWORDS
     unsigned long Py_TPFLAGS_HAVE_VECTORCALL
 
