@@ -23,6 +23,19 @@ cdef CoreState state
 state.cpu_type = 1
 
 
+cdef class Verdict:
+    """The version policy's verdict cache, kept by _versions (VERDICT) and
+    read by the core at each exchange as two fields, not two lookups in a
+    module's dict: the floor in force (None until first used) and the
+    versioned max_version last accepted against it, with that floor."""
+    cdef public object floor
+    cdef public object accepted
+
+    def __cinit__(self):
+        self.floor = None
+        self.accepted = (None, None)
+
+
 cdef int configured() except 0:
     """1 once Python has told the core what it decided (set_python, last): every
     entry point refuses before then, since what it would read (the Python
@@ -196,8 +209,8 @@ def set_numpy(api, int maxdims, bint layout, bint strides_after_shape):
 def set_versions(versions):
     """The version policy: the _versions module, whose public names the core reads.
 
-    DLPACK_VERSION, the version produced, read now; floor_in_force and
-    last_accepted (the verdict cached for it), read at each exchange;
+    DLPACK_VERSION, the version produced, read now; VERDICT (a Verdict:
+    the floor in force and the verdict cached for it), read at each exchange;
     calls_with_own_floor, the list of the calls under way with a floor of
     their own (while it is not empty, the cached verdict is not used);
     check_max_version, asked whether DLPACK_VERSION passes the floor in
@@ -208,9 +221,13 @@ def set_versions(versions):
     calls = namespace["calls_with_own_floor"]
     if type(calls) is not list:
         raise TypeError("versions.calls_with_own_floor must be a list")
+    verdict = namespace["VERDICT"]
+    if type(verdict) is not Verdict:
+        raise TypeError("versions.VERDICT must be a Verdict")
     produced = namespace["DLPACK_VERSION"]
     version.major, version.minor = produced
     _hold(&state.versions_dict, namespace)
+    _hold(&state.verdict, verdict)
     _hold(&state.under_floor, calls)
     _hold(&state.produced_version, produced)
     _hold(&state.produced_request, (None, produced, None, None))
@@ -256,8 +273,6 @@ def forget():
 cdef int setup_once() except -1:
     if state.set_up:
         return 0
-    _hold(&state.str_accepted, PyUnicode_InternFromString(b"last_accepted"))
-    _hold(&state.str_floor, PyUnicode_InternFromString(b"floor_in_force"))
     _hold(&state.str_dlpack, PyUnicode_InternFromString(b"__dlpack__"))
     _hold(&state.str_dtype, PyUnicode_InternFromString(b"dtype"))
     _hold(&state.str_view, PyUnicode_InternFromString(b"view"))

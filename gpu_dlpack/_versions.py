@@ -10,6 +10,7 @@ import os
 import threading
 
 from . import _errors
+from ._compiled import core
 from ._devices import DLDeviceType
 from ._dtypes import describe_code
 
@@ -76,18 +77,18 @@ def parse_floor(value, source):
     return floor
 
 
-#: The floor in force, or None until it is first used: GPU_DLPACK_MIN_VERSION
-#: is read then, so that setting it after the import works, and a bad value
-#: is an error of the exchange that needs the floor, not of the import.
-#: Set through ``set_min_version``; the compiled core reads it.
-floor_in_force = None
+#: The verdict cache, read by the compiled core at each exchange (a
+#: ``core.Verdict``, two fields). ``VERDICT.floor``: the floor in force, or
+#: None until it is first used: GPU_DLPACK_MIN_VERSION is read then, so that
+#: setting it after the import works, and a bad value is an error of the
+#: exchange that needs the floor, not of the import; set through
+#: ``set_min_version``. ``VERDICT.accepted``: the last versioned max_version
+#: accepted, and the floor it was checked against. Consumers pass the same
+#: constant tuple on every call (NumPy and PyTorch do), so the common check is
+#: two identity tests; a tuple is immutable and held here, so the same object
+#: is still valid, and a new floor is a new object.
+VERDICT = core.Verdict()
 
-#: The last versioned max_version accepted, and the floor it was checked
-#: against. Consumers pass the same constant tuple on every call (NumPy and
-#: PyTorch do), so the common check is two identity tests; a tuple is
-#: immutable and held here, so the same object is still valid, and a new
-#: floor is a new object. The compiled core reads both.
-last_accepted = (None, None)
 
 class _CallFloor(threading.local):
     #: The floor of the call under way on this thread (export(min_version=),
@@ -108,29 +109,27 @@ calls_with_own_floor: list = []
 def min_version():
     """The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
     ValueError while that value is bad)."""
-    floor = floor_in_force
+    floor = VERDICT.floor
     return floor if floor is not None else _read_environment()
 
 
 def _read_environment():
-    global floor_in_force
     raw = os.environ.get(ENV_MIN_VERSION)
     floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
-    floor_in_force = floor
+    VERDICT.floor = floor
     return floor
 
 
 def set_min_version(value):
     """Set the floor; returns the previous one. Accepts (0, 8) or '0.8'."""
-    global floor_in_force
     floor = parse_floor(value, "MIN_DLPACK_VERSION")
-    previous = floor_in_force
+    previous = VERDICT.floor
     if previous is None:
         try:
             previous = _read_environment()
         except ValueError:  # the bad environment value never took effect
             previous = DEFAULT_MIN_VERSION
-    floor_in_force = floor
+    VERDICT.floor = floor
     return previous
 
 
@@ -163,11 +162,10 @@ def check_max_version(max_version, floor=None):
     capsule. ``None`` (an old consumer) asks for a legacy one. ``floor``: a
     floor of the call's own, else the thread's ``under_floor``, else the
     floor in force."""
-    global last_accepted
     if max_version is None:
         return False
-    accepted = last_accepted
-    if floor is None and max_version is accepted[0] and accepted[1] is floor_in_force and not calls_with_own_floor:
+    accepted = VERDICT.accepted
+    if floor is None and max_version is accepted[0] and accepted[1] is VERDICT.floor and not calls_with_own_floor:
         return True
     if type(max_version) is not tuple or len(max_version) != 2 or type(
         max_version[0]
@@ -183,7 +181,7 @@ def check_max_version(max_version, floor=None):
     if max_version[0] < 1:
         return False
     if in_force:
-        last_accepted = (max_version, floor)
+        VERDICT.accepted = (max_version, floor)
     return True
 
 

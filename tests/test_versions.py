@@ -191,6 +191,21 @@ def test_floor_is_settable_at_run_time(floor):
     assert gpu_dlpack.set_min_dlpack_version((0, 5)) == (0, 3)
 
 
+def test_a_verdict_the_core_cached_does_not_outlive_a_new_floor(floor):
+    # The core's fast paths take a max_version it saw accepted without
+    # asking again: a floor above it, set afterwards, must still refuse it.
+    a = np.arange(3.0)
+    w = wrap(a)
+    for _ in range(3):
+        assert inspect(export(a, max_version=(1, 0))).name == "dltensor_versioned"
+        assert inspect(w.__dlpack__(max_version=(1, 0))).name == "dltensor_versioned"
+    gpu_dlpack.MIN_DLPACK_VERSION = (1, 1)
+    with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\)"):
+        export(a, max_version=(1, 0))
+    with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\)"):
+        w.__dlpack__(max_version=(1, 0))
+
+
 @pytest.mark.parametrize("bad", [(2, 0), (-1, 0), "x", (0,), 5])
 def test_a_bad_floor_at_run_time_is_refused(bad, floor):
     with pytest.raises(ValueError):

@@ -71,7 +71,8 @@ cdef struct CoreState:
     PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
     PyTypeObject *ndarray_type
     void **numpy_api
-    PyObject *versions_dict        # vars(_versions): its floor in force and verdict cache, read at each exchange
+    PyObject *versions_dict        # vars(_versions): its check_max_version
+    PyObject *verdict              # _versions.VERDICT: the floor in force and the verdict cached for it
     PyObject *under_floor          # _versions.calls_with_own_floor: the calls under way with a floor of their own
     PyObject *produced_version     # DLPACK_VERSION, as Python has it
     PyObject *produced_request     # (None, DLPACK_VERSION, None, None): last_request of the C exchange
@@ -99,8 +100,6 @@ cdef struct CoreState:
     PyObject *produced_floor       # the floor DLPACK_VERSION was accepted under
 
     # names and arguments made once (module setup)
-    PyObject *str_accepted         # "last_accepted"
-    PyObject *str_floor            # "floor_in_force"
     PyObject *str_dlpack
     PyObject *str_dtype
     PyObject *str_max_version

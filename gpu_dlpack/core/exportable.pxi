@@ -277,18 +277,12 @@ cdef inline bint no_call_floor() noexcept:
 cdef bint accepted_versioned(PyObject *max_version) noexcept:
     cdef int i, overflow = 0
     cdef long a, b
-    cdef PyObject *versions = state.versions_dict
-    cdef PyObject *accepted = state.str_accepted
-    cdef PyObject *floor_key = state.str_floor
     if not no_call_floor():
         return False
-    # (str keys: no comparison can raise, so no error to keep or clear)
-    cdef PyObject *acc = dict_get(versions, accepted)
-    cdef PyObject *floor = dict_get(versions, floor_key)
-    if acc == NULL or floor == NULL:
-        PyErr_Clear()
-    if (acc == NULL or not PyTuple_CheckExact(<object>acc) or PyTuple_GET_SIZE(<object>acc) != 2 or
-            PyTuple_GET_ITEM(<object>acc, 1) != floor):
+    cdef Verdict verdict = <Verdict>state.verdict
+    cdef PyObject *acc = <PyObject *>verdict.accepted
+    if (not PyTuple_CheckExact(<object>acc) or PyTuple_GET_SIZE(<object>acc) != 2 or
+            PyTuple_GET_ITEM(<object>acc, 1) != <PyObject *>verdict.floor):
         return False
     cdef PyObject *known = PyTuple_GET_ITEM(<object>acc, 0)
     if known == max_version:
@@ -313,13 +307,10 @@ cdef bint accepted_versioned(PyObject *max_version) noexcept:
 # new floor is a new object), not decided here.
 cdef bint produced_accepted() noexcept:
     cdef PyObject *versions = state.versions_dict
-    cdef PyObject *floor_key = state.str_floor
     if not no_call_floor():
         return False
-    cdef PyObject *floor = dict_get(versions, floor_key)  # str keys: no error to keep
-    if floor == NULL:
-        PyErr_Clear()
-        return False
+    cdef Verdict verdict = <Verdict>state.verdict
+    cdef PyObject *floor = <PyObject *>verdict.floor  # None before its first use
     if floor == state.produced_floor:
         return True
     # Held for the call: the module's dict may drop it meanwhile.
@@ -333,8 +324,8 @@ cdef bint produced_accepted() noexcept:
     PyErr_Clear()  # refused: the general path raises it
     # The floor the check read: it may have been read from the environment
     # just now (None before its first use).
-    floor = PyDict_GetItem(<object>versions, <object>floor_key)
-    if ok and floor != NULL and floor != <PyObject *>None:
+    floor = <PyObject *>verdict.floor
+    if ok and floor != <PyObject *>None:
         put(&state.produced_floor, floor)
     return ok
 
