@@ -350,16 +350,22 @@ def no_backend(device) -> DeviceUnreachableError:
     )
 
 
+def _named(producer) -> str:
+    """The producer's type as a message names it: ``module.QualName``."""
+    t = type(producer)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
 def producer_refused(producer, exc) -> BufferError:
     return BufferError(
-        f"{producer}.__dlpack__ refused the export: {type(exc).__name__}: {exc}. "
+        f"{_named(producer)}.__dlpack__ refused the export: {type(exc).__name__}: {exc}. "
         "That is the producer's own error: fix what it names, or ask the producer "
         "for an export it can make (its own device, no copy, max_version=None)."
     )
 
 
 def exports_itself(obj) -> BufferError:
-    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    t = _named(obj)
     return BufferError(
         f"{t}.__dlpack__ asks gpu_dlpack to export the {type(obj).__name__} itself "
         "(gpu_dlpack.export(self) or gpu_dlpack.wrap(self) inside __dlpack__), which "
@@ -372,7 +378,7 @@ def exports_itself(obj) -> BufferError:
 
 def producer_not_a_capsule(producer, obj) -> TypeError:
     return TypeError(
-        f"{producer}.__dlpack__() returned {type(obj).__name__}, not a DLPack capsule "
+        f"{_named(producer)}.__dlpack__() returned {type(obj).__name__}, not a DLPack capsule "
         "(a PyCapsule named 'dltensor' or 'dltensor_versioned'): the producer breaks "
         "the DLPack protocol. Fix its __dlpack__, or convert the array with its own "
         "library first (for example to NumPy) and pass that."
@@ -609,7 +615,7 @@ def old_cupy(need) -> BufferError:
 
 def view_needs_copy(producer, what, resolve) -> CopyRequiredError:
     return CopyRequiredError(
-        f"copy=False, but the {producer} has {what} set: its memory holds other values than "
+        f"copy=False, but the {_named(producer)} has {what} set: its memory holds other values than "
         f"the tensor, which only a copy resolves ({resolve}()), and a zero-copy export would "
         f"hand the consumer the wrong values. Pass copy=None to let gpu_dlpack resolve it, "
         f"or call x.{resolve}() first."
@@ -620,7 +626,7 @@ def view_needs_copy(producer, what, resolve) -> CopyRequiredError:
 
 def device_mismatch(producer, said, got) -> BufferError:
     return BufferError(
-        f"{producer}.__dlpack_device__ says its array is on {said}, but its capsule "
+        f"{_named(producer)}.__dlpack_device__ says its array is on {said}, but its capsule "
         f"holds memory on {got}. The capsule was refused (its deleter was called); "
         "the producer is at fault."
     )
@@ -637,18 +643,29 @@ def host_device_id(asked, target) -> DeviceUnreachableError:
 
 # -- arrays spread over several devices ----------------------------------------
 
-def spread_needs_copy(sharding, target) -> CopyRequiredError:
+def _sharding(x) -> str:
+    """The sharding of the spread array ``x`` in words."""
+    sharding = x.sharding
+    spec = getattr(sharding, "spec", None)
+    kind = type(sharding).__name__
+    n = len(sharding.device_set)
+    return f"{kind}{'' if spec is None else f'({spec})'} over {n} devices"
+
+
+def spread_needs_copy(x, target) -> CopyRequiredError:
     return CopyRequiredError(
-        f"the array is sharded ({sharding}): it can reach {target} only by a gather, "
+        f"the array is sharded ({_sharding(x)}): it can reach {target} only by a gather, "
         "a copy, but copy=False was asked. Remedies: pass copy=None or copy=True to "
         "gather it, or take its shards zero-copy, each on its own device, with "
         "gpu_dlpack.shards(x)."
     )
 
 
-def spread_not_addressable(sharding, missing, here) -> BufferError:
+def spread_not_addressable(x) -> BufferError:
+    here = sorted(str(d) for d in x.sharding.addressable_devices)
+    missing = len(x.sharding.device_set) - len(here)
     return BufferError(
-        f"the array is spread over devices this process cannot address ({sharding}; "
+        f"the array is spread over devices this process cannot address ({_sharding(x)}; "
         f"{missing} of its devices belong to other processes, this one has "
         f"{', '.join(here) or 'none'}): no process can export it whole. Remedies: "
         "exchange the shards this process holds with gpu_dlpack.shards(x), or gather "

@@ -27,7 +27,6 @@ from ._backends import cupy_backend, numpy_backend
 from ._compiled import core
 from ._devices import CPU, Device, DLDeviceType, host_tested
 from ._producer import AskedAgain, answer_after, gave_legacy, request
-from ._producer import producer_name as _producer_name
 
 _ndarray = np.ndarray
 
@@ -129,7 +128,7 @@ def resolved_views(x, copy):
         except Exception:  # the test cannot say: the export is the producer's as it is
             continue
         if copy is False:
-            raise _errors.view_needs_copy(_producer_name(x), view.what, view.resolve)
+            raise _errors.view_needs_copy(x, view.what, view.resolve)
         for v in views:
             if getattr(x, v.test)() is True:
                 x = getattr(x, v.resolve)()
@@ -144,7 +143,7 @@ def gather(x, target: Device, copy, stream):
     backend). For other targets (pinned or managed memory) the host gather
     is returned, for the caller to move."""
     if copy is False:
-        raise _errors.spread_needs_copy(_shards.describe(x), target)
+        raise _errors.spread_needs_copy(x, target)
     pieces = _shards.pieces(x)
     if target.type in _GPU_TYPES:
         return cupy_backend.gather(x.shape, x.dtype, pieces, target, stream)
@@ -215,7 +214,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         _rules.check_copy(copy)
         capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
     elif type(capsule) is not _capsule.CapsuleType:
-        raise _errors.producer_not_a_capsule(_producer_name(x), capsule)
+        raise _errors.producer_not_a_capsule(x, capsule)
     versioned, header = _capsule.checked(
         capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.check_known
     )
@@ -227,7 +226,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
     if header.device_type != source.type:
         _capsule.discard(capsule, versioned)
         got = Device((header.device_type, header.device_id))
-        raise _errors.device_mismatch(_producer_name(x), source, got)
+        raise _errors.device_mismatch(x, source, got)
     flags = header.flags
     if readonly or _peers.export_facts(type(x)).read_only:
         known_readonly = True

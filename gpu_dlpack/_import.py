@@ -24,7 +24,7 @@ from . import (
 from ._backends import numpy_backend
 from ._compiled import core
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import AskedAgain, answer_after, gave_legacy, producer_name, request
+from ._producer import AskedAgain, answer_after, gave_legacy, request
 from ._shards import Shard
 from ._typing import Array, DeviceLike, StreamLike
 
@@ -270,7 +270,7 @@ def host_capsule(x, capsule=None):
         else:
             capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     elif type(capsule) is not _CapsuleType:
-        raise _errors.producer_not_a_capsule(producer_name(x), capsule)
+        raise _errors.producer_not_a_capsule(x, capsule)
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))

@@ -27,11 +27,6 @@ _old_producers: dict = {}
 gave_legacy: set = set()
 
 
-def producer_name(x) -> str:
-    t = type(x)
-    return f"{t.__module__}.{t.__qualname__}"
-
-
 def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     """``x.__dlpack__`` with what the producer accepts.
 
@@ -55,7 +50,7 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     else:
         answer = _ask(x, stream, max_version, dl_device, copy)
     if type(answer[0]) is not _CapsuleType:
-        raise _errors.producer_not_a_capsule(producer_name(x), answer[0])
+        raise _errors.producer_not_a_capsule(x, answer[0])
     return answer
 
 
@@ -155,7 +150,7 @@ def _ask(x, stream, max_version, dl_device, copy):
     except (BufferError, TypeError, MemoryError):
         raise  # out of memory is no refusal: a caller catching MemoryError sees it
     except Exception as exc:
-        raise _errors.producer_refused(producer_name(x), exc) from exc
+        raise _errors.producer_refused(x, exc) from exc
 
 
 def answer_after(x, error, max_version):
@@ -175,7 +170,7 @@ def answer_after(x, error, max_version):
     except (BufferError, TypeError, MemoryError):
         raise
     except Exception as exc:
-        raise _errors.producer_refused(producer_name(x), exc) from exc
+        raise _errors.producer_refused(x, exc) from exc
 
 
 def _retry(x, method, stream, first):

@@ -69,20 +69,9 @@ def spread(x) -> bool:
         return False
 
 
-def describe(x) -> str:
-    """The sharding of ``x`` in words, for messages."""
-    sharding = x.sharding
-    spec = getattr(sharding, "spec", None)
-    kind = type(sharding).__name__
-    n = len(sharding.device_set)
-    return f"{kind}{'' if spec is None else f'({spec})'} over {n} devices"
-
-
 def check_addressable(x) -> None:
     if not getattr(x, "is_fully_addressable", True):
-        here = sorted(str(d) for d in x.sharding.addressable_devices)
-        missing = len(x.sharding.device_set) - len(here)
-        raise _errors.spread_not_addressable(describe(x), missing, here)
+        raise _errors.spread_not_addressable(x)
 
 
 def replica(x, device: Device | None = None):

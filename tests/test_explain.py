@@ -17,6 +17,7 @@ import json
 import re
 import struct
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -1013,6 +1014,23 @@ def test_explain_without_text_on_a_terminal_says_how(capsys, monkeypatch):
     assert "pipe it in" in capsys.readouterr().err
 
 
+def _an_instance_of(qualified):
+    """An object whose type a message names ``qualified`` (``lib.Array``)."""
+    module, _, name = qualified.rpartition(".")
+    return type(name, (), {"__module__": module})()
+
+
+def _spread_array():
+    """An array like JAX's sharded over 4 devices, 2 of them this process's."""
+
+    class NamedSharding:
+        spec = "P('x',)"
+        device_set = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"}
+        addressable_devices = ["cpu:1", "cpu:0"]
+
+    return SimpleNamespace(sharding=NamedSharding())
+
+
 # Sample arguments for every message builder in gpu_dlpack._errors.
 BUILDER_ARGS = {
     "below_floor": ((0, 4), (0, 5)),
@@ -1037,8 +1055,8 @@ BUILDER_ARGS = {
     "copy_forbidden": ("cuda:0", "cpu", "the data is not addressable there"),
     "unreachable": ("cpu", "cuda:0"),
     "no_backend": ("cuda:0",),
-    "producer_refused": ("lib.Array", RuntimeError("device lost")),
-    "producer_not_a_capsule": ("lib.Array", None),
+    "producer_refused": (_an_instance_of("lib.Array"), RuntimeError("device lost")),
+    "producer_not_a_capsule": (_an_instance_of("lib.Array"), None),
     "producer_bad_device": ("lib.Array", "cpu"),
     "consumed": ("used_dltensor",),
     "not_a_capsule": (3,),
@@ -1059,13 +1077,13 @@ BUILDER_ARGS = {
     "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),
     "old_cupy": ("export a versioned DLPack capsule",),
     "runtime_entry_differs": ("cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t)"),
-    "device_mismatch": ("lib.Array", "cpu", "cuda:0"),
+    "device_mismatch": (_an_instance_of("lib.Array"), "cpu", "cuda:0"),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
     "bad_interface": ("__cuda_array_interface__", "it has no 'data'", {"shape": (3,)}),
     "masked_array": ("__array_interface__",),
     "interface_cannot_copy": ("cuda:0", (1, 0), None),
-    "spread_needs_copy": ("NamedSharding(P('x',)) over 4 devices", "cpu"),
-    "spread_not_addressable": ("NamedSharding(P('x',)) over 4 devices", 2, ["cpu:0", "cpu:1"]),
+    "spread_needs_copy": (_spread_array(), "cpu"),
+    "spread_not_addressable": (_spread_array(),),
     "bad_on_readonly": (True, ("copy", "share", "refuse")),
     "bad_consumer": (3,),
     "consumer_not_importable": ("pytorch", ModuleNotFoundError("No module named 'pytorch'")),
@@ -1076,7 +1094,7 @@ BUILDER_ARGS = {
     "unaligned_needs_copy": ("jax", 0x1004, 64),
     "narrowing_refused": ("jax", "int64", "int32", "jax_enable_x64"),
     "consumer_copied": ("mlx",),
-    "view_needs_copy": ("torch.Tensor", "the negative bit", "resolve_neg"),
+    "view_needs_copy": (_an_instance_of("torch.Tensor"), "the negative bit", "resolve_neg"),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
     "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
     "bad_flag": ("readonly", 1),
