@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _dtypes, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _dtypes, _errors, _exchange, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._compiled import core
 from ._devices import CPU, Device
 from ._typing import Capsule, DeviceLike, StreamLike, Version
 
 _ndarray = np.ndarray
 _asked = _producer.asked
-_asks_back = _producer.ASKS_BACK
 
 
 def export(
@@ -196,9 +195,7 @@ class Exportable(core.ExportableBase):
             self._source, self._device = CPU, _CPU_DLPACK
         else:
             # Read once: the device __dlpack_device__ reports is the one exported.
-            asks = _asks_back.get(type(x))
-            if asks is None:
-                asks = _asks_back[type(x)] = not _peers.owns_type(type(x))
+            asks = _producer.asks_back(type(x))
             if asks and id(x) in _asked.ids:
                 # wrap(self) inside x's own __dlpack__ or __dlpack_device__:
                 # what else x speaks is wrapped.

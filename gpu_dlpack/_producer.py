@@ -39,10 +39,7 @@ def request(x, stream=None, max_version=None, dl_device=None, copy=None):
     producer (the standard's type for a refused export); an answer that is no
     capsule is a ``TypeError`` naming the producer.
     """
-    t = type(x)
-    asks = ASKS_BACK.get(t)
-    if asks is None:
-        asks = ASKS_BACK[t] = not _peers.owns_type(t)
+    asks = asks_back(type(x))
     if asks:
         if id(x) in asked.ids:
             raise AskedAgain(x)
@@ -79,6 +76,15 @@ asked = _Asking()
 # type -> whether its DLPack methods may call back into gpu_dlpack: a type of
 # a peer library (``_peers``) never does, and is asked without a mark.
 ASKS_BACK: dict = {}
+
+
+def asks_back(t) -> bool:
+    """Whether producers of type ``t`` may ask gpu_dlpack back from their
+    DLPack methods (``ASKS_BACK``, read once per type)."""
+    asks = ASKS_BACK.get(t)
+    if asks is None:
+        asks = ASKS_BACK[t] = not _peers.owns_type(t)
+    return asks
 
 
 def marked(x, call, *args):
