@@ -301,6 +301,23 @@ PEERS = (
         "numba", "numba", consumer=("cuda.as_cuda_array",), submodules=("numba.cuda",), lands="gpu",
         faults=(Fault("always-writeable", seen=("numba-cuda 0.30.4",)),),
     ),
+    Peer(
+        "paddle", "paddle", array="Tensor",
+        # Like torch's, its C exchange API exports tensors that require grad,
+        # which its __dlpack__ refuses (requires_grad: not stop_gradient).
+        exchange=Exchange(("requires_grad",), (), ()),
+        faults=(
+            # It asks for versioned capsules and writes through READ_ONLY
+            # ones; a negative stride imports as garbage (reading it asks
+            # for 2**64 bytes: MemoryError).
+            Fault("read-only-ignored", seen=("3.3.1",)),
+            Fault("negative-strides", seen=("3.3.1",)),
+        ),
+        export_faults=(
+            # __dlpack_device__ of a CPU tensor gives (kDLCPU, None).
+            Fault("device-id-none", seen=("3.3.1",)),
+        ),
+    ),
     # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
     # hold host memory: its arrays say (1, 0) in __dlpack_device__.
     Peer(
