@@ -27,6 +27,11 @@ the package (a leaf: the device parser reads it too).
 
 - ``consumer``: where its ``from_dlpack`` lives, relative to ``module``
   (the first found wins), and ``submodules`` to import for it;
+- ``asks``: the ``max_version`` its ``from_dlpack`` asks for, where it
+  takes a capsule too (torch); ``capsule_only``: its importer takes a
+  capsule and nothing else (TensorFlow's ``experimental.dlpack.from_dlpack``):
+  ``convert`` hands it the capsule it would ask for (``asks``; None: a
+  legacy one);
 - ``lands``: where ``gpu_dlpack.convert`` lands data for it: ``"host"``
   (NumPy: ``gpu_dlpack.from_dlpack`` is the importer), ``"gpu"`` (CuPy, and
   Numba over it: CuPy arrays made by ``gpu_dlpack.from_dlpack``), None (its
@@ -131,6 +136,9 @@ FAULTS = {
     "narrows-64-bit": (
         "imports 64-bit types narrowed to 32 bits, by a copy and silently (int64 as int32: "
         "2**40 becomes 0; float64 as float32; complex128 as complex64)", "from_dlpack"),
+    "narrows-float64": (
+        "imports float64 as float32 and complex128 as complex64, by a copy and silently "
+        "(1e300 becomes inf), whatever any setting says", "from_dlpack"),
 }
 
 #: What each producer fault is: id -> (what the producer does, what the
@@ -193,6 +201,7 @@ class Peer(NamedTuple):
     devices: Devices | None = None
     consumer: tuple = ("from_dlpack",)
     asks: tuple | None = None  # the max_version its from_dlpack asks for, where it also takes a capsule
+    capsule_only: bool = False  # its from_dlpack takes a capsule only (asked for ``asks``; None: legacy)
     submodules: tuple = ()
     lands: str | None = None
     faults: tuple = ()
@@ -316,6 +325,34 @@ PEERS = (
         export_faults=(
             # __dlpack_device__ of a CPU tensor gives (kDLCPU, None).
             Fault("device-id-none", seen=("3.3.1",)),
+        ),
+    ),
+    # TensorFlow imports through tf.experimental.dlpack.from_dlpack(capsule)
+    # only, and legacy capsules only; its EagerTensors export legacy ones.
+    Peer(
+        "tensorflow", "tensorflow", array="EagerTensor", array_module="tensorflow",
+        consumer=("experimental.dlpack.from_dlpack",), capsule_only=True,
+        faults=(
+            Fault("legacy-only", seen=("2.21.0",)),
+            # "Invalid strides array from DLPack" for a negative stride, a
+            # step and a transposition alike: C order only.
+            Fault("non-compact-strides", seen=("2.21.0",)),
+            Fault("c-order-only", seen=("2.21.0",)),
+        ),
+        export_faults=(
+            # t.__dlpack__(max_version=(1, 0)) gives a "dltensor" capsule,
+            # of a tensor that is immutable.
+            Fault("legacy-only-export", seen=("2.21.0",)),
+            Fault("immutable-unflagged", seen=("2.21.0",)),
+        ),
+    ),
+    # MLX imports with mlx.core.from_dlpack, always by a copy (copy=False
+    # raises ValueError).
+    Peer(
+        "mlx", "mlx", consumer=("core.from_dlpack",), submodules=("mlx.core",),
+        faults=(
+            Fault("negative-strides", seen=("0.32.4",)),  # ValueError
+            Fault("narrows-float64", seen=("0.32.4",)),
         ),
     ),
     # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all

@@ -12,7 +12,7 @@ import pytest
 
 from tests.interpreter import ROOT
 
-APART = {"paddle": "peers_paddle.py"}
+APART = {"paddle": "peers_paddle.py", "tensorflow": "peers_tensorflow.py"}
 
 
 @pytest.mark.parametrize("library", sorted(APART))
