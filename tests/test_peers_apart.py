@@ -29,3 +29,23 @@ def test_the_peer_in_a_process_of_its_own(library):
     print(f"{library}: {summary[0]}")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert " passed" in summary[0] and " failed" not in summary[0], summary[0]
+
+
+def test_the_doctor_imports_the_peers_in_an_order_that_holds():
+    # Paddle 3.3.1 imported after TensorFlow 2.21 crashes the process
+    # (SIGSEGV); the doctor, which imports every installed peer into its
+    # own process, imports Paddle first.
+    if any(importlib.util.find_spec(name) is None for name in APART):
+        pytest.skip("needs both paddle and tensorflow installed")
+    code = (
+        "import importlib, importlib.util\n"
+        "from gpu_dlpack.doctor._peers import PEERS\n"
+        "for p in PEERS:\n"
+        "    if p.name in ('paddle', 'tensorflow'):\n"
+        "        importlib.import_module(p.module)\n"
+        "print('imported')\n"
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "imported" in done.stdout, (done.returncode, done.stderr[-2000:])
