@@ -95,3 +95,13 @@ def test_convert_of_a_tensor(to):
     t = tf.constant([[1, 2], [3, 4]], dtype=tf.int32)
     got = gpu_dlpack.convert(t, to)
     assert np.asarray(gpu_dlpack.from_dlpack(got)).tolist() == [[1, 2], [3, 4]]
+
+
+def test_a_legacy_export_of_a_tensor_is_refused_unless_copied():
+    # Its tensors are immutable (immutable-unflagged): a legacy capsule,
+    # which cannot say so, is refused (rule 5), and a copy is writeable.
+    t = tf.constant([1.0, 2.0])
+    with pytest.raises(gpu_dlpack.ReadOnlyError):
+        gpu_dlpack.export(t, max_version=None)
+    a = gpu_dlpack.from_dlpack(gpu_dlpack.export(t, max_version=None, copy=True))
+    assert a.tolist() == [1.0, 2.0]
