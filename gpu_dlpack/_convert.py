@@ -211,7 +211,7 @@ def _read_setting(root, path):
     obj = root
     for part in path.split("."):
         obj = getattr(obj, part)
-    return bool(obj)
+    return bool(obj() if callable(obj) else obj)
 
 
 def _meant(name: str) -> tuple[str, ...]:
@@ -609,6 +609,11 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
             _backends.for_device(target)
+        if "gpu-import-crashes" in c.faults and "gpu-import-crashes" in c.active():
+            here = Device(served.__dlpack_device__())
+            if here.type is not DLDeviceType.CPU:  # refused here: the consumer would crash the process
+                raise _errors.unreachable(here, c.name, f"{c.name} {c.version or ''} has no GPU, and it "
+                                          "crashes the process on GPU data rather than raise")
         try:
             result = c.call(served.__dlpack__(max_version=c.asks) if c.capsule_only else served)
         except Exception:

@@ -97,7 +97,8 @@ class Fault(NamedTuple):
     versions it was measured in, ``see`` where it is recorded upstream.
     ``unless``: a setting of the library that turns the fault off while it
     is true, an attribute path from its module read at each exchange
-    (JAX's ``config.jax_enable_x64``)."""
+    (JAX's ``config.jax_enable_x64``; a function there is called: Paddle's
+    ``is_compiled_with_cuda``)."""
 
     id: str
     since: tuple | None = None
@@ -136,6 +137,9 @@ FAULTS = {
     "narrows-64-bit": (
         "imports 64-bit types narrowed to 32 bits, by a copy and silently (int64 as int32: "
         "2**40 becomes 0; float64 as float32; complex128 as complex64)", "from_dlpack"),
+    "gpu-import-crashes": (
+        "crashes the process importing from a producer whose device is a GPU, in a build without "
+        "one (SIGSEGV), where it should raise", "from_dlpack"),
     "narrows-float64": (
         "imports float64 as float32 and complex128 as complex64, by a copy and silently "
         "(1e300 becomes inf), whatever any setting says", "from_dlpack"),
@@ -321,6 +325,9 @@ PEERS = (
             # for 2**64 bytes: MemoryError).
             Fault("read-only-ignored", seen=("3.3.1",)),
             Fault("negative-strides", seen=("3.3.1",)),
+            # Its CPU build asks for the GPU's current stream of any producer
+            # whose __dlpack_device__ names a GPU, and dies (SIGSEGV).
+            Fault("gpu-import-crashes", seen=("3.3.1",), unless="is_compiled_with_cuda"),
         ),
         export_faults=(
             # __dlpack_device__ of a CPU tensor gives (kDLCPU, None).
@@ -353,6 +360,10 @@ PEERS = (
         faults=(
             Fault("negative-strides", seen=("0.32.4",)),  # ValueError
             Fault("narrows-float64", seen=("0.32.4",)),
+            # It asks with no max_version first, and for (1, 1) only after a
+            # BufferError; and it copies every import, aligned or not.
+            Fault("legacy-only", seen=("0.32.4",)),
+            Fault("unaligned-copies", seen=("0.32.4",)),
         ),
     ),
     # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all

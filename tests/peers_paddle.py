@@ -91,3 +91,23 @@ def test_convert_to_paddle_shares_a_plain_array():
     q = gpu_dlpack.convert(a, "paddle")
     a[0] = 9.0
     assert q.numpy().tolist() == [9.0, 1.0, 2.0, 3.0]
+
+
+def test_a_cpu_build_is_never_handed_gpu_data():
+    # Its CPU build dies (SIGSEGV) importing from a producer on a GPU
+    # (gpu-import-crashes): convert refuses before it is called.
+    if paddle.is_compiled_with_cuda():
+        pytest.skip("a CUDA build of Paddle")
+
+    class OnTheGpu:
+        def __init__(self):
+            self.a = np.arange(3.0)
+
+        def __dlpack__(self, **kwargs):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match="crashes the process"):
+        gpu_dlpack.convert(OnTheGpu(), "paddle")
