@@ -77,6 +77,7 @@ class Consumer(NamedTuple):
     switches: tuple = ()     # (fault id, getter, setting): a fault off while getter() is true
     capsules: bool = False   # straight through as the rules' capsule, not a wrapper
     asks: tuple | None = None  # ...asked for this max_version, as the consumer asks
+    capsule_only: bool = False  # it takes a capsule only, in every case (TensorFlow)
 
     def active(self) -> frozenset:
         """Its faults now: those a setting turns off left out (JAX's x64)."""
@@ -196,11 +197,13 @@ def _read_consumer(to) -> Consumer:
         )
         # A consumer that takes a capsule is handed the one it would ask a
         # wrapper for (the same capsule, without its Python round trip).
-        capsules = peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None)
+        # One that takes nothing else (TensorFlow) is handed one in every case.
+        capsules = peer.capsule_only or (
+            peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None))
         asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
         label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
-        capsules, asks,
+        capsules, asks, peer is not None and peer.capsule_only,
     )
 
 
@@ -208,7 +211,7 @@ def _read_setting(root, path):
     obj = root
     for part in path.split("."):
         obj = getattr(obj, part)
-    return bool(obj)
+    return bool(obj() if callable(obj) else obj)
 
 
 def _meant(name: str) -> tuple[str, ...]:
@@ -278,6 +281,7 @@ def _plain_test(faults) -> Callable:
     compact = "non-compact-strides" in faults
     negative = "negative-strides" in faults
     narrows = "narrows-64-bit" in faults
+    narrows_floats = "narrows-float64" in faults
     c_order = "c-order-only" in faults
 
     def plain(x) -> bool:
@@ -288,6 +292,8 @@ def _plain_test(faults) -> Callable:
             return False  # a transposition it would read as C order
         if narrows and x.dtype in _WIDE:
             return False  # the setting that keeps the dtype is read by the general path
+        if narrows_floats and x.dtype in _WIDE_FLOATS:
+            return False  # refused by the general path
         if compact:
             return flags.c_contiguous or flags.f_contiguous
         if negative and not flags.c_contiguous:
@@ -298,6 +304,7 @@ def _plain_test(faults) -> Callable:
 
 
 _WIDE = frozenset(np.dtype(t) for t in ("int64", "uint64", "float64", "complex128"))
+_WIDE_FLOATS = frozenset(np.dtype(t) for t in ("float64", "complex128"))
 
 
 # -- the producer a consumer imports from ----------------------------------------
@@ -306,7 +313,9 @@ class Served:
     """``x`` served to one consumer: a versioned capsule under the rules,
     then what the consumer cannot honour handled (``_faults.fix``)."""
 
-    __slots__ = ("_w", "_consumer", "_target", "_copy", "_stream", "_policy", "_required", "lands_on", "record")
+    __slots__ = (
+        "_w", "_consumer", "_target", "_copy", "_stream", "_policy", "_required", "lands_on", "record", "refused",
+    )
 
     def __init__(self, x, consumer: Consumer, target: Device | None, copy, stream, policy, required=(0, False)):
         self._w = wrap(x)
@@ -320,6 +329,9 @@ class Served:
         #: capsule elsewhere is copied there, so no read-only data is shared.
         self.lands_on: Device | None = None
         self.record: dict | None = None
+        #: The layer's error this producer raised to the consumer, which may
+        #: not pass it on (MLX's nanobind makes any of them a TypeError).
+        self.refused: BaseException | None = None
 
     def __dlpack_device__(self) -> tuple[int, int]:
         if self._target is not None:
@@ -327,6 +339,13 @@ class Served:
         return self._w.__dlpack_device__()
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        try:
+            return self._served(stream, max_version, dl_device, copy)
+        except _errors.GpuDlpackError as exc:
+            self.refused = exc
+            raise
+
+    def _served(self, stream, max_version, dl_device, copy):
         c = self._consumer
         dl = self._target.dlpack if self._target is not None else dl_device
         asked_copy = self._copy if self._copy is not None else copy
@@ -560,6 +579,8 @@ _NOTHING_REQUIRED = (0, False)
 
 def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     _faults.check_policy(on_readonly)
+    if _is_dask(x):
+        return _convert_dask(x, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
     target = None if device is None else Device(device)
@@ -588,7 +609,17 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
             _backends.for_device(target)
-        result = c.call(served)
+        if "gpu-import-crashes" in c.faults and "gpu-import-crashes" in c.active():
+            here = Device(served.__dlpack_device__())
+            if here.type is not DLDeviceType.CPU:  # refused here: the consumer would crash the process
+                raise _errors.unreachable(here, c.name, f"{c.name} {c.version or ''} has no GPU, and it "
+                                          "crashes the process on GPU data rather than raise")
+        try:
+            result = c.call(served.__dlpack__(max_version=c.asks) if c.capsule_only else served)
+        except Exception:
+            if served.refused is not None:
+                raise served.refused from None  # the layer's own refusal, whatever the consumer made of it
+            raise
         if copy is False and served.record is not None:
             landed = _landed(result)
             if landed is not None and landed[0] != served.record["address"]:
@@ -673,3 +704,42 @@ def _dtype_name(dtype) -> str:
         return str(_dtypes.to_numpy(*dtype).numpy)
     except Exception:
         return "DLPack dtype (code={}, bits={}, lanes={})".format(*dtype)
+
+
+# -- dask arrays ------------------------------------------------------------------
+
+def _is_dask(x) -> bool:
+    """Whether ``x`` is a dask array (read by its type: dask is not imported)."""
+    t = type(x)
+    return (t.__module__ or "").startswith("dask.array") and t.__name__ == "Array" and hasattr(x, "map_blocks")
+
+
+#: The consumers whose arrays dask holds as chunks: ``convert`` of a dask
+#: array to one of them stays a dask array, each chunk converted when computed.
+_DASK_CHUNKS = frozenset({"numpy", "cupy"})
+
+
+def _convert_dask(x, c: Consumer, device, copy, stream, on_readonly, report, required):
+    """A dask array to ``c``: for a library dask holds chunks of (NumPy,
+    CuPy), a dask array over the same graph, each chunk converted lazily
+    by ``convert`` (zero-copy where the pair allows); for any other, the
+    computed array converted (dask cannot hold its arrays as chunks)."""
+    keywords = dict(device=device, copy=copy, stream=stream, on_readonly=on_readonly,
+                    require_alignment=required[0], require_contiguous=required[1])
+    if c.name not in _DASK_CHUNKS:
+        return convert(x.compute(), c.module, report=report, **keywords)
+    if c.name == "numpy":
+        meta: Any = np.empty((0,) * x.ndim, x.dtype)
+    else:
+        import cupy
+
+        meta = cupy.empty((0,) * x.ndim, x.dtype)
+    mapped = x.map_blocks(functools.partial(_chunk, c.module, keywords), dtype=x.dtype, meta=meta)
+    if not report:
+        return mapped
+    return Conversion(mapped, c.name, c.version, None, None, False, (), (
+        f"a dask array: each chunk converted to {c.name} when computed",))
+
+
+def _chunk(module, keywords, block):
+    return convert(block, module, **keywords)

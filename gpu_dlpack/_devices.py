@@ -203,6 +203,8 @@ class Device:
                 raise ValueError
             return cls(tuple(answer))
         except (TypeError, ValueError) as exc:
+            if _cpu_without_id(x, answer):
+                return CPU  # its row's "device-id-none": (kDLCPU, None) is the CPU
             producer = f"{type(x).__module__}.{type(x).__qualname__}"
             raise _errors.producer_bad_device(producer, answer, type(exc)) from None
 
@@ -317,6 +319,19 @@ def _from_peer(dev, form):
 
 _BY_PAIR: dict = {}  # (int type, id) -> Device, for the pairs seen
 CPU = Device((1, 0))
+
+
+def _cpu_without_id(x, answer) -> bool:
+    """Whether ``answer`` is ``(kDLCPU, None)`` from a producer whose row
+    says its ``__dlpack_device__`` gives no id for host memory (Paddle's
+    ``"device-id-none"``): the CPU, device 0."""
+    try:
+        pair = tuple(answer)
+        return len(pair) == 2 and pair[1] is None and type(pair[0]) is not bool and pair[0] == DLDeviceType.CPU and (
+            _peers.export_facts(type(x)).device_id_none
+        )
+    except Exception:  # an answer that is no pair is no CPU either
+        return False
 
 
 def _host_test(t, attribute: bool):

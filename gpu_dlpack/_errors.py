@@ -812,6 +812,14 @@ def narrowing_refused(consumer, dtype, narrower, setting) -> DtypeChangeError:
     )
 
 
+def float_narrowing_refused(consumer, dtype, narrower) -> DtypeChangeError:
+    return DtypeChangeError(
+        f"{consumer} would import {dtype} as {narrower} (by a copy): it has no {dtype}, and values "
+        f"that do not fit {narrower} change silently (float64 1e300 is float32 inf). Remedy: ask "
+        f"for {narrower} explicitly, knowing what it keeps: convert x.astype('{narrower}')."
+    )
+
+
 def consumer_copied(consumer) -> CopyRequiredError:
     return CopyRequiredError(
         f"copy=False, but {consumer} copied the data on import (its result does not share the "

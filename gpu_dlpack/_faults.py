@@ -35,6 +35,9 @@ NARROWED = {
     (5, 128): ("complex128", "complex64"),
 }
 
+#: ...and a consumer with "narrows-float64" (MLX, which has no float64).
+NARROWED_FLOATS = {(2, 64): NARROWED[(2, 64)], (5, 128): NARROWED[(5, 128)]}
+
 
 class Fix(NamedTuple):
     """What the layer does before a consumer imports a capsule."""
@@ -133,6 +136,9 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
     if "narrows-64-bit" in faults and tuple(dtype[:2]) in NARROWED:
         wide, narrow = NARROWED[tuple(dtype[:2])]
         raise _errors.narrowing_refused(consumer, wide, narrow, (settings or {}).get("narrows-64-bit", "x64"))
+    if "narrows-float64" in faults and tuple(dtype[:2]) in NARROWED_FLOATS:
+        wide, narrow = NARROWED_FLOATS[tuple(dtype[:2])]
+        raise _errors.float_narrowing_refused(consumer, wide, narrow)
     copies = share = False
     applied, reasons = [], []
     if read_only and faults & _READ_ONLY:

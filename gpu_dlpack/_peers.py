@@ -27,6 +27,11 @@ the package (a leaf: the device parser reads it too).
 
 - ``consumer``: where its ``from_dlpack`` lives, relative to ``module``
   (the first found wins), and ``submodules`` to import for it;
+- ``asks``: the ``max_version`` its ``from_dlpack`` asks for, where it
+  takes a capsule too (torch); ``capsule_only``: its importer takes a
+  capsule and nothing else (TensorFlow's ``experimental.dlpack.from_dlpack``):
+  ``convert`` hands it the capsule it would ask for (``asks``; None: a
+  legacy one);
 - ``lands``: where ``gpu_dlpack.convert`` lands data for it: ``"host"``
   (NumPy: ``gpu_dlpack.from_dlpack`` is the importer), ``"gpu"`` (CuPy, and
   Numba over it: CuPy arrays made by ``gpu_dlpack.from_dlpack``), None (its
@@ -92,7 +97,8 @@ class Fault(NamedTuple):
     versions it was measured in, ``see`` where it is recorded upstream.
     ``unless``: a setting of the library that turns the fault off while it
     is true, an attribute path from its module read at each exchange
-    (JAX's ``config.jax_enable_x64``)."""
+    (JAX's ``config.jax_enable_x64``; a function there is called: Paddle's
+    ``is_compiled_with_cuda``)."""
 
     id: str
     since: tuple | None = None
@@ -131,6 +137,12 @@ FAULTS = {
     "narrows-64-bit": (
         "imports 64-bit types narrowed to 32 bits, by a copy and silently (int64 as int32: "
         "2**40 becomes 0; float64 as float32; complex128 as complex64)", "from_dlpack"),
+    "gpu-import-crashes": (
+        "crashes the process importing from a producer whose device is a GPU, in a build without "
+        "one (SIGSEGV), where it should raise", "from_dlpack"),
+    "narrows-float64": (
+        "imports float64 as float32 and complex128 as complex64, by a copy and silently "
+        "(1e300 becomes inf), whatever any setting says", "from_dlpack"),
 }
 
 #: What each producer fault is: id -> (what the producer does, what the
@@ -193,6 +205,7 @@ class Peer(NamedTuple):
     devices: Devices | None = None
     consumer: tuple = ("from_dlpack",)
     asks: tuple | None = None  # the max_version its from_dlpack asks for, where it also takes a capsule
+    capsule_only: bool = False  # its from_dlpack takes a capsule only (asked for ``asks``; None: legacy)
     submodules: tuple = ()
     lands: str | None = None
     faults: tuple = ()
@@ -300,6 +313,58 @@ PEERS = (
     Peer(
         "numba", "numba", consumer=("cuda.as_cuda_array",), submodules=("numba.cuda",), lands="gpu",
         faults=(Fault("always-writeable", seen=("numba-cuda 0.30.4",)),),
+    ),
+    Peer(
+        "paddle", "paddle", array="Tensor",
+        # Like torch's, its C exchange API exports tensors that require grad,
+        # which its __dlpack__ refuses (requires_grad: not stop_gradient).
+        exchange=Exchange(("requires_grad",), (), ()),
+        faults=(
+            # It asks for versioned capsules and writes through READ_ONLY
+            # ones; a negative stride imports as garbage (reading it asks
+            # for 2**64 bytes: MemoryError).
+            Fault("read-only-ignored", seen=("3.3.1",)),
+            Fault("negative-strides", seen=("3.3.1",)),
+            # Its CPU build asks for the GPU's current stream of any producer
+            # whose __dlpack_device__ names a GPU, and dies (SIGSEGV).
+            Fault("gpu-import-crashes", seen=("3.3.1",), unless="is_compiled_with_cuda"),
+        ),
+        export_faults=(
+            # __dlpack_device__ of a CPU tensor gives (kDLCPU, None).
+            Fault("device-id-none", seen=("3.3.1",)),
+        ),
+    ),
+    # TensorFlow imports through tf.experimental.dlpack.from_dlpack(capsule)
+    # only, and legacy capsules only; its EagerTensors export legacy ones.
+    Peer(
+        "tensorflow", "tensorflow", array="EagerTensor", array_module="tensorflow",
+        consumer=("experimental.dlpack.from_dlpack",), capsule_only=True,
+        faults=(
+            Fault("legacy-only", seen=("2.21.0",)),
+            # "Invalid strides array from DLPack" for a negative stride, a
+            # step and a transposition alike: C order only.
+            Fault("non-compact-strides", seen=("2.21.0",)),
+            Fault("c-order-only", seen=("2.21.0",)),
+        ),
+        export_faults=(
+            # t.__dlpack__(max_version=(1, 0)) gives a "dltensor" capsule,
+            # of a tensor that is immutable.
+            Fault("legacy-only-export", seen=("2.21.0",)),
+            Fault("immutable-unflagged", seen=("2.21.0",)),
+        ),
+    ),
+    # MLX imports with mlx.core.from_dlpack, always by a copy (copy=False
+    # raises ValueError).
+    Peer(
+        "mlx", "mlx", consumer=("core.from_dlpack",), submodules=("mlx.core",),
+        faults=(
+            Fault("negative-strides", seen=("0.32.4",)),  # ValueError
+            Fault("narrows-float64", seen=("0.32.4",)),
+            # It asks with no max_version first, and for (1, 1) only after a
+            # BufferError; and it copies every import, aligned or not.
+            Fault("legacy-only", seen=("0.32.4",)),
+            Fault("unaligned-copies", seen=("0.32.4",)),
+        ),
     ),
     # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
     # hold host memory: its arrays say (1, 0) in __dlpack_device__.

@@ -298,8 +298,8 @@ def test_read_only_numpy_into_jax_fails_directly_and_is_refused_by_rule(report, 
 def test_consumer_writing_through_read_only_is_a_hazard_with_a_remedy(report, torch):
     c = cell(report, "numpy (read-only)", "torch")
     assert "consumer-ignores-read-only" in c["via"]["hazards"]
-    (f,) = [f for f in report["findings"] if f.get("hazard") == "consumer-ignores-read-only"]
-    assert f["subject"] == "torch" and "copy=True" in f["remedy"]
+    (f,) = [f for f in report["findings"] if f.get("hazard") == "consumer-ignores-read-only" and f["subject"] == "torch"]
+    assert "copy=True" in f["remedy"]
 
 
 def test_findings_are_sorted_by_severity(report):
@@ -453,8 +453,9 @@ def test_library_that_raises_while_probed_gets_a_row(libdir):
     check_schema(rep)
     bad = [c for c in host(rep)["cells"] if c["producer"] == name]
     # gpu_dlpack names the failing producer in the standard's BufferError
-    assert bad and all(c["via"]["outcome"] == "error" for c in bad)
-    assert all("allocator is broken" in c["via"]["error"] for c in bad)
+    assert bad and all(c["via"]["outcome"] == "error" for c in bad), [c["via"] for c in bad]
+    # (MLX's binding makes any error of its argument a TypeError of its own.)
+    assert all("allocator is broken" in c["via"]["error"] for c in bad if c["consumer"] != "mlx"), bad
 
 
 def test_library_whose_arrays_speak_no_dlpack_is_skipped_not_failed(libdir):

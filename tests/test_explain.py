@@ -469,6 +469,8 @@ REAL_MESSAGES = {
     "gpu_dlpack-convert-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), _cupy().__name__)),
     "gpu_dlpack-convert-narrowing": lambda: raised(lambda: _without_x64(
         lambda: gpu_dlpack.convert(np.array([2**40]), _jax().__name__))),
+    "gpu_dlpack-convert-float-narrowing": lambda: raised(
+        lambda: gpu_dlpack.convert(np.array([1e300]), pytest.importorskip("mlx.core").__name__)),
     "gpu_dlpack-convert-consumer-copied": lambda: raised(
         lambda: gpu_dlpack.convert(np.arange(3.0), _copying_consumer(), copy=False)
     ),
@@ -1093,6 +1095,7 @@ BUILDER_ARGS = {
     "layout_needs_copy": ("torch", (6,), (-1,), "a negative stride"),
     "unaligned_needs_copy": ("jax", 0x1004, 64),
     "narrowing_refused": ("jax", "int64", "int32", "jax_enable_x64"),
+    "float_narrowing_refused": ("mlx", "float64", "float32"),
     "consumer_copied": ("mlx",),
     "view_needs_copy": (_an_instance_of("torch.Tensor"), "the negative bit", "resolve_neg"),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),

@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 
-from .. import _explain
-from .._devices import Device
+from .. import _convert, _explain, _peers
+from .._devices import Device, DLDeviceType
 from .._export import export as gpu_export
 from .._export import wrap
 from .._import import from_dlpack as gd_from_dlpack
@@ -92,9 +92,31 @@ class _OnTheHost:
         self.consume = functools.partial(item.consume, device="cpu")
 
 
+def _crashes_on(consumer, make) -> str | None:
+    """Why the exchange is not run: a consumer whose row says it crashes the
+    process on GPU data (a CPU build of Paddle), for a producer on a GPU."""
+    peer = _peers.by_name(consumer.peer.module)
+    if peer is None or "gpu-import-crashes" not in _peers.active_faults(peer, consumer.row.get("version")):
+        return None
+    fault = next(f for f in peer.faults if f.id == "gpu-import-crashes")
+    try:
+        if fault.unless and _convert._read_setting(consumer.module, fault.unless):
+            return None
+        if Device.of(wrap(make())).type is DLDeviceType.CPU:
+            return None
+    except Exception:
+        return None
+    return f"not run: {consumer.peer.name} {_peers.FAULTS['gpu-import-crashes'][0]}"
+
+
 def exchange(producer_name, make, consumer, backend_consumer, readonly_source=False) -> dict:
     """One producer-to-consumer exchange, directly and through gpu_dlpack."""
     call = consumer.row["consumer"]["call"]
+    crashes = _crashes_on(consumer, make)
+    if crashes is not None:
+        direct = {"call": f"{call}(x)", "outcome": "error", "ok": False, "error": crashes, "explain": None,
+                  "request": None, "hazards": []}
+        return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": dict(direct)}
     try:
         source, run, arg = _direct(consumer, make)
         direct = _result(f"{call}({arg}{_suffix(consumer)})", run, source, readonly_source)

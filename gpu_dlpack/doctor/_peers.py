@@ -70,13 +70,15 @@ PEERS = (
         host_consumer=False,
     ),
     # Other DLPack speakers: probed only when installed.
-    Peer(
-        "tensorflow", "tensorflow", consumer=("experimental.dlpack.from_dlpack",), host=_tf_host,
-        always=False,
-    ),
+    # Paddle before TensorFlow: Paddle 3.3.1 imported after TensorFlow 2.21
+    # crashes the process (SIGSEGV); the other order works.
     Peer(
         "paddle", "paddle", consumer=("utils.dlpack.from_dlpack", "from_dlpack"),
         host=lambda m, a: m.to_tensor(a, place=m.CPUPlace()), always=False,
+    ),
+    Peer(
+        "tensorflow", "tensorflow", consumer=("experimental.dlpack.from_dlpack",), host=_tf_host,
+        always=False,
     ),
     Peer("mlx", "mlx.core", host=lambda m, a: m.array(a), always=False),
     Peer("dpnp", "dpnp", host=lambda m, a: m.asarray(a), always=False, host_consumer=False),

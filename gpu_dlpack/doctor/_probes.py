@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
+import sys
 import warnings
 
 from .. import _capsule
@@ -17,6 +20,30 @@ from ._peers import _peer_gpu_usable
 
 # -- producers ---------------------------------------------------------------
 
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """File descriptor 2 sent to the null device while a library loads:
+    TensorFlow's C++ logs at import ("oneDNN custom operations are on")
+    whatever TF_CPP_MIN_LOG_LEVEL says, which a report must not carry.
+    Python's own stderr is flushed first and kept."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+        finally:
+            os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 def _accepts(x, keyword, value):
     """True when ``x.__dlpack__`` takes ``keyword``; the TypeError otherwise."""
@@ -267,7 +294,7 @@ def load(peer) -> _Loaded:
         return _Loaded(peer, None, row)
     row["installed"] = True
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _native_stderr_silenced():
             warnings.simplefilter("ignore")
             module = importlib.import_module(peer.module)
             for sub in peer.submodules:
