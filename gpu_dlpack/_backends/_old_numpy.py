@@ -25,9 +25,8 @@ from .. import _capsule, _errors
 _HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor
 _HEAD_SIZE = _HEAD.size  # 80
 
-# ctypes here reads NumPy's array objects, never a capsule: the address of
-# arrays without elements, never freed (an array over it may outlive this
-# module at shutdown), and an array's data pointer (_data_of).
+# The address of arrays without elements, never freed: an array over it may
+# outlive this module at shutdown.
 _no_elements = ctypes.create_string_buffer(64)
 ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_no_elements)
 _NO_ELEMENTS = ctypes.addressof(_no_elements)
@@ -69,10 +68,8 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
             )
         strides.append(s // itemsize)
     data = _data_of(arr)
-    # The struct's memory is a NumPy array's (aligned for any dtype, so for
-    # the struct's 8-byte words), kept by the capsule until its deleter runs.
-    mem = np.zeros(_HEAD_SIZE + 16 * ndim, np.uint8)
-    ptr = _data_of(mem)
+    mem = ctypes.create_string_buffer(_HEAD_SIZE + 16 * ndim)
+    ptr = ctypes.addressof(mem)
     shape_at = ptr + _HEAD_SIZE
     strides_at = shape_at + 8 * ndim
     _HEAD.pack_into(
