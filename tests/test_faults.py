@@ -150,7 +150,9 @@ def test_out_of_memory_the_core_s_capsule_reads_raise_memory_error_and_leave_it_
         else:
             pytest.fail("the read never got through")
         assert type(got) is answer and capsules.capsule_name(cap) == "dltensor"
-        assert failed == (answer is int)  # the int of an address is allocated; kind allocates nothing
+        # the int of an address is allocated (once or more, as the interpreter
+        # makes ints: twice on 3.13); kind allocates nothing
+        assert (failed > 0) == (answer is int)
 
 
 # -- fork ----------------------------------------------------------------------------
