@@ -150,9 +150,10 @@ def test_out_of_memory_the_core_s_capsule_reads_raise_memory_error_and_leave_it_
         else:
             pytest.fail("the read never got through")
         assert type(got) is answer and capsules.capsule_name(cap) == "dltensor"
-        # the int of an address is allocated (once or more, as the interpreter
-        # makes ints: twice on 3.13); kind allocates nothing
-        assert (failed > 0) == (answer is int)
+        # The int of an address is allocated (once or more, as the interpreter
+        # makes ints: twice on 3.13); what kind allocates is the interpreter's
+        # (nothing on 3.11, once on 3.12).
+        assert failed > 0 or answer is bool
 
 
 # -- fork ----------------------------------------------------------------------------
