@@ -15,6 +15,16 @@ def ml_dtypes():
     return pytest.importorskip("ml_dtypes")
 
 
+@pytest.fixture(scope="session")
+def mx():
+    return pytest.importorskip("mlx.core")
+
+
+@pytest.fixture(scope="session")
+def da():
+    return pytest.importorskip("dask.array")
+
+
 @pytest.fixture
 def floor():
     """Restore the version floor after a test changes it."""

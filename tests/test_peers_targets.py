@@ -15,16 +15,6 @@ import gpu_dlpack
 from gpu_dlpack import _peers
 
 
-@pytest.fixture(scope="module")
-def mx():
-    return pytest.importorskip("mlx.core")
-
-
-@pytest.fixture(scope="module")
-def da():
-    return pytest.importorskip("dask.array")
-
-
 def _values(x):
     return np.asarray(gpu_dlpack.from_dlpack(x)).tolist()
 
