@@ -9,7 +9,8 @@
 # the simulator's checker (a read or write another stream's work was never
 # waited for, freed memory, an unknown or destroyed stream or event, an
 # event recorded on another device's stream, the host touching device
-# memory or memory that queued work still writes); an installed CuPy whose
+# memory or memory that queued work still writes, an operation CUDA
+# forbids during stream capture); an installed CuPy whose
 # C entries differ from what the simulator implements stops the run, naming
 # the entry. What still needs a GPU skips, with why
 # (docs/internals/testing.md lists it).

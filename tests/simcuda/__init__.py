@@ -9,7 +9,8 @@ their place before CuPy is imported: their capsules point at the simulator
 functions call the same C functions, and everything else (constants, the
 error classes, ``PointerAttributes``) is CuPy's own. Real CuPy then runs on
 it: ``cupy.empty``, ``asarray``, ``get``, ``__dlpack__``, ``from_dlpack``,
-streams, events, two GPUs, pinned and managed memory. No kernel runs (no
+streams, events, stream capture and graphs, two GPUs, pinned and managed
+memory. No kernel runs (no
 NVRTC, no device code): what needs one raises ``NotSimulated``.
 
 It fails closed: an installed CuPy whose C entries are not exactly those
