@@ -26,6 +26,7 @@ class Bug(NamedTuple):
 
 
 GPU = "tests/test_gpu.py::"
+ORDER = "tests/test_gpu_stream_order.py::"
 # CuPy's Python calls make the hand-off and the copies only where the core
 # is not bound to CuPy's runtime module (an entry whose C signature
 # differs); on the simulated CUDA it is bound.
@@ -126,12 +127,19 @@ BUGS = (
         "    differs = ('unbound', None, 'x')\n",
         ("tests/test_simulated_cuda.py::test_the_hand_off_and_the_copy_go_through_cupys_runtime_entries_on_the_compiled_path",),
         catcher="test"),
-    Bug("torch-to-cupy-without-a-wait",
-        "torch's tensor taken through its C exchange API without making the consumer wait for its stream",
+    Bug("exchange-import-without-a-wait",
+        "a tensor taken through its producer's C exchange API (torch's, a test producer's) without making the "
+        "consumer wait for the producer's current work stream",
         "gpu_dlpack/_backends/cupy/imports.py",
         "            _handoff.handoff(work_stream or 1, ask, source.index)\n",
         "            pass\n",
-        ("tests/test_core.py::test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream",),
-        unreachable="needs a CUDA build of torch (the test extra's torch is the CPU build): torch's C exchange "
-                    "API gives CUDA tensors only there"),
+        (ORDER + "test_an_import_through_a_producers_exchange_api_waits_for_its_current_work_stream",
+         "tests/test_core.py::test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream")),
+    Bug("source-of-a-queued-copy-back-to-the-pool",
+        "the source of a copy queued on the consumer's stream not kept until the copy ran: its memory goes back "
+        "to CuPy's pool, for the next allocation on the producer's stream",
+        "gpu_dlpack/_backends/cupy/copies.py",
+        "    _queue_copy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu, host_done, source, x, out)\n",
+        "    _queue_copy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu, host_done, out)\n",
+        (ORDER + "test_the_source_of_a_queued_copy_to_another_gpu_stays_out_of_the_pool_until_it_ran",)),
 )

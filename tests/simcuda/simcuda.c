@@ -61,6 +61,9 @@
  * memory last written (or a write of memory last read) by work on another
  * stream that the accessing stream never waited for (no event wait, no
  * legacy-stream order, no host synchronization in between) is reported; so
+ * is device memory CuPy's memory pool takes back (pool_release, from a
+ * memory hook) while queued work of another stream still uses it and the
+ * stream the pool reuses the block on is not ordered after that work; so
  * are a use of freed memory, an unknown or destroyed stream or event handle,
  * an event recorded on another device's stream, a CUDA call from a host
  * function, and a call of an entry the simulator does not implement. The
@@ -2867,6 +2870,56 @@ sim_report(PyObject *mod, PyObject *text)
     Py_RETURN_NONE;
 }
 
+/* pool_release(ptr, size, stream) -> None: CuPy's memory pool took back
+ * [ptr, ptr + size), which the next allocation on `stream` (the stream the
+ * block was allocated on: CuPy's pool reuses a block on that stream only)
+ * may take at once. Reported: queued work of another stream that still
+ * reads or writes it and that `stream`'s later work is not ordered after
+ * (no event wait, no legacy order, no host wait in between). */
+static PyObject *
+sim_pool_release(PyObject *mod, PyObject *args)
+{
+    Py_ssize_t ptr, size, stream;
+    if (!PyArg_ParseTuple(args, "nnn", &ptr, &size, &stream))
+        return NULL;
+    int ai = find_alloc((uintptr_t)ptr);
+    if (ai < 0 || allocs[ai].freed || allocs[ai].kind != K_DEVICE)
+        Py_RETURN_NONE;
+    Alloc *a = &allocs[ai];
+    Stream *owner = NULL;
+    if (stream == 0 || stream == 1)
+        owner = legacy[a->device];
+    else if (stream == 2)
+        owner = per_thread(a->device);
+    else {
+        intptr_t off = (intptr_t)stream - STREAM_BASE;
+        if (off >= 0 && off % HANDLE_STEP == 0 && off / HANDLE_STEP < nstreams)
+            owner = streams[off / HANDLE_STEP];
+    }
+    if (owner == NULL || owner->destroyed)  /* no later allocation on it: nothing reuses the block */
+        Py_RETURN_NONE;
+    size_t lo = (uintptr_t)ptr - a->base, hi = lo + (size_t)size;
+    for (int i = 0; i < a->nacc; i++) {
+        Access *r = &a->acc[i];
+        if (r->hi <= lo || r->lo >= hi || r->clock <= vc_get(&host_vc, r->agent) || ordered(r, owner->agent, &owner->vc))
+            continue;
+        Stream *by = NULL;
+        for (int k = 0; k < nstreams; k++)
+            if (streams[k]->agent == r->agent)
+                by = streams[k];
+        if (owner->kind == S_LEGACY && by && by->device == owner->device && blocking(by))
+            continue;  /* the legacy stream's next work waits for it */
+        char al[200], bn[96], on[96];
+        describe_alloc(a, al, sizeof al);
+        report("device memory returned to CuPy's memory pool (%zd bytes at +%zu of %s) while %s still %s it (%s): "
+               "the pool hands it to the next allocation on %s, whose work is not ordered after that",
+               size, lo, al, agent_name(r->agent, bn, sizeof bn), r->write ? "writes" : "reads", r->what,
+               stream_name(owner, on, sizeof on));
+        break;
+    }
+    Py_RETURN_NONE;
+}
+
 /* capture_status(stream) -> 0 none, 1 active, 2 invalidated (cudaStreamCaptureStatus), without CuPy's raising. */
 static PyObject *
 sim_capture_status(PyObject *mod, PyObject *arg)
@@ -2882,6 +2935,7 @@ sim_capture_status(PyObject *mod, PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"capture_status", sim_capture_status, METH_O, NULL},
+    {"pool_release", sim_pool_release, METH_VARARGS, NULL},
     {"report", sim_report, METH_O, NULL},
     {"configure", (PyCFunction)(void (*)(void))sim_configure, METH_VARARGS | METH_KEYWORDS, NULL},
     {"entries", sim_entries, METH_NOARGS, NULL},
