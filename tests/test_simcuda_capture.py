@@ -140,6 +140,55 @@ def test_a_fork_never_joined_back_fails_the_end_of_the_capture(cp):
     assert reports is None or (len(reports) == 1 and "never waited for" in reports[0]), reports
 
 
+def test_a_captured_host_function_runs_at_each_launch(cp):
+    calls = []
+    s = cp.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    s.launch_host_func(calls.append, "ran")  # CuPy's capture-aware path (cudaLaunchHostFunc, unmanaged)
+    graph = s.end_capture()
+    assert calls == []
+    for i in range(3):
+        graph.launch(stream=s)
+        s.synchronize()
+        assert calls == ["ran"] * (i + 1)
+    assert _reports() in (None, [])
+
+
+def test_a_graph_launched_into_a_capture_becomes_part_of_it(cp):
+    src = gpu_arange(cp, 4.0)
+    mid, dst = cp.empty_like(src), cp.empty_like(src)
+    _settle(cp)
+    s = cp.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    mid.data.copy_from_device_async(src.data, src.nbytes, s)
+    inner = s.end_capture()
+    s.begin_capture()
+    inner.launch(stream=s)
+    dst.data.copy_from_device_async(mid.data, mid.nbytes, s)
+    outer = s.end_capture()
+    for i in range(3):
+        src.set(np.arange(4.0) * i, stream=s)
+        outer.launch(stream=s)
+        s.synchronize()
+        assert dst.get(stream=s).tolist() == (np.arange(4.0) * i).tolist()
+    assert _reports() in (None, [])
+
+
+@pytest.mark.skipif(not simulated_cuda(), reason="the checker is the simulator's")
+def test_a_launch_whose_node_reads_freed_memory_is_reported(cp):
+    mem = cp.cuda.runtime.malloc(32)
+    dst = cp.empty(4)
+    s = cp.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    cp.cuda.runtime.memcpyAsync(dst.data.ptr, mem, 32, 3, s.ptr)
+    graph = s.end_capture()
+    cp.cuda.runtime.free(mem)
+    with pytest.raises(cp.cuda.runtime.CUDARuntimeError):
+        graph.launch(stream=s)
+    reports = _reports()
+    assert len(reports) == 1 and "cudaGraphLaunch's copy node: the source" in reports[0] and "freed" in reports[0]
+
+
 # -- what CUDA forbids during capture invalidates it ----------------------------------
 
 def _forbidden_cases():
@@ -223,6 +272,19 @@ def test_what_cuda_forbids_during_capture_fails_and_invalidates_it(cp, case):
     reports = _reports()
     assert reports is None or (len(reports) == 1 and f"error {status}" in reports[0]
                                and "invalidates stream capture" in reports[0]), reports
+
+
+def test_an_event_recorded_in_a_capture_is_not_queried_until_recorded_again(cp):
+    s = cp.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    event = s.record()
+    graph = s.end_capture()
+    assert cp.cuda.runtime.eventQuery(event.ptr) == CAPTURED_EVENT  # the capture ended: nothing to invalidate
+    s.record(event)
+    s.synchronize()
+    assert cp.cuda.runtime.eventQuery(event.ptr) == 0 and graph is not None
+    reports = _reports()
+    assert reports is None or (len(reports) == 1 and f"error {CAPTURED_EVENT}" in reports[0]), reports
 
 
 def test_a_relaxed_capture_allows_a_synchronous_copy_of_another_stream(cp):

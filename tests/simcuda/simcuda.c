@@ -44,7 +44,8 @@
  *   its device (cudaErrorStreamCaptureUnsupported), using the legacy stream
  *   while a blocking stream of its device captures
  *   (cudaErrorStreamCaptureImplicit), querying, synchronizing or timing an
- *   event recorded in a capture (cudaErrorCapturedEvent), a copy of pageable
+ *   event recorded in a capture (cudaErrorCapturedEvent; once the capture
+ *   ended too, until the event is recorded again), a copy of pageable
  *   host memory on a capturing stream, cudaMalloc, cudaFree, cudaHostAlloc,
  *   cudaFreeHost and the synchronous copies and sets while a capture in
  *   global mode runs, or one in thread-local mode on the calling thread
