@@ -2527,6 +2527,17 @@ fw_memcpyAsync(intptr_t d, intptr_t s, size_t n, int kind, intptr_t stream, int 
 
 static PyObject *fw_streamSynchronize(intptr_t s, int skip) { return forward("streamSynchronize", "(n)", (Py_ssize_t)s); }
 
+static int
+fw_streamIsCapturing(intptr_t s, int skip)
+{
+    PyObject *r = forward("streamIsCapturing", "(n)", (Py_ssize_t)s);
+    if (r == NULL)
+        return 0; /* except *: the error is the answer */
+    int capturing = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return capturing < 0 ? 0 : capturing;
+}
+
 static const struct {
     const char *name;
     void *address;
@@ -2534,6 +2545,7 @@ static const struct {
     {"getDevice", (void *)fw_getDevice},         {"setDevice", (void *)fw_setDevice},
     {"eventRecord", (void *)fw_eventRecord},     {"streamWaitEvent", (void *)fw_streamWaitEvent},
     {"memcpyAsync", (void *)fw_memcpyAsync},     {"streamSynchronize", (void *)fw_streamSynchronize},
+    {"streamIsCapturing", (void *)fw_streamIsCapturing},
 };
 
 static const char *
