@@ -157,7 +157,9 @@ def _refuse_copy_under_capture(target, *streams):
     (``(handle, gpu)`` pairs: the producer's, the copy's) takes part in a
     CUDA graph capture: every copy the layer makes either waits on the host,
     reads or writes host memory, or keeps buffers alive until it is done,
-    none of which a graph can hold (``_handoff.refuse_under_capture``)."""
+    none of which a graph can hold, and allocates its destination, which
+    CuPy's pool may do with cudaMalloc, forbidden during a capture
+    (``_handoff.refuse_under_capture``)."""
     for stream, gpu in streams:
         _handoff.refuse_under_capture(f"copy the array to {target}", stream, gpu)
 
