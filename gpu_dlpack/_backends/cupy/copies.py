@@ -160,7 +160,7 @@ def _refuse_copy_under_capture(target, *streams):
     none of which a graph can hold, and allocates its destination, which
     CuPy's pool may do with cudaMalloc, forbidden during a capture
     (``_handoff.refuse_under_capture``)."""
-    for stream, gpu in streams:
+    for stream, gpu in dict.fromkeys(streams):  # each stream asked once
         _handoff.refuse_under_capture(f"copy the array to {target}", stream, gpu)
 
 
