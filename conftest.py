@@ -46,6 +46,8 @@ def _gpu_available():
 
 
 GPU = _gpu_available()
+if SIMCUDA:  # CuPy's pool tells the checker what it takes back (on the main thread)
+    _simcuda.watch_pool()
 
 
 def pytest_collection_modifyitems(config, items):

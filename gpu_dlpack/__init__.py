@@ -23,7 +23,7 @@ from ._capsule import CapsuleInfo  # noqa: E402
 from ._devices import Device, DLDeviceType  # noqa: E402
 from ._convert import Conversion, convert  # noqa: E402
 from ._errors import (  # noqa: E402
-    ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, DtypeChangeError,
+    CaptureError, ConsumedCapsuleError, CopyRequiredError, DeviceUnreachableError, DLPackVersionError, DtypeChangeError,
     GpuDlpackError, InvalidStreamError, NotDLPackError, ReadOnlyError, StreamError, StreamTypeError, StreamWarning,
 )
 from ._explain import Explanation  # noqa: E402  (the knowledge file is read at the first explain)
@@ -188,7 +188,7 @@ def set_min_dlpack_version(version: Version | str) -> Version:
 
 
 __all__ = [
-    "DLPACK_VERSION", "MIN_DLPACK_VERSION", "ArrayView", "CapsuleInfo", "ConsumedCapsuleError", "Conversion",
+    "DLPACK_VERSION", "MIN_DLPACK_VERSION", "ArrayView", "CapsuleInfo", "CaptureError", "ConsumedCapsuleError", "Conversion",
     "CopyRequiredError", "DLDeviceType", "DLPackVersionError", "Device", "DeviceUnreachableError",
     "DtypeChangeError", "Explanation", "Exportable", "FLAG_IS_COPIED", "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY", "GpuDlpackError", "InvalidStreamError", "NotDLPackError", "Producer", "ReadOnlyError",

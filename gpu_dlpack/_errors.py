@@ -169,6 +169,13 @@ class DeviceUnreachableError(BufferError):
     """
 
 
+class CaptureError(BufferError):
+    """An exchange asked of the layer inside a CUDA graph capture needs what
+    CUDA cannot record into a graph (a host wait, a copy to or from host
+    memory, the legacy default stream): refused before anything is queued,
+    so the capture is still valid."""
+
+
 class StreamError(GpuDlpackError):
     """A stream refused for the memory it goes with.
 
@@ -601,6 +608,23 @@ def runtime_entry_differs(module, entry, found=None, expected=None) -> RuntimeEr
         f"the compiled core does not bind to CuPy's runtime: {what}. The stream hand-off and copies "
         "run through CuPy's Python calls instead (the same functions, with the same results); a "
         "gpu_dlpack release made for this CuPy binds again."
+    )
+
+
+def capture_forbids(what, stream, why) -> CaptureError:
+    return CaptureError(
+        f"cannot {what} while stream {stream:#x} takes part in a CUDA graph capture: {why}. Nothing was "
+        "queued and the capture is still valid. Make the exchange before the capture begins (or after it "
+        "ends), or inside it hand device memory with the capturing stream as the consumer's stream "
+        "(docs/guide/gpu.md, \"CUDA graphs\")."
+    )
+
+
+def capture_invalidated(stream, exc) -> CaptureError:
+    return CaptureError(
+        f"stream {stream:#x} was capturing a CUDA graph, but an earlier operation invalidated the capture "
+        f"({type(exc).__name__}: {exc}): end the capture (cudaStreamEndCapture fails), find the operation "
+        "CUDA refused (gpu-dlpack explain reads the error), and capture again."
     )
 
 

@@ -11,6 +11,10 @@
   checked without blocking at every exchange.
 - ``current_stream``: the stream CuPy queues work on for a device, as a
   DLPack handle.
+- ``capture_of`` and ``refuse_under_capture``: whether a stream takes part in
+  a CUDA graph capture, and the refusal of what CUDA cannot record into a
+  graph (a host wait, a kept buffer, the legacy stream), before anything is
+  queued.
 
 Events come from a small pool per device, created with timing disabled.
 An event can go back to the pool as soon as the wait is queued:
@@ -35,6 +39,9 @@ from ._compiled import core
 _POOL_SIZE = 8  # idle events kept per device
 _MAX_PENDING = 4096  # entries keep_until_done holds before the host waits
 _NOT_READY = 600  # cudaErrorNotReady and hipErrorNotReady
+_CAPTURE_IMPLICIT = 906  # cudaErrorStreamCaptureImplicit: the legacy stream while a capture runs
+_LEGACY = (0, 1)  # the handles of CUDA's legacy default stream
+_DEFAULTS = (0, 1, 2)  # the handles of the current GPU's default streams
 
 _pools: dict = {}  # device -> [event handle, ...]
 _pending: list = []  # (event, device, stream, objects), oldest first
@@ -115,6 +122,8 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     if consumer == -1 or (consumer == producer and consumer_device == device):
         return False
     runtime = _runtime()
+    if _capture_stands_in(producer, consumer, device, consumer_device):
+        return False
     event = _acquire(device)
     try:
         if core_bound(runtime):  # the same calls, made in C
@@ -132,7 +141,9 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
 def wait_host(stream: int, device: int) -> None:
     """Block the host until the work queued on ``stream`` is done: one
     ``cudaStreamSynchronize`` (on its device: the handles 1 and 2 name the
-    default streams of the current one), no event."""
+    default streams of the current one), no event. Refused while the stream
+    takes part in a capture (``refuse_under_capture``)."""
+    refuse_under_capture("wait on the host for the stream's work", stream, device)
     with on_device(device):
         _runtime().streamSynchronize(stream)
 
@@ -147,7 +158,10 @@ def keep_until_done(stream: int, device: int, *objects) -> None:
     """Keep ``objects`` alive until the work queued so far on ``stream`` is
     done, without blocking: an event is recorded, and ``collect`` drops the
     objects once it has completed. At most ``_MAX_PENDING`` entries wait:
-    past that the host waits for the oldest."""
+    past that the host waits for the oldest. Refused while the stream
+    takes part in a capture: work recorded into a graph runs at each launch,
+    never known done here."""
+    refuse_under_capture("keep buffers alive until a copy is done", stream, device)
     runtime = _runtime()
     event = reserve(device)
     try:
@@ -223,6 +237,99 @@ def _bound() -> None:
         _runtime().eventSynchronize(event)
         _release(device, event)
         del objects
+
+
+# -- CUDA graph capture ------------------------------------------------------------
+# A stream capturing a graph records work instead of running it, and CUDA
+# invalidates the capture at the first operation it cannot record: a host
+# wait on a capturing stream, a query of an event recorded in the capture,
+# the legacy default stream while a capture runs (global mode). The hand-off
+# (an event record and a wait) is recorded; everything else that touches the
+# host is refused here before anything is queued (docs/guide/gpu.md, "CUDA
+# graphs").
+
+NOT_CAPTURING, CAPTURING, LEGACY_OFF_LIMITS = 0, 1, 2
+
+
+def capture_of(stream: int, device: int) -> int:
+    """``CAPTURING`` when ``stream`` (on GPU ``device``) is capturing a
+    graph; ``LEGACY_OFF_LIMITS`` for the legacy default stream while a
+    capture runs (any use of it would invalidate that capture);
+    ``NOT_CAPTURING`` otherwise, and on runtimes without capture (ROCm). A
+    capture already invalidated raises ``CaptureError``."""
+    runtime = _runtime()
+    if getattr(runtime, "is_hip", False):
+        return NOT_CAPTURING
+    # The handles of the default streams (0, 1, 2) name those of the current
+    # GPU, asked on the stream's own; any other handle names its stream.
+    on = device if stream in _DEFAULTS else -1
+    try:
+        if core_bound(runtime):
+            capturing = core.capturing(stream, on)
+        elif on < 0:
+            capturing = runtime.streamIsCapturing(stream)
+        else:
+            with on_device(on):
+                capturing = runtime.streamIsCapturing(stream)
+    except RuntimeError as exc:
+        status = getattr(exc, "status", None)  # a CUDARuntimeError's
+        if status == _CAPTURE_IMPLICIT:
+            return LEGACY_OFF_LIMITS
+        if status is not None:
+            raise
+        # CuPy's word for cudaStreamCaptureStatusInvalidated
+        raise _errors.capture_invalidated(stream, exc) from exc
+    return CAPTURING if capturing else NOT_CAPTURING
+
+
+def refuse_under_capture(what: str, stream: int, device: int) -> None:
+    """Raise ``CaptureError`` when ``stream`` takes part in a capture: for
+    an operation (``what``) CUDA cannot record into a graph, asked before
+    anything is queued."""
+    state = capture_of(stream, device)
+    if state == CAPTURING:
+        raise _errors.capture_forbids(what, stream, "CUDA records no host-side work into a graph")
+    if state == LEGACY_OFF_LIMITS:
+        raise _errors.capture_forbids(
+            what, stream, "it is CUDA's legacy default stream, which a capture in progress forbids (use "
+            "a stream made with cupy.cuda.Stream(non_blocking=True))",
+        )
+
+
+def _capture_stands_in(producer: int, consumer: int, device: int, consumer_device: int) -> bool:
+    """The hand-off's rules under capture; True when no wait is to be
+    queued. The event record and the wait are recorded into a graph as they
+    are, with three exceptions. A consumer on the legacy stream (the
+    standard's ``stream=None``) while the producer's stream captures: the
+    capturing stream stands in for it, as PyTorch reads ``None`` under
+    capture (the legacy stream cannot be used, and the consumer's work is
+    then the capture's). A producer outside the capture and a capturing
+    consumer: the producer's work is waited for only if some is still
+    queued, and a graph cannot wait for work outside it: refused then. Any
+    other use of the legacy stream under capture: refused."""
+    produced = capture_of(producer, device)
+    if produced == CAPTURING and consumer in _LEGACY:
+        return True
+    consumed = capture_of(consumer, consumer_device)
+    if produced == LEGACY_OFF_LIMITS:
+        refuse_under_capture("record the producer's work on its stream", producer, device)
+    if consumed == LEGACY_OFF_LIMITS:
+        refuse_under_capture("make the consumer's stream wait for the producer", consumer, consumer_device)
+    if consumed == CAPTURING and produced == NOT_CAPTURING:
+        if _idle(producer, device):
+            return True
+        raise _errors.capture_forbids(
+            "make the capturing consumer's stream wait for the producer", consumer,
+            f"the producer's stream {producer:#x} still has work queued outside the capture, which a graph "
+            "cannot wait for (synchronize it before the capture begins)",
+        )
+    return False
+
+
+def _idle(stream: int, device: int) -> bool:
+    """Whether ``stream`` (not capturing) has no work left queued."""
+    with on_device(device):
+        return _runtime().streamQuery(stream) == 0
 
 
 # -- fork ---------------------------------------------------------------------------

@@ -7,11 +7,13 @@
 # that needs no kernel runs, on the compiled core, whose CUDA calls reach
 # the simulator through CuPy's own entries. A test fails on any report of
 # the simulator's checker (a read or write another stream's work was never
-# waited for, freed memory, an unknown or destroyed stream or event, an
-# event recorded on another device's stream, the host touching device
-# memory or memory that queued work still writes); an installed CuPy whose
-# C entries differ from what the simulator implements stops the run, naming
-# the entry. What still needs a GPU skips, with why
+# waited for, device memory CuPy's pool took back while another stream's
+# queued work still uses it, freed memory, an unknown or destroyed stream
+# or event, an event recorded on another device's stream, the host touching
+# device memory or memory that queued work still writes, an operation CUDA
+# forbids during stream capture); an installed CuPy whose C entries differ
+# from what the simulator implements stops the run, naming the entry. What
+# still needs a GPU skips, with why
 # (docs/internals/testing.md lists it).
 #
 # The short form (scripts/test.sh runs it) soaks the leak test 2,000 times and

@@ -93,6 +93,12 @@ class Runtime:
     def streamSynchronize(self, stream):
         self._raise(self._call("streamSynchronize", stream))
 
+    def streamIsCapturing(self, stream):
+        # Asked before every copy and hand-off; no stream captures here (the
+        # capture rules are tested on the simulated CUDA), and the question
+        # queues no work: not among the calls.
+        return False
+
     def eventCreateWithFlags(self, flags):
         self._next += 1
         self.calls.append(("eventCreate", self._next))

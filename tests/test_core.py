@@ -241,6 +241,10 @@ class _RecordingRuntime:
     def streamWaitEvent(self, stream, event, flags=0):
         self.calls.append(("wait", stream, event, flags, self.device))
 
+    def streamIsCapturing(self, stream):
+        self.calls.append(("capturing?", stream))
+        return False
+
 
 def _bind_stand_in(target):
     """The core bound to ``target``'s methods through C entries; undone by
@@ -297,7 +301,8 @@ def test_handoff_goes_through_the_core_with_the_pooled_event(recording_runtime, 
     monkeypatch.setattr(_handoff, "_bindings", [(runtime, True, None)])
     monkeypatch.setitem(_handoff._pools, 3, [0x77])
     assert _handoff.handoff(0x20, 0x30, 3) is True
-    assert [c for c in recording_runtime.calls if c[0] != "set"] == [("record", 0x77, 0x20, 3), ("wait", 0x30, 0x77, 0, 3)]
+    assert [c for c in recording_runtime.calls if c[0] != "set"] == [
+        ("capturing?", 0x20), ("capturing?", 0x30), ("record", 0x77, 0x20, 3), ("wait", 0x30, 0x77, 0, 3)]
     assert _handoff._pools[3] == [0x77]  # back in the pool
     recording_runtime.calls.clear()
     assert _handoff.handoff(0x20, -1, 3) is False and not recording_runtime.calls  # -1: no synchronization
@@ -330,7 +335,7 @@ def test_the_core_binds_to_the_c_entries_of_cupys_runtime_module():
     try:
         assert _handoff.binding().startswith(
             "CuPy's own runtime, through cupy_backends.cuda.api.runtime.__pyx_capi__ (getDevice, setDevice, "
-            "eventRecord, streamWaitEvent, memcpyAsync, streamSynchronize)")
+            "eventRecord, streamWaitEvent, memcpyAsync, streamSynchronize, streamIsCapturing)")
         assert _handoff.core_bound(_handoff._runtime())
     finally:
         _handoff._bindings.clear()

@@ -80,9 +80,11 @@ def check_schema(doc):
     if gpu["cupy"] is not None:
         c = gpu["cupy"]
         assert all(_is(d, str) for d in c["distributions"])
-        for key in ("version", "runtime_version", "driver_version", "error"):
+        for key in ("version", "runtime_version", "driver_version", "capture", "error"):
             assert _is(c[key], str, None), key
         assert _is(c["device_count"], int, None)
+        if c["version"] is not None:  # CuPy imported: whether it exposes capture is said
+            assert c["capture"].startswith(("yes: ", "no: ")), c["capture"]
     for d in gpu["devices"]:
         assert _is(d["index"], int) and _is(d["name"], str) and _is(d["memory_bytes"], int)
         assert _is(d["compute_capability"], str)

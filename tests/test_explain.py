@@ -144,6 +144,11 @@ def _cupy():
     return pytest.importorskip("cupy")
 
 
+def _cuda_error(status):
+    runtime = pytest.importorskip("cupy_backends.cuda.api.runtime")
+    return raised(lambda: (_ for _ in ()).throw(runtime.CUDARuntimeError(status)))
+
+
 def _torch_source_has(text):
     """True when the installed PyTorch's Tensor.__dlpack__ source holds ``text``."""
     return text in inspect.getsource(_torch().Tensor.__dlpack__)
@@ -331,6 +336,10 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-old-cupy": lambda: "BufferError: " + str(_errors.old_cupy("export a versioned DLPack capsule")),
     # The compiled core with a CuPy whose runtime entries it does not know (gpu-dlpack doctor).
+    "gpu_dlpack-capture-refused": lambda: "CaptureError: " + str(_errors.capture_forbids(
+        "wait on the host for the stream's work", 0x5A3C10, "CUDA records no host-side work into a graph")),
+    "gpu_dlpack-capture-invalidated": lambda: "CaptureError: " + str(_errors.capture_invalidated(
+        0x5A3C10, RuntimeError("the stream was capturing, but an error has invalidated the capture sequence"))),
     "gpu_dlpack-runtime-not-bound": lambda: "RuntimeError: " + str(_errors.runtime_entry_differs(
         "cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t, intptr_t, int __pyx_skip_dispatch)")),
     "gpu_dlpack-producer-refused": lambda: raised(lambda: gpu_dlpack.from_dlpack(BrokenProducer())),
@@ -527,6 +536,11 @@ REAL_MESSAGES = {
     "cupy-device-kwarg": lambda: raised(lambda: _cupy().from_dlpack(np.arange(3.0), device=(2, 0))),
     "cupy-major": lambda: raised(lambda: _cupy().from_dlpack(numpy_capsule(versioned=True, major=2))),
     "cuda-runtime-unusable": lambda: raised(lambda: _cupy().arange(3)),
+    # CuPy's words for CUDA's capture errors (cudaGetErrorString needs no GPU)
+    "cuda-capture-unsupported": lambda: _cuda_error(900),
+    "cuda-capture-invalidated": lambda: _cuda_error(901),
+    "cuda-capture-implicit": lambda: _cuda_error(906),
+    "cuda-captured-event": lambda: _cuda_error(907),
     # -- any producer
     "old-producer-keyword": lambda: raised(lambda: OldProducer().__dlpack__(max_version=(1, 0))),
 }
@@ -1078,6 +1092,8 @@ BUILDER_ARGS = {
     "readonly_to_writeable": ("cuda:0",),
     "gpu_failed": ("import the capsule", TypeError("Unsupported dtype. dtype code: 7")),
     "old_cupy": ("export a versioned DLPack capsule",),
+    "capture_forbids": ("copy the array to cpu", 0x5A3C10, "CUDA records no host-side work into a graph"),
+    "capture_invalidated": (0x5A3C10, RuntimeError("the stream was capturing, but an error has invalidated the capture sequence")),
     "runtime_entry_differs": ("cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t)"),
     "device_mismatch": (_an_instance_of("lib.Array"), "cpu", "cuda:0"),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),

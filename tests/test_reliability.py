@@ -386,6 +386,9 @@ class Runtime:
     def streamSynchronize(self, stream):
         self.calls.append(("stream synchronize", stream))
 
+    def streamIsCapturing(self, stream):
+        return False  # no capture here: tests/test_capture.py, on the simulated CUDA
+
     def deviceSynchronize(self):
         self.calls.append(("device synchronize",))
 

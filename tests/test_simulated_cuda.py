@@ -98,8 +98,8 @@ EXPECTED = {
     "pageable memory is staged when the copy is queued": (None, {"value": 7.0}),
     "a CUDA call from a host function": ("runtime.getDevice was called from a host function", {}),
     "an entry the simulator does not implement": (
-        "runtime.graphDestroy is not simulated",
-        {"raised": "NotSimulated: the simulated CUDA does not implement runtime.graphDestroy"}),
+        "runtime.memPoolTrimTo is not simulated",
+        {"raised": "NotSimulated: the simulated CUDA does not implement runtime.memPoolTrimTo"}),
     "a kernel": (None, {"raised": ""}),
     "queries say done only once the host made the stream run": (
         None, {"value": [[False, False], [True, True], 0]}),

@@ -18,7 +18,7 @@ from libc.stdint cimport intptr_t
 from libc.string cimport memset
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF, Py_CLEAR
 from cpython.dict cimport PyDict_GetItem
-from cpython.exc cimport PyErr_Fetch, PyErr_Restore, PyErr_Clear
+from cpython.exc cimport PyErr_Fetch, PyErr_Restore, PyErr_Clear, PyErr_Occurred
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_AsLong
 from cpython.object cimport PyObject_IsTrue
 from cpython.pycapsule cimport PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer
@@ -36,6 +36,7 @@ ctypedef PyObject *(*event_record_t)(intptr_t, intptr_t, int) noexcept
 ctypedef PyObject *(*stream_wait_t)(intptr_t, intptr_t, int, void *) noexcept
 ctypedef PyObject *(*memcpy_async_t)(intptr_t, intptr_t, size_t, int, intptr_t, int) noexcept
 ctypedef PyObject *(*stream_sync_t)(intptr_t, int) noexcept
+ctypedef int (*is_capturing_t)(intptr_t, int) noexcept  # except *: the error is read after it
 
 cdef enum:
     RT_GET_DEVICE
@@ -44,6 +45,7 @@ cdef enum:
     RT_STREAM_WAIT
     RT_MEMCPY_ASYNC
     RT_STREAM_SYNC
+    RT_IS_CAPTURING
     RT_ENTRIES
 
 cdef struct Runtime:
@@ -53,6 +55,7 @@ cdef struct Runtime:
     stream_wait_t stream_wait
     memcpy_async_t memcpy_async
     stream_sync_t stream_sync
+    is_capturing_t is_capturing
 
 # The calls (bind_runtime: all or none), and the capsules they come from,
 # held while bound (NULL: unbound).
@@ -72,6 +75,7 @@ RUNTIME_ENTRIES = (
                         "*__pyx_optional_args)"),
     ("memcpyAsync", "PyObject *(intptr_t, intptr_t, size_t, int, intptr_t, int __pyx_skip_dispatch)"),
     ("streamSynchronize", "PyObject *(intptr_t, int __pyx_skip_dispatch)"),
+    ("streamIsCapturing", "int (intptr_t, int __pyx_skip_dispatch)"),
 )
 cdef tuple runtime_entries = RUNTIME_ENTRIES  # what bind_runtime reads, whatever Python sets
 
@@ -114,6 +118,7 @@ def bind_runtime(capi, /):
     runtime_state.rt.stream_wait = <stream_wait_t>found[RT_STREAM_WAIT]
     runtime_state.rt.memcpy_async = <memcpy_async_t>found[RT_MEMCPY_ASYNC]
     runtime_state.rt.stream_sync = <stream_sync_t>found[RT_STREAM_SYNC]
+    runtime_state.rt.is_capturing = <is_capturing_t>found[RT_IS_CAPTURING]
     old = runtime_state.rt_owner
     Py_INCREF(kept)
     runtime_state.rt_owner = <PyObject *>kept
@@ -221,3 +226,37 @@ def copy(dst, src, nbytes, stream, device, event, synchronize, /):
         or (sync and answered(rt.stream_sync(<intptr_t>stream_ptr, 0)) < 0))
     restore_device(&rt, before, &current, failed)
     return None
+
+
+cdef int is_capturing(const Runtime *rt, intptr_t stream) except -1:
+    """cudaStreamIsCapturing: 1 or 0; -1 with CuPy's error set."""
+    cdef int answer = rt.is_capturing(stream, 0)
+    if PyErr_Occurred() != NULL:
+        return -1
+    return answer != 0
+
+
+def capturing(stream, device, /):
+    """Whether `stream` is capturing a CUDA graph: cudaStreamIsCapturing,
+    made on GPU `device` when it is not negative (the handles of the
+    default streams name those of the current device), the current device
+    restored; a negative `device` leaves the current one as it is (a
+    stream's own handle needs none). What _handoff.capture_of asks before it
+    queues anything; an error of the runtime is CuPy's (a CUDARuntimeError
+    for the legacy stream while a capture runs, a RuntimeError for an
+    invalidated capture), for Python to word."""
+    cdef Runtime rt
+    owner = bound_runtime(&rt, "the capture check")
+    cdef void *stream_ptr = PyLong_AsVoidPtr(stream)
+    cdef int gpu = PyLong_AsLong(device)
+    if gpu < 0:
+        return is_capturing(&rt, <intptr_t>stream_ptr) == 1
+    cdef int before = rt.get_device(0)
+    cdef int current = before
+    cdef int answer = 0
+    cdef bint failed = switch_device(&rt, gpu, &current) < 0
+    if not failed:
+        answer = rt.is_capturing(<intptr_t>stream_ptr, 0)
+        failed = PyErr_Occurred() != NULL
+    restore_device(&rt, before, &current, failed)
+    return answer != 0

@@ -28,7 +28,9 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
           "nvidia_driver": str | null,    # /proc/driver/nvidia/version, first line
           "cupy": {"distributions": [str], "version": str | null,
                    "runtime_version": str | null, "driver_version": str | null,
-                   "device_count": int | null, "error": str | null} | null,
+                   "device_count": int | null,
+                   "capture": str | null,   # whether CuPy exposes graph capture
+                   "error": str | null} | null,
           "devices": [{"index": int, "name": str, "memory_bytes": int,
                        "compute_capability": str}],
           "torch": {"cuda_available": bool, "cuda_version": str | null,

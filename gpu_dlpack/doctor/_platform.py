@@ -41,7 +41,7 @@ def _probe_cupy(gpu):
         gpu["reason"] = "CuPy is not installed (gpu_dlpack's GPU backend: pip install cupy-cuda12x, or cupy-cuda13x, cupy-rocm-7-0)"
         return None
     info = {"distributions": _cupy_distributions(), "version": None, "runtime_version": None,
-            "driver_version": None, "device_count": None, "error": None}
+            "driver_version": None, "device_count": None, "capture": None, "error": None}
     try:
         import cupy
         from cupy.cuda import runtime
@@ -49,6 +49,7 @@ def _probe_cupy(gpu):
         info["version"] = cupy.__version__
         hip = bool(getattr(runtime, "is_hip", False))
         gpu["backend"] = "rocm" if hip else "cuda"
+        info["capture"] = _capture(cupy, runtime, hip)
     except Exception as exc:
         info["error"] = _err(exc)
         gpu["reason"] = f"CuPy does not import: {info['error']}"
@@ -85,6 +86,18 @@ def _probe_cupy(gpu):
             gpu["devices"].append({"index": i, "name": f"unreadable: {_err(exc)}", "memory_bytes": 0,
                                    "compute_capability": ""})
     return info
+
+
+def _capture(cupy, runtime, hip) -> str:
+    """Whether the installed CuPy exposes CUDA graph capture, which the
+    layer checks before every exchange on a GPU (docs/guide/gpu.md)."""
+    if hip:
+        return "no: CuPy's ROCm build offers no stream capture (exchanges are not checked for one)"
+    missing = [name for name, where in (("streamIsCapturing", runtime), ("Stream.begin_capture", cupy.cuda.Stream))
+               if not hasattr(where, name.rpartition(".")[2])]
+    if missing:
+        return f"no: this CuPy lacks {', '.join(missing)} (upgrade CuPy)"
+    return "yes: cupy.cuda.Stream.begin_capture; exchanges under capture are checked by cudaStreamIsCapturing"
 
 
 def probe_platform() -> dict:

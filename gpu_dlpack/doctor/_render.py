@@ -222,6 +222,8 @@ def _gpu_lines(gpu):
         drv = c.get("driver_version") or "none"
         dists = ", ".join(c["distributions"]) or f"cupy {c.get('version')}"
         lines.append(f"          CuPy build: {dists}; runtime {rt}, driver {drv}")
+        if c.get("capture"):
+            lines.append(f"          CUDA graph capture: {c['capture']}")
     if gpu["nvidia_driver"]:
         lines.append(f"          {gpu['nvidia_driver']}")
     for d in gpu["devices"]:

@@ -9,7 +9,8 @@ their place before CuPy is imported: their capsules point at the simulator
 functions call the same C functions, and everything else (constants, the
 error classes, ``PointerAttributes``) is CuPy's own. Real CuPy then runs on
 it: ``cupy.empty``, ``asarray``, ``get``, ``__dlpack__``, ``from_dlpack``,
-streams, events, two GPUs, pinned and managed memory. No kernel runs (no
+streams, events, stream capture and graphs, two GPUs, pinned and managed
+memory. No kernel runs (no
 NVRTC, no device code): what needs one raises ``NotSimulated``.
 
 It fails closed: an installed CuPy whose C entries are not exactly those
@@ -285,6 +286,42 @@ def install(devices: int = 2):
     api.runtime = runtime
     _installed.append(sim)
     return sim
+
+
+class _PoolWatch:
+    """A memory hook of CuPy's (``cupy.cuda.memory_hook.MemoryHook``) that tells
+    the simulator when CuPy's device memory pool takes a block back, and on
+    which stream the pool will hand it out again (the stream current when it
+    was allocated): ``pool_release`` reports queued work of another stream
+    still using it."""
+
+    name = "simcuda-pool"
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.streams = {}
+
+    def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+        import cupy
+
+        self.streams[pmem_id] = cupy.cuda.get_current_stream().ptr
+
+    def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+        stream = self.streams.pop(pmem_id, None)
+        if stream is not None:
+            self.sim.pool_release(mem_ptr, mem_size, stream)
+
+
+def watch_pool():
+    """Have CuPy's memory pool report the blocks it takes back to the
+    simulator, on the calling thread (CuPy's memory hooks are per thread),
+    once CuPy is imported on the simulator."""
+    from cupy.cuda import memory_hook
+
+    hooks = memory_hook.get_memory_hooks()
+    if _PoolWatch.name not in hooks:
+        watch = type("PoolWatch", (_PoolWatch, memory_hook.MemoryHook), {})(_installed[0])
+        watch.__enter__()
 
 
 def installed():

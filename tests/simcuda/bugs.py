@@ -26,6 +26,7 @@ class Bug(NamedTuple):
 
 
 GPU = "tests/test_gpu.py::"
+ORDER = "tests/test_gpu_stream_order.py::"
 # CuPy's Python calls make the hand-off and the copies only where the core
 # is not bound to CuPy's runtime module (an entry whose C signature
 # differs); on the simulated CUDA it is bound.
@@ -51,6 +52,31 @@ BUGS = (
         "            _handoff.handoff(producer, consumer, src_gpu, gpu)\n",
         "",
         (GPU + "test_an_import_is_ready_on_the_consumer_stream_without_blocking_the_host",)),
+    Bug("host-wait-in-the-handoff-under-capture",
+        "the hand-off waits on the host for the producer's stream, which a capture forbids",
+        "gpu_dlpack/_handoff.py",
+        "    if _capture_stands_in(producer, consumer, device, consumer_device):\n        return False\n",
+        "    with on_device(device):\n        runtime.streamSynchronize(producer)\n",
+        ("tests/test_capture.py::test_the_hand_off_between_two_streams_of_a_capture_is_recorded_into_the_graph",)),
+    Bug("legacy-stream-used-under-capture",
+        "stream=None read as the legacy default stream inside a capture (the hand-off waits on it)",
+        "gpu_dlpack/_handoff.py",
+        "    if produced == CAPTURING and consumer in _LEGACY:\n        return True\n",
+        "    if produced == CAPTURING and consumer in _LEGACY:\n        return False\n",
+        ("tests/test_capture.py::test_export_with_stream_none_under_capture_waits_on_the_capturing_stream",)),
+    Bug("event-query-during-capture",
+        "a copy on the device made under capture, its buffers kept by an event recorded into the capture, "
+        "which the next exchange queries",
+        "gpu_dlpack/_backends/cupy/copies.py",
+        "    _refuse_copy_under_capture(target, (producer, src_gpu), (copy_stream, copy_gpu))\n",
+        "",
+        ("tests/test_capture.py::test_a_copy_on_the_device_under_capture_is_refused",)),
+    Bug("pageable-copy-under-capture",
+        "a copy from pageable host memory queued on a capturing stream",
+        "gpu_dlpack/_backends/cupy/copies.py",
+        "    _refuse_copy_under_capture(target, (copy_stream, gpu))\n",
+        "",
+        ("tests/test_capture.py::test_a_copy_from_host_memory_under_capture_is_refused",)),
     Bug("handoff-recorded-on-the-consumer-stream",
         "the hand-off's event recorded on the consumer's stream instead of the producer's (Python calls)",
         "gpu_dlpack/_handoff.py",
@@ -126,12 +152,19 @@ BUGS = (
         "    differs = ('unbound', None, 'x')\n",
         ("tests/test_simulated_cuda.py::test_the_hand_off_and_the_copy_go_through_cupys_runtime_entries_on_the_compiled_path",),
         catcher="test"),
-    Bug("torch-to-cupy-without-a-wait",
-        "torch's tensor taken through its C exchange API without making the consumer wait for its stream",
+    Bug("exchange-import-without-a-wait",
+        "a tensor taken through its producer's C exchange API (torch's, a test producer's) without making the "
+        "consumer wait for the producer's current work stream",
         "gpu_dlpack/_backends/cupy/imports.py",
         "            _handoff.handoff(work_stream or 1, ask, source.index)\n",
         "            pass\n",
-        ("tests/test_core.py::test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream",),
-        unreachable="needs a CUDA build of torch (the test extra's torch is the CPU build): torch's C exchange "
-                    "API gives CUDA tensors only there"),
+        (ORDER + "test_an_import_through_a_producers_exchange_api_waits_for_its_current_work_stream",
+         "tests/test_core.py::test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream")),
+    Bug("source-of-a-queued-copy-back-to-the-pool",
+        "the source of a copy queued on the consumer's stream not kept until the copy ran: its memory goes back "
+        "to CuPy's pool, for the next allocation on the producer's stream",
+        "gpu_dlpack/_backends/cupy/copies.py",
+        "    _queue_copy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu, host_done, source, x, out)\n",
+        "    _queue_copy(_address(out), x.data.ptr, x.nbytes, copy_stream, copy_gpu, host_done, out)\n",
+        (ORDER + "test_the_source_of_a_queued_copy_to_another_gpu_stays_out_of_the_pool_until_it_ran",)),
 )

@@ -193,7 +193,7 @@ def main():
 
     @case("an entry the simulator does not implement")
     def _():
-        rt.graphDestroy(0)
+        rt.memPoolTrimTo(0, 0)
 
     @case("a kernel")
     def _():

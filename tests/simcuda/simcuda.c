@@ -30,13 +30,41 @@
  *   without access beside the simulator's own); pinned and managed memory
  *   are host memory that the host cannot touch while queued work still
  *   writes it (nor write while queued work still reads it): a host access
- *   then is reported (SIGSEGV, handled) and let through.
+ *   then is reported (SIGSEGV, handled) and let through;
+ * - stream capture (Programming Guide, "CUDA Graphs", "Creating a Graph
+ *   Using Stream Capture"): work enqueued on a capturing stream (copies,
+ *   memsets, host functions, event records and waits) becomes nodes of the
+ *   capture, in call order, and runs only when the graph is launched; a
+ *   stream that waits on an event recorded in the capture joins it, and must
+ *   be waited for again by another of its streams before it ends
+ *   (cudaErrorStreamCaptureUnjoined). What CUDA forbids during capture fails
+ *   with CUDA's error, is reported, and invalidates the capture (later work
+ *   on its streams fails with cudaErrorStreamCaptureInvalidated, and so does
+ *   cudaStreamEndCapture): synchronizing or querying a capturing stream or
+ *   its device (cudaErrorStreamCaptureUnsupported), using the legacy stream
+ *   while a blocking stream of its device captures
+ *   (cudaErrorStreamCaptureImplicit), querying, synchronizing or timing an
+ *   event recorded in a capture (cudaErrorCapturedEvent; once the capture
+ *   ended too, until the event is recorded again), a copy of pageable
+ *   host memory on a capturing stream, cudaMalloc, cudaFree, cudaHostAlloc,
+ *   cudaFreeHost and the synchronous copies and sets while a capture in
+ *   global mode runs, or one in thread-local mode on the calling thread
+ *   (cudaErrorStreamCaptureUnsupported), a wait in a capture on an event
+ *   recorded outside it (cudaErrorStreamCaptureIsolation) or in another
+ *   capture (cudaErrorStreamCaptureMerge). cudaGraphLaunch replays the
+ *   nodes, in order, on the stream launched, as work enqueued then (the
+ *   checker judges it like any other; a node's buffer freed since is a use
+ *   of freed memory); launched into a capture, they are its nodes. Memory
+ *   nodes (cudaMallocAsync, cudaFreeAsync under capture) are not simulated.
  *
  * The checker keeps a vector clock per stream and one for the host, and
  * for each allocation the accesses of queued work: a read or write of
  * memory last written (or a write of memory last read) by work on another
  * stream that the accessing stream never waited for (no event wait, no
  * legacy-stream order, no host synchronization in between) is reported; so
+ * is device memory CuPy's memory pool takes back (pool_release, from a
+ * memory hook) while queued work of another stream still uses it and the
+ * stream the pool reuses the block on is not ordered after that work; so
  * are a use of freed memory, an unknown or destroyed stream or event handle,
  * an event recorded on another device's stream, a CUDA call from a host
  * function, and a call of an entry the simulator does not implement. The
@@ -70,7 +98,18 @@ enum {
     cudaErrorPeerAccessAlreadyEnabled = 704,
     cudaErrorContextIsDestroyed = 709,
     cudaErrorNotSupported = 801,
+    cudaErrorIllegalState = 401,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureMerge = 902,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureUnjoined = 904,
+    cudaErrorStreamCaptureIsolation = 905,
+    cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorCapturedEvent = 907,
 };
+enum { CAPTURE_GLOBAL = 0, CAPTURE_THREAD_LOCAL = 1, CAPTURE_RELAXED = 2 };
+enum { CS_NONE = 0, CS_ACTIVE = 1, CS_INVALIDATED = 2 };
 enum { MT_UNREGISTERED = 0, MT_HOST = 1, MT_DEVICE = 2, MT_MANAGED = 3 };
 #define STREAM_NON_BLOCKING 1u
 #define EVENT_DISABLE_TIMING 2u
@@ -368,6 +407,8 @@ struct Stream {
     uint64_t enqueued, executed;
     VC vc;
     Op *head, *tail;
+    struct Capture *cap;       /* the capture it takes part in (NULL: none) */
+    int cap_count, cap_joined; /* its work nodes in it; how many of them another member waited for */
 };
 
 static Stream **streams;
@@ -455,6 +496,9 @@ typedef struct {
     Stream *s;
     uint64_t pos;
     VC vc;
+    struct Capture *cap;  /* last recorded in this capture (NULL: on a stream that ran) */
+    Stream *cap_stream;
+    int cap_pos;
 } Event;
 
 static Event **events;
@@ -747,6 +791,257 @@ no_kernels(const char *name)
     return NULL;
 }
 
+/* --- stream capture (CUDA Programming Guide, "CUDA Graphs: Creating a Graph Using Stream Capture") --- */
+/* Work enqueued on a capturing stream is recorded as nodes, in the order of
+ * the calls (a valid order of the graph's dependencies), and runs only when
+ * an instantiated graph is launched. */
+
+typedef struct Node {
+    int kind;            /* OP_COPY, OP_MEMSET, OP_HOSTFN (work); OP_MARK, OP_WAIT (order within the capture) */
+    uintptr_t dst, src;  /* the program's addresses, found again at each launch */
+    size_t n;
+    int value, copy_kind;
+    PyObject *fn, *arg;
+    int fn_style;
+    intptr_t fn_stream;
+} Node;
+
+typedef struct {
+    Node *v;
+    int n, cap;
+} Nodes;
+
+typedef struct Capture {
+    int id, mode, status;  /* status: CS_ACTIVE, CS_INVALIDATED, CS_NONE once ended */
+    Stream *origin;
+    pthread_t thread;
+    Nodes nodes;
+} Capture;
+
+static Capture **captures;
+static int ncaptures, capcaptures;
+
+static void
+nodes_add(Nodes *ns, const Node *n)
+{
+    if (ns->n == ns->cap) {
+        ns->cap = ns->cap ? 2 * ns->cap : 16;
+        ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
+    }
+    Node *to = &ns->v[ns->n++];
+    *to = *n;
+    Py_XINCREF(to->fn);
+    Py_XINCREF(to->arg);
+}
+
+static void
+nodes_clear(Nodes *ns)
+{
+    for (int i = 0; i < ns->n; i++) {
+        Py_XDECREF(ns->v[i].fn);
+        Py_XDECREF(ns->v[i].arg);
+    }
+    free(ns->v);
+    ns->v = NULL;
+    ns->n = ns->cap = 0;
+}
+
+static const char *mode_name[] = {"global", "thread-local", "relaxed"};
+
+/* A capture its stream `s` records a node in (work nodes count toward the
+ * fork and join rule). */
+static void
+capture_node(Stream *s, const Node *n)
+{
+    nodes_add(&s->cap->nodes, n);
+    if (n->kind == OP_COPY || n->kind == OP_MEMSET || n->kind == OP_HOSTFN)
+        s->cap_count++;
+}
+
+/* The capture is invalidated: every later call on its streams fails with
+ * cudaErrorStreamCaptureInvalidated, and so does cudaStreamEndCapture. */
+static void
+invalidate(Capture *c)
+{
+    if (c->status == CS_ACTIVE)
+        c->status = CS_INVALIDATED;
+}
+
+static void
+end_capture(Capture *c)
+{
+    for (int i = 0; i < nstreams; i++)
+        if (streams[i]->cap == c) {
+            streams[i]->cap = NULL;
+            streams[i]->cap_count = streams[i]->cap_joined = 0;
+        }
+    c->status = CS_NONE;
+}
+
+/* A capture (running or invalidated, not ended) that a blocking stream of
+ * `device` takes part in: the legacy default stream then may not be used. */
+static Capture *
+blocking_capture_on(int device)
+{
+    for (int i = 0; i < nstreams; i++) {
+        Stream *s = streams[i];
+        if (s->cap && s->device == device && blocking(s))
+            return s->cap;
+    }
+    return NULL;
+}
+
+/* An operation CUDA forbids during capture: reported, the capture
+ * invalidated, and CUDA's `status` raised. */
+static PyObject *
+forbidden(Capture *c, int status, const char *fmt, ...)
+{
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    report("%s: it invalidates stream capture #%d (CUDA fails it with error %d)", msg, c->id, status);
+    invalidate(c);
+    return rt_raise(status);
+}
+
+/* Before work is enqueued on `s`: 0 it runs (is queued), 1 it is a node of
+ * the capture `s` takes part in, -1 refused (raised). */
+static int
+capture_check(Stream *s, const char *call)
+{
+    char sn[96];
+    if (s->cap) {
+        if (s->cap->status == CS_INVALIDATED) {
+            rt_raise(cudaErrorStreamCaptureInvalidated);
+            return -1;
+        }
+        return 1;
+    }
+    if (s->kind == S_LEGACY) {
+        Capture *c = blocking_capture_on(s->device);
+        if (c) {
+            forbidden(c, cudaErrorStreamCaptureImplicit, "%s on %s while a blocking stream of its device captures",
+                      call, stream_name(s, sn, sizeof sn));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A call CUDA calls potentially unsafe during capture (it may synchronize
+ * implicitly: cudaMalloc, cudaFree, the synchronous copies and sets): refused
+ * while a capture in global mode runs, or in thread-local mode on this
+ * thread; allowed by relaxed captures. -1 refused (raised). */
+static int
+unsafe_check(const char *call)
+{
+    for (int i = 0; i < ncaptures; i++) {
+        Capture *c = captures[i];
+        if (c->status == CS_ACTIVE && (c->mode == CAPTURE_GLOBAL ||
+                                       (c->mode == CAPTURE_THREAD_LOCAL && pthread_equal(c->thread, pthread_self())))) {
+            forbidden(c, cudaErrorStreamCaptureUnsupported, "%s during a capture in %s mode", call,
+                      mode_name[c->mode]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The host waits for `s` (or queries it): forbidden on a stream that takes
+ * part in a capture, and on the legacy stream while a blocking stream of its
+ * device captures. 0 allowed, else CUDA's status (reported, invalidated). */
+static int
+sync_check(Stream *s, const char *call)
+{
+    char sn[96];
+    if (s->cap) {
+        Capture *c = s->cap;
+        if (c->status == CS_INVALIDATED)
+            return cudaErrorStreamCaptureInvalidated;
+        forbidden(c, cudaErrorStreamCaptureUnsupported, "%s of %s, which captures", call, stream_name(s, sn, sizeof sn));
+        PyErr_Clear();
+        return cudaErrorStreamCaptureUnsupported;
+    }
+    if (s->kind == S_LEGACY) {
+        Capture *c = blocking_capture_on(s->device);
+        if (c) {
+            forbidden(c, cudaErrorStreamCaptureImplicit, "%s of %s while a blocking stream of its device captures",
+                      call, stream_name(s, sn, sizeof sn));
+            PyErr_Clear();
+            return cudaErrorStreamCaptureImplicit;
+        }
+    }
+    return 0;
+}
+
+/* An event last recorded in a capture: querying, synchronizing or timing it
+ * is forbidden (cudaErrorCapturedEvent), and invalidates the capture if it
+ * still runs. 0 allowed. */
+static int
+captured_event_check(Event *e, const char *call)
+{
+    if (e->cap == NULL)
+        return 0;
+    if (e->cap->status != CS_NONE) {
+        forbidden(e->cap, cudaErrorCapturedEvent, "%s of event %#lx, recorded in the capture", call,
+                  (unsigned long)e->handle);
+        PyErr_Clear();
+    } else {
+        report("%s of event %#lx, last recorded in stream capture #%d (CUDA fails it with error %d)", call,
+               (unsigned long)e->handle, e->cap->id, cudaErrorCapturedEvent);
+    }
+    return cudaErrorCapturedEvent;
+}
+
+/* graphs and their executables: one table, two handle ranges */
+
+#define GRAPH_BASE ((intptr_t)0x5d0000000000)
+#define EXEC_BASE ((intptr_t)0x5b0000000000)
+
+typedef struct {
+    intptr_t handle;
+    int destroyed;
+    Nodes nodes;
+} Graph;
+
+static Graph **graphs;
+static int ngraphs, capgraphs;
+
+static intptr_t
+new_graph(intptr_t base, const Nodes *from)
+{
+    if (ngraphs == capgraphs) {
+        capgraphs = capgraphs ? 2 * capgraphs : 32;
+        graphs = realloc(graphs, capgraphs * sizeof *graphs);
+    }
+    Graph *g = calloc(1, sizeof *g);
+    g->handle = base + (intptr_t)ngraphs * HANDLE_STEP;
+    for (int i = 0; i < from->n; i++)
+        nodes_add(&g->nodes, &from->v[i]);
+    graphs[ngraphs++] = g;
+    return g->handle;
+}
+
+static Graph *
+resolve_graph(intptr_t base, intptr_t h, const char *call)
+{
+    intptr_t off = h - base;
+    const char *what = base == GRAPH_BASE ? "graph" : "graph executable";
+    if (off >= 0 && off % HANDLE_STEP == 0 && off / HANDLE_STEP < ngraphs) {
+        Graph *g = graphs[off / HANDLE_STEP];
+        if (g->handle == h && !g->destroyed)
+            return g;
+        if (g->handle == h) {
+            report("%s: %s %#lx was destroyed", call, what, (unsigned long)h);
+            return NULL;
+        }
+    }
+    report("%s: unknown %s handle %#lx", call, what, (unsigned long)h);
+    return NULL;
+}
+
 static void ensure_handler(void);
 
 /* Every C entry starts here: counted per face (CuPy and the core call with
@@ -901,6 +1196,13 @@ deviceSynchronize(int skip)
 {
     ENTER(E_deviceSynchronize, skip, "deviceSynchronize", NULL);
     for (int i = 0; i < nstreams; i++)
+        if (streams[i]->device == cur_dev && streams[i]->cap) {
+            if (streams[i]->cap->status == CS_INVALIDATED)
+                return rt_raise(cudaErrorStreamCaptureInvalidated);
+            return forbidden(streams[i]->cap, cudaErrorStreamCaptureUnsupported,
+                             "cudaDeviceSynchronize of GPU %d while one of its streams captures", cur_dev);
+        }
+    for (int i = 0; i < nstreams; i++)
         if (streams[i]->device == cur_dev)
             host_waits(streams[i], streams[i]->enqueued, &streams[i]->vc);
     Py_RETURN_NONE;
@@ -970,6 +1272,8 @@ static intptr_t
 sim_malloc(size_t size, int skip)
 {
     ENTER(E_malloc, skip, "malloc", 0);
+    if (unsafe_check("cudaMalloc") < 0)
+        return 0;
     return do_malloc(size, K_DEVICE, cur_dev);
 }
 
@@ -1005,8 +1309,15 @@ static intptr_t
 mallocAsync(size_t size, intptr_t stream, int skip)
 {
     ENTER(E_mallocAsync, skip, "mallocAsync", 0);
-    if (resolve_stream(stream, "mallocAsync") == NULL) {
+    Stream *s = resolve_stream(stream, "mallocAsync");
+    if (s == NULL) {
         rt_raise(cudaErrorInvalidResourceHandle);
+        return 0;
+    }
+    int captured = capture_check(s, "cudaMallocAsync");
+    if (captured) {
+        if (captured > 0)
+            unsimulated("runtime", "mallocAsync under stream capture (a memory node)");
         return 0;
     }
     return do_malloc(size, K_DEVICE, cur_dev);
@@ -1024,6 +1335,8 @@ static intptr_t
 hostAlloc(size_t size, unsigned int flags, int skip)
 {
     ENTER(E_hostAlloc, skip, "hostAlloc", 0);
+    if (unsafe_check("cudaHostAlloc") < 0)
+        return 0;
     return do_malloc(size, K_PINNED, cur_dev);
 }
 
@@ -1109,6 +1422,8 @@ sim_free(intptr_t ptr, int skip)
     ENTER(E_free, skip, "free", NULL);
     if (ptr == 0)
         Py_RETURN_NONE;
+    if (unsafe_check("cudaFree") < 0)
+        return NULL;
     int ai = to_free(ptr, K_DEVICE, K_MANAGED, "cudaFree");
     if (ai < 0)
         return rt_raise(cudaErrorInvalidValue);
@@ -1122,6 +1437,8 @@ freeHost(intptr_t ptr, int skip)
     ENTER(E_freeHost, skip, "freeHost", NULL);
     if (ptr == 0)
         Py_RETURN_NONE;
+    if (unsafe_check("cudaFreeHost") < 0)
+        return NULL;
     int ai = to_free(ptr, K_PINNED, K_PINNED, "cudaFreeHost");
     if (ai < 0)
         return rt_raise(cudaErrorInvalidValue);
@@ -1143,6 +1460,9 @@ freeAsync(intptr_t ptr, intptr_t stream, int skip)
     Stream *s = resolve_stream(stream, "freeAsync");
     if (s == NULL)
         return rt_raise(cudaErrorInvalidResourceHandle);
+    int captured = capture_check(s, "cudaFreeAsync");
+    if (captured)
+        return captured > 0 ? unsimulated("runtime", "freeAsync under stream capture (a memory node)") : NULL;
     int ai = to_free(ptr, K_DEVICE, K_DEVICE, "cudaFreeAsync");
     if (ai < 0)
         return rt_raise(cudaErrorInvalidValue);
@@ -1199,6 +1519,18 @@ copy_on(Stream *s, uintptr_t dst, uintptr_t src, size_t n, int kind, int sync_mo
     if (di == -2 || si == -2)
         return rt_raise(cudaErrorInvalidValue);
     int dd = device_like(di), sd = device_like(si);
+    int captured = capture_check(s, call);
+    if (captured < 0 || (captured == 0 && sync_mode && unsafe_check(call) < 0))
+        return NULL;
+    if (captured) {
+        char sn[96];
+        if (di == -1 || si == -1)
+            return forbidden(s->cap, cudaErrorStreamCaptureUnsupported, "%s of pageable host memory on %s, which "
+                             "captures", call, stream_name(s, sn, sizeof sn));
+        Node node = {.kind = OP_COPY, .dst = dst, .src = src, .n = n, .copy_kind = kind};
+        capture_node(s, &node);
+        Py_RETURN_NONE;
+    }
     /* The side a kind names the device's must be memory a GPU addresses
      * (under unified addressing: device, managed or pinned memory). */
     if (((kind == MEMCPY_H2D || kind == MEMCPY_D2D) && di == -1) ||
@@ -1316,6 +1648,14 @@ set_on(Stream *s, uintptr_t p, int value, size_t n, int sync_mode, const char *c
         if (di == -1)
             report("%s of %#lx: not memory of the GPU, pinned or managed", call, (unsigned long)p);
         return rt_raise(cudaErrorInvalidValue);
+    }
+    int captured = capture_check(s, call);
+    if (captured < 0 || (captured == 0 && sync_mode && unsafe_check(call) < 0))
+        return NULL;
+    if (captured) {
+        Node node = {.kind = OP_MEMSET, .dst = p, .n = n, .value = value};
+        capture_node(s, &node);
+        Py_RETURN_NONE;
     }
     char what[200], sn[96], at[120];
     snprintf(what, sizeof what, "%s of %zu bytes on %s", call, n, stream_name(s, sn, sizeof sn));
@@ -1489,8 +1829,21 @@ streamSynchronize(intptr_t stream, int skip)
     Stream *s = resolve_stream(stream, "cudaStreamSynchronize");
     if (s == NULL)
         return rt_raise(cudaErrorInvalidResourceHandle);
+    int status = sync_check(s, "cudaStreamSynchronize");
+    if (status)
+        return rt_raise(status);
     host_waits(s, s->enqueued, &s->vc);
     Py_RETURN_NONE;
+}
+
+static void
+enqueue_host_fn(Stream *s, PyObject *fn, PyObject *arg, int style, intptr_t stream)
+{
+    Op *op = enqueue(s, OP_HOSTFN, NULL, 0, NULL);
+    op->fn = Py_NewRef(fn);
+    op->arg = Py_NewRef(arg);
+    op->fn_style = style;
+    op->fn_stream = stream;
 }
 
 static PyObject *
@@ -1499,11 +1852,17 @@ host_fn(intptr_t stream, PyObject *fn, PyObject *arg, int style, const char *cal
     Stream *s = resolve_stream(stream, call);
     if (s == NULL)
         return rt_raise(cudaErrorInvalidResourceHandle);
-    Op *op = enqueue(s, OP_HOSTFN, NULL, 0, NULL);
-    op->fn = Py_NewRef(fn);
-    op->arg = Py_NewRef(arg);
-    op->fn_style = style;
-    op->fn_stream = stream;
+    int captured = capture_check(s, call);
+    if (captured < 0)
+        return NULL;
+    if (captured && style == 3)
+        return forbidden(s->cap, cudaErrorStreamCaptureUnsupported, "cudaStreamAddCallback on a capturing stream");
+    if (captured) {
+        Node node = {.kind = OP_HOSTFN, .fn = fn, .arg = arg, .fn_style = style, .fn_stream = stream};
+        capture_node(s, &node);
+        Py_RETURN_NONE;
+    }
+    enqueue_host_fn(s, fn, arg, style, stream);
     Py_RETURN_NONE;
 }
 
@@ -1549,6 +1908,9 @@ streamQuery(intptr_t stream, int skip)
     Stream *s = resolve_stream(stream, "cudaStreamQuery");
     if (s == NULL)
         return PyLong_FromLong(cudaErrorInvalidResourceHandle);
+    int status = sync_check(s, "cudaStreamQuery");
+    if (status)
+        return PyLong_FromLong(status);
     if (!settle(s, s->enqueued))
         return PyLong_FromLong(cudaErrorNotReady);
     vc_join(&host_vc, &s->vc);
@@ -1563,35 +1925,154 @@ streamWaitEvent(intptr_t stream, intptr_t event, int skip, struct opt_flags *opt
     Event *e = s ? resolve_event(event, "cudaStreamWaitEvent") : NULL;
     if (s == NULL || e == NULL)
         return rt_raise(cudaErrorInvalidResourceHandle);
+    char sn[96];
+    int captured = capture_check(s, "cudaStreamWaitEvent");
+    if (captured < 0)
+        return NULL;
+    Capture *c = e->cap && e->cap->status != CS_NONE ? e->cap : NULL;  /* recorded in a capture not ended */
+    if (captured) {
+        if (c == s->cap) {  /* within the capture: an edge of the graph; a join when of another stream */
+            Node node = {.kind = OP_WAIT};
+            capture_node(s, &node);
+            if (e->cap_stream != s && e->cap_pos > e->cap_stream->cap_joined)
+                e->cap_stream->cap_joined = e->cap_pos;
+            Py_RETURN_NONE;
+        }
+        if (c) {
+            invalidate(c);
+            return forbidden(s->cap, cudaErrorStreamCaptureMerge, "cudaStreamWaitEvent of %s, which captures, on an "
+                             "event recorded in another capture (#%d)", stream_name(s, sn, sizeof sn), c->id);
+        }
+        if (e->recorded || e->cap)
+            return forbidden(s->cap, cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent of %s, which captures, on "
+                             "event %#lx recorded outside the capture", stream_name(s, sn, sizeof sn),
+                             (unsigned long)event);
+        Py_RETURN_NONE;  /* never recorded: nothing to wait for */
+    }
+    if (c) {  /* cross-stream capture: `s` joins the capture */
+        if (c->status == CS_INVALIDATED)
+            return rt_raise(cudaErrorStreamCaptureInvalidated);
+        if (s->kind == S_LEGACY)
+            return forbidden(c, cudaErrorStreamCaptureImplicit, "cudaStreamWaitEvent of %s on an event recorded in a "
+                             "capture", stream_name(s, sn, sizeof sn));
+        s->cap = c;
+        s->cap_count = s->cap_joined = 0;
+        Node node = {.kind = OP_WAIT};
+        capture_node(s, &node);
+        Py_RETURN_NONE;
+    }
+    if (e->cap) {
+        report("cudaStreamWaitEvent of %s on event %#lx, last recorded in stream capture #%d (CUDA fails it with "
+               "error %d)", stream_name(s, sn, sizeof sn), (unsigned long)event, e->cap->id, cudaErrorCapturedEvent);
+        return rt_raise(cudaErrorCapturedEvent);
+    }
     if (e->recorded)  /* an event never recorded: nothing to wait for */
         enqueue(s, OP_WAIT, e->s, e->pos, &e->vc);
     Py_RETURN_NONE;
 }
 
+struct opt_mode {
+    int n;
+    int mode;
+};
+
 static PyObject *
-streamBeginCapture(intptr_t stream, int skip, void *opt)
+streamBeginCapture(intptr_t stream, int skip, struct opt_mode *opt)
 {
     ENTER(E_streamBeginCapture, skip, "streamBeginCapture", NULL);
-    return unsimulated("runtime", "streamBeginCapture");
+    int mode = opt && opt->n >= 1 ? opt->mode : CAPTURE_RELAXED;  /* CuPy's default */
+    Stream *s = resolve_stream(stream, "cudaStreamBeginCapture");
+    if (s == NULL)
+        return rt_raise(cudaErrorInvalidResourceHandle);
+    if (mode < CAPTURE_GLOBAL || mode > CAPTURE_RELAXED)
+        return rt_raise(cudaErrorInvalidValue);
+    if (s->kind == S_LEGACY)  /* the legacy stream cannot be captured */
+        return rt_raise(cudaErrorStreamCaptureUnsupported);
+    if (s->cap)
+        return rt_raise(cudaErrorIllegalState);
+    if (ncaptures == capcaptures) {
+        capcaptures = capcaptures ? 2 * capcaptures : 16;
+        captures = realloc(captures, capcaptures * sizeof *captures);
+    }
+    Capture *c = calloc(1, sizeof *c);
+    c->id = ncaptures + 1;
+    c->mode = mode;
+    c->status = CS_ACTIVE;
+    c->origin = s;
+    c->thread = pthread_self();
+    captures[ncaptures++] = c;
+    s->cap = c;
+    s->cap_count = s->cap_joined = 0;
+    Py_RETURN_NONE;
 }
 
+/* The graph of the capture `stream` began; the capture ends, failed or not. */
 static intptr_t
 streamEndCapture(intptr_t stream, int skip)
 {
     ENTER(E_streamEndCapture, skip, "streamEndCapture", 0);
-    unsimulated("runtime", "streamEndCapture");
-    return 0;
+    Stream *s = resolve_stream(stream, "cudaStreamEndCapture");
+    if (s == NULL) {
+        rt_raise(cudaErrorInvalidResourceHandle);
+        return 0;
+    }
+    Capture *c = s->cap;
+    if (c == NULL) {
+        rt_raise(cudaErrorIllegalState);
+        return 0;
+    }
+    if (c->origin != s) {
+        forbidden(c, cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture on a stream that joined capture #%d, "
+                  "not the one that began it", c->id);
+        return 0;
+    }
+    if (c->status == CS_INVALIDATED) {
+        end_capture(c);
+        nodes_clear(&c->nodes);
+        rt_raise(cudaErrorStreamCaptureInvalidated);
+        return 0;
+    }
+    for (int i = 0; i < nstreams; i++) {
+        Stream *o = streams[i];
+        if (o->cap == c && o != s && o->cap_count > o->cap_joined) {
+            char sn[96];
+            report("cudaStreamEndCapture of capture #%d: %s has captured work the capturing stream never waited "
+                   "for (CUDA fails it with error %d)", c->id, stream_name(o, sn, sizeof sn),
+                   cudaErrorStreamCaptureUnjoined);
+            end_capture(c);
+            nodes_clear(&c->nodes);
+            rt_raise(cudaErrorStreamCaptureUnjoined);
+            return 0;
+        }
+    }
+    end_capture(c);
+    intptr_t g = new_graph(GRAPH_BASE, &c->nodes);
+    nodes_clear(&c->nodes);
+    return g;
 }
 
+/* CuPy's streamIsCapturing: False (none), True (active), and RuntimeError
+ * for an invalidated capture; on the legacy stream while a blocking stream
+ * of its device captures, cudaErrorStreamCaptureImplicit. */
 static int
 streamIsCapturing(intptr_t stream, int skip)
 {
     ENTER(E_streamIsCapturing, skip, "streamIsCapturing", -1);
-    if (resolve_stream(stream, "cudaStreamIsCapturing") == NULL) {
+    Stream *s = resolve_stream(stream, "cudaStreamIsCapturing");
+    if (s == NULL) {
         rt_raise(cudaErrorInvalidResourceHandle);
         return -1;
     }
-    return 0;
+    if (s->kind == S_LEGACY && blocking_capture_on(s->device)) {
+        rt_raise(cudaErrorStreamCaptureImplicit);
+        return -1;
+    }
+    if (s->cap && s->cap->status == CS_INVALIDATED) {
+        PyErr_SetString(PyExc_RuntimeError, "the stream was capturing, but an error has invalidated the capture "
+                        "sequence");
+        return -1;
+    }
+    return s->cap != NULL;
 }
 
 /* events */
@@ -1645,6 +2126,13 @@ eventElapsedTime(intptr_t start, intptr_t end, int skip)
         rt_raise(cudaErrorInvalidResourceHandle);
         return 0;
     }
+    int status = captured_event_check(a, "cudaEventElapsedTime");
+    if (status == 0)
+        status = captured_event_check(b, "cudaEventElapsedTime");
+    if (status) {
+        rt_raise(status);
+        return 0;
+    }
     if (!a->recorded || !b->recorded || a->s->executed < a->pos || b->s->executed < b->pos) {
         rt_raise(cudaErrorNotReady);
         return 0;
@@ -1659,6 +2147,9 @@ eventQuery(intptr_t event, int skip)
     Event *e = resolve_event(event, "cudaEventQuery");
     if (e == NULL)
         return PyLong_FromLong(cudaErrorInvalidResourceHandle);
+    int status = captured_event_check(e, "cudaEventQuery");
+    if (status)
+        return PyLong_FromLong(status);
     if (!e->recorded)
         return PyLong_FromLong(cudaSuccess);
     if (!settle(e->s, e->pos))
@@ -1681,6 +2172,18 @@ eventRecord(intptr_t event, intptr_t stream, int skip)
                "own device", (unsigned long)event, e->device, stream_name(s, sn, sizeof sn));
         return rt_raise(cudaErrorInvalidResourceHandle);
     }
+    int captured = capture_check(s, "cudaEventRecord");
+    if (captured < 0)
+        return NULL;
+    if (captured) {
+        Node node = {.kind = OP_MARK};
+        capture_node(s, &node);
+        e->cap = s->cap;
+        e->cap_stream = s;
+        e->cap_pos = s->cap_count;
+        Py_RETURN_NONE;
+    }
+    e->cap = NULL;
     Op *op = enqueue(s, OP_MARK, NULL, 0, NULL);
     vc_free(&e->vc);
     e->vc = vc_copy(&s->vc);
@@ -1697,6 +2200,9 @@ eventSynchronize(intptr_t event, int skip)
     Event *e = resolve_event(event, "cudaEventSynchronize");
     if (e == NULL)
         return rt_raise(cudaErrorInvalidResourceHandle);
+    int status = captured_event_check(e, "cudaEventSynchronize");
+    if (status)
+        return rt_raise(status);
     if (e->recorded)
         host_waits(e->s, e->pos, &e->vc);
     Py_RETURN_NONE;
@@ -1742,11 +2248,92 @@ NOT_SIMULATED(uintmax_t, 0, createTextureObject, intptr_t a, intptr_t b, int ski
 NOT_SIMULATED(PyObject *, NULL, destroyTextureObject, uintmax_t t, int skip)
 NOT_SIMULATED(uintmax_t, 0, createSurfaceObject, intptr_t a, int skip)
 NOT_SIMULATED(PyObject *, NULL, destroySurfaceObject, uintmax_t t, int skip)
-NOT_SIMULATED(PyObject *, NULL, graphDestroy, intptr_t g, int skip)
-NOT_SIMULATED(PyObject *, NULL, graphExecDestroy, intptr_t g, int skip)
-NOT_SIMULATED(intptr_t, 0, graphInstantiate, intptr_t g, int skip)
-NOT_SIMULATED(PyObject *, NULL, graphLaunch, intptr_t g, intptr_t s, int skip)
-NOT_SIMULATED(PyObject *, NULL, graphUpload, intptr_t g, intptr_t s, int skip)
+static PyObject *
+graphDestroy(intptr_t graph, int skip)
+{
+    ENTER(E_graphDestroy, skip, "graphDestroy", NULL);
+    Graph *g = resolve_graph(GRAPH_BASE, graph, "cudaGraphDestroy");
+    if (g == NULL)
+        return rt_raise(cudaErrorInvalidResourceHandle);
+    g->destroyed = 1;
+    nodes_clear(&g->nodes);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+graphExecDestroy(intptr_t exec, int skip)
+{
+    ENTER(E_graphExecDestroy, skip, "graphExecDestroy", NULL);
+    Graph *g = resolve_graph(EXEC_BASE, exec, "cudaGraphExecDestroy");
+    if (g == NULL)
+        return rt_raise(cudaErrorInvalidResourceHandle);
+    g->destroyed = 1;  /* launches already made still run: their work is queued */
+    nodes_clear(&g->nodes);
+    Py_RETURN_NONE;
+}
+
+/* An executable graph: a copy of the graph's nodes. */
+static intptr_t
+graphInstantiate(intptr_t graph, int skip)
+{
+    ENTER(E_graphInstantiate, skip, "graphInstantiate", 0);
+    Graph *g = resolve_graph(GRAPH_BASE, graph, "cudaGraphInstantiate");
+    if (g == NULL) {
+        rt_raise(cudaErrorInvalidResourceHandle);
+        return 0;
+    }
+    return new_graph(EXEC_BASE, &g->nodes);
+}
+
+/* The graph's nodes replayed in order on `stream`, as work enqueued now
+ * (judged by the checker as any other); launched into a capture, they are
+ * nodes of that capture. */
+static PyObject *
+graphLaunch(intptr_t exec, intptr_t stream, int skip)
+{
+    ENTER(E_graphLaunch, skip, "graphLaunch", NULL);
+    Graph *g = resolve_graph(EXEC_BASE, exec, "cudaGraphLaunch");
+    Stream *s = g ? resolve_stream(stream, "cudaGraphLaunch") : NULL;
+    if (g == NULL || s == NULL)
+        return rt_raise(cudaErrorInvalidResourceHandle);
+    int captured = capture_check(s, "cudaGraphLaunch");
+    if (captured < 0)
+        return NULL;
+    for (int i = 0; i < g->nodes.n; i++) {
+        Node *n = &g->nodes.v[i];
+        if (captured) {
+            if (n->kind == OP_COPY || n->kind == OP_MEMSET || n->kind == OP_HOSTFN)
+                capture_node(s, n);
+            continue;
+        }
+        PyObject *r = NULL;
+        if (n->kind == OP_COPY)
+            r = copy_on(s, n->dst, n->src, n->n, n->copy_kind, 0, "cudaGraphLaunch's copy node");
+        else if (n->kind == OP_MEMSET)
+            r = set_on(s, n->dst, n->value, n->n, 0, "cudaGraphLaunch's memset node");
+        else if (n->kind == OP_HOSTFN)
+            enqueue_host_fn(s, n->fn, n->arg, n->fn_style, stream), r = Py_NewRef(Py_None);
+        else
+            continue;
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+graphUpload(intptr_t exec, intptr_t stream, int skip)
+{
+    ENTER(E_graphUpload, skip, "graphUpload", NULL);
+    Graph *g = resolve_graph(EXEC_BASE, exec, "cudaGraphUpload");
+    Stream *s = g ? resolve_stream(stream, "cudaGraphUpload") : NULL;
+    if (g == NULL || s == NULL)
+        return rt_raise(cudaErrorInvalidResourceHandle);
+    if (capture_check(s, "cudaGraphUpload") < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
 NOT_SIMULATED(PyObject *, NULL, graphDebugDotPrint, intptr_t g, PyObject *path, unsigned int flags, int skip)
 
 static PyObject *
@@ -1940,6 +2527,17 @@ fw_memcpyAsync(intptr_t d, intptr_t s, size_t n, int kind, intptr_t stream, int 
 
 static PyObject *fw_streamSynchronize(intptr_t s, int skip) { return forward("streamSynchronize", "(n)", (Py_ssize_t)s); }
 
+static int
+fw_streamIsCapturing(intptr_t s, int skip)
+{
+    PyObject *r = forward("streamIsCapturing", "(n)", (Py_ssize_t)s);
+    if (r == NULL)
+        return 0; /* except *: the error is the answer */
+    int capturing = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return capturing < 0 ? 0 : capturing;
+}
+
 static const struct {
     const char *name;
     void *address;
@@ -1947,6 +2545,7 @@ static const struct {
     {"getDevice", (void *)fw_getDevice},         {"setDevice", (void *)fw_setDevice},
     {"eventRecord", (void *)fw_eventRecord},     {"streamWaitEvent", (void *)fw_streamWaitEvent},
     {"memcpyAsync", (void *)fw_memcpyAsync},     {"streamSynchronize", (void *)fw_streamSynchronize},
+    {"streamIsCapturing", (void *)fw_streamIsCapturing},
 };
 
 static const char *
@@ -2284,7 +2883,72 @@ sim_report(PyObject *mod, PyObject *text)
     Py_RETURN_NONE;
 }
 
+/* pool_release(ptr, size, stream) -> None: CuPy's memory pool took back
+ * [ptr, ptr + size), which the next allocation on `stream` (the stream the
+ * block was allocated on: CuPy's pool reuses a block on that stream only)
+ * may take at once. Reported: queued work of another stream that still
+ * reads or writes it and that `stream`'s later work is not ordered after
+ * (no event wait, no legacy order, no host wait in between). */
+static PyObject *
+sim_pool_release(PyObject *mod, PyObject *args)
+{
+    Py_ssize_t ptr, size, stream;
+    if (!PyArg_ParseTuple(args, "nnn", &ptr, &size, &stream))
+        return NULL;
+    int ai = find_alloc((uintptr_t)ptr);
+    if (ai < 0 || allocs[ai].freed || allocs[ai].kind != K_DEVICE)
+        Py_RETURN_NONE;
+    Alloc *a = &allocs[ai];
+    Stream *owner = NULL;
+    if (stream == 0 || stream == 1)
+        owner = legacy[a->device];
+    else if (stream == 2)
+        owner = per_thread(a->device);
+    else {
+        intptr_t off = (intptr_t)stream - STREAM_BASE;
+        if (off >= 0 && off % HANDLE_STEP == 0 && off / HANDLE_STEP < nstreams)
+            owner = streams[off / HANDLE_STEP];
+    }
+    if (owner == NULL || owner->destroyed)  /* no later allocation on it: nothing reuses the block */
+        Py_RETURN_NONE;
+    size_t lo = (uintptr_t)ptr - a->base, hi = lo + (size_t)size;
+    for (int i = 0; i < a->nacc; i++) {
+        Access *r = &a->acc[i];
+        if (r->hi <= lo || r->lo >= hi || r->clock <= vc_get(&host_vc, r->agent) || ordered(r, owner->agent, &owner->vc))
+            continue;
+        Stream *by = NULL;
+        for (int k = 0; k < nstreams; k++)
+            if (streams[k]->agent == r->agent)
+                by = streams[k];
+        if (owner->kind == S_LEGACY && by && by->device == owner->device && blocking(by))
+            continue;  /* the legacy stream's next work waits for it */
+        char al[200], bn[96], on[96];
+        describe_alloc(a, al, sizeof al);
+        report("device memory returned to CuPy's memory pool (%zd bytes at +%zu of %s) while %s still %s it (%s): "
+               "the pool hands it to the next allocation on %s, whose work is not ordered after that",
+               size, lo, al, agent_name(r->agent, bn, sizeof bn), r->write ? "writes" : "reads", r->what,
+               stream_name(owner, on, sizeof on));
+        break;
+    }
+    Py_RETURN_NONE;
+}
+
+/* capture_status(stream) -> 0 none, 1 active, 2 invalidated (cudaStreamCaptureStatus), without CuPy's raising. */
+static PyObject *
+sim_capture_status(PyObject *mod, PyObject *arg)
+{
+    intptr_t h = (intptr_t)PyLong_AsSsize_t(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    Stream *s = resolve_stream(h, "capture_status");
+    if (s == NULL)
+        return PyErr_Format(PyExc_ValueError, "unknown stream %#lx", (unsigned long)h);
+    return PyLong_FromLong(s->cap ? s->cap->status : CS_NONE);
+}
+
 static PyMethodDef methods[] = {
+    {"capture_status", sim_capture_status, METH_O, NULL},
+    {"pool_release", sim_pool_release, METH_VARARGS, NULL},
     {"report", sim_report, METH_O, NULL},
     {"configure", (PyCFunction)(void (*)(void))sim_configure, METH_VARARGS | METH_KEYWORDS, NULL},
     {"entries", sim_entries, METH_NOARGS, NULL},

@@ -35,6 +35,7 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
         if consumer is None:
             consumer = _streams.resolve(stream, target.type)
         copy_stream, copy_gpu = consumer, _stream_gpu(target, src_gpu)
+    _refuse_copy_under_capture(target, (producer, src_gpu), (copy_stream, copy_gpu))
     same_gpu = target.type in INDEXED_TYPES and target.index == src_gpu
     source = x
     if not same_gpu and _order(x) is None:
@@ -120,6 +121,7 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
     if consumer is None:
         consumer = -1 if stream == -1 else _streams.resolve(stream, target.type)
     copy_stream = consumer if consumer != -1 else _handoff.current_stream(gpu)
+    _refuse_copy_under_capture(target, (copy_stream, gpu))
     out = _allocate(target, src.shape, src.dtype, order, copy_stream, gpu)
     if target.type in INDEXED_TYPES and src.nbytes >= _copies.RING_MIN_BYTES and _ring_copy(out, src, copy_stream, gpu):
         # The source is read; the ring keeps its chunks until their copies are done.
@@ -148,6 +150,18 @@ def _ring_copy(out, src, stream, gpu) -> bool:
     finally:
         ring.release()
     return True
+
+
+def _refuse_copy_under_capture(target, *streams):
+    """Refuse a copy before anything is queued when one of ``streams``
+    (``(handle, gpu)`` pairs: the producer's, the copy's) takes part in a
+    CUDA graph capture: every copy the layer makes either waits on the host,
+    reads or writes host memory, or keeps buffers alive until it is done,
+    none of which a graph can hold, and allocates its destination, which
+    CuPy's pool may do with cudaMalloc, forbidden during a capture
+    (``_handoff.refuse_under_capture``)."""
+    for stream, gpu in dict.fromkeys(streams):  # each stream asked once
+        _handoff.refuse_under_capture(f"copy the array to {target}", stream, gpu)
 
 
 def _finish(stream, gpu, host_done, *buffers):
