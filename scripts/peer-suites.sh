@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# PyTorch's and JAX's own DLPack tests through the layer:
+# The peers' own DLPack tests through the layer:
 #   scripts/peer-suites.sh DIR... [-- pytest args]
 #
-# Each DIR is laid out as a checkout of torch or JAX at the installed release,
-# or holds both files: DIR/test/test_dlpack.py (pytorch/pytorch),
-# DIR/tests/array_interoperability_test.py (jax-ml/jax). Neither file is in
-# its library's wheel or sdist, so this is not part of scripts/test.sh
-# (docs/internals/testing.md, "The peers' own suites").
+# Each DIR is laid out as a checkout of a peer at the installed release, or
+# holds several of the files: DIR/test/test_dlpack.py (pytorch/pytorch),
+# DIR/tests/array_interoperability_test.py (jax-ml/jax),
+# DIR/tensorflow/python/dlpack/dlpack_test.py (tensorflow/tensorflow),
+# DIR/test/legacy_test/test_dlpack.py with its utils.py (PaddlePaddle/Paddle).
+# No such file is in its library's wheel or sdist, so this is not part of
+# scripts/test.sh (docs/internals/testing.md, "The peers' own suites").
 #
 # In the environment of GPU_DLPACK_PEER_PYTHON (an interpreter whose
 # environment holds gpu_dlpack from this checkout, the peers, pytest,
@@ -18,6 +20,10 @@
 #   2. through the layer (label "layer"): the consumer and producer roles
 #      (tests/run_peer_suites.py) with JAX's 64-bit types, then JAX's file
 #      again without them (JAX's default; label "layer-jax-x32").
+# torch's and JAX's files run in one process per run; TensorFlow's and
+# PaddlePaddle's each in processes of their own, apart from every other
+# suite (labels "itself-SUITE" and "layer-SUITE"): the two imported into one
+# process have crashed.
 # Prints the figures of each run per suite and role (the runs' logs and JUnit
 # reports are in build/peer-suites/); exits 1 if any run failed.
 set -euo pipefail
@@ -50,10 +56,14 @@ export GPU_DLPACK_PEER_TESTS
 out="$root/build/peer-suites"
 rm -rf "$out" && mkdir -p "$out"
 "$py" -c 'import importlib.metadata as m, platform
-print("CPython", platform.python_version(), *(f"{p} {m.version(p)}" for p in ("numpy", "torch", "jax", "jaxlib")
-      if m.distributions(name=p)))'
-has_jax=$("$py" -c 'import os, sys; from tests import peer_suites as p
-print(int("jax" in p.find(os.environ["GPU_DLPACK_PEER_TESTS"].split(":"))))')
+names = ("numpy", "torch", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "paddlepaddle", "paddlepaddle-gpu")
+print("CPython", platform.python_version(), *(f"{p} {m.version(p)}" for p in names if any(m.distributions(name=p))))'
+# The suites found: those that share a process (torch, JAX), then each of
+# those that run apart (TensorFlow, PaddlePaddle).
+together=$("$py" -c 'import os; from tests import peer_suites as p
+print(",".join(s for s in p.find(os.environ["GPU_DLPACK_PEER_TESTS"].split(":")) if s not in p.APART))')
+apart=$("$py" -c 'import os; from tests import peer_suites as p
+print(" ".join(s for s in p.find(os.environ["GPU_DLPACK_PEER_TESTS"].split(":")) if s in p.APART))')
 status=0
 runs=()
 run() {  # run LABEL VAR=VALUE...: one pytest run of tests/run_peer_suites.py
@@ -71,11 +81,17 @@ run() {  # run LABEL VAR=VALUE...: one pytest run of tests/run_peer_suites.py
   runs+=("$label=$out/$label.xml")
 }
 pytest_args=("$@")
-run itself GPU_DLPACK_PEER_ROLES=itself
 # GPU_DLPACK_EXPECT_CORE: tests/run_peer_suites.py checks that the core built above is the one loaded.
-run layer GPU_DLPACK_EXPECT_CORE=1 JAX_ENABLE_X64=1
-if [ "$has_jax" = 1 ]; then
-  run layer-jax-x32 GPU_DLPACK_EXPECT_CORE=1 JAX_ENABLE_X64=0 GPU_DLPACK_PEER_SUITES=jax
+if [ -n "$together" ]; then
+  run itself GPU_DLPACK_PEER_ROLES=itself GPU_DLPACK_PEER_SUITES="$together"
+  run layer GPU_DLPACK_EXPECT_CORE=1 JAX_ENABLE_X64=1 GPU_DLPACK_PEER_SUITES="$together"
+  case ",$together," in
+    *,jax,*) run layer-jax-x32 GPU_DLPACK_EXPECT_CORE=1 JAX_ENABLE_X64=0 GPU_DLPACK_PEER_SUITES=jax ;;
+  esac
 fi
+for suite in $apart; do
+  run "itself-$suite" GPU_DLPACK_PEER_ROLES=itself GPU_DLPACK_PEER_SUITES="$suite" TF_CPP_MIN_LOG_LEVEL=2
+  run "layer-$suite" GPU_DLPACK_EXPECT_CORE=1 GPU_DLPACK_PEER_SUITES="$suite" TF_CPP_MIN_LOG_LEVEL=2
+done
 "$py" -m tests.peer_suites "${runs[@]}"
 exit $status

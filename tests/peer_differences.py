@@ -1,13 +1,40 @@
-"""Where the layer decides otherwise than PyTorch's and JAX's own DLPack
-tests (``tests/peer_suites.py`` runs them through the layer): (suite, role,
-case) to the reason. docs/internals/rules.md, "Differences from the peers'
-own suites", says the same in prose.
+"""Where the layer decides otherwise than the peers' own DLPack tests
+(PyTorch's, JAX's, TensorFlow's and PaddlePaddle's: ``tests/peer_suites.py``
+runs them through the layer): (suite, role, case) to the reason.
+docs/internals/rules.md, "Differences from the peers' own suites", says the
+same in prose.
 
 A case is ``Class::method``, followed for a case of a product (JAX's
 ``sample_product``) by absl's ``(name=value, ...)``; ``*`` matches any text.
 Every case a row matches must fail (a strict expected failure), and every row
-must match a case of the file it is for.
+must match a case of the file it is for. A row for the role ``itself`` is no
+decision of the layer's: it names a case of a file older than the installed
+release that the release no longer passes, and what the release changed.
 """
+
+# TensorFlow's file at hand predates the release: TensorFlow 2.21 exports complex64.
+_TF_OLDER_FILE = (
+    "the file at hand (tensorflow/tensorflow 3175de1, the newest the project could read) expects "
+    "to_dlpack of a complex64 tensor to raise 'is not supported by dlpack'; TensorFlow 2.21 exports "
+    "complex64, so the case fails with TensorFlow's own to_dlpack, as it is and as the consumer "
+    "role runs it (which keeps TensorFlow's to_dlpack)"
+)
+# A legacy capsule, the only kind PaddlePaddle's to_dlpack gives: imported read-only, so copied.
+_LEGACY_COPIED = (
+    "a legacy capsule (paddle.to_dlpack and paddle.utils.dlpack.to_dlpack give only 'dltensor') "
+    "cannot say whether its memory may be written: the layer imports it read-only, as NumPy does, "
+    "and convert(capsule, 'paddle') hands Paddle, which ignores READ_ONLY, a C-order copy "
+    "(on_readonly='share' shares the memory), so the result has its own data pointer and strides "
+    "and a write through it does not reach the producer's tensor"
+)
+# TensorFlow's tensors are immutable: no legacy capsule of them.
+_TF_IMMUTABLE = (
+    "TensorFlow's tensors are immutable and a legacy capsule cannot say that its memory must not "
+    "be written: export(x) of a TensorFlow tensor (legacy, as TensorFlow's to_dlpack gives and "
+    "its from_dlpack takes) is ReadOnlyError, a BufferError with its remedies (a versioned "
+    "capsule, or copy=True), where TensorFlow hands out a capsule any consumer may write through; "
+    "convert(x, 'tensorflow') copies"
+)
 
 DIFFERENCES: dict[tuple[str, str, str], str] = {
     # -- PyTorch's test/test_dlpack.py ----------------------------------------
@@ -32,5 +59,44 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
         "CopyRequiredError, a BufferError as the standard has it, where JAX raises ValueError "
         "('Specified input which requires a copy since the source data buffer is not aligned to "
         "64 bytes.  However copy=False...')"
+    ),
+    # -- TensorFlow's tensorflow/python/dlpack/dlpack_test.py ------------------
+    ("tensorflow", "itself", "DLPackTest::testUnsupportedTypeToDLPack"): _TF_OLDER_FILE,
+    ("tensorflow", "consumer", "DLPackTest::testUnsupportedTypeToDLPack"): _TF_OLDER_FILE,
+    ("tensorflow", "consumer", "DLPackTest::testTensorsCanBeConsumedOnceOnly"): (
+        "a capsule imported twice is ConsumedCapsuleError, a ValueError and a BufferError, with the "
+        "layer's message ('this DLPack capsule was already consumed ...'), not TensorFlow's 'a DLPack "
+        "tensor may be consumed at most once'"
+    ),
+    ("tensorflow", "producer", "DLPackTest::testRoundTrip*"): _TF_IMMUTABLE,
+    ("tensorflow", "producer", "DLPackTest::testTensorsCanBeConsumedOnceOnly"): _TF_IMMUTABLE,
+    ("tensorflow", "producer", "DLPackTest::testDLPackFromWithoutContextInitialization"): _TF_IMMUTABLE,
+    ("tensorflow", "producer", "DLPackTest::testUnsupportedTypeToDLPack"): (
+        _TF_IMMUTABLE + "; the refusal comes before the dtype is read, so a qint16 tensor is that "
+        "ReadOnlyError too, not 'is not supported by dlpack' (and complex64, which the file at hand "
+        "expects refused, TensorFlow 2.21 exports)"
+    ),
+    ("tensorflow", "producer", "DLPackTest::testMustPassTensorArgumentToDLPack"): (
+        "export of a list is NotDLPackError, a TypeError naming what can be exported, where "
+        "TensorFlow's to_dlpack raises InvalidArgumentError ('The argument to `to_dlpack` must be a TF "
+        "tensor, not Python object')"
+    ),
+    # -- PaddlePaddle's test/legacy_test/test_dlpack.py -------------------------
+    ("paddle", "consumer", "TestDLPack::test_to_dlpack_data_ptr_consistency"): _LEGACY_COPIED,
+    ("paddle", "consumer", "TestDLPack::test_to_dlpack_from_zero_dim"): _LEGACY_COPIED,
+    ("paddle", "consumer", "TestDLPack::test_to_dlpack_from_zero_size"): _LEGACY_COPIED,
+    ("paddle", "consumer", "TestDLPack::test_to_dlpack_modification"): _LEGACY_COPIED,
+    ("paddle", "consumer", "TestDLPack::test_to_dlpack_strides_consistency"): _LEGACY_COPIED,
+    ("paddle", "producer", "TestDLPack::test_dlpack_static"): (
+        "a static-mode DenseTensor (base.create_lod_tensor) speaks no DLPack (no __dlpack__: "
+        "Paddle's to_dlpack reads it through its private _to_dlpack) and no array interface; the "
+        "layer's export tries the buffer protocol it claims, and Paddle's BufferError "
+        "('pybind11_getbuffer(): Internal error') is the answer, where Paddle's to_dlpack exports it"
+    ),
+    ("paddle", "producer", "TestDLPackDevice::test_dlpack_device*"): (
+        "Paddle's __dlpack_device__ answers (kDLCPU, None) for a CPU tensor, which names no DLPack "
+        "device (device-id-none in its row of the peers' table): the layer's wrap(x).__dlpack_device__() "
+        "answers the device it reads, (kDLCPU, 0), as the standard has it, where the file expects "
+        "Paddle's None"
     ),
 }

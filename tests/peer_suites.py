@@ -1,23 +1,30 @@
 """The peers' own DLPack suites, rewritten to run through the layer:
-PyTorch's ``test/test_dlpack.py`` and JAX's ``tests/array_interoperability_test.py``.
+PyTorch's ``test/test_dlpack.py``, JAX's ``tests/array_interoperability_test.py``,
+TensorFlow's ``tensorflow/python/dlpack/dlpack_test.py`` and PaddlePaddle's
+``test/legacy_test/test_dlpack.py``.
 
-Neither file is in its library's wheel or sdist, so neither is part of the
+No such file is in its library's wheel or sdist, so none is part of the
 test command: ``scripts/peer-suites.sh DIR...`` runs them, each DIR laid out
-as a checkout of torch or JAX at the installed release (``DIR/test/test_dlpack.py``,
-``DIR/tests/array_interoperability_test.py``), through
-``tests/run_peer_suites.py``. Each file is read from there, rewritten in
-memory for a role and run against the installed peer:
+as a checkout of its peer at the installed release, through
+``tests/run_peer_suites.py``; TensorFlow's and PaddlePaddle's each in a
+process of its own (``APART``: the two in one process have crashed).
+Each file is read from there, rewritten in memory for a role and run
+against the installed peer:
 
 * ``consumer``: every consumer of the file is the layer: the peer's own
   ``from_dlpack`` (``torch.from_dlpack``, ``torch.utils.dlpack.from_dlpack``,
-  ``jax.dlpack.from_dlpack``, ``jnp.from_dlpack``) is
+  ``jax.dlpack.from_dlpack``, ``jnp.from_dlpack``, TensorFlow's
+  ``dlpack.from_dlpack``, ``paddle.from_dlpack``,
+  ``paddle.utils.dlpack.from_dlpack``) is
   ``gpu_dlpack.convert(x, peer, ...)``, NumPy's ``np.from_dlpack`` is
   ``gpu_dlpack.from_dlpack``;
 * ``producer``: every producer the file hands to a consumer is
   ``gpu_dlpack.wrap(x)`` (a raw capsule is handed on as it is), every
-  ``x.__dlpack__(...)`` of a named array is ``gpu_dlpack.wrap(x).__dlpack__(...)``,
-  torch's ``to_dlpack(x)`` is ``gpu_dlpack.export(x)`` and the file's own
-  DLPack-only wrapper is ``gpu_dlpack.wrap``;
+  ``x.__dlpack__(...)`` of a named array is ``gpu_dlpack.wrap(x).__dlpack__(...)``
+  (in PaddlePaddle's file ``x.__dlpack_device__()`` too), the peer's
+  ``to_dlpack(x)`` (torch's, TensorFlow's, PaddlePaddle's) is
+  ``gpu_dlpack.export(x)`` and torch's file's own DLPack-only wrapper is
+  ``gpu_dlpack.wrap``;
 * ``itself``: the file as it is, which must pass whole: it shows that the
   file is the installed release's, so that what differs in the other roles
   is the layer's.
@@ -56,7 +63,7 @@ _BARE = r"(?<![.\w])"
 WHOLE_PRODUCTS = 1_000_000
 
 
-def _whole_jax_products() -> None:
+def _whole_jax_products(path: str) -> None:
     import jax
     from jax._src import test_util  # noqa: F401  (defines the flag)
 
@@ -71,7 +78,19 @@ class Suite:
     path: str  # where the file lies in a checkout of the peer
     consumer: tuple[tuple[str, str], ...]  # (pattern, replacement), in order
     producer: tuple[tuple[str, str], ...]
-    prepare: Callable[[], None] | None = None  # run before the file is
+    prepare: Callable[[str], None] | None = None  # run, given the file's path, before the file is
+
+
+def _beside_it(path: str) -> None:
+    # PaddlePaddle's file imports its helpers (``from utils import
+    # dygraph_guard``) from its own directory, as Paddle's CI runs it.
+    here = os.path.dirname(os.path.abspath(path))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
+def _quiet_tensorflow(path: str) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 # A consumer call ``f(x, ...)`` in the producer role is ``_handed(f, x, ...)``;
@@ -80,6 +99,7 @@ class Suite:
 _WRAP_DUNDER = (_BARE + r"([A-Za-z_]\w*)\.__dlpack__\(", r"_gpu_dlpack.wrap(\1).__dlpack__(")
 _NUMPY_CONSUMER = (_BARE + r"np\.from_dlpack\(", "_gpu_dlpack.from_dlpack(")
 _NUMPY_HANDED = (_BARE + r"(np\.from_dlpack)\(", r"_handed(\1, ")
+_WRAP_DEVICE = (_BARE + r"([A-Za-z_]\w*)\.__dlpack_device__\(", r"_gpu_dlpack.wrap(\1).__dlpack_device__(")
 
 SUITES = {
     "torch": Suite(
@@ -116,7 +136,43 @@ SUITES = {
         ),
         prepare=_whole_jax_products,
     ),
+    "tensorflow": Suite(
+        peer="tensorflow",
+        path="tensorflow/python/dlpack/dlpack_test.py",
+        # ``dlpack`` is tensorflow.python.dlpack.dlpack, the module behind
+        # tf.experimental.dlpack: its importer takes a capsule only.
+        consumer=(
+            (_BARE + r"dlpack\.from_dlpack\(", "_consume("),
+        ),
+        producer=(
+            (_BARE + r"(dlpack\.from_dlpack)\(", r"_handed(\1, "),
+            (_BARE + r"dlpack\.to_dlpack\(", "_gpu_dlpack.export("),
+        ),
+        prepare=_quiet_tensorflow,
+    ),
+    "paddle": Suite(
+        peer="paddle",
+        path="test/legacy_test/test_dlpack.py",
+        consumer=(
+            (_BARE + r"paddle\.utils\.dlpack\.from_dlpack\(", "_consume("),
+            (_BARE + r"paddle\.from_dlpack\(", "_consume("),
+        ),
+        producer=(
+            (_BARE + r"(paddle\.utils\.dlpack\.from_dlpack)\(", r"_handed(\1, "),
+            (_BARE + r"(paddle\.from_dlpack)\(", r"_handed(\1, "),
+            (_BARE + r"paddle\.utils\.dlpack\.to_dlpack\(", "_gpu_dlpack.export("),
+            (_BARE + r"paddle\.to_dlpack\(", "_gpu_dlpack.export("),
+            _WRAP_DUNDER,
+            _WRAP_DEVICE,
+        ),
+        prepare=_beside_it,
+    ),
 }
+
+# The suites that each run in a process of their own, apart from every other
+# suite: PaddlePaddle and TensorFlow imported into one process have crashed
+# (tests/test_peers_apart.py).
+APART = ("tensorflow", "paddle")
 
 
 def rewrite(source: str, suite: str, role: str) -> tuple[str, dict[str, int]]:
@@ -239,7 +295,7 @@ def load_all(files: dict[str, str], roles) -> list[Loaded]:
     loaded = []
     for suite, path in files.items():
         if SUITES[suite].prepare is not None:
-            SUITES[suite].prepare()
+            SUITES[suite].prepare(path)
         for role in roles:
             module = load(path, suite, role)
             found = cases(module)
@@ -283,12 +339,12 @@ def tally(junit_xml: str) -> dict[tuple[str, str], dict[str, int]]:
 def main(argv: list[str]) -> int:
     """``python -m tests.peer_suites LABEL=JUNIT.xml...``: the figures of
     each run, one line per suite and role."""
-    print(f"{'run':<24} {'suite':<6} {'role':<9} " + " ".join(f"{o:>8}" for o in OUTCOMES))
+    print(f"{'run':<24} {'suite':<10} {'role':<9} " + " ".join(f"{o:>8}" for o in OUTCOMES))
     for arg in argv:
         label, _, path = arg.partition("=")
         for (suite, role), row in sorted(tally(path).items()):
             if suite != "runner":
-                print(f"{label:<24} {suite:<6} {role:<9} " + " ".join(f"{row[o]:>8}" for o in OUTCOMES))
+                print(f"{label:<24} {suite:<10} {role:<9} " + " ".join(f"{row[o]:>8}" for o in OUTCOMES))
     return 0
 
 

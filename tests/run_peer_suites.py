@@ -1,4 +1,4 @@
-"""PyTorch's and JAX's own DLPack tests run through the layer
+"""The peers' own DLPack tests run through the layer
 (``tests/peer_suites.py`` says how): ``scripts/peer-suites.sh DIR...``, or
 
     GPU_DLPACK_PEER_TESTS=DIR[:DIR...] python -m pytest tests/run_peer_suites.py
@@ -6,8 +6,11 @@
 Collected only when named (not a ``test_*`` file): the peers' files are not
 installable, so the test command does not run it. ``GPU_DLPACK_PEER_ROLES``
 (default ``consumer,producer``) names the roles, from ``consumer``,
-``producer`` and ``itself``; ``GPU_DLPACK_PEER_SUITES`` (default: every file
-found) the suites, ``torch`` and ``jax``.
+``producer`` and ``itself``; ``GPU_DLPACK_PEER_SUITES`` the suites, from
+``torch``, ``jax``, ``tensorflow`` and ``paddle`` (default: every file found
+but TensorFlow's and PaddlePaddle's). TensorFlow's and PaddlePaddle's each run
+alone, in a process of their own (``peer_suites.APART``): named with another
+suite, the run is refused.
 """
 
 from __future__ import annotations
@@ -28,8 +31,15 @@ _FILES = peer_suites.find(_DIRS)
 _SUITES = os.environ.get("GPU_DLPACK_PEER_SUITES")
 if _SUITES:
     _FILES = {suite: path for suite, path in _FILES.items() if suite in _SUITES.split(",")}
+else:
+    _FILES = {suite: path for suite, path in _FILES.items() if suite not in peer_suites.APART}
+if len(_FILES) > 1 and set(_FILES) & set(peer_suites.APART):
+    raise pytest.UsageError(f"GPU_DLPACK_PEER_SUITES={_SUITES}: each of {peer_suites.APART} runs alone, "
+                            "in a process of its own (the two in one process have crashed)")
 if not _FILES:
-    pytest.skip(f"no file of {sorted(s.path for s in peer_suites.SUITES.values())} in {_DIRS}",
+    _ALONE = sorted(set(peer_suites.find(_DIRS)) & set(peer_suites.APART))
+    pytest.skip(f"no file of {sorted(s.path for s in peer_suites.SUITES.values())} in {_DIRS} to run"
+                + (f" with the others ({_ALONE} each run alone: GPU_DLPACK_PEER_SUITES=NAME)" if _ALONE else ""),
                 allow_module_level=True)
 
 LOADED = {(one.suite, one.role): one for one in peer_suites.load_all(_FILES, _ROLES)}

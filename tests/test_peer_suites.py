@@ -138,6 +138,91 @@ def test_jax_s_consumers_are_rewritten_and_tensorflow_s_are_not():
     ]
 
 
+# The calls of TensorFlow's tensorflow/python/dlpack/dlpack_test.py and of
+# PaddlePaddle's test/legacy_test/test_dlpack.py, and what each role makes of
+# them (only rewritten here: the two peers never share a process).
+TF_SHAPED = textwrap.dedent("""\
+    from tensorflow.python.dlpack import dlpack
+    dlcapsule = dlpack.to_dlpack(tf_tensor)
+    tf_tensor2 = dlpack.from_dlpack(dlcapsule)
+    t = tf.experimental.dlpack.from_dlpack(c)
+""")
+PADDLE_SHAPED = textwrap.dedent("""\
+    from utils import dygraph_guard
+    dlpack_v1 = paddle.utils.dlpack.to_dlpack(x)
+    o_v1 = paddle.utils.dlpack.from_dlpack(dlpack_v1)
+    dlpack_v2 = paddle.to_dlpack(x)
+    o_v2 = paddle.from_dlpack(dlpack_v2)
+    y = paddle.from_dlpack(np_array)
+    device_type, device_id = tensor_cpu.__dlpack_device__()
+    c = tensor.__dlpack__()
+    self.assertRaises(TypeError, paddle.utils.dlpack.to_dlpack, np.zeros(5))
+""")
+
+
+def test_tensorflow_s_and_paddle_s_calls_are_rewritten_for_each_role():
+    assert peer_suites.rewrite(TF_SHAPED, "tensorflow", "consumer")[0].splitlines() == [
+        "from tensorflow.python.dlpack import dlpack",
+        "dlcapsule = dlpack.to_dlpack(tf_tensor)",
+        "tf_tensor2 = _consume(dlcapsule)",
+        "t = tf.experimental.dlpack.from_dlpack(c)",
+    ]
+    assert peer_suites.rewrite(TF_SHAPED, "tensorflow", "producer")[0].splitlines() == [
+        "from tensorflow.python.dlpack import dlpack",
+        "dlcapsule = _gpu_dlpack.export(tf_tensor)",
+        "tf_tensor2 = _handed(dlpack.from_dlpack, dlcapsule)",
+        "t = tf.experimental.dlpack.from_dlpack(c)",
+    ]
+    assert peer_suites.rewrite(PADDLE_SHAPED, "paddle", "consumer")[0].splitlines() == [
+        "from utils import dygraph_guard",
+        "dlpack_v1 = paddle.utils.dlpack.to_dlpack(x)",
+        "o_v1 = _consume(dlpack_v1)",
+        "dlpack_v2 = paddle.to_dlpack(x)",
+        "o_v2 = _consume(dlpack_v2)",
+        "y = _consume(np_array)",
+        "device_type, device_id = tensor_cpu.__dlpack_device__()",
+        "c = tensor.__dlpack__()",
+        "self.assertRaises(TypeError, paddle.utils.dlpack.to_dlpack, np.zeros(5))",
+    ]
+    assert peer_suites.rewrite(PADDLE_SHAPED, "paddle", "producer")[0].splitlines() == [
+        "from utils import dygraph_guard",
+        "dlpack_v1 = _gpu_dlpack.export(x)",
+        "o_v1 = _handed(paddle.utils.dlpack.from_dlpack, dlpack_v1)",
+        "dlpack_v2 = _gpu_dlpack.export(x)",
+        "o_v2 = _handed(paddle.from_dlpack, dlpack_v2)",
+        "y = _handed(paddle.from_dlpack, np_array)",
+        "device_type, device_id = _gpu_dlpack.wrap(tensor_cpu).__dlpack_device__()",
+        "c = _gpu_dlpack.wrap(tensor).__dlpack__()",
+        "self.assertRaises(TypeError, paddle.utils.dlpack.to_dlpack, np.zeros(5))",
+    ]
+
+
+def test_paddle_s_file_finds_its_helpers_beside_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = tmp_path / "test" / "legacy_test" / "test_dlpack.py"
+    peer_suites.SUITES["paddle"].prepare(str(path))
+    assert sys.path[0] == str(path.parent)
+
+
+def _shaped_checkout(root, suites):
+    for suite in suites:
+        path = root / peer_suites.SUITES[suite].path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("raise AssertionError('not to be imported')\n")
+
+
+def test_tensorflow_s_and_paddle_s_files_never_share_a_process(tmp_path):
+    _shaped_checkout(tmp_path, ["tensorflow", "paddle"])
+    assert sorted(peer_suites.find([str(tmp_path)])) == ["paddle", "tensorflow"]
+    out = _pytest({"GPU_DLPACK_PEER_TESTS": str(tmp_path), "GPU_DLPACK_PEER_SUITES": "tensorflow,paddle"},
+                  tmp_path)
+    assert out.returncode != 0 and "runs alone, in a process of its own" in out.stdout + out.stderr, out.stdout
+    # Unnamed, they are left out: a run of every suite found is one of those that share a process.
+    out = _pytest({"GPU_DLPACK_PEER_TESTS": str(tmp_path)}, tmp_path)
+    assert "each run alone: GPU_DLPACK_PEER_SUITES=NAME" in out.stdout, out.stdout + out.stderr
+    assert "not to be imported" not in out.stdout + out.stderr
+
+
 def test_the_file_itself_is_run_as_it_is():
     assert peer_suites.rewrite(TORCH_SHAPED, "torch", "itself") == (TORCH_SHAPED, {})
     with pytest.raises(ValueError, match="role 'both' is not one of"):
@@ -231,7 +316,7 @@ def test_a_row_s_only_wildcard_is_the_star():
 @pytest.mark.parametrize("row", sorted(DIFFERENCES))
 def test_each_row_of_the_table_is_a_decision_with_its_reason(row):
     suite, role, case = row
-    assert suite in peer_suites.SUITES and role in ("consumer", "producer")
+    assert suite in peer_suites.SUITES and role in ("consumer", "producer", "itself")
     assert "::" in case and not case.startswith("*")
     assert isinstance(DIFFERENCES[row], str) and len(DIFFERENCES[row]) > 40
 
