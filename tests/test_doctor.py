@@ -122,6 +122,9 @@ def check_schema(doc):
 def check_library(r):
     assert _is(r["name"], str) and _is(r["module"], str) and _is(r["installed"], bool)
     assert _is(r["version"], str, None) and _is(r["error"], str, None)
+    for t in r["table"]:
+        assert t["role"] in ("consumer", "producer") and _is(t["fault"], str) and _is(t["why"], str)
+        assert t["state"] in ("holds", "no longer holds", "not measured")
     if not r["installed"]:
         assert r["error"] == "not installed" and r["producer"] is None and r["consumer"] is None
         return
@@ -223,6 +226,35 @@ def test_consumers_are_measured(report, torch, jax):
     else:
         assert jax["sends"] == {"max_version": [1, 3]} and jax["read_only"]["honoured"] is True
     assert numpy["copy"]["forwarded"] is True and jax["copy"]["forwarded"] is False
+
+
+def test_every_row_of_the_table_for_the_installed_version_is_listed_and_judged(report, torch):
+    from gpu_dlpack import _peers
+
+    r = row(report, "torch")
+    peer = _peers.by_name("torch")
+    listed = {(t["role"], t["fault"]): t["state"] for t in r["table"]}
+    assert set(listed) == ({("consumer", f) for f in _peers.active_faults(peer, r["version"])}
+                           | {("producer", f) for f in _peers.export_faults_of(peer, r["version"])})
+    assert listed[("consumer", "read-only-ignored")] == "holds"  # torch 2.13 and 2.14 ignore READ_ONLY
+    assert "gpu_dlpack's table of peer faults, for the installed versions" in doctor.render(report)
+
+
+def test_a_row_the_probe_no_longer_finds_says_so():
+    # A consumer that honours READ_ONLY and takes a negative stride in place,
+    # where the table says it does neither: both rows no longer hold.
+    from gpu_dlpack.doctor import _faults
+
+    honest = {"probed": True, "read_only": {"honoured": True, "detail": "refused a write"},
+              "strides": {"negative": "zero-copy", "stepped": "zero-copy", "transposed": "zero-copy"}}
+    r = {"name": "torch", "module": "torch", "installed": True, "version": "2.13.0", "consumer": honest}
+    honest["faults"] = _faults.compare(r)
+    states = {t["fault"]: t["state"] for t in _faults.table_rows(r) if t["role"] == "consumer"}
+    assert states == {"read-only-ignored": "no longer holds", "negative-strides": "no longer holds"}
+    assert sorted(honest["faults"]["gone"]) == ["negative-strides", "read-only-ignored"]
+    honest["read_only"]["honoured"] = False
+    honest["faults"] = _faults.compare(r)
+    assert {t["fault"]: t["state"] for t in _faults.table_rows(r)}["read-only-ignored"] == "holds"
 
 
 def test_cupy_without_gpu_is_a_row_with_the_reason(report):
@@ -412,7 +444,7 @@ def test_missing_library_gets_a_row():
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
                  "installed": False, "version": None, "error": "not installed", "producer": None,
-                 "consumer": None}
+                 "consumer": None, "table": []}  # no version: no row of the table applies
     check_schema(rep)
 
 

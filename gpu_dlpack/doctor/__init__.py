@@ -72,6 +72,10 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
                      "gone": [FAULT]}       # in the table, judged by a probe, not measured
         }
       }],
+      # and per library (installed): every row of gpu_dlpack's table of
+      # peer faults for its version, in both roles, as it stands here:
+      #   "table": [{"role": "consumer" | "producer", "fault": FAULT,
+      #              "state": "holds" | "no longer holds" | "not measured", "why": str}]
       "matrices": [{
         "device": "cpu" | "cuda" | "rocm",
         "producers": [str], "consumers": [str],

@@ -284,6 +284,38 @@ def compare(row: dict) -> dict | None:
     }
 
 
+def table_rows(row: dict) -> list:
+    """Every row of gpu_dlpack's table (``_peers``) for the library's
+    installed version, in both roles, each as it stands measured here:
+    ``{"role", "fault", "state", "why"}``, the state ``holds`` (the probe
+    found it), ``no longer holds`` (a probe judged it and did not find it:
+    the layer still acts on it) or ``not measured`` (``why`` says why)."""
+    peer = _peers.by_name(row["module"])
+    if peer is None or not row.get("installed"):
+        return []
+    version = row.get("version")
+    cons = row.get("consumer") or {}
+    probed = cons.get("faults") is not None
+    found, judged = measured(cons) if probed else (set(), set())
+    out = []
+    for fault in sorted(_peers.active_faults(peer, version)):
+        if not probed:
+            state, why = "not measured", "its importer was not probed here"
+        elif fault not in MEASURED:
+            state, why = "not measured", "no probe of the doctor; the test suite measures it"
+        elif any(_covers(f, fault) for f in found):
+            state, why = "holds", detail(cons, fault)
+        elif fault in judged:
+            state, why = "no longer holds", detail(cons, fault)
+        else:
+            state, why = "not measured", "the probe could not judge it"
+        out.append({"role": "consumer", "fault": fault, "state": state, "why": why})
+    for fault in sorted(_peers.export_faults_of(peer, version)):
+        out.append({"role": "producer", "fault": fault, "state": "not measured",
+                    "why": "the doctor probes importers only; the test suite measures it"})
+    return out
+
+
 def detail(cons: dict, fault: str) -> str:
     """What the probe saw, for a fault's finding."""
     if fault in ("negative-strides", "non-compact-strides"):

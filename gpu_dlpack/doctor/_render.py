@@ -137,6 +137,7 @@ def render(report) -> str:
         rows.append([row["name"]] + (_unprobed(row, "consumer") or _consumer_cells(row)))
     lines += _table(rows)
     lines += _fault_lines(report)
+    lines += _table_lines(report)
     for mat in report["matrices"]:
         lines += ["", f"Exchanges on {mat['device']}: direct > through gpu_dlpack"]
         if mat.get("error"):
@@ -186,6 +187,19 @@ def render(report) -> str:
             "Exit status 1; attach `gpu-dlpack doctor --json` to a bug report."
         )
     return "\n".join(lines)
+
+
+def _table_lines(report):
+    """Every row of gpu_dlpack's table of peer faults for the installed
+    versions, both roles, and whether it still holds here."""
+    rows = [["library", "version", "role", "fault", "here"]]
+    for row in report["libraries"]:
+        for r in row.get("table") or ():
+            rows.append([row["name"], row["version"] or "-", r["role"], r["fault"],
+                         r["state"] + (f": {r['why']}" if r["state"] == "not measured" else "")])
+    if len(rows) == 1:
+        return []
+    return ["", "gpu_dlpack's table of peer faults, for the installed versions (convert acts on every row)"] + _table(rows)
 
 
 def _fault_lines(report):

@@ -7,7 +7,7 @@ import json
 import importlib.util
 
 from .. import __version__, _compiled, _errors, _handoff, _versions
-from ._faults import compare, strides_of
+from ._faults import compare, strides_of, table_rows
 from ._faults import start as start_stride_probes
 from ._findings import findings
 from ._matrix import matrix
@@ -62,6 +62,8 @@ def run(extra=(), peers=None, strict=False) -> dict:
         if cons and cons.get("probed") and item.peer.host_consumer:
             cons["strides"] = strides_of(strides, item.peer.name)
             cons["faults"] = compare(item.row)
+    for item in loaded:
+        item.row["table"] = table_rows(item.row)
     report = {
         "schema": SCHEMA,
         "gpu_dlpack": {
