@@ -122,6 +122,9 @@ def check_schema(doc):
 def check_library(r):
     assert _is(r["name"], str) and _is(r["module"], str) and _is(r["installed"], bool)
     assert _is(r["version"], str, None) and _is(r["error"], str, None)
+    if r["producer"] is not None and r["producer"]["probed"]:
+        answer = r["producer"]["device_answer"]
+        assert answer is None or (len(answer) == 2 and _is(answer[0], int) and _is(answer[1], int, None))
     for t in r["table"]:
         assert t["role"] in ("consumer", "producer") and _is(t["fault"], str) and _is(t["why"], str)
         assert t["state"] in ("holds", "no longer holds", "not measured")
@@ -202,17 +205,19 @@ def test_platform_says_why_the_gpu_is_not_usable(report):
 
 def test_producers_are_measured(report, jax):
     numpy = row(report, "numpy")["producer"]
-    assert numpy["capsules"]["none"] == {"name": "dltensor", "version": None}
-    assert numpy["capsules"]["1.0"]["name"] == "dltensor_versioned"
+    assert numpy["capsules"]["none"] == {"name": "dltensor", "version": None, "flags": 0}
+    assert numpy["capsules"]["1.0"]["name"] == "dltensor_versioned" and numpy["capsules"]["1.0"]["flags"] == 0
+    assert numpy["device_answer"] == [1, 0]
     assert numpy["read_only"] == {"flag": True, "legacy": "refused", "detail": None}
     assert numpy["copy"] == {"copies": True, "flag": True, "detail": None}
     jax_row = row(report, "jax")
     jax = jax_row["producer"]
     # JAX gives a legacy capsule whatever is asked before 0.12; 0.12 a versioned one (DLPack 1.3)
     if _release(jax_row["version"]) < (0, 12):
-        assert jax["capsules"]["1.0"] == {"name": "dltensor", "version": None}
+        assert jax["capsules"]["1.0"] == {"name": "dltensor", "version": None, "flags": 0}
     else:
-        assert jax["capsules"]["1.0"] == {"name": "dltensor_versioned", "version": [1, 3]}
+        assert {k: jax["capsules"]["1.0"][k] for k in ("name", "version")} == {
+            "name": "dltensor_versioned", "version": [1, 3]}
     assert jax["floor"] == [0, 5] and "JAX does not support" in jax["floor_error"]
 
 
@@ -255,6 +260,44 @@ def test_a_row_the_probe_no_longer_finds_says_so():
     honest["read_only"]["honoured"] = False
     honest["faults"] = _faults.compare(r)
     assert {t["fault"]: t["state"] for t in _faults.table_rows(r)}["read-only-ignored"] == "holds"
+
+
+@pytest.mark.parametrize("capsule, answer, states", [
+    ({"name": "dltensor", "version": None, "flags": 0}, [1, None],
+     {"legacy-only-export": "holds", "immutable-unflagged": "holds", "device-id-none": "holds"}),
+    ({"name": "dltensor_versioned", "version": [1, 3], "flags": 1}, [1, 0],
+     {"legacy-only-export": "no longer holds", "immutable-unflagged": "no longer holds",
+      "device-id-none": "no longer holds"}),
+    ({"name": "dltensor_versioned", "version": [1, 3], "flags": 0}, None,
+     {"legacy-only-export": "no longer holds", "immutable-unflagged": "holds", "device-id-none": "not measured"}),
+])
+def test_the_producer_rows_are_measured_on_the_probe_of_a_host_array(monkeypatch, capsule, answer, states):
+    from gpu_dlpack import _peers
+    from gpu_dlpack.doctor import _faults
+
+    peer = _peers.Peer("lib", "lib", export_faults=tuple(_peers.Fault(f) for f in states))
+    monkeypatch.setattr(_peers, "by_name", lambda name: peer)
+    prod = {"probed": True, "capsules": {"none": capsule, "1.0": capsule}, "device_answer": answer}
+    r = {"name": "lib", "module": "lib", "installed": True, "version": "1.0", "producer": prod}
+    assert {t["fault"]: t["state"] for t in _faults.table_rows(r) if t["role"] == "producer"} == states
+
+
+def test_a_producer_row_that_no_longer_holds_fails_strict(monkeypatch):
+    from gpu_dlpack import _peers
+    from gpu_dlpack.doctor import _faults, _findings
+
+    peer = _peers.Peer("lib", "lib", export_faults=(_peers.Fault("legacy-only-export"),))
+    monkeypatch.setattr(_peers, "by_name", lambda name: peer)
+    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 0}
+    prod = {"probed": True, "capsules": {"none": versioned, "1.0": versioned}, "device_answer": [1, 0],
+            "keywords": {"stream": True, "max_version": True, "dl_device": True, "copy": True}}
+    r = {"name": "lib", "module": "lib", "installed": True, "error": None, "version": "1.0", "producer": prod}
+    r["table"] = _faults.table_rows(r)
+    (found,) = [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]
+    assert found["strict"] and "legacy-only-export" in found["problem"] and "lib 1.0" in found["problem"]
+    prod["capsules"]["1.0"] = {"name": "dltensor", "version": None, "flags": 0}
+    r["table"] = _faults.table_rows(r)
+    assert not [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]
 
 
 def test_cupy_without_gpu_is_a_row_with_the_reason(report):

@@ -44,6 +44,7 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
         "producer": {                                  # null when not imported
           "probed": bool, "reason": str | null,        # why not probed
           "device": str,                               # "cpu", "cuda:0"
+          "device_answer": [int, int | null] | null,   # its __dlpack_device__(), as it came
           "capsules": {"none": CAPSULE, "1.0": CAPSULE},   # max_version=None / (1, 0)
           "keywords": {"stream": bool, "max_version": bool, "dl_device": bool, "copy": bool},
           "keyword_errors": {keyword: str},
@@ -93,7 +94,8 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
       "exit_status": 0 | 1
     }
 
-    CAPSULE = {"name": "dltensor" | "dltensor_versioned", "version": [int, int] | null}
+    CAPSULE = {"name": "dltensor" | "dltensor_versioned", "version": [int, int] | null,
+               "flags": int}   # the DLPack flags (0 for a legacy capsule)
               or {"error": str}
     FAULT   = an id of gpu_dlpack._peers.FAULTS ("read-only-ignored", "negative-strides", ...)
     OUTCOME = "zero-copy" | "copies" | "wrong values" | "raises: <error>"

@@ -310,10 +310,47 @@ def table_rows(row: dict) -> list:
         else:
             state, why = "not measured", "the probe could not judge it"
         out.append({"role": "consumer", "fault": fault, "state": state, "why": why})
+    prod = row.get("producer") or {}
     for fault in sorted(_peers.export_faults_of(peer, version)):
-        out.append({"role": "producer", "fault": fault, "state": "not measured",
-                    "why": "the doctor probes importers only; the test suite measures it"})
+        held = _producer_fault(prod, fault) if prod.get("probed") else None
+        if held is None:
+            state, why = "not measured", ("its arrays were not probed here" if not prod.get("probed") else
+                                          "no probe of the doctor; the test suite measures it")
+        else:
+            state, why = ("holds" if held else "no longer holds"), _PRODUCER_PROBES[fault][1]
+        out.append({"role": "producer", "fault": fault, "state": state, "why": why})
     return out
+
+
+def _versioned_unflagged(cap: dict):
+    if "error" in cap:
+        return None
+    return cap["name"] == "dltensor" or not (cap.get("flags") or 0) & _READ_ONLY
+
+
+def _device_id_none(prod: dict):
+    answer = prod.get("device_answer")
+    return None if answer is None else len(answer) == 2 and answer[1] is None
+
+
+_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+#: The producer faults the doctor measures on its probe of a host array:
+#: fault -> (True where it holds, False where not, None where the probe
+#: cannot say; what was looked at).
+_PRODUCER_PROBES = {
+    "legacy-only-export": (
+        lambda p: None if "error" in p["capsules"]["1.0"] else p["capsules"]["1.0"]["name"] == "dltensor",
+        "__dlpack__(max_version=(1, 0)) of a host array"),
+    "immutable-unflagged": (
+        lambda p: _versioned_unflagged(p["capsules"]["1.0"]),
+        "the READ_ONLY flag of __dlpack__(max_version=(1, 0)) of a host array"),
+    "device-id-none": (_device_id_none, "__dlpack_device__() of a host array"),
+}
+
+
+def _producer_fault(prod: dict, fault: str):
+    probe = _PRODUCER_PROBES.get(fault)
+    return None if probe is None else probe[0](prod)
 
 
 def detail(cons: dict, fault: str) -> str:

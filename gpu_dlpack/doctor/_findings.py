@@ -49,6 +49,10 @@ def _library_findings(row):
             out.append(_hazard("producer-no-read-only", name, producer=name))
         if ro.get("legacy") == "exported":
             out.append(_hazard("producer-read-only-legacy", name, producer=name))
+        for t in row.get("table") or ():
+            if t["role"] == "producer" and t["state"] == "no longer holds":
+                out.append(_hazard("producer-fault-gone", name, "note", producer=name, version=row.get("version") or "",
+                                   fault=t["fault"], detail=t["why"]))
     cons = row.get("consumer") or {}
     if cons.get("probed"):
         call = cons["call"]

@@ -112,7 +112,7 @@ def _capsule_kind(make):
         info = _capsule.read(make())
     except Exception as exc:
         return {"error": _err(exc)}
-    return {"name": info.name, "version": list(info.version) if info.version else None}
+    return {"name": info.name, "version": list(info.version) if info.version else None, "flags": info.flags}
 
 
 def _quiet(fn):

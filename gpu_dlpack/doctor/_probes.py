@@ -106,6 +106,7 @@ def probe_producer(peer, module, gpu=False) -> dict:
         "1.0": _capsule_kind(lambda: type(x).__dlpack__(x, max_version=(1, 0))),
     }
     own_device = _own_device(x)
+    out["device_answer"] = None if own_device is None else list(own_device)  # __dlpack_device__() as it came
     keywords, errors = {}, {}
     for keyword, value in (("stream", None), ("max_version", (1, 0)), ("dl_device", own_device), ("copy", None)):
         taken = _accepts(x, keyword, value)
