@@ -371,6 +371,15 @@ def producer_refused(producer, exc) -> BufferError:
     )
 
 
+def buffer_refused(obj, exc) -> BufferError:
+    """``obj`` claims the buffer protocol, and reading its buffer failed."""
+    return BufferError(
+        f"{_named(obj)} offers the buffer protocol, but reading its buffer failed: {type(exc).__name__}: "
+        f"{exc}. That is its library's own error: export it with that library's own DLPack export, or "
+        "pass gpu_dlpack an array it can read (numpy.array(x), or the library's conversion to one)."
+    )
+
+
 def exports_itself(obj) -> BufferError:
     t = _named(obj)
     return BufferError(

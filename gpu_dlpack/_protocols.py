@@ -70,6 +70,8 @@ def _other_protocol(x):
         view = memoryview(x)
     except TypeError:
         return None
+    except BufferError as exc:  # it claims the protocol, and its buffer cannot be read
+        raise _errors.buffer_refused(x, exc) from exc
     return host_view(view)
 
 

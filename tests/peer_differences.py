@@ -90,8 +90,9 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
     ("paddle", "producer", "TestDLPack::test_dlpack_static"): (
         "a static-mode DenseTensor (base.create_lod_tensor) speaks no DLPack (no __dlpack__: "
         "Paddle's to_dlpack reads it through its private _to_dlpack) and no array interface; the "
-        "layer's export tries the buffer protocol it claims, and Paddle's BufferError "
-        "('pybind11_getbuffer(): Internal error') is the answer, where Paddle's to_dlpack exports it"
+        "layer's export tries the buffer protocol it claims, whose export fails in Paddle "
+        "('pybind11_getbuffer(): Internal error'): the layer's BufferError names that and the "
+        "remedy (Paddle's own to_dlpack), where Paddle's to_dlpack exports it"
     ),
     ("paddle", "producer", "TestDLPackDevice::test_dlpack_device*"): (
         "Paddle's __dlpack_device__ answers (kDLCPU, None) for a CPU tensor, which names no DLPack "

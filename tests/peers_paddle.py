@@ -111,3 +111,21 @@ def test_a_cpu_build_is_never_handed_gpu_data():
 
     with pytest.raises(gpu_dlpack.DeviceUnreachableError, match="crashes the process"):
         gpu_dlpack.convert(OnTheGpu(), "paddle")
+
+
+def test_a_static_mode_tensor_whose_buffer_fails_gets_the_layers_error():
+    # A static-mode DenseTensor speaks no DLPack (Paddle's to_dlpack reads
+    # it through a private method) and no array interface, and claims the
+    # buffer protocol, whose export fails: the layer says so in its words,
+    # with the remedy, not with pybind11's bare BufferError.
+    from paddle import base
+
+    paddle.enable_static()
+    try:
+        t = base.create_lod_tensor(np.array([[1], [2]]).astype("int64"), [[1, 1]], base.CPUPlace())
+        with pytest.raises(gpu_dlpack.GpuDlpackError, match="offers the buffer protocol") as caught:
+            gpu_dlpack.from_dlpack(t)
+        assert isinstance(caught.value, BufferError) and "that library's own DLPack export" in str(caught.value)
+        assert gpu_dlpack.from_dlpack(paddle.utils.dlpack.to_dlpack(t)).tolist() == [[1], [2]]
+    finally:
+        paddle.disable_static()

@@ -336,6 +336,9 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-old-cupy": lambda: "BufferError: " + str(_errors.old_cupy("export a versioned DLPack capsule")),
     # The compiled core with a CuPy whose runtime entries it does not know (gpu-dlpack doctor).
+    # PaddlePaddle's static-mode tensors (tests/peers_paddle.py, in a process of its own)
+    "gpu_dlpack-buffer-refused": lambda: "BufferError: " + str(_errors.buffer_refused(
+        object(), BufferError("pybind11_getbuffer(): Internal error"))),
     "gpu_dlpack-capture-refused": lambda: "CaptureError: " + str(_errors.capture_forbids(
         "wait on the host for the stream's work", 0x5A3C10, "CUDA records no host-side work into a graph")),
     "gpu_dlpack-capture-invalidated": lambda: "CaptureError: " + str(_errors.capture_invalidated(
@@ -1122,6 +1125,7 @@ BUILDER_ARGS = {
     "array_not_device": (__import__("numpy").zeros(1),),
     "bad_cuda_stream_protocol": (object(),),
     "exports_itself": (object(),),
+    "buffer_refused": (object(), BufferError("pybind11_getbuffer(): Internal error")),
     "no_dlpack_memory": (object(),),
     "bad_pointer_type": ("ptr", "0x10", "an int"),
     "bad_pointer_argument": ("strides", (12, 4, 1), "there is one per dimension of (2, 3)"),
