@@ -366,6 +366,14 @@ PEERS = (
             Fault("unaligned-copies", seen=("0.32.4",)),
         ),
     ),
+    # pyarrow is a producer only (it imports no DLPack): its arrays of
+    # values without nulls (one subclass of pyarrow.Array per type) export
+    # host memory that is immutable, flagged READ_ONLY in versioned capsules
+    # only; __dlpack__ takes stream=None alone (-1: NotImplementedError).
+    Peer(
+        "pyarrow", "pyarrow", array="Array", array_module="pyarrow", consumer=(),
+        export_faults=(Fault("read-only-legacy-export", seen=("26.0.1",)),),
+    ),
     # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
     # hold host memory: its arrays say (1, 0) in __dlpack_device__.
     Peer(
@@ -376,16 +384,21 @@ PEERS = (
 
 
 def of_array_type(t) -> Peer | None:
-    """The row of the library whose array type ``t`` is, or None."""
-    module, name = getattr(t, "__module__", None), getattr(t, "__qualname__", None)
-    for peer in PEERS:
-        if peer.array is None or peer.array != name:
-            continue
-        home = peer.array_module
-        if module == peer.module or (home is not None and module is not None and (
-            module == home or module.startswith(home + ".")
-        )):
-            return peer
+    """The row of the library whose array type ``t`` is, or of a subclass
+    of it (``torch.nn.Parameter``; pyarrow's arrays, one class per type of
+    value), or None. Read once per type by each caller, which keeps it."""
+    for c in getattr(t, "__mro__", (t,)):
+        if c is object:
+            break
+        module, name = getattr(c, "__module__", None), getattr(c, "__qualname__", None)
+        for peer in PEERS:
+            if peer.array is None or peer.array != name:
+                continue
+            home = peer.array_module
+            if module == peer.module or (home is not None and module is not None and (
+                module == home or module.startswith(home + ".")
+            )):
+                return peer
     return None
 
 
