@@ -217,8 +217,8 @@ def _read_setting(root, path):
 def _meant(name: str) -> tuple[str, ...]:
     """The libraries of ``_peers`` a name that cannot be imported may mean:
     the same name in another case, else the closest spelling; every one
-    for an empty name."""
-    known = [peer.name for peer in _peers.PEERS]
+    for an empty name. Only the libraries that import (pyarrow does not)."""
+    known = [peer.name for peer in _peers.PEERS if peer.consumer]
     if not name.strip():
         return tuple(known)
     same = [k for k in known if k.casefold() == name.casefold()]

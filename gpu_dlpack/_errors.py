@@ -772,8 +772,9 @@ def _not_importable(asker, name, exc, hint="") -> ModuleNotFoundError:
 
 
 def consumer_without_from_dlpack(name, looked) -> TypeError:
+    where = f"looked for {', '.join(looked)}" if looked else "a producer only, in gpu_dlpack's table of peers"
     return TypeError(
-        f"convert(x, {name!r}): {name} has no from_dlpack (looked for {', '.join(looked)}), "
+        f"convert(x, {name!r}): {name} has no from_dlpack ({where}), "
         "so it cannot import DLPack arrays. Pass a library that has one, or the module "
         "that holds it (for example 'jax.numpy')."
     )

@@ -72,3 +72,8 @@ def test_a_subclass_of_a_peers_array_is_its_row():
     torch = pytest.importorskip("torch")
     assert _peers.of_array_type(torch.nn.Parameter).name == "torch"
     assert _peers.of_array_type(np.ndarray) is None  # NumPy's arrays are the layer's own
+
+
+def test_pyarrow_is_no_convert_target():
+    with pytest.raises(TypeError, match="a producer only"):
+        gpu_dlpack.convert(np.arange(3), "pyarrow")
