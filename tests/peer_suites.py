@@ -252,8 +252,11 @@ def _pattern(row: str) -> re.Pattern[str]:
 def run_of(suite: str) -> str:
     """The suite's run in this process: one of its ``runs``, or ``""``
     for a suite that has none."""
-    run = SUITES[suite].run
-    return run() if run is not None else ""
+    spec = SUITES[suite]
+    run = spec.run() if spec.run is not None else ""
+    if run not in (spec.runs or ("",)):
+        raise ValueError(f"the {suite} suite's run {run!r} is not one of its runs {spec.runs}")
+    return run
 
 
 def applies(row: Row, suite: str, role: str, run: str) -> bool:

@@ -336,6 +336,13 @@ def test_each_row_of_the_table_is_a_decision_with_its_reason(row):
     assert row.run == "" or row.run in peer_suites.SUITES[row.suite].runs
 
 
+def test_a_suite_s_run_is_one_of_its_runs(monkeypatch):
+    assert peer_suites.run_of("torch") == ""
+    monkeypatch.setitem(peer_suites.SUITES, "jax", dataclasses.replace(peer_suites.SUITES["jax"], run=lambda: "x16"))
+    with pytest.raises(ValueError, match="run 'x16' is not one of its runs"):
+        peer_suites.run_of("jax")
+
+
 def test_scripts_peer_suites_makes_each_of_jax_s_runs():
     with open(os.path.join(ROOT, "scripts", "peer-suites.sh"), encoding="utf-8") as f:
         script = f.read()
@@ -378,7 +385,7 @@ def test_a_file_is_marked_and_checked_by_the_rows_of_its_run(tmp_path, monkeypat
         peer_suites.SUITES["jax"], prepare=None, run=lambda: run))
     monkeypatch.delitem(sys.modules, "tests._peer_jax_as_consumer", raising=False)
     (one,) = peer_suites.load_all({"jax": str(path)}, ["consumer"])
-    assert one.run == run
+    assert one.run == run == peer_suites.run_of("jax")
     marked = {name for name, (cls, method) in one.cases.items() if hasattr(getattr(cls, method), "pytestmark")}
     assert marked == {"DLPackTest::testEveryRun", "DLPackTest::testNarrowed"} if run == "x32" else {
         "DLPackTest::testEveryRun"}
