@@ -19,7 +19,8 @@
 #      is the installed release's;
 #   2. through the layer (label "layer"): the consumer and producer roles
 #      (tests/run_peer_suites.py) with JAX's 64-bit types, then JAX's file
-#      again without them (JAX's default; label "layer-jax-x32").
+#      again without them (JAX's default; label "layer-jax-x32"): JAX's runs
+#      "x64" and "x32", which a row of tests/peer_differences.py may name.
 # torch's and JAX's files run in one process per run; TensorFlow's and
 # PaddlePaddle's each in processes of their own, apart from every other
 # suite (labels "itself-SUITE" and "layer-SUITE"): the two imported into one

@@ -30,7 +30,10 @@ against the installed peer:
   is the layer's.
 
 Where the layer decides otherwise than the peer, the case is a strict expected
-failure with its reason (the table is ``tests/peer_differences.py``).
+failure with its reason (the table is ``tests/peer_differences.py``), in the
+runs the decision shows in: a suite may name its runs (``Suite.runs``; JAX's
+file runs with its 64-bit types and without them) and say which one a process
+is, and a row of the table may be for one of them.
 This module is the machinery, importable without any peer file
 (``tests/test_peer_suites.py`` checks it).
 """
@@ -50,7 +53,7 @@ import pytest
 
 import gpu_dlpack
 
-from .peer_differences import DIFFERENCES
+from .peer_differences import DIFFERENCES, Row
 
 ROLES = ("consumer", "producer", "itself")
 
@@ -70,6 +73,13 @@ def _whole_jax_products(path: str) -> None:
     jax.config.update("jax_num_generated_cases", int(os.environ.get("JAX_NUM_GENERATED_CASES", WHOLE_PRODUCTS)))
 
 
+def _jax_run() -> str:
+    # JAX_ENABLE_X64 (scripts/peer-suites.sh sets it) is read when JAX is imported.
+    import jax
+
+    return "x64" if jax.config.read("jax_enable_x64") else "x32"
+
+
 @dataclass(frozen=True)
 class Suite:
     """A peer's DLPack test file and how each role rewrites it."""
@@ -79,6 +89,10 @@ class Suite:
     consumer: tuple[tuple[str, str], ...]  # (pattern, replacement), in order
     producer: tuple[tuple[str, str], ...]
     prepare: Callable[[str], None] | None = None  # run, given the file's path, before the file is
+    # The runs the suite's rows may name (peer_differences.Row.run), where
+    # what the file meets differs between runs, and which one this process is.
+    runs: tuple[str, ...] = ()
+    run: Callable[[], str] | None = None
 
 
 def _beside_it(path: str) -> None:
@@ -135,6 +149,8 @@ SUITES = {
             _WRAP_DUNDER,
         ),
         prepare=_whole_jax_products,
+        runs=("x64", "x32"),  # with and without JAX's 64-bit types
+        run=_jax_run,
     ),
     "tensorflow": Suite(
         peer="tensorflow",
@@ -233,9 +249,24 @@ def _pattern(row: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in row.split("*")) + r"\Z")
 
 
-def decided(suite: str, role: str, case: str) -> list[str]:
-    """The rows of the table (their case patterns) that name ``case``."""
-    return [row for (s, r, row) in DIFFERENCES if s == suite and r == role and _pattern(row).match(case)]
+def run_of(suite: str) -> str:
+    """The suite's run in this process: one of its ``runs``, or ``""``
+    for a suite that has none."""
+    spec = SUITES[suite]
+    run = spec.run() if spec.run is not None else ""
+    if run not in (spec.runs or ("",)):
+        raise ValueError(f"the {suite} suite's run {run!r} is not one of its runs {spec.runs}")
+    return run
+
+
+def applies(row: Row, suite: str, role: str, run: str) -> bool:
+    """Whether ``row`` is for the suite and role, in the run ``run``."""
+    return row.suite == suite and row.role == role and row.run in ("", run)
+
+
+def decided(suite: str, role: str, case: str, run: str = "") -> list[Row]:
+    """The rows of the table that name ``case`` in the run ``run``."""
+    return [row for row in DIFFERENCES if applies(row, suite, role, run) and _pattern(row.case).match(case)]
 
 
 def names_a_case(row: str, names) -> bool:
@@ -276,6 +307,7 @@ class Loaded:
     role: str
     module: types.ModuleType
     cases: dict[str, tuple[type, str]]
+    run: str = ""  # run_of(suite) when loaded
 
     def tests(self):
         """``(name, test)``: the module's test classes and test functions,
@@ -289,21 +321,28 @@ class Loaded:
                 yield f"test_{self.suite}_{self.role}__{name}", obj
 
 
+def rows_for(loaded) -> list[Row]:
+    """The table's rows for the suites and roles of ``loaded``, each in the
+    run it was loaded in: those whose cases the run must show."""
+    return sorted(row for one in loaded for row in DIFFERENCES if applies(row, one.suite, one.role, one.run))
+
+
 def load_all(files: dict[str, str], roles) -> list[Loaded]:
     """Each file of ``files`` loaded for each role, each case the table
-    names for it marked."""
+    names for it in this process's run marked."""
     loaded = []
     for suite, path in files.items():
         if SUITES[suite].prepare is not None:
             SUITES[suite].prepare(path)
+        run = run_of(suite)
         for role in roles:
             module = load(path, suite, role)
             found = cases(module)
             for case, (cls, method) in found.items():
-                rows = decided(suite, role, case)
+                rows = decided(suite, role, case, run)
                 if rows:
-                    mark(cls, method, "; ".join(DIFFERENCES[(suite, role, row)] for row in rows))
-            loaded.append(Loaded(suite, role, module, found))
+                    mark(cls, method, "; ".join(DIFFERENCES[row] for row in rows))
+            loaded.append(Loaded(suite, role, module, found, run))
     return loaded
 
 

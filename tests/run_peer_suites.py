@@ -10,7 +10,9 @@ installable, so the test command does not run it. ``GPU_DLPACK_PEER_ROLES``
 ``torch``, ``jax``, ``tensorflow`` and ``paddle`` (default: every file found
 but TensorFlow's and PaddlePaddle's). TensorFlow's and PaddlePaddle's each run
 alone, in a process of their own (``peer_suites.APART``): named with another
-suite, the run is refused.
+suite, the run is refused. A suite with runs (JAX's: ``x64`` and ``x32``,
+from ``JAX_ENABLE_X64``) is marked and checked by the table's rows for every
+run and for the run this process is.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import os
 import pytest
 
 from . import peer_suites
-from .peer_differences import DIFFERENCES
 
 _DIRS = [d for d in os.environ.get("GPU_DLPACK_PEER_TESTS", "").split(os.pathsep) if d]
 if not _DIRS:
@@ -48,11 +49,14 @@ for _one in LOADED.values():
 del _one
 
 
-_ROWS = sorted(row for row in DIFFERENCES if row[:2] in LOADED)
+# The rows for the suites and roles loaded, in this process's run of each.
+_ROWS = peer_suites.rows_for(LOADED.values())
 
 
-@pytest.mark.skipif(not _ROWS, reason="no row of the table is for the suites and roles loaded")
-@pytest.mark.parametrize("suite, role, row", _ROWS or [("", "", "")])
-def test_each_listed_difference_names_a_case(suite, role, row):
-    assert peer_suites.names_a_case(row, LOADED[(suite, role)].cases), (
-        f"no case of the {suite} suite in the {role} role is {row!r}: the row is stale")
+@pytest.mark.skipif(not _ROWS, reason="no row of the table is for the suites, roles and runs loaded")
+@pytest.mark.parametrize("row", _ROWS or [None], ids=str)
+def test_each_listed_difference_names_a_case(row):
+    one = LOADED[(row.suite, row.role)]
+    assert peer_suites.names_a_case(row.case, one.cases), (
+        f"no case of the {row.suite} suite in the {row.role} role"
+        + (f" in its run {one.run!r}" if one.run else "") + f" is {row.case!r}: the row is stale")

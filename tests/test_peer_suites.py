@@ -4,6 +4,7 @@ runner itself is checked here, where no peer file is needed."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 import gpu_dlpack
 from tests import peer_suites
-from tests.peer_differences import DIFFERENCES
+from tests.peer_differences import DIFFERENCES, Row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -307,18 +308,93 @@ def test_the_cases_of_a_product_are_named_with_their_parameters():
 
 def test_a_row_s_only_wildcard_is_the_star():
     name = "DLPackTest::testNumpyToJax12(shape=(3, 0), dtype=<class 'numpy.float32'>, copy=False, aligned=False)"
-    assert peer_suites.decided("jax", "consumer", name) == ["DLPackTest::testNumpyToJax*(*copy=False, aligned=False)"]
+    unaligned = Row("jax", "consumer", "DLPackTest::testNumpyToJax*(*copy=False, aligned=False)")
+    assert peer_suites.decided("jax", "consumer", name) == [unaligned]
     assert peer_suites.decided("jax", "consumer", name.replace("copy=False", "copy=None")) == []
     assert peer_suites.decided("jax", "producer", name) == []
     assert not peer_suites.names_a_case("Test::test_x[1]", ["Test::test_x1"])  # no character classes
 
 
-@pytest.mark.parametrize("row", sorted(DIFFERENCES))
+def test_a_row_for_one_run_decides_in_that_run_only():
+    name = "DLPackTest::testNumpyToJax12(shape=(3, 0), dtype=<class 'numpy.int64'>, copy=None, aligned=True)"
+    narrowed = Row("jax", "consumer", "DLPackTest::testNumpyToJax*(*dtype=<class 'numpy.int64'>, *", "x32")
+    assert peer_suites.decided("jax", "consumer", name, "x32") == [narrowed]
+    assert peer_suites.decided("jax", "consumer", name, "x64") == []
+    assert peer_suites.decided("jax", "consumer", name.replace("int64", "int32"), "x32") == []
+    # A row for every run decides in each, beside a row for one run.
+    unaligned = name.replace("copy=None, aligned=True", "copy=False, aligned=False")
+    assert len(peer_suites.decided("jax", "consumer", unaligned, "x32")) == 2
+    assert len(peer_suites.decided("jax", "consumer", unaligned, "x64")) == 1
+
+
+@pytest.mark.parametrize("row", sorted(DIFFERENCES), ids=str)
 def test_each_row_of_the_table_is_a_decision_with_its_reason(row):
-    suite, role, case = row
-    assert suite in peer_suites.SUITES and role in ("consumer", "producer", "itself")
-    assert "::" in case and not case.startswith("*")
+    assert row.suite in peer_suites.SUITES and row.role in ("consumer", "producer", "itself")
+    assert "::" in row.case and not row.case.startswith("*")
     assert isinstance(DIFFERENCES[row], str) and len(DIFFERENCES[row]) > 40
+    # A row for one run names one of its suite's runs, which scripts/peer-suites.sh makes.
+    assert row.run == "" or row.run in peer_suites.SUITES[row.suite].runs
+
+
+def test_a_suite_s_run_is_one_of_its_runs(monkeypatch):
+    assert peer_suites.run_of("torch") == ""
+    monkeypatch.setitem(peer_suites.SUITES, "jax", dataclasses.replace(peer_suites.SUITES["jax"], run=lambda: "x16"))
+    with pytest.raises(ValueError, match="run 'x16' is not one of its runs"):
+        peer_suites.run_of("jax")
+
+
+def test_scripts_peer_suites_makes_each_of_jax_s_runs():
+    with open(os.path.join(ROOT, "scripts", "peer-suites.sh"), encoding="utf-8") as f:
+        script = f.read()
+    assert peer_suites.SUITES["jax"].runs == ("x64", "x32")
+    assert "JAX_ENABLE_X64=1" in script and "JAX_ENABLE_X64=0" in script
+
+
+JAX_SHAPED = textwrap.dedent("""\
+    import unittest
+    import jax.numpy as jnp
+
+
+    class DLPackTest(unittest.TestCase):
+        def testEveryRun(self):
+            raise AssertionError("decided in every run")
+
+        def testNarrowed(self):
+            raise AssertionError("decided without x64 only")
+
+        def testPasses(self):
+            pass
+
+        def never_called(self, x):
+            return jnp.from_dlpack(x)
+""")
+SHAPED_ROWS = {
+    Row("jax", "consumer", "DLPackTest::testEveryRun"): "a decision of every run, for the test",
+    Row("jax", "consumer", "DLPackTest::testNarrowed", "x32"): "a decision of the run x32, for the test",
+    Row("jax", "consumer", "DLPackTest::testGone", "x64"): "a row of the run x64 that names no case",
+}
+
+
+@pytest.mark.parametrize("run", ["x64", "x32"])
+def test_a_file_is_marked_and_checked_by_the_rows_of_its_run(tmp_path, monkeypatch, run):
+    path = tmp_path / "tests" / "array_interoperability_test.py"
+    path.parent.mkdir()
+    path.write_text(JAX_SHAPED)
+    monkeypatch.setattr(peer_suites, "DIFFERENCES", SHAPED_ROWS)
+    monkeypatch.setitem(peer_suites.SUITES, "jax", dataclasses.replace(
+        peer_suites.SUITES["jax"], prepare=None, run=lambda: run))
+    monkeypatch.delitem(sys.modules, "tests._peer_jax_as_consumer", raising=False)
+    (one,) = peer_suites.load_all({"jax": str(path)}, ["consumer"])
+    assert one.run == run == peer_suites.run_of("jax")
+    marked = {name for name, (cls, method) in one.cases.items() if hasattr(getattr(cls, method), "pytestmark")}
+    assert marked == {"DLPackTest::testEveryRun", "DLPackTest::testNarrowed"} if run == "x32" else {
+        "DLPackTest::testEveryRun"}
+    # The rows the run checks: those of every run and of its own; a row of
+    # the run that names no case is among them, so the check fails on it.
+    rows = peer_suites.rows_for([one])
+    assert rows == sorted(row for row in SHAPED_ROWS if row.run in ("", run))
+    assert [row.case for row in rows if not peer_suites.names_a_case(row.case, one.cases)] == (
+        ["DLPackTest::testGone"] if run == "x64" else [])
 
 
 def test_the_figures_of_a_run_are_counted_per_suite_and_role(tmp_path):
