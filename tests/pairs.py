@@ -20,7 +20,7 @@ False. The oracle, the same for every pair:
   gpu_dlpack/_peers.py) is counted as that fault, convert's path covering
   it.
 
-Example counts: ``GPU_DLPACK_PAIR_EXAMPLES`` per pair (default 8,
+Example counts: ``GPU_DLPACK_PAIR_EXAMPLES`` per pair (default 60,
 derandomized, sized for the test command); ``GPU_DLPACK_PAIRS_LONG=1`` is
 the long form (200 per pair, random draws), run by hand.
 """
@@ -45,7 +45,7 @@ from .test_properties import values
 ml_dtypes = __import__("ml_dtypes")
 
 LONG = os.environ.get("GPU_DLPACK_PAIRS_LONG") == "1"
-PER_PAIR = int(os.environ.get("GPU_DLPACK_PAIR_EXAMPLES", "200" if LONG else "8"))
+PER_PAIR = int(os.environ.get("GPU_DLPACK_PAIR_EXAMPLES", "200" if LONG else "60"))
 
 
 def pair_settings():
@@ -111,7 +111,10 @@ def x64(lib):
         return
     import jax
 
-    with jax.enable_x64(True):
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:  # before JAX 0.8
+        from jax.experimental import enable_x64 as enable
+    with enable(True):
         yield
 
 
