@@ -68,3 +68,23 @@ def test_mlx_gets_a_copy_of_a_negative_stride_on_an_axis_not_walked(mx, case):
          "empty": np.zeros((1, 2), np.float32)[::-1][:, :0]}[case]  # strides (-8, 4)
     assert min(a.strides) < 0
     assert np.array(gpu_dlpack.convert(a, "mlx.core")).shape == a.shape
+
+
+@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_numpy_array_of_an_ml_dtypes_dtype_imports_with_copy_asked(ml_dtypes, copy, readonly):
+    # NumPy before 2.5 exports none of ml_dtypes' dtypes; from_dlpack asked
+    # for copy=True/False used to ask NumPy's __dlpack__ and pass on its
+    # BufferError (copy=None took the layer's own path). Found by the pairs.
+    import numpy as np
+
+    import gpu_dlpack
+
+    a = np.arange(4.0).astype(ml_dtypes.bfloat16)
+    a.flags.writeable = not readonly
+    got = gpu_dlpack.from_dlpack(a, copy=copy)
+    assert got.dtype == a.dtype and got.tobytes() == a.tobytes()
+    assert (got.ctypes.data == a.ctypes.data) is (not copy)
+    assert got.flags.writeable is (copy or not readonly)
+    done = gpu_dlpack.convert(a, "numpy", copy=copy)
+    assert done.dtype == a.dtype and done.tobytes() == a.tobytes()
