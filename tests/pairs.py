@@ -151,10 +151,6 @@ def _numpy_view(rng, name, layout):
     return view
 
 
-def _torch_dtype(torch, name):
-    return getattr(torch, name)
-
-
 def produce(lib, rng, name, layout):
     """(array of ``lib``, whether its memory is read-only, the NumPy array
     a dask array reads), or None when the library cannot hold these values
