@@ -198,10 +198,12 @@ def from_dlpack(
             # An array of a backend (CuPy) is exported under the rules, not by
             # its library's own __dlpack__.
             capsule, full = backend.export_array(x, False, None, **ask), True
-        elif backend is numpy_backend and not numpy_backend.VERSIONED_NUMPY:
+        elif backend is numpy_backend and (not numpy_backend.VERSIONED_NUMPY or x.dtype.kind not in "biufc"):
             # NumPy before 2.1 makes only legacy capsules, which land
             # read-only: the layer's own export is the versioned one NumPy
-            # 2.1 makes (READ_ONLY only for read-only data).
+            # 2.1 makes (READ_ONLY only for read-only data). NumPy exports
+            # none of the dtypes ml_dtypes adds (bfloat16...) before 2.5:
+            # the layer's export does.
             capsule, full = _exchange.export_numpy(x), True
         else:
             capsule, full = request(x, **ask)
