@@ -19,6 +19,13 @@ from .interpreter import ROOT
 
 cases = counter_fixture("property cases generated: pairs")
 
+# The main interpreter's environment, the one with every peer (TensorFlow
+# and PaddlePaddle are installed there only): the pairs run there, in the
+# test command's suite; the other environments (the NumPy floor, the other
+# CPythons) run the rest of the suite.
+pytestmark = pytest.mark.skipif(not P.installed("tensorflow"), reason=(
+    "the pairs run in the main interpreter's environment, which has every peer (TensorFlow among them)"))
+
 
 def pair_test(selected):
     @pytest.mark.parametrize(("producer", "consumer"), selected, ids=[f"{p}-{c}" for p, c in selected])
