@@ -344,7 +344,10 @@ def test_a_suite_s_run_is_one_of_its_runs(monkeypatch):
 
 
 def test_scripts_peer_suites_makes_each_of_jax_s_runs():
-    with open(os.path.join(ROOT, "scripts", "peer-suites.sh"), encoding="utf-8") as f:
+    script_path = os.path.join(ROOT, "scripts", "peer-suites.sh")
+    if not os.path.exists(script_path):  # the release check tests an installed wheel, with no scripts
+        pytest.skip("reads scripts/peer-suites.sh, in a source tree only")
+    with open(script_path, encoding="utf-8") as f:
         script = f.read()
     assert peer_suites.SUITES["jax"].runs == ("x64", "x32")
     assert "JAX_ENABLE_X64=1" in script and "JAX_ENABLE_X64=0" in script
