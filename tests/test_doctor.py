@@ -268,6 +268,9 @@ def test_a_row_the_probe_no_longer_finds_says_so():
     ({"name": "dltensor_versioned", "version": [1, 3], "flags": 1}, [1, 0],
      {"legacy-only-export": "no longer holds", "immutable-unflagged": "no longer holds",
       "device-id-none": "no longer holds"}),
+    # JAX 0.12: versioned capsules flagged READ_ONLY, but its legacy ones cannot say it
+    ({"name": "dltensor_versioned", "version": [1, 3], "flags": 1, "legacy": True}, [1, 0],
+     {"legacy-only-export": "no longer holds", "immutable-unflagged": "holds", "device-id-none": "no longer holds"}),
     ({"name": "dltensor_versioned", "version": [1, 3], "flags": 0}, None,
      {"legacy-only-export": "no longer holds", "immutable-unflagged": "holds", "device-id-none": "not measured"}),
 ])
@@ -277,24 +280,37 @@ def test_the_producer_rows_are_measured_on_the_probe_of_a_host_array(monkeypatch
 
     peer = _peers.Peer("lib", "lib", export_faults=tuple(_peers.Fault(f) for f in states))
     monkeypatch.setattr(_peers, "by_name", lambda name: peer)
-    prod = {"probed": True, "capsules": {"none": capsule, "1.0": capsule}, "device_answer": answer}
+    capsule = dict(capsule)
+    none = {"name": "dltensor", "version": None, "flags": 0} if capsule.pop("legacy", False) else capsule
+    prod = {"probed": True, "capsules": {"none": none, "1.0": capsule}, "device_answer": answer}
     r = {"name": "lib", "module": "lib", "installed": True, "version": "1.0", "producer": prod}
     assert {t["fault"]: t["state"] for t in _faults.table_rows(r) if t["role"] == "producer"} == states
 
 
-def test_a_producer_row_that_no_longer_holds_fails_strict(monkeypatch):
+def test_a_producer_row_that_no_longer_holds_fails_strict_where_the_layer_acts_on_it(monkeypatch):
     from gpu_dlpack import _peers
     from gpu_dlpack.doctor import _faults, _findings
 
+    # A legacy-only export fixed: the layer's adaptation acts on nothing, a note in the table only.
     peer = _peers.Peer("lib", "lib", export_faults=(_peers.Fault("legacy-only-export"),))
+    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 1}
+    prod = {"probed": True, "capsules": {"none": versioned, "1.0": versioned}, "device_answer": [1, 0],
+            "keywords": {"stream": True, "max_version": True, "dl_device": True, "copy": True}}
+    r = {"name": "lib", "module": "lib", "installed": True, "error": None, "version": "1.0", "producer": prod}
     monkeypatch.setattr(_peers, "by_name", lambda name: peer)
-    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 0}
+    r["table"] = _faults.table_rows(r)
+    assert r["table"][0]["state"] == "no longer holds"
+    assert not [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]
+    # Immutable arrays now flagged in every capsule: the layer still refuses their legacy capsules.
+    peer = _peers.Peer("lib", "lib", export_faults=(_peers.Fault("immutable-unflagged"),))
+    monkeypatch.setattr(_peers, "by_name", lambda name: peer)
+    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 1}
     prod = {"probed": True, "capsules": {"none": versioned, "1.0": versioned}, "device_answer": [1, 0],
             "keywords": {"stream": True, "max_version": True, "dl_device": True, "copy": True}}
     r = {"name": "lib", "module": "lib", "installed": True, "error": None, "version": "1.0", "producer": prod}
     r["table"] = _faults.table_rows(r)
     (found,) = [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]
-    assert found["strict"] and "legacy-only-export" in found["problem"] and "lib 1.0" in found["problem"]
+    assert found["strict"] and "immutable-unflagged" in found["problem"] and "lib 1.0" in found["problem"]
     prod["capsules"]["1.0"] = {"name": "dltensor", "version": None, "flags": 0}
     r["table"] = _faults.table_rows(r)
     assert not [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]

@@ -318,14 +318,18 @@ def table_rows(row: dict) -> list:
                                           "no probe of the doctor; the test suite measures it")
         else:
             state, why = ("holds" if held else "no longer holds"), _PRODUCER_PROBES[fault][1]
-        out.append({"role": "producer", "fault": fault, "state": state, "why": why})
+        out.append({"role": "producer", "fault": fault, "state": state, "why": why,
+                    "acts": _PRODUCER_PROBES.get(fault, (None, None, True))[2]})
     return out
 
 
-def _versioned_unflagged(cap: dict):
-    if "error" in cap:
+def _unflagged(prod: dict):
+    """Whether a capsule of its (immutable) host array does not say
+    READ_ONLY: a legacy one never can."""
+    caps = [c for c in prod["capsules"].values() if "error" not in c]
+    if not caps:
         return None
-    return cap["name"] == "dltensor" or not (cap.get("flags") or 0) & _READ_ONLY
+    return any(c["name"] == "dltensor" or not (c.get("flags") or 0) & _READ_ONLY for c in caps)
 
 
 def _device_id_none(prod: dict):
@@ -336,15 +340,17 @@ def _device_id_none(prod: dict):
 _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
 #: The producer faults the doctor measures on its probe of a host array:
 #: fault -> (True where it holds, False where not, None where the probe
-#: cannot say; what was looked at).
+#: cannot say; what was looked at; whether the layer's correction acts
+#: where the fault no longer holds: adapting a legacy answer, or reading a
+#: None device id, acts on nothing once the producer stops giving them,
+#: while a refusal of its legacy capsules stays).
 _PRODUCER_PROBES = {
     "legacy-only-export": (
         lambda p: None if "error" in p["capsules"]["1.0"] else p["capsules"]["1.0"]["name"] == "dltensor",
-        "__dlpack__(max_version=(1, 0)) of a host array"),
+        "__dlpack__(max_version=(1, 0)) of a host array", False),
     "immutable-unflagged": (
-        lambda p: _versioned_unflagged(p["capsules"]["1.0"]),
-        "the READ_ONLY flag of __dlpack__(max_version=(1, 0)) of a host array"),
-    "device-id-none": (_device_id_none, "__dlpack_device__() of a host array"),
+        _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
+    "device-id-none": (_device_id_none, "__dlpack_device__() of a host array", False),
 }
 
 

@@ -50,7 +50,7 @@ def _library_findings(row):
         if ro.get("legacy") == "exported":
             out.append(_hazard("producer-read-only-legacy", name, producer=name))
         for t in row.get("table") or ():
-            if t["role"] == "producer" and t["state"] == "no longer holds":
+            if t["role"] == "producer" and t["state"] == "no longer holds" and t.get("acts"):
                 out.append(_hazard("producer-fault-gone", name, "note", producer=name, version=row.get("version") or "",
                                    fault=t["fault"], detail=t["why"]))
     cons = row.get("consumer") or {}
