@@ -286,7 +286,11 @@ def refuse_under_capture(what: str, stream: int, device: int) -> None:
     """Raise ``CaptureError`` when ``stream`` takes part in a capture: for
     an operation (``what``) CUDA cannot record into a graph, asked before
     anything is queued."""
-    state = capture_of(stream, device)
+    _refuse(capture_of(stream, device), what, stream)
+
+
+def _refuse(state: int, what: str, stream: int) -> None:
+    """``refuse_under_capture`` for a state already asked."""
     if state == CAPTURING:
         raise _errors.capture_forbids(what, stream, "CUDA records no host-side work into a graph")
     if state == LEGACY_OFF_LIMITS:
@@ -312,9 +316,9 @@ def _capture_stands_in(producer: int, consumer: int, device: int, consumer_devic
         return True
     consumed = capture_of(consumer, consumer_device)
     if produced == LEGACY_OFF_LIMITS:
-        refuse_under_capture("record the producer's work on its stream", producer, device)
+        _refuse(produced, "record the producer's work on its stream", producer)
     if consumed == LEGACY_OFF_LIMITS:
-        refuse_under_capture("make the consumer's stream wait for the producer", consumer, consumer_device)
+        _refuse(consumed, "make the consumer's stream wait for the producer", consumer)
     if consumed == CAPTURING and produced == NOT_CAPTURING:
         if _idle(producer, device):
             return True
