@@ -210,6 +210,15 @@ def _fmt_version(v) -> str:
     return "None" if v is None else f"({v[0]}, {v[1]})"
 
 
+def _named(obj) -> str:
+    """The type of ``obj`` as a message names it: ``module.QualName``."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+#: The CuPy wheels, one per GPU stack, a remedy names.
+_CUPY_WHEELS = "cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0"
+
+
 # -- versions ---------------------------------------------------------------
 
 def below_floor(asked, floor) -> DLPackVersionError:
@@ -303,21 +312,17 @@ def array_not_device(value) -> TypeError:
 
 def not_dlpack(obj) -> NotDLPackError:
     if isinstance(obj, type):
-        return class_not_array(obj)
+        return NotDLPackError(
+            f"{obj.__module__}.{obj.__qualname__} is a class, not an array: gpu_dlpack "
+            "exchanges arrays (instances of it), whose __dlpack__ and __dlpack_device__ "
+            "are bound to their data. Pass an array, such as numpy.arange(3) or "
+            "torch.zeros(3), not its type."
+        )
     return NotDLPackError(
-        f"{type(obj).__module__}.{type(obj).__qualname__} does not support DLPack: "
+        f"{_named(obj)} does not support DLPack: "
         "it has no __dlpack__ and __dlpack_device__ methods, and it is not a "
         "DLPack capsule. Pass an array from a DLPack library (NumPy, PyTorch, "
         "JAX, CuPy, ...) or a capsule named 'dltensor' or 'dltensor_versioned'."
-    )
-
-
-def class_not_array(cls) -> NotDLPackError:
-    return NotDLPackError(
-        f"{cls.__module__}.{cls.__qualname__} is a class, not an array: gpu_dlpack "
-        "exchanges arrays (instances of it), whose __dlpack__ and __dlpack_device__ "
-        "are bound to their data. Pass an array, such as numpy.arange(3) or "
-        "torch.zeros(3), not its type."
     )
 
 
@@ -351,16 +356,9 @@ def unreachable(source, target, why="") -> DeviceUnreachableError:
 def no_backend(device) -> DeviceUnreachableError:
     return DeviceUnreachableError(
         f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
-        "working GPU for that. Install the CuPy that fits your GPU "
-        "(pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0; from a gpu_dlpack "
-        "clone, pip install '.[cuda12]' does the same), or ask for device='cpu'."
+        f"working GPU for that. Install the CuPy that fits your GPU (pip install {_CUPY_WHEELS}; "
+        "from a gpu_dlpack clone, pip install '.[cuda12]' does the same), or ask for device='cpu'."
     )
-
-
-def _named(producer) -> str:
-    """The producer's type as a message names it: ``module.QualName``."""
-    t = type(producer)
-    return f"{t.__module__}.{t.__qualname__}"
 
 
 def producer_refused(producer, exc) -> BufferError:
@@ -372,7 +370,6 @@ def producer_refused(producer, exc) -> BufferError:
 
 
 def buffer_refused(obj, exc) -> BufferError:
-    """``obj`` claims the buffer protocol, and reading its buffer failed."""
     return BufferError(
         f"{_named(obj)} offers the buffer protocol, but reading its buffer failed: {type(exc).__name__}: "
         f"{exc}. That is its library's own error: export it with that library's own DLPack export, or "
@@ -431,7 +428,7 @@ def bad_arg_indices(value) -> TypeError:
 
 def not_on_host(obj, device) -> TypeError:
     return TypeError(
-        f"{type(obj).__module__}.{type(obj).__qualname__} holds its memory on {device}, which the "
+        f"{_named(obj)} holds its memory on {device}, which the "
         "host cannot address: NumPy cannot take it in place. Copy it to the host: "
         "gpu_dlpack.from_dlpack(obj, device='cpu'), or convert it to a GPU library: "
         "gpu_dlpack.convert(obj, 'cupy')."
@@ -440,15 +437,14 @@ def not_on_host(obj, device) -> TypeError:
 
 def array_copy_forbidden(obj, dtype, wanted) -> ValueError:
     return ValueError(
-        f"copy=False, but {type(obj).__module__}.{type(obj).__qualname__} holds {dtype} data and "
+        f"copy=False, but {_named(obj)} holds {dtype} data and "
         f"{wanted} was asked for: only a copy converts it. Pass copy=None, or ask for {dtype}."
     )
 
 
 def no_dlpack_memory(obj) -> NotImplementedError:
-    t = f"{type(obj).__module__}.{type(obj).__qualname__}"
     return NotImplementedError(
-        f"{t} subclasses gpu_dlpack.Producer but does not name its memory: define "
+        f"{_named(obj)} subclasses gpu_dlpack.Producer but does not name its memory: define "
         f"{type(obj).__name__}.dlpack_memory(self) to return the array to export "
         "(any DLPack array, an object with __array_interface__ or the buffer protocol, "
         "or gpu_dlpack.from_pointer(ptr, shape, dtype, owner=...))."
@@ -640,7 +636,7 @@ def capture_invalidated(stream, exc) -> CaptureError:
 def old_cupy(need) -> BufferError:
     return BufferError(
         f"this CuPy is too old to {need}: upgrade to CuPy 13.4 or newer "
-        "(pip install -U cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0, whichever is installed)."
+        f"(pip install -U {_CUPY_WHEELS}, whichever is installed)."
     )
 
 
@@ -678,11 +674,9 @@ def host_device_id(asked, target) -> DeviceUnreachableError:
 
 def _sharding(x) -> str:
     """The sharding of the spread array ``x`` in words."""
-    sharding = x.sharding
-    spec = getattr(sharding, "spec", None)
-    kind = type(sharding).__name__
-    n = len(sharding.device_set)
-    return f"{kind}{'' if spec is None else f'({spec})'} over {n} devices"
+    spec = getattr(x.sharding, "spec", None)
+    shown = "" if spec is None else f"({spec})"
+    return f"{type(x.sharding).__name__}{shown} over {len(x.sharding.device_set)} devices"
 
 
 def spread_needs_copy(x, target) -> CopyRequiredError:
@@ -754,12 +748,9 @@ def bad_consumer(to) -> TypeError:
 
 
 def consumer_not_importable(name, exc, meant=()) -> ModuleNotFoundError:
-    if len(meant) == 1:
-        hint = f" Did you mean {meant[0]!r}?"
-    elif meant:
-        hint = " Did you mean one of " + ", ".join(repr(m) for m in meant) + "?"
-    else:
-        hint = ""
+    hint = ""
+    if meant:
+        hint = f" Did you mean {'one of ' if len(meant) > 1 else ''}{', '.join(repr(m) for m in meant)}?"
     return _not_importable(f"convert(x, {name!r})", name, exc, hint)
 
 
@@ -865,7 +856,7 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
     return DeviceUnreachableError(
         f"convert(x, {consumer!r}): {consumer} arrays live on a GPU, and gpu_dlpack cannot "
         f"reach one here ({type(exc).__name__}: {exc}). Install the CuPy that fits your "
-        "GPU (pip install cupy-cuda12x, cupy-cuda13x or cupy-rocm-7-0) and check "
+        f"GPU (pip install {_CUPY_WHEELS}) and check "
         "`gpu-dlpack doctor`, or convert to a host library ('numpy', 'torch', 'jax')."
     )
 

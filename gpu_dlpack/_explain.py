@@ -287,8 +287,7 @@ def match(text: str) -> list:
 
 def first(text: str):
     """The first match in ``text``, or None."""
-    found = match(text)
-    return found[0] if found else None
+    return next(iter(match(text)), None)
 
 
 def render(matches: list) -> str:
@@ -302,24 +301,19 @@ def render(matches: list) -> str:
     blocks = []
     for m in matches:
         e = m.entry
-        lines = [f"{e.id}: {e.exception} raised by {e.library}", f"  matched: {_short(m.excerpt, 160)}"]
-        lines.append("  what it means:")
+        excerpt = m.excerpt if len(m.excerpt) <= 160 else m.excerpt[:157] + "..."
+        lines = [f"{e.id}: {e.exception} raised by {e.library}", f"  matched: {excerpt}", "  what it means:"]
         lines += wrap_text(m.meaning, "    ")
         lines.append("  remedies, in order:")
         for i, remedy in enumerate(m.remedies, 1):
             lines += wrap_text(remedy, f"    {i}. ", "       ")
         avoid = m.avoid
         lines.append(f"  with gpu_dlpack: {avoid['call']}")
-        lines.append("    before:")
-        lines += ["      " + s for s in avoid["before"].splitlines()]
-        lines.append("    after:")
-        lines += ["      " + s for s in avoid["after"].splitlines()]
+        for part in ("before", "after"):
+            lines.append(f"    {part}:")
+            lines += ["      " + s for s in avoid[part].splitlines()]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
-
-
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def wrap_text(text: str, first: str, rest: str | None = None, width: int = 88) -> list:

@@ -62,21 +62,10 @@ def for_landing(faults: frozenset, lands: str | None) -> frozenset:
     return frozenset(f for f in faults if FAULTS[f][1] == "arrays")
 
 
-def cannot_hold_read_only(faults: frozenset) -> str | None:
-    """Why a consumer with ``faults`` cannot hold read-only data, or None."""
-    for fault in READ_ONLY:
-        if fault in faults:
-            return FAULTS[fault][0]
-    return None
-
-
 def check_policy(on_readonly) -> str:
-    if type(on_readonly) is not str or on_readonly not in _POLICY_SET:
+    if type(on_readonly) is not str or on_readonly not in POLICIES:
         raise _errors.bad_on_readonly(on_readonly, POLICIES)
     return on_readonly
-
-
-_POLICY_SET = frozenset(POLICIES)
 
 
 def has_negative(shape, strides) -> bool:
@@ -142,8 +131,8 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
     copies = share = False
     applied, reasons = [], []
     if read_only and faults & _READ_ONLY:
-        why = cannot_hold_read_only(faults)
         fault = next(f for f in READ_ONLY if f in faults)
+        why = FAULTS[fault][0]
         if on_readonly == "refuse":
             raise _errors.readonly_refused(consumer, why)
         if on_readonly == "share":

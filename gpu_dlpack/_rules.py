@@ -66,7 +66,6 @@ class Plan(NamedTuple):
 def check_copy(copy):
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
-    return copy
 
 
 def target_device(source: Device, dl_device) -> Device:
@@ -74,19 +73,19 @@ def target_device(source: Device, dl_device) -> Device:
     if dl_device is None:
         return source
     if type(dl_device) is Device:
-        return _host_id_zero(dl_device, dl_device)
-    if not isinstance(dl_device, (tuple, list)):
+        target = dl_device
+    elif isinstance(dl_device, (tuple, list)):
+        try:
+            target = Device(tuple(dl_device))
+        except ValueError as exc:
+            raise _errors.bad_dl_device(dl_device, exc) from None
+    else:
         # Any form Device reads ("cpu", "cuda:0", a torch device), as device=
         # takes it everywhere else; the keyword keeps the standard's name.
         try:
             target = Device(dl_device)
         except TypeError:
             raise _errors.bad_dl_device_type(dl_device) from None
-        return _host_id_zero(target, dl_device)
-    try:
-        target = Device(tuple(dl_device))
-    except ValueError as exc:
-        raise _errors.bad_dl_device(dl_device, exc) from None
     return _host_id_zero(target, dl_device)
 
 

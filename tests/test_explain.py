@@ -1053,7 +1053,6 @@ def _spread_array():
 # Sample arguments for every message builder in gpu_dlpack._errors.
 BUILDER_ARGS = {
     "below_floor": ((0, 4), (0, 5)),
-    "class_not_array": (np.ndarray,),
     "bad_alignment": (-1,),
     "requirement_needs_copy": ("contiguous", 0x1000, 0, (3, 2), (4, 2)),
     "explain_takes": (3,),
