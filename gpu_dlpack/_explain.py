@@ -47,6 +47,7 @@ import functools
 import json
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import _errors
@@ -153,7 +154,7 @@ class Match:
 
 
 @dataclass(frozen=True)
-class Explanation:
+class Explanation(Sequence):
     """What `gpu_dlpack.explain` found in a text: the matches, best first.
 
     A sequence of `Match` (``len``, iteration, indexing); true when something
@@ -181,12 +182,6 @@ class Explanation:
 
     text: str
     matches: tuple
-
-    def __bool__(self) -> bool:
-        return bool(self.matches)
-
-    def __iter__(self):
-        return iter(self.matches)
 
     def __len__(self) -> int:
         return len(self.matches)

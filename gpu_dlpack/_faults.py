@@ -122,12 +122,11 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
     data). Raises ``DtypeChangeError``, ``ReadOnlyError`` or
     ``CopyRequiredError`` where the caller's choices leave no correct
     exchange."""
-    if "narrows-64-bit" in faults and tuple(dtype[:2]) in NARROWED:
-        wide, narrow = NARROWED[tuple(dtype[:2])]
-        raise _errors.narrowing_refused(consumer, wide, narrow, (settings or {}).get("narrows-64-bit", "x64"))
-    if "narrows-float64" in faults and tuple(dtype[:2]) in NARROWED_FLOATS:
-        wide, narrow = NARROWED_FLOATS[tuple(dtype[:2])]
-        raise _errors.float_narrowing_refused(consumer, wide, narrow)
+    kind = tuple(dtype[:2])
+    if "narrows-64-bit" in faults and kind in NARROWED:
+        raise _errors.narrowing_refused(consumer, *NARROWED[kind], (settings or {}).get("narrows-64-bit", "x64"))
+    if "narrows-float64" in faults and kind in NARROWED_FLOATS:
+        raise _errors.float_narrowing_refused(consumer, *NARROWED_FLOATS[kind])
     copies = share = False
     applied, reasons = [], []
     if read_only and faults & _READ_ONLY:
