@@ -1,11 +1,8 @@
 """Every error and warning gpu_dlpack raises, and every message it writes.
 
 Each message says what was asked, why it cannot be done, and what to do
-instead. The exception types are the ones the array API standard names:
-``BufferError`` for exchanges that cannot happen, ``TypeError`` for arguments
-of the wrong type, ``ValueError`` for arguments of the right type but a wrong
-value. A refusal a caller may want to act on has a class of its own, named
-for its cause and still a subclass of the standard's type.
+instead, as the type the array API standard names (the classes below say
+which is for what), or a class of its cause that is still of that type.
 
 In this module the names ``BufferError``, ``TypeError``, ``ValueError``...
 are the layer's classes of those types (each the builtin of its name and a
@@ -856,8 +853,8 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
     return DeviceUnreachableError(
         f"convert(x, {consumer!r}): {consumer} arrays live on a GPU, and gpu_dlpack cannot "
         f"reach one here ({type(exc).__name__}: {exc}). Install the CuPy that fits your "
-        f"GPU (pip install {_CUPY_WHEELS}) and check "
-        "`gpu-dlpack doctor`, or convert to a host library ('numpy', 'torch', 'jax')."
+        f"GPU (pip install {_CUPY_WHEELS}) and check `gpu-dlpack doctor`, or convert to a "
+        "host library ('numpy', 'torch', 'jax')."
     )
 
 

@@ -38,9 +38,8 @@ MAPPED_MOVES = frozenset({
 # device-to-device, including peer copies between two GPUs.
 _CUDA_STACK = (_T.CPU, _T.CUDA, _T.CUDA_HOST, _T.CUDA_MANAGED)
 _ROCM_STACK = (_T.CPU, _T.ROCM, _T.ROCM_HOST)
-COPY_MOVES = frozenset(
-    [(src, _T.CPU) for src in HOST_ACCESSIBLE]
-    + [(src, dst) for stack in (_CUDA_STACK, _ROCM_STACK) for src in stack for dst in stack]
+COPY_MOVES = ZERO_COPY_MOVES | frozenset(
+    (src, dst) for stack in (_CUDA_STACK, _ROCM_STACK) for src in stack for dst in stack
 )
 
 # Device types whose arrays cannot be read-only (CuPy arrays are always
