@@ -249,8 +249,7 @@ def _data() -> dict:
 def entries() -> tuple:
     """Every known error, in the order of the data file (most specific first)."""
     return tuple(
-        Entry(raw["id"], raw["library"], raw["exception"], re.compile(raw["pattern"], re.IGNORECASE), raw["meaning"],
-              tuple(raw["remedies"]), dict(raw["avoid"]), bool(raw.get("refusal", False)), raw.get("rule"))
+        Entry(**{**raw, "pattern": re.compile(raw["pattern"], re.IGNORECASE), "remedies": tuple(raw["remedies"])})
         for raw in _data()["errors"]
     )
 
