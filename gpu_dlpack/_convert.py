@@ -559,52 +559,66 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     c = _consumers.get(to) if type(to) is str else None
     if c is None:
         c = consumer_of(to)
+    required = _NOTHING_REQUIRED
     if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
         _rules.check_requirements(require_alignment, require_contiguous)
-        return _convert(x, c, device, copy, stream, on_readonly, report, (require_alignment, require_contiguous))
-    if (
+        required = (require_alignment, require_contiguous)
+    if required is not _NOTHING_REQUIRED or not (
         device is None and copy is None and stream is None and report is False and type(x) is _ndarray
-        and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
+        and type(on_readonly) is str and on_readonly in _faults._POLICY_SET and c.lands != "gpu" and c.plain(x)
+        and not _streams.in_block()
     ):
-        if c.lands is None:
-            return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
-        if c.lands == "host":
-            return from_dlpack(x)
-    return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
+        return _convert(x, c, device, copy, stream, on_readonly, report, required)
+    if c.lands == "host":
+        return from_dlpack(x)
+    return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
 
 
-_POLICY_SET = frozenset(_faults.POLICIES)
 _NOTHING_REQUIRED = (0, False)
 
 
 def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     _faults.check_policy(on_readonly)
-    if _is_dask(x):
+    t = type(x)
+    if (t.__module__ or "").startswith("dask.array") and t.__name__ == "Array" and hasattr(x, "map_blocks"):
         return _convert_dask(x, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
     target = None if device is None else Device(device)
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
-    served = None
-    if c.lands is not None:  # gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy)
-        source = x
-        where: Device | None
-        if c.lands == "host":
-            where = target if target is not None else CPU
-            if report:
-                source = served = Served(x, c, None, None, None, on_readonly, required)
-                served.lands_on = where
-            elif target is None and (type(x) is _ndarray or known_on_host(x)):
-                where = None
-        else:
-            source = served = Served(x, c, None, None, None, on_readonly, required)
-            where = target if target is not None else _gpu_for(served, c)
-            served.lands_on = where if where is not None else Device(served.__dlpack_device__())
-        result = from_dlpack(source, device=where, copy=copy, stream=stream, **_keywords(required))
+    served: Any = None  # a Served wherever the consumer imports from it or a report reads it
+    if c.lands is None or c.lands == "gpu" or report:
+        # Where gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy), its
+        # from_dlpack asks for the caller's device, copy and stream.
+        asked = (target, copy, handle) if c.lands is None else (None, None, None)
+        served = Served(x, c, *asked, on_readonly, required)
+    if c.lands is not None:
+        where = target
+        if c.lands == "gpu":
+            if where is None:
+                here = Device(served.__dlpack_device__())
+                if here.type not in _GPU_TYPES:  # to the current GPU (GPU data stays on its device)
+                    if _backends.cupy_backend.device_count() == 0:
+                        raise _errors.no_gpu_consumer(c.name, RuntimeError("no GPU is usable by CuPy"))
+                    try:
+                        import cupy
+
+                        index = int(cupy.cuda.runtime.getDevice())
+                    except Exception as exc:
+                        raise _errors.no_gpu_consumer(c.name, exc) from None
+                    where = Device(("rocm" if cupy_is_rocm() else "cuda") + f":{index}")
+            served.lands_on = where if where is not None else here
+        elif served is not None:
+            where = served.lands_on = where if where is not None else CPU
+        elif where is None and not (type(x) is _ndarray or known_on_host(x)):
+            where = CPU
+        keywords = {}
+        if required is not _NOTHING_REQUIRED:
+            keywords = {"require_alignment": required[0], "require_contiguous": required[1]}
+        result = from_dlpack(served if served is not None else x, device=where, copy=copy, stream=stream, **keywords)
         if c.name == "numba":
             result = c.call(result)
     else:
-        served = Served(x, c, target, copy, handle, on_readonly, required)
         if target is not None and target.dlpack != served._w.__dlpack_device__():
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
@@ -620,46 +634,24 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             if served.refused is not None:
                 raise served.refused from None  # the layer's own refusal, whatever the consumer made of it
             raise
-        if copy is False and served.record is not None:
-            landed = _landed(result)
-            if landed is not None and landed[0] != served.record["address"]:
-                raise _errors.consumer_copied(c.name)
+    return _reported(result, c, served.record if served is not None else None, copy, report)
+
+
+def _reported(result, c: Consumer, record, copy, report):
+    """``result`` as ``convert`` returns it, or its `Conversion` for
+    ``report``, once the consumer is known not to have copied what
+    ``copy=False`` forbids."""
+    if record is None:
+        return Conversion(result, c.name, c.version, None, None, False, (), ()) if report else result
+    if not report and (copy is not False or c.lands is not None):
+        return result
+    landed = _landed(result)
+    if copy is False and c.lands is None and landed is not None and landed[0] != record["address"]:
+        raise _errors.consumer_copied(c.name)
     if not report:
         return result
-    return _conversion(result, c, served)
-
-
-def _keywords(required) -> dict:
-    """``from_dlpack``'s keywords for a kernel's requirements (none: none)."""
-    if required is _NOTHING_REQUIRED:
-        return {}
-    return {"require_alignment": required[0], "require_contiguous": required[1]}
-
-
-def _gpu_for(served: Served, c: Consumer) -> Device | None:
-    """Where a GPU library's result lands by default: GPU data stays on its
-    device (None), anything else goes to the current GPU."""
-    here = Device(served.__dlpack_device__())
-    if here.type in _GPU_TYPES:
-        return None
-    if _backends.cupy_backend.device_count() == 0:
-        raise _errors.no_gpu_consumer(c.name, RuntimeError("no GPU is usable by CuPy"))
-    try:
-        import cupy
-
-        index = int(cupy.cuda.runtime.getDevice())
-    except Exception as exc:
-        raise _errors.no_gpu_consumer(c.name, exc) from None
-    return Device(("rocm" if cupy_is_rocm() else "cuda") + f":{index}")
-
-
-def _conversion(result, c: Consumer, served: Served | None) -> Conversion:
-    record = served.record if served is not None else None
-    if record is None:
-        return Conversion(result, c.name, c.version, None, None, False, (), ())
     reasons = list(record["reasons"])
     by = ["gpu_dlpack"] if record["copied"] else []
-    landed = _landed(result)
     if landed is not None and landed[0] != record["address"]:
         who = c.name if c.lands is None else "gpu_dlpack"
         if who not in by:
@@ -708,17 +700,6 @@ def _dtype_name(dtype) -> str:
 
 # -- dask arrays ------------------------------------------------------------------
 
-def _is_dask(x) -> bool:
-    """Whether ``x`` is a dask array (read by its type: dask is not imported)."""
-    t = type(x)
-    return (t.__module__ or "").startswith("dask.array") and t.__name__ == "Array" and hasattr(x, "map_blocks")
-
-
-#: The consumers whose arrays dask holds as chunks: ``convert`` of a dask
-#: array to one of them stays a dask array, each chunk converted when computed.
-_DASK_CHUNKS = frozenset({"numpy", "cupy"})
-
-
 def _convert_dask(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     """A dask array to ``c``: for a library dask holds chunks of (NumPy,
     CuPy), a dask array over the same graph, each chunk converted lazily
@@ -726,14 +707,14 @@ def _convert_dask(x, c: Consumer, device, copy, stream, on_readonly, report, req
     computed array converted (dask cannot hold its arrays as chunks)."""
     keywords = dict(device=device, copy=copy, stream=stream, on_readonly=on_readonly,
                     require_alignment=required[0], require_contiguous=required[1])
-    if c.name not in _DASK_CHUNKS:
-        return convert(x.compute(), c.module, report=report, **keywords)
     if c.name == "numpy":
         meta: Any = np.empty((0,) * x.ndim, x.dtype)
-    else:
+    elif c.name == "cupy":
         import cupy
 
         meta = cupy.empty((0,) * x.ndim, x.dtype)
+    else:
+        return convert(x.compute(), c.module, report=report, **keywords)
     mapped = x.map_blocks(functools.partial(_chunk, c.module, keywords), dtype=x.dtype, meta=meta)
     if not report:
         return mapped

@@ -53,14 +53,19 @@ def producer(x):
         return None  # an array type, not an array: its methods are unbound
     if type(x) is _capsule.CapsuleType:
         return OneCapsule(x)
-    if _has(x, "__dlpack__") and _has(x, "__dlpack_device__"):
-        if asking(x):
-            return besides_dlpack(x)
+    dlpack = _has(x, "__dlpack__") and _has(x, "__dlpack_device__")
+    if dlpack and not asking(x):
         return _forwarding_type(type(x))(x)
-    return _other_protocol(x)
+    return besides_dlpack(x, dlpack)
 
 
-def _other_protocol(x):
+def besides_dlpack(x, speaks_dlpack=True):
+    """A producer over what ``x`` speaks besides DLPack (None: nothing).
+
+    For an ``x`` whose own ``__dlpack__`` is asking gpu_dlpack to export
+    ``x`` (``export(self)`` or ``wrap(self)`` inside ``__dlpack__``), asking
+    it again would never end: BufferError naming the recursion when it
+    speaks no other protocol."""
     cai = _interface(x, "__cuda_array_interface__")
     if cai is not None:
         return CudaArray(x, cai)
@@ -69,22 +74,12 @@ def _other_protocol(x):
     try:
         view = memoryview(x)
     except TypeError:
+        if speaks_dlpack:
+            raise _errors.exports_itself(x) from None
         return None
     except BufferError as exc:  # it claims the protocol, and its buffer cannot be read
         raise _errors.buffer_refused(x, exc) from exc
     return host_view(view)
-
-
-def besides_dlpack(x):
-    """A producer over what ``x`` speaks besides DLPack, for an ``x`` whose
-    own ``__dlpack__`` is asking gpu_dlpack to export ``x`` (``export(self)``
-    or ``wrap(self)`` inside ``__dlpack__``): asking ``x.__dlpack__`` again
-    would never end. BufferError naming the recursion when ``x`` speaks no
-    other protocol."""
-    found = _other_protocol(x)
-    if found is None:
-        raise _errors.exports_itself(x)
-    return found
 
 
 def _has(x, name) -> bool:
@@ -200,7 +195,17 @@ def parse_cuda_interface(cai) -> dict:
     data = cai["data"]
     if not (isinstance(data, tuple) and len(data) == 2 and type(data[0]) is int and data[0] >= 0):
         raise _errors.bad_interface(name, f"data {data!r} is not a (pointer, read_only) tuple", cai)
-    dtype = _dtype_of(cai["typestr"], cai)
+    typestr = cai["typestr"]
+    dtype = _DTYPES.get(typestr) if type(typestr) is str else None
+    if dtype is None:
+        try:
+            dtype = np.dtype(typestr)
+        except TypeError:
+            raise _errors.bad_interface(name, f"typestr {typestr!r} is no NumPy type string", cai) from None
+        if dtype.byteorder == (">" if np.little_endian else "<"):
+            raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
+        if type(typestr) is str:
+            _DTYPES[typestr] = dtype
     strides = cai.get("strides")
     if strides is not None and not (
         isinstance(strides, tuple) and len(strides) == len(shape) and all(type(s) is int for s in strides)
@@ -225,24 +230,6 @@ def parse_cuda_interface(cai) -> dict:
 
 
 _DTYPES: dict = {}  # typestr -> NumPy dtype, for the type strings seen
-
-
-def _dtype_of(typestr, cai):
-    try:
-        return _DTYPES[typestr]
-    except (KeyError, TypeError):
-        pass
-    try:
-        dtype = np.dtype(typestr)
-    except TypeError:
-        raise _errors.bad_interface(
-            "__cuda_array_interface__", f"typestr {typestr!r} is no NumPy type string", cai
-        ) from None
-    if dtype.byteorder == (">" if np.little_endian else "<"):
-        raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
-    if type(typestr) is str:
-        _DTYPES[typestr] = dtype
-    return dtype
 
 
 class Lent:
