@@ -1,28 +1,10 @@
 """The array protocols besides DLPack, in and out.
 
-In: an object that is no DLPack producer by its type is turned into one, so
-that every rule and path of DLPack applies unchanged. When an object speaks
-several protocols, the first of these wins:
-
-1. ``__dlpack__`` and ``__dlpack_device__`` on its type (the fast path,
-   never reaching this module);
-2. the same methods answered by the instance (a proxy's ``__getattr__``,
-   as Numba's CUDA simulator arrays do);
-3. the CUDA Array Interface, versions 2 and 3 (``__cuda_array_interface__``:
-   Numba device arrays, and most CUDA libraries);
-4. NumPy's array interface, version 3 (``__array_interface__``);
-5. the buffer protocol (``bytes``, ``bytearray``, ``memoryview``,
-   ``array.array``, ``mmap``);
-6. a raw DLPack capsule (one use, as a capsule is).
-
-Host data (4, 5) becomes a NumPy view of the same memory, read-only where
-the source is. CUDA Array Interface data becomes a producer of DLPack
-capsules over the same device memory, labelled with its GPU, that keeps the
-object alive and orders the consumer's stream after the interface's
-``stream`` with an event (never by blocking the host).
-
-Out: ``wrap(x)`` offers ``__cuda_array_interface__`` (version 3) over GPU
-memory and ``__array_interface__`` over host memory, besides DLPack.
+In: an object that is no DLPack producer by its type is turned into one (a
+forwarding type, a view of host memory, a producer over a CUDA Array
+Interface's memory, a raw capsule's one use), so that every rule and path of
+DLPack applies unchanged; which protocol wins, and what each becomes, is
+docs/guide/protocols.md. Out: the interfaces ``wrap(x)`` offers besides DLPack.
 
 Floor: what both directions share, under ``_exchange``, above the backends.
 """
