@@ -1,27 +1,15 @@
 """``convert``: any array to any library's array in one call, the exchange
 done right for that consumer.
 
-``convert(x, "torch")`` is ``torch.from_dlpack(gpu_dlpack.wrap(x))`` with
-what torch cannot honour handled by the layer: the consumer's row in
-``_peers`` says its faults by version, ``_faults`` decides what each one
-needs, and this module does it. Each consumer is read once (its module,
-its version, its ``from_dlpack``, its active faults) and kept.
-
-The consumer imports from a ``Served`` producer: ``wrap(x)`` asked for a
-versioned capsule on the caller's device, with the caller's ``copy`` and
-stream, whose flags and layout are then checked against the consumer's
-faults: read-only data it cannot hold read-only is copied (or shared, or
-refused, as ``on_readonly`` says), strides it cannot import are made
-compact by a copy, and a legacy consumer gets the legacy capsule of what
-was decided. The layer makes every copy itself (flagged IS_COPIED), so a
-consumer whose ``copy=True`` shares memory (JAX) is never asked for one.
-NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack`` itself, Numba
-over CuPy.
-
-A plain NumPy array (writeable, a layout the consumer takes) asked for
-nothing goes straight to ``consumer.from_dlpack(wrap(x))``, or, for a
-consumer that takes a capsule (torch), to the capsule it would ask the
-wrapper for.
+Each consumer is read once (its module, version, ``from_dlpack`` and active
+faults, from its row in ``_peers``) and kept. It imports from a ``Served``
+producer: ``wrap(x)`` asked for a versioned capsule with the caller's
+device, ``copy`` and stream, then what ``_faults`` decides for the capsule's
+flags and layout done. The layer makes every copy itself (flagged
+IS_COPIED), so a consumer whose ``copy=True`` shares memory (JAX) is never
+asked for one. NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack``
+itself, Numba over CuPy. A plain NumPy array asked for nothing goes
+straight through.
 
 Floor: the faces, beside ``_wiring`` and ``_explain``: it stands on both
 directions.
@@ -182,28 +170,25 @@ def _read_consumer(to) -> Consumer:
     else:
         raise _errors.bad_consumer(to)
     peer = _peers.by_name(name)
-    top = name.partition(".")[0]
-    version = _version_of(top, module)
+    version = _version_of(name.partition(".")[0], module)
     call = _from_dlpack_of(module, name, peer)
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
-    label = peer.name if peer is not None else name
-    switches: tuple = ()
-    capsules, asks = False, None
-    if peer is not None:
-        root = importlib.import_module(peer.module)
-        switches = tuple(
-            (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
-            for f in peer.faults if f.unless and f.id in faults
-        )
-        # A consumer that takes a capsule is handed the one it would ask a
-        # wrapper for (the same capsule, without its Python round trip).
-        # One that takes nothing else (TensorFlow) is handed one in every case.
-        capsules = peer.capsule_only or (
-            peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None))
-        asks = None if not capsules or "legacy-only" in faults else peer.asks
+    if peer is None:
+        return Consumer(name, module, version, call, None, faults, _plain_test(faults))
+    root = importlib.import_module(peer.module)
+    switches = tuple(
+        (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
+        for f in peer.faults if f.unless and f.id in faults
+    )
+    # A consumer that takes a capsule is handed the one it would ask a
+    # wrapper for (the same capsule, without its Python round trip).
+    # One that takes nothing else (TensorFlow) is handed one in every case.
+    capsules = peer.capsule_only or (
+        peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None))
+    asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
-        label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
-        capsules, asks, peer is not None and peer.capsule_only,
+        peer.name, module, version, call, peer.lands, faults, _plain_test(faults), switches, capsules, asks,
+        peer.capsule_only,
     )
 
 
@@ -254,15 +239,15 @@ def _from_dlpack_of(module, name, peer) -> Callable:
     own = getattr(module, "from_dlpack", None)
     if callable(own) and (peer is None or peer.module != name or peer.consumer == ("from_dlpack",)):
         return own
-    paths = peer.consumer if peer is not None else ("from_dlpack",)
-    if peer is not None:
-        for sub in peer.submodules:
-            try:
-                importlib.import_module(sub)
-            except ImportError:
-                pass
-    root = importlib.import_module(peer.module) if peer is not None else module
-    for path in paths:
+    if peer is None:
+        raise _errors.consumer_without_from_dlpack(name, [f"{module.__name__}.from_dlpack"])
+    for sub in peer.submodules:
+        try:
+            importlib.import_module(sub)
+        except ImportError:
+            pass
+    root = importlib.import_module(peer.module)
+    for path in peer.consumer:
         obj: Any = root
         try:
             for part in path.split("."):
@@ -271,7 +256,7 @@ def _from_dlpack_of(module, name, peer) -> Callable:
             continue
         if callable(obj):
             return obj
-    raise _errors.consumer_without_from_dlpack(name, [f"{root.__name__}.{p}" for p in paths])
+    raise _errors.consumer_without_from_dlpack(name, [f"{root.__name__}.{p}" for p in peer.consumer])
 
 
 def _plain_test(faults) -> Callable:

@@ -335,19 +335,6 @@ def cuda_interface(capsule, readonly: bool, stream) -> tuple:
     unconsumed capsule of GPU memory, which is taken (``owner`` frees it when
     it dies). ``stream`` is the stream the data is ready on."""
     info = _capsule.read(capsule)
-    return _interface_of(info, readonly, stream), _capsule.take(capsule, info.versioned)
-
-
-def array_interface(capsule, readonly: bool) -> tuple:
-    info = _capsule.read(capsule)
-    out = _interface_of(info, readonly, None)
-    del out["stream"]
-    if out["strides"] is None:
-        del out["strides"]  # C order, as NumPy reads it without a None it leaks (as in host_array)
-    return out, _capsule.take(capsule, info.versioned)
-
-
-def _interface_of(info, readonly, stream) -> dict:
     dtype = _dtypes.to_numpy(*info.dl_dtype)
     if dtype.padded:
         raise _errors.unsupported_dtype(*info.dl_dtype, "the array interfaces have no padded sub-byte types")
@@ -356,7 +343,7 @@ def _interface_of(info, readonly, stream) -> dict:
     # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
     # be made, out of memory, leaks its arguments.)
     strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
-    return {
+    interface = {
         "version": 3,
         "shape": tuple(info.shape),
         "typestr": numpy_dtype.str,
@@ -368,3 +355,13 @@ def _interface_of(info, readonly, stream) -> dict:
         "strides": strides,
         "stream": stream,
     }
+    return interface, _capsule.take(capsule, info.versioned)
+
+
+def array_interface(capsule, readonly: bool) -> tuple:
+    """The same for NumPy's array interface (version 3) of host memory."""
+    out, owner = cuda_interface(capsule, readonly, None)
+    del out["stream"]
+    if out["strides"] is None:
+        del out["strides"]  # C order, as NumPy reads it without a None it leaks (as in host_array)
+    return out, owner
