@@ -249,24 +249,9 @@ def from_pointer(
     size = math.prod(dims)
     if address == 0 and size:
         raise _errors.bad_pointer_argument("ptr", ptr, f"it is NULL but the shape {tuple(dims)} has elements")
-    _check_extent(ptr, address, shape, dims, strides, steps, itemsize)
-    where = Device(device)
-    handle = None if stream is None else _streams.check_stream(_streams.handle_of(stream), where.type)
-    info = {
-        "shape": tuple(dims), "dtype": numpy_dtype, "ptr": address, "readonly": readonly,
-        "strides": None if steps is None else tuple(s * itemsize for s in steps),
-        "stream": handle, "size": size,
-    }
-    if where == CPU:
-        # Host memory is a NumPy array over it: every rule of host data applies.
-        return wrap(_protocols.host_array(info, owner), readonly=readonly)
-    return wrap(_protocols.Lent(owner, info, where), readonly=readonly)
-
-
-def _check_extent(ptr, address, shape, dims, strides, steps, itemsize) -> None:
-    """ValueError for memory no 64-bit address space holds (int64
-    dimensions and byte steps, extents of 0 counted as 1): an importer's
-    checks of a capsule, before NumPy meets the numbers as an OverflowError."""
+    # Memory no 64-bit address space holds (int64 dimensions and byte steps,
+    # extents of 0 counted as 1): an importer's checks of a capsule, made
+    # before NumPy meets the numbers as an OverflowError.
     if address >= 2**64:
         raise _errors.bad_pointer_argument("ptr", ptr, "an address is below 2**64")
     count = 1
@@ -292,18 +277,29 @@ def _check_extent(ptr, address, shape, dims, strides, steps, itemsize) -> None:
             "strides" if steps is not None else "shape", strides if steps is not None else shape,
             f"the memory it describes from {address:#x} reaches outside the 64-bit address space",
         )
+    where = Device(device)
+    handle = None if stream is None else _streams.check_stream(_streams.handle_of(stream), where.type)
+    info = {
+        "shape": tuple(dims), "dtype": numpy_dtype, "ptr": address, "readonly": readonly,
+        "strides": None if steps is None else tuple(s * itemsize for s in steps),
+        "stream": handle, "size": size,
+    }
+    if where == CPU:
+        # Host memory is a NumPy array over it: every rule of host data applies.
+        return wrap(_protocols.host_array(info, owner), readonly=readonly)
+    return wrap(_protocols.Lent(owner, info, where), readonly=readonly)
 
 
 _MAX_BYTES = 2**63 - 1
 
 
 def _index(name, value) -> int:
-    if isinstance(value, bool):
-        raise _errors.bad_pointer_type(name, value, "an int")
     try:
-        return operator.index(value)
+        if not isinstance(value, bool):
+            return operator.index(value)
     except TypeError:
-        raise _errors.bad_pointer_type(name, value, "an int") from None
+        pass
+    raise _errors.bad_pointer_type(name, value, "an int")
 
 
 def _ints(name, values) -> list:
