@@ -375,8 +375,7 @@ class Served:
             capsule = _copy_of(capsule, info, need, s)
             info = _capsule.read(capsule)
         elif fix.share:
-            ptr = _capsule.pointer(capsule, True)
-            _capsule.set_flags(ptr, info.flags & ~_capsule.READ_ONLY)
+            _capsule.set_flags(_capsule.pointer(capsule, True), info.flags & ~_capsule.READ_ONLY)
         self.record = {
             "address": info.data + info.byte_offset, "dtype": info.dl_dtype, "copied": info.is_copied,
             "shape": info.shape, "strides": info.strides, "required": self._required,
@@ -581,7 +580,7 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         where = target
         if c.lands == "gpu":
             if where is None:
-                here = Device(served.__dlpack_device__())
+                here = Device(served._w.__dlpack_device__())
                 if here.type not in _GPU_TYPES:  # to the current GPU (GPU data stays on its device)
                     if _backends.cupy_backend.device_count() == 0:
                         raise _errors.no_gpu_consumer(c.name, RuntimeError("no GPU is usable by CuPy"))

@@ -271,19 +271,16 @@ def host_array(info, owner) -> np.ndarray:
         # No elements (a NULL pointer is allowed only then), which NumPy
         # before 2 cannot describe at NULL: an empty array stands for them.
         view = np.empty(info["shape"], base)
-        view = view if carrier is None else view.view(dtype)
-        view.flags.writeable = not info["readonly"]
-        return view
-    interface = {
-        "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
-        "data": (info["ptr"], info["readonly"]),
-    }
-    if info["strides"] is not None:
-        # Left out for C order: NumPy (2.4.6) leaks a reference to None for
-        # each "strides": None it reads.
-        interface["strides"] = info["strides"]
-    holder = _HostHolder(interface, owner)
-    view = np.asarray(holder)
+    else:
+        interface = {
+            "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
+            "data": (info["ptr"], info["readonly"]),
+        }
+        if info["strides"] is not None:
+            # Left out for C order: NumPy (2.4.6) leaks a reference to None for
+            # each "strides": None it reads.
+            interface["strides"] = info["strides"]
+        view = np.asarray(_HostHolder(interface, owner))
     if carrier is not None:
         view = view.view(dtype)
     if info["readonly"]:
@@ -292,10 +289,7 @@ def host_array(info, owner) -> np.ndarray:
 
 
 class CudaArray(Lent):
-    """A DLPack producer over a CUDA Array Interface object: capsules of the
-    same device memory, labelled with its GPU; the object stays alive as long
-    as what is made from it. A consumer's stream waits for the interface's
-    ``stream`` (version 3) with an event."""
+    """``Lent`` over a CUDA Array Interface object's memory, on its GPU."""
 
     __slots__ = ()
 
