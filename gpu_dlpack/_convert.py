@@ -214,15 +214,13 @@ def _version_of(top: str, module: ModuleType) -> str | None:
     """The version of the distribution ``module`` comes from (its top-level
     package's), or None where none can be read: a module made at run time,
     in no package sys.modules holds, has none."""
-    if module.__name__ != top:
-        held = sys.modules.get(top)
-        if held is None:
-            try:
-                held = importlib.import_module(top)
-            except ImportError:
-                return None
-        module = held
-    v = getattr(module, "__version__", None)
+    held = module if module.__name__ == top else sys.modules.get(top)
+    if held is None:
+        try:
+            held = importlib.import_module(top)
+        except ImportError:
+            return None
+    v = getattr(held, "__version__", None)
     if isinstance(v, str):
         return v
     try:
