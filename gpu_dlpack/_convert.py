@@ -627,7 +627,11 @@ def _reported(result, c: Consumer, record, copy, report):
         return Conversion(result, c.name, c.version, None, None, False, (), ()) if report else result
     if not report and (copy is not False or c.lands is not None):
         return result
-    landed = _landed(result)
+    try:  # (address of the first element, DLPack dtype) of the result, where it gives a capsule
+        info = _capsule.read(export(result, max_version=_VERSION))
+        landed = info.data + info.byte_offset, info.dl_dtype
+    except Exception:
+        landed = None
     if copy is False and c.lands is None and landed is not None and landed[0] != record["address"]:
         raise _errors.consumer_copied(c.name)
     if not report:
@@ -661,16 +665,6 @@ def _required_reason(what, address, alignment, shape, strides) -> str:
         return (f"copied by gpu_dlpack: require_alignment={alignment}, and the data started "
                 f"{address % alignment} bytes past a {alignment}-byte boundary")
     return f"copied by gpu_dlpack: require_contiguous=True, and the strides {strides} of shape {shape} are not C order"
-
-
-def _landed(result):
-    """``(address of the first element, DLPack dtype)`` of ``result``, read
-    from a capsule of it; None when it gives none."""
-    try:
-        info = _capsule.read(export(result, max_version=_VERSION))
-    except Exception:
-        return None
-    return info.data + info.byte_offset, info.dl_dtype
 
 
 def _dtype_name(dtype) -> str:

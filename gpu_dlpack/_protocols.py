@@ -148,8 +148,8 @@ BUFFER_VIEWS = {t: buffer_view for t in (bytes, bytearray, memoryview, array.arr
 # -- the CUDA Array Interface -------------------------------------------------
 
 class _HostHolder:
-    """Lends NumPy a description of device memory (never read by NumPy) and
-    keeps the object that owns it alive, as the base of NumPy's view."""
+    """Lends NumPy an array interface (of device memory: a description NumPy
+    never reads) and keeps its owner alive, as the base of NumPy's view."""
 
     __slots__ = ("__array_interface__", "owner")
 
