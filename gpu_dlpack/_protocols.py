@@ -12,6 +12,7 @@ Floor: what both directions share, under ``_exchange``, above the backends.
 from __future__ import annotations
 
 import array
+import functools
 import math
 import mmap
 
@@ -84,9 +85,6 @@ def _interface(x, name):
 
 # -- forwarded __dlpack__ -------------------------------------------------------
 
-_FORWARDING: dict = {}
-
-
 class Forwarded:
     """A producer whose DLPack methods are answered by the instance (its
     ``__getattr__``), seen through a type that has them, as the layer asks
@@ -105,15 +103,12 @@ class Forwarded:
         return self.obj.__dlpack_device__()
 
 
+@functools.cache
 def _forwarding_type(t):
-    try:
-        return _FORWARDING[t]
-    except KeyError:
-        name = f"Forwarded[{t.__module__}.{t.__qualname__}]"
-        cls = _FORWARDING[t] = type(name, (Forwarded,), {"__slots__": ()})
-        cls.__module__ = t.__module__  # the producer's name in messages is its own
-        cls.__qualname__ = t.__qualname__
-        return cls
+    cls = type(f"Forwarded[{t.__module__}.{t.__qualname__}]", (Forwarded,), {"__slots__": ()})
+    cls.__module__ = t.__module__  # the producer's name in messages is its own
+    cls.__qualname__ = t.__qualname__
+    return cls
 
 
 # -- host memory: the array interface and the buffer protocol ----------------
