@@ -1,27 +1,15 @@
 """``convert``: any array to any library's array in one call, the exchange
 done right for that consumer.
 
-``convert(x, "torch")`` is ``torch.from_dlpack(gpu_dlpack.wrap(x))`` with
-what torch cannot honour handled by the layer: the consumer's row in
-``_peers`` says its faults by version, ``_faults`` decides what each one
-needs, and this module does it. Each consumer is read once (its module,
-its version, its ``from_dlpack``, its active faults) and kept.
-
-The consumer imports from a ``Served`` producer: ``wrap(x)`` asked for a
-versioned capsule on the caller's device, with the caller's ``copy`` and
-stream, whose flags and layout are then checked against the consumer's
-faults: read-only data it cannot hold read-only is copied (or shared, or
-refused, as ``on_readonly`` says), strides it cannot import are made
-compact by a copy, and a legacy consumer gets the legacy capsule of what
-was decided. The layer makes every copy itself (flagged IS_COPIED), so a
-consumer whose ``copy=True`` shares memory (JAX) is never asked for one.
-NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack`` itself, Numba
-over CuPy.
-
-A plain NumPy array (writeable, a layout the consumer takes) asked for
-nothing goes straight to ``consumer.from_dlpack(wrap(x))``, or, for a
-consumer that takes a capsule (torch), to the capsule it would ask the
-wrapper for.
+Each consumer is read once (its module, version, ``from_dlpack`` and active
+faults, from its row in ``_peers``) and kept. It imports from a ``Served``
+producer: ``wrap(x)`` asked for a versioned capsule with the caller's
+device, ``copy`` and stream, then what ``_faults`` decides for the capsule's
+flags and layout done. The layer makes every copy itself (flagged
+IS_COPIED), so a consumer whose ``copy=True`` shares memory (JAX) is never
+asked for one. NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack``
+itself, Numba over CuPy. A plain NumPy array asked for nothing goes
+straight through.
 
 Floor: the faces, beside ``_wiring`` and ``_explain``: it stands on both
 directions.
@@ -182,28 +170,25 @@ def _read_consumer(to) -> Consumer:
     else:
         raise _errors.bad_consumer(to)
     peer = _peers.by_name(name)
-    top = name.partition(".")[0]
-    version = _version_of(top, module)
+    version = _version_of(name.partition(".")[0], module)
     call = _from_dlpack_of(module, name, peer)
     faults = _faults.for_landing(_peers.active_faults(peer, version), peer.lands if peer else None)
-    label = peer.name if peer is not None else name
-    switches: tuple = ()
-    capsules, asks = False, None
-    if peer is not None:
-        root = importlib.import_module(peer.module)
-        switches = tuple(
-            (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
-            for f in peer.faults if f.unless and f.id in faults
-        )
-        # A consumer that takes a capsule is handed the one it would ask a
-        # wrapper for (the same capsule, without its Python round trip).
-        # One that takes nothing else (TensorFlow) is handed one in every case.
-        capsules = peer.capsule_only or (
-            peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None))
-        asks = None if not capsules or "legacy-only" in faults else peer.asks
+    if peer is None:
+        return Consumer(name, module, version, call, None, faults, _plain_test(faults))
+    root = importlib.import_module(peer.module)
+    switches = tuple(
+        (f.id, functools.partial(_read_setting, root, f.unless), f.unless.rpartition(".")[2])
+        for f in peer.faults if f.unless and f.id in faults
+    )
+    # A consumer that takes a capsule is handed the one it would ask a
+    # wrapper for (the same capsule, without its Python round trip).
+    # One that takes nothing else (TensorFlow) is handed one in every case.
+    capsules = peer.capsule_only or (
+        peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None))
+    asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
-        label, module, version, call, peer.lands if peer else None, faults, _plain_test(faults), switches,
-        capsules, asks, peer is not None and peer.capsule_only,
+        peer.name, module, version, call, peer.lands, faults, _plain_test(faults), switches, capsules, asks,
+        peer.capsule_only,
     )
 
 
@@ -229,15 +214,13 @@ def _version_of(top: str, module: ModuleType) -> str | None:
     """The version of the distribution ``module`` comes from (its top-level
     package's), or None where none can be read: a module made at run time,
     in no package sys.modules holds, has none."""
-    if module.__name__ != top:
-        held = sys.modules.get(top)
-        if held is None:
-            try:
-                held = importlib.import_module(top)
-            except ImportError:
-                return None
-        module = held
-    v = getattr(module, "__version__", None)
+    held = module if module.__name__ == top else sys.modules.get(top)
+    if held is None:
+        try:
+            held = importlib.import_module(top)
+        except ImportError:
+            return None
+    v = getattr(held, "__version__", None)
     if isinstance(v, str):
         return v
     try:
@@ -254,15 +237,15 @@ def _from_dlpack_of(module, name, peer) -> Callable:
     own = getattr(module, "from_dlpack", None)
     if callable(own) and (peer is None or peer.module != name or peer.consumer == ("from_dlpack",)):
         return own
-    paths = peer.consumer if peer is not None else ("from_dlpack",)
-    if peer is not None:
-        for sub in peer.submodules:
-            try:
-                importlib.import_module(sub)
-            except ImportError:
-                pass
-    root = importlib.import_module(peer.module) if peer is not None else module
-    for path in paths:
+    if peer is None:
+        raise _errors.consumer_without_from_dlpack(name, [f"{module.__name__}.from_dlpack"])
+    for sub in peer.submodules:
+        try:
+            importlib.import_module(sub)
+        except ImportError:
+            pass
+    root = importlib.import_module(peer.module)
+    for path in peer.consumer:
         obj: Any = root
         try:
             for part in path.split("."):
@@ -271,7 +254,7 @@ def _from_dlpack_of(module, name, peer) -> Callable:
             continue
         if callable(obj):
             return obj
-    raise _errors.consumer_without_from_dlpack(name, [f"{root.__name__}.{p}" for p in paths])
+    raise _errors.consumer_without_from_dlpack(name, [f"{root.__name__}.{p}" for p in peer.consumer])
 
 
 def _plain_test(faults) -> Callable:
@@ -390,8 +373,7 @@ class Served:
             capsule = _copy_of(capsule, info, need, s)
             info = _capsule.read(capsule)
         elif fix.share:
-            ptr = _capsule.pointer(capsule, True)
-            _capsule.set_flags(ptr, info.flags & ~_capsule.READ_ONLY)
+            _capsule.set_flags(_capsule.pointer(capsule, True), info.flags & ~_capsule.READ_ONLY)
         self.record = {
             "address": info.data + info.byte_offset, "dtype": info.dl_dtype, "copied": info.is_copied,
             "shape": info.shape, "strides": info.strides, "required": self._required,
@@ -559,52 +541,66 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     c = _consumers.get(to) if type(to) is str else None
     if c is None:
         c = consumer_of(to)
+    required = _NOTHING_REQUIRED
     if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
         _rules.check_requirements(require_alignment, require_contiguous)
-        return _convert(x, c, device, copy, stream, on_readonly, report, (require_alignment, require_contiguous))
-    if (
+        required = (require_alignment, require_contiguous)
+    if required is not _NOTHING_REQUIRED or not (
         device is None and copy is None and stream is None and report is False and type(x) is _ndarray
-        and type(on_readonly) is str and on_readonly in _POLICY_SET and c.plain(x) and not _streams.in_block()
+        and type(on_readonly) is str and on_readonly in _faults._POLICY_SET and c.lands != "gpu" and c.plain(x)
+        and not _streams.in_block()
     ):
-        if c.lands is None:
-            return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
-        if c.lands == "host":
-            return from_dlpack(x)
-    return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
+        return _convert(x, c, device, copy, stream, on_readonly, report, required)
+    if c.lands == "host":
+        return from_dlpack(x)
+    return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
 
 
-_POLICY_SET = frozenset(_faults.POLICIES)
 _NOTHING_REQUIRED = (0, False)
 
 
 def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     _faults.check_policy(on_readonly)
-    if _is_dask(x):
+    t = type(x)
+    if (t.__module__ or "").startswith("dask.array") and t.__name__ == "Array" and hasattr(x, "map_blocks"):
         return _convert_dask(x, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
     target = None if device is None else Device(device)
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
-    served = None
-    if c.lands is not None:  # gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy)
-        source = x
-        where: Device | None
-        if c.lands == "host":
-            where = target if target is not None else CPU
-            if report:
-                source = served = Served(x, c, None, None, None, on_readonly, required)
-                served.lands_on = where
-            elif target is None and (type(x) is _ndarray or known_on_host(x)):
-                where = None
-        else:
-            source = served = Served(x, c, None, None, None, on_readonly, required)
-            where = target if target is not None else _gpu_for(served, c)
-            served.lands_on = where if where is not None else Device(served.__dlpack_device__())
-        result = from_dlpack(source, device=where, copy=copy, stream=stream, **_keywords(required))
+    served: Any = None  # a Served wherever the consumer imports from it or a report reads it
+    if c.lands is None or c.lands == "gpu" or report:
+        # Where gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy), its
+        # from_dlpack asks for the caller's device, copy and stream.
+        asked = (target, copy, handle) if c.lands is None else (None, None, None)
+        served = Served(x, c, *asked, on_readonly, required)
+    if c.lands is not None:
+        where = target
+        if c.lands == "gpu":
+            if where is None:
+                here = Device(served._w.__dlpack_device__())
+                if here.type not in _GPU_TYPES:  # to the current GPU (GPU data stays on its device)
+                    if _backends.cupy_backend.device_count() == 0:
+                        raise _errors.no_gpu_consumer(c.name, RuntimeError("no GPU is usable by CuPy"))
+                    try:
+                        import cupy
+
+                        index = int(cupy.cuda.runtime.getDevice())
+                    except Exception as exc:
+                        raise _errors.no_gpu_consumer(c.name, exc) from None
+                    where = Device(("rocm" if cupy_is_rocm() else "cuda") + f":{index}")
+            served.lands_on = where if where is not None else here
+        elif served is not None:
+            where = served.lands_on = where if where is not None else CPU
+        elif where is None and not (type(x) is _ndarray or known_on_host(x)):
+            where = CPU
+        keywords = {}
+        if required is not _NOTHING_REQUIRED:
+            keywords = {"require_alignment": required[0], "require_contiguous": required[1]}
+        result = from_dlpack(served if served is not None else x, device=where, copy=copy, stream=stream, **keywords)
         if c.name == "numba":
             result = c.call(result)
     else:
-        served = Served(x, c, target, copy, handle, on_readonly, required)
         if target is not None and target.dlpack != served._w.__dlpack_device__():
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
@@ -620,46 +616,28 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             if served.refused is not None:
                 raise served.refused from None  # the layer's own refusal, whatever the consumer made of it
             raise
-        if copy is False and served.record is not None:
-            landed = _landed(result)
-            if landed is not None and landed[0] != served.record["address"]:
-                raise _errors.consumer_copied(c.name)
+    return _reported(result, c, served.record if served is not None else None, copy, report)
+
+
+def _reported(result, c: Consumer, record, copy, report):
+    """``result`` as ``convert`` returns it, or its `Conversion` for
+    ``report``, once the consumer is known not to have copied what
+    ``copy=False`` forbids."""
+    if record is None:
+        return Conversion(result, c.name, c.version, None, None, False, (), ()) if report else result
+    if not report and (copy is not False or c.lands is not None):
+        return result
+    try:  # (address of the first element, DLPack dtype) of the result, where it gives a capsule
+        info = _capsule.read(export(result, max_version=_VERSION))
+        landed = info.data + info.byte_offset, info.dl_dtype
+    except Exception:
+        landed = None
+    if copy is False and c.lands is None and landed is not None and landed[0] != record["address"]:
+        raise _errors.consumer_copied(c.name)
     if not report:
         return result
-    return _conversion(result, c, served)
-
-
-def _keywords(required) -> dict:
-    """``from_dlpack``'s keywords for a kernel's requirements (none: none)."""
-    if required is _NOTHING_REQUIRED:
-        return {}
-    return {"require_alignment": required[0], "require_contiguous": required[1]}
-
-
-def _gpu_for(served: Served, c: Consumer) -> Device | None:
-    """Where a GPU library's result lands by default: GPU data stays on its
-    device (None), anything else goes to the current GPU."""
-    here = Device(served.__dlpack_device__())
-    if here.type in _GPU_TYPES:
-        return None
-    if _backends.cupy_backend.device_count() == 0:
-        raise _errors.no_gpu_consumer(c.name, RuntimeError("no GPU is usable by CuPy"))
-    try:
-        import cupy
-
-        index = int(cupy.cuda.runtime.getDevice())
-    except Exception as exc:
-        raise _errors.no_gpu_consumer(c.name, exc) from None
-    return Device(("rocm" if cupy_is_rocm() else "cuda") + f":{index}")
-
-
-def _conversion(result, c: Consumer, served: Served | None) -> Conversion:
-    record = served.record if served is not None else None
-    if record is None:
-        return Conversion(result, c.name, c.version, None, None, False, (), ())
     reasons = list(record["reasons"])
     by = ["gpu_dlpack"] if record["copied"] else []
-    landed = _landed(result)
     if landed is not None and landed[0] != record["address"]:
         who = c.name if c.lands is None else "gpu_dlpack"
         if who not in by:
@@ -689,16 +667,6 @@ def _required_reason(what, address, alignment, shape, strides) -> str:
     return f"copied by gpu_dlpack: require_contiguous=True, and the strides {strides} of shape {shape} are not C order"
 
 
-def _landed(result):
-    """``(address of the first element, DLPack dtype)`` of ``result``, read
-    from a capsule of it; None when it gives none."""
-    try:
-        info = _capsule.read(export(result, max_version=_VERSION))
-    except Exception:
-        return None
-    return info.data + info.byte_offset, info.dl_dtype
-
-
 def _dtype_name(dtype) -> str:
     try:
         return str(_dtypes.to_numpy(*dtype).numpy)
@@ -708,17 +676,6 @@ def _dtype_name(dtype) -> str:
 
 # -- dask arrays ------------------------------------------------------------------
 
-def _is_dask(x) -> bool:
-    """Whether ``x`` is a dask array (read by its type: dask is not imported)."""
-    t = type(x)
-    return (t.__module__ or "").startswith("dask.array") and t.__name__ == "Array" and hasattr(x, "map_blocks")
-
-
-#: The consumers whose arrays dask holds as chunks: ``convert`` of a dask
-#: array to one of them stays a dask array, each chunk converted when computed.
-_DASK_CHUNKS = frozenset({"numpy", "cupy"})
-
-
 def _convert_dask(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     """A dask array to ``c``: for a library dask holds chunks of (NumPy,
     CuPy), a dask array over the same graph, each chunk converted lazily
@@ -726,14 +683,14 @@ def _convert_dask(x, c: Consumer, device, copy, stream, on_readonly, report, req
     computed array converted (dask cannot hold its arrays as chunks)."""
     keywords = dict(device=device, copy=copy, stream=stream, on_readonly=on_readonly,
                     require_alignment=required[0], require_contiguous=required[1])
-    if c.name not in _DASK_CHUNKS:
-        return convert(x.compute(), c.module, report=report, **keywords)
     if c.name == "numpy":
         meta: Any = np.empty((0,) * x.ndim, x.dtype)
-    else:
+    elif c.name == "cupy":
         import cupy
 
         meta = cupy.empty((0,) * x.ndim, x.dtype)
+    else:
+        return convert(x.compute(), c.module, report=report, **keywords)
     mapped = x.map_blocks(functools.partial(_chunk, c.module, keywords), dtype=x.dtype, meta=meta)
     if not report:
         return mapped

@@ -1,16 +1,6 @@
 """The producer kit: what a library needs to give a class of its own correct
-DLPack, without writing any of the protocol.
-
-- ``Producer``, a mixin: the class names its memory in ``dlpack_memory()``
-  and gets ``__dlpack__`` and ``__dlpack_device__`` under every rule of the
-  layer (versions and the floor, copies, devices, streams, READ_ONLY), as
-  ``wrap`` serves them, and for host memory NumPy's ``__array_interface__``
-  and ``__array__`` (``np.asarray(obj)``, read-only where the memory is).
-  Whatever else the class speaks (the buffer protocol), nothing recurses.
-- ``from_pointer``: memory that C code owns, named by a pointer, a shape, a
-  dtype, strides and a device, kept alive by an owner until the last
-  consumer's deleter has run (as nanobind's ``nb::ndarray(ptr, shape,
-  owner)`` does).
+DLPack, without writing any of the protocol: ``Producer``, a mixin over one
+hook, and ``from_pointer``, memory C code owns named by a pointer.
 
 Floor: the export direction's kit, over ``_export`` (never over ``_import``).
 """
@@ -126,20 +116,16 @@ class Producer:
 
     @property
     def __array_interface__(self) -> dict:
-        """NumPy's array interface (version 3) of ``dlpack_memory()`` in host
-        memory, read-only where the memory is: what ``np.asarray`` reads. Its
-        ``data`` is a buffer over the memory that keeps it alive (NumPy keeps
-        that buffer), with the first element at ``offset``. AttributeError
-        (no interface) for memory the host cannot address."""
+        """NumPy's array interface of ``dlpack_memory()`` in host memory
+        (AttributeError off the host); its ``data`` a buffer that keeps the
+        memory alive."""
         exportable = _exportable(self)
-        return _held_interface(exportable, exportable.__array_interface__)  # AttributeError off the host
+        return _held_interface(exportable, exportable.__array_interface__)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        """``dlpack_memory()`` as a NumPy array (NumPy's ``__array__``): the
-        array over the memory (read-only where the memory is), or a copy of
-        it for ``copy=True`` or another ``dtype`` (``ValueError`` where
-        ``copy=False`` forbids it). TypeError for memory the host cannot
-        address (on a GPU)."""
+        """``dlpack_memory()`` as a NumPy array, over the memory, or a copy
+        where ``copy=True`` or another ``dtype`` asks for one (TypeError off
+        the host)."""
         exportable = _exportable(self)
         if not exportable.device.is_host_accessible:
             raise _errors.not_on_host(self, exportable.device)
@@ -157,25 +143,11 @@ def _exportable(producer) -> Exportable:
     return memory if type(memory) is Exportable else wrap(memory)
 
 
-class _Span:
-    """The bytes ``[address, address + nbytes)`` that ``keep`` holds, as
-    NumPy's array interface of a flat uint8 array (read-only where asked)."""
-
-    __slots__ = ("keep", "__array_interface__")
-
-    def __init__(self, keep, address, nbytes, readonly):
-        self.keep = keep
-        self.__array_interface__ = {
-            "version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (address, readonly), "strides": None,
-        }
-
-
 def _held_interface(exportable, interface) -> dict:
-    """``interface`` with its memory held by what it names: ``data`` a flat
-    buffer over the bytes it spans (kept, through the array over them, by
-    the wrapper that exported them), ``offset`` the first element's place in
-    it. NumPy keeps a buffer given as ``data`` (its new array's base), not the
-    producer it asked: memory ``dlpack_memory()`` made afresh stays valid."""
+    """``interface`` with ``data`` a flat buffer over the bytes it spans,
+    held by the array over them (whose base, the wrapper, holds the memory),
+    and ``offset`` the first element's place in it: NumPy keeps that buffer,
+    not the producer, so memory ``dlpack_memory()`` made afresh stays valid."""
     address, readonly = interface["data"]
     shape, strides = interface["shape"], interface["strides"]
     itemsize = np.dtype(interface["descr"] if interface["typestr"][1] == "V" else interface["typestr"]).itemsize
@@ -185,10 +157,9 @@ def _held_interface(exportable, interface) -> dict:
         return interface  # no memory to keep
     low = sum(st * (n - 1) for n, st in zip(shape, strides) if st < 0)
     high = sum(st * (n - 1) for n, st in zip(shape, strides) if st > 0) + itemsize
-    over = np.asarray(exportable)  # the array over the memory; its base, the wrapper, holds it
-    span = np.asarray(_Span(over, address + low, high - low, readonly))
+    flat = {"version": 3, "shape": (high - low,), "typestr": "|u1", "data": (address + low, readonly)}
     held = dict(interface)
-    held["data"], held["offset"] = span, -low
+    held["data"], held["offset"] = np.asarray(_protocols._HostHolder(flat, np.asarray(exportable))), -low
     return held
 
 
@@ -278,26 +249,9 @@ def from_pointer(
     size = math.prod(dims)
     if address == 0 and size:
         raise _errors.bad_pointer_argument("ptr", ptr, f"it is NULL but the shape {tuple(dims)} has elements")
-    _check_extent(ptr, address, shape, dims, strides, steps, itemsize)
-    where = Device(device)
-    handle = None if stream is None else _streams.check_stream(_streams.handle_of(stream), where.type)
-    info = {
-        "shape": tuple(dims), "dtype": numpy_dtype, "ptr": address, "readonly": readonly,
-        "strides": None if steps is None else tuple(s * itemsize for s in steps),
-        "stream": handle, "size": size,
-    }
-    if where == CPU:
-        # Host memory is a NumPy array over it: every rule of host data applies.
-        return wrap(_protocols.host_array(info, owner), readonly=readonly)
-    return wrap(_protocols.Lent(owner, info, where), readonly=readonly)
-
-
-def _check_extent(ptr, address, shape, dims, strides, steps, itemsize) -> None:
-    """ValueError for memory no 64-bit address space holds, as DLPack
-    describes it (int64 dimensions and byte steps, from an address below
-    2**64; extents of 0 counted as 1, as every importer counts them): the
-    checks an importer makes of a capsule, made here before NumPy (or a
-    consumer) meets the numbers as an OverflowError."""
+    # Memory no 64-bit address space holds (int64 dimensions and byte steps,
+    # extents of 0 counted as 1): an importer's checks of a capsule, made
+    # before NumPy meets the numbers as an OverflowError.
     if address >= 2**64:
         raise _errors.bad_pointer_argument("ptr", ptr, "an address is below 2**64")
     count = 1
@@ -316,28 +270,36 @@ def _check_extent(ptr, address, shape, dims, strides, steps, itemsize) -> None:
             raise _errors.bad_pointer_argument(
                 "strides", strides, f"each step of {itemsize}-byte elements is within an int64 count of bytes"
             )
-        low = high = 0
-        for n, s in zip(dims, steps):
-            if n:
-                reach = (n - 1) * s * itemsize
-                low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+        low = sum((n - 1) * s * itemsize for n, s in zip(dims, steps) if n and s < 0)
+        high = sum((n - 1) * s * itemsize for n, s in zip(dims, steps) if n and s > 0)
     if 0 not in dims and (address + low < 0 or address + high + itemsize > 2**64):
         raise _errors.bad_pointer_argument(
             "strides" if steps is not None else "shape", strides if steps is not None else shape,
             f"the memory it describes from {address:#x} reaches outside the 64-bit address space",
         )
+    where = Device(device)
+    handle = None if stream is None else _streams.check_stream(_streams.handle_of(stream), where.type)
+    info = {
+        "shape": tuple(dims), "dtype": numpy_dtype, "ptr": address, "readonly": readonly,
+        "strides": None if steps is None else tuple(s * itemsize for s in steps),
+        "stream": handle, "size": size,
+    }
+    if where == CPU:
+        # Host memory is a NumPy array over it: every rule of host data applies.
+        return wrap(_protocols.host_array(info, owner), readonly=readonly)
+    return wrap(_protocols.Lent(owner, info, where), readonly=readonly)
 
 
 _MAX_BYTES = 2**63 - 1
 
 
 def _index(name, value) -> int:
-    if isinstance(value, bool):
-        raise _errors.bad_pointer_type(name, value, "an int")
     try:
-        return operator.index(value)
+        if not isinstance(value, bool):
+            return operator.index(value)
     except TypeError:
-        raise _errors.bad_pointer_type(name, value, "an int") from None
+        pass
+    raise _errors.bad_pointer_type(name, value, "an int")
 
 
 def _ints(name, values) -> list:

@@ -1,28 +1,10 @@
 """The array protocols besides DLPack, in and out.
 
-In: an object that is no DLPack producer by its type is turned into one, so
-that every rule and path of DLPack applies unchanged. When an object speaks
-several protocols, the first of these wins:
-
-1. ``__dlpack__`` and ``__dlpack_device__`` on its type (the fast path,
-   never reaching this module);
-2. the same methods answered by the instance (a proxy's ``__getattr__``,
-   as Numba's CUDA simulator arrays do);
-3. the CUDA Array Interface, versions 2 and 3 (``__cuda_array_interface__``:
-   Numba device arrays, and most CUDA libraries);
-4. NumPy's array interface, version 3 (``__array_interface__``);
-5. the buffer protocol (``bytes``, ``bytearray``, ``memoryview``,
-   ``array.array``, ``mmap``);
-6. a raw DLPack capsule (one use, as a capsule is).
-
-Host data (4, 5) becomes a NumPy view of the same memory, read-only where
-the source is. CUDA Array Interface data becomes a producer of DLPack
-capsules over the same device memory, labelled with its GPU, that keeps the
-object alive and orders the consumer's stream after the interface's
-``stream`` with an event (never by blocking the host).
-
-Out: ``wrap(x)`` offers ``__cuda_array_interface__`` (version 3) over GPU
-memory and ``__array_interface__`` over host memory, besides DLPack.
+In: an object that is no DLPack producer by its type is turned into one (a
+forwarding type, a view of host memory, a producer over a CUDA Array
+Interface's memory, a raw capsule's one use), so that every rule and path of
+DLPack applies unchanged; which protocol wins, and what each becomes, is
+docs/guide/protocols.md. Out: the interfaces ``wrap(x)`` offers besides DLPack.
 
 Floor: what both directions share, under ``_exchange``, above the backends.
 """
@@ -30,6 +12,7 @@ Floor: what both directions share, under ``_exchange``, above the backends.
 from __future__ import annotations
 
 import array
+import functools
 import math
 import mmap
 
@@ -53,14 +36,19 @@ def producer(x):
         return None  # an array type, not an array: its methods are unbound
     if type(x) is _capsule.CapsuleType:
         return OneCapsule(x)
-    if _has(x, "__dlpack__") and _has(x, "__dlpack_device__"):
-        if asking(x):
-            return besides_dlpack(x)
+    dlpack = _has(x, "__dlpack__") and _has(x, "__dlpack_device__")
+    if dlpack and not asking(x):
         return _forwarding_type(type(x))(x)
-    return _other_protocol(x)
+    return besides_dlpack(x, dlpack)
 
 
-def _other_protocol(x):
+def besides_dlpack(x, speaks_dlpack=True):
+    """A producer over what ``x`` speaks besides DLPack (None: nothing).
+
+    For an ``x`` whose own ``__dlpack__`` is asking gpu_dlpack to export
+    ``x`` (``export(self)`` or ``wrap(self)`` inside ``__dlpack__``), asking
+    it again would never end: BufferError naming the recursion when it
+    speaks no other protocol."""
     cai = _interface(x, "__cuda_array_interface__")
     if cai is not None:
         return CudaArray(x, cai)
@@ -69,22 +57,12 @@ def _other_protocol(x):
     try:
         view = memoryview(x)
     except TypeError:
+        if speaks_dlpack:
+            raise _errors.exports_itself(x) from None
         return None
     except BufferError as exc:  # it claims the protocol, and its buffer cannot be read
         raise _errors.buffer_refused(x, exc) from exc
     return host_view(view)
-
-
-def besides_dlpack(x):
-    """A producer over what ``x`` speaks besides DLPack, for an ``x`` whose
-    own ``__dlpack__`` is asking gpu_dlpack to export ``x`` (``export(self)``
-    or ``wrap(self)`` inside ``__dlpack__``): asking ``x.__dlpack__`` again
-    would never end. BufferError naming the recursion when ``x`` speaks no
-    other protocol."""
-    found = _other_protocol(x)
-    if found is None:
-        raise _errors.exports_itself(x)
-    return found
 
 
 def _has(x, name) -> bool:
@@ -107,9 +85,6 @@ def _interface(x, name):
 
 # -- forwarded __dlpack__ -------------------------------------------------------
 
-_FORWARDING: dict = {}
-
-
 class Forwarded:
     """A producer whose DLPack methods are answered by the instance (its
     ``__getattr__``), seen through a type that has them, as the layer asks
@@ -128,15 +103,12 @@ class Forwarded:
         return self.obj.__dlpack_device__()
 
 
+@functools.cache
 def _forwarding_type(t):
-    try:
-        return _FORWARDING[t]
-    except KeyError:
-        name = f"Forwarded[{t.__module__}.{t.__qualname__}]"
-        cls = _FORWARDING[t] = type(name, (Forwarded,), {"__slots__": ()})
-        cls.__module__ = t.__module__  # the producer's name in messages is its own
-        cls.__qualname__ = t.__qualname__
-        return cls
+    cls = type(f"Forwarded[{t.__module__}.{t.__qualname__}]", (Forwarded,), {"__slots__": ()})
+    cls.__module__ = t.__module__  # the producer's name in messages is its own
+    cls.__qualname__ = t.__qualname__
+    return cls
 
 
 # -- host memory: the array interface and the buffer protocol ----------------
@@ -171,8 +143,8 @@ BUFFER_VIEWS = {t: buffer_view for t in (bytes, bytearray, memoryview, array.arr
 # -- the CUDA Array Interface -------------------------------------------------
 
 class _HostHolder:
-    """Lends NumPy a description of device memory (never read by NumPy) and
-    keeps the object that owns it alive, as the base of NumPy's view."""
+    """Lends NumPy an array interface (of device memory: a description NumPy
+    never reads) and keeps its owner alive, as the base of NumPy's view."""
 
     __slots__ = ("__array_interface__", "owner")
 
@@ -200,7 +172,17 @@ def parse_cuda_interface(cai) -> dict:
     data = cai["data"]
     if not (isinstance(data, tuple) and len(data) == 2 and type(data[0]) is int and data[0] >= 0):
         raise _errors.bad_interface(name, f"data {data!r} is not a (pointer, read_only) tuple", cai)
-    dtype = _dtype_of(cai["typestr"], cai)
+    typestr = cai["typestr"]
+    dtype = _DTYPES.get(typestr) if type(typestr) is str else None
+    if dtype is None:
+        try:
+            dtype = np.dtype(typestr)
+        except TypeError:
+            raise _errors.bad_interface(name, f"typestr {typestr!r} is no NumPy type string", cai) from None
+        if dtype.byteorder == (">" if np.little_endian else "<"):
+            raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
+        if type(typestr) is str:
+            _DTYPES[typestr] = dtype
     strides = cai.get("strides")
     if strides is not None and not (
         isinstance(strides, tuple) and len(strides) == len(shape) and all(type(s) is int for s in strides)
@@ -225,24 +207,6 @@ def parse_cuda_interface(cai) -> dict:
 
 
 _DTYPES: dict = {}  # typestr -> NumPy dtype, for the type strings seen
-
-
-def _dtype_of(typestr, cai):
-    try:
-        return _DTYPES[typestr]
-    except (KeyError, TypeError):
-        pass
-    try:
-        dtype = np.dtype(typestr)
-    except TypeError:
-        raise _errors.bad_interface(
-            "__cuda_array_interface__", f"typestr {typestr!r} is no NumPy type string", cai
-        ) from None
-    if dtype.byteorder == (">" if np.little_endian else "<"):
-        raise _errors.unsupported_numpy_dtype(dtype, "DLPack describes native byte order only")
-    if type(typestr) is str:
-        _DTYPES[typestr] = dtype
-    return dtype
 
 
 class Lent:
@@ -302,19 +266,16 @@ def host_array(info, owner) -> np.ndarray:
         # No elements (a NULL pointer is allowed only then), which NumPy
         # before 2 cannot describe at NULL: an empty array stands for them.
         view = np.empty(info["shape"], base)
-        view = view if carrier is None else view.view(dtype)
-        view.flags.writeable = not info["readonly"]
-        return view
-    interface = {
-        "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
-        "data": (info["ptr"], info["readonly"]),
-    }
-    if info["strides"] is not None:
-        # Left out for C order: NumPy (2.4.6) leaks a reference to None for
-        # each "strides": None it reads.
-        interface["strides"] = info["strides"]
-    holder = _HostHolder(interface, owner)
-    view = np.asarray(holder)
+    else:
+        interface = {
+            "version": 3, "shape": info["shape"], "typestr": base.str, "descr": base.descr,
+            "data": (info["ptr"], info["readonly"]),
+        }
+        if info["strides"] is not None:
+            # Left out for C order: NumPy (2.4.6) leaks a reference to None for
+            # each "strides": None it reads.
+            interface["strides"] = info["strides"]
+        view = np.asarray(_HostHolder(interface, owner))
     if carrier is not None:
         view = view.view(dtype)
     if info["readonly"]:
@@ -323,10 +284,7 @@ def host_array(info, owner) -> np.ndarray:
 
 
 class CudaArray(Lent):
-    """A DLPack producer over a CUDA Array Interface object: capsules of the
-    same device memory, labelled with its GPU; the object stays alive as long
-    as what is made from it. A consumer's stream waits for the interface's
-    ``stream`` (version 3) with an event."""
+    """``Lent`` over a CUDA Array Interface object's memory, on its GPU."""
 
     __slots__ = ()
 
@@ -366,19 +324,6 @@ def cuda_interface(capsule, readonly: bool, stream) -> tuple:
     unconsumed capsule of GPU memory, which is taken (``owner`` frees it when
     it dies). ``stream`` is the stream the data is ready on."""
     info = _capsule.read(capsule)
-    return _interface_of(info, readonly, stream), _capsule.take(capsule, info.versioned)
-
-
-def array_interface(capsule, readonly: bool) -> tuple:
-    info = _capsule.read(capsule)
-    out = _interface_of(info, readonly, None)
-    del out["stream"]
-    if out["strides"] is None:
-        del out["strides"]  # C order, as NumPy reads it without a None it leaks (as in host_array)
-    return out, _capsule.take(capsule, info.versioned)
-
-
-def _interface_of(info, readonly, stream) -> dict:
     dtype = _dtypes.to_numpy(*info.dl_dtype)
     if dtype.padded:
         raise _errors.unsupported_dtype(*info.dl_dtype, "the array interfaces have no padded sub-byte types")
@@ -387,7 +332,7 @@ def _interface_of(info, readonly, stream) -> dict:
     # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
     # be made, out of memory, leaks its arguments.)
     strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
-    return {
+    interface = {
         "version": 3,
         "shape": tuple(info.shape),
         "typestr": numpy_dtype.str,
@@ -399,3 +344,13 @@ def _interface_of(info, readonly, stream) -> dict:
         "strides": strides,
         "stream": stream,
     }
+    return interface, _capsule.take(capsule, info.versioned)
+
+
+def array_interface(capsule, readonly: bool) -> tuple:
+    """The same for NumPy's array interface (version 3) of host memory."""
+    out, owner = cuda_interface(capsule, readonly, None)
+    del out["stream"]
+    if out["strides"] is None:
+        del out["strides"]  # C order, as NumPy reads it without a None it leaks (as in host_array)
+    return out, owner

@@ -1,18 +1,8 @@
 """Arrays spread over several devices (JAX's sharded and replicated arrays),
-read through their own shard list.
-
-DLPack describes memory on one device, and JAX refuses ``__dlpack__`` and
-``__dlpack_device__`` for any array whose sharding spans more than one. Such
-an array is read here by its shard list (``addressable_shards``: each shard
-is a single-device array with the slices of the whole it covers): whether
-it is spread, its replica on a device, the device it lands on by default,
-and the pieces it is made of.
-
-The exchange does the rest, under the rules of any exchange (copy, device,
-READ_ONLY): a replica goes through the usual export and import, a sharded
-array is gathered once onto one device when a copy is allowed
-(``_exchange.gather``), and ``gpu_dlpack.shards`` imports each shard,
-zero-copy, on its own device (``_import``).
+read through their own shard list (``addressable_shards``), since DLPack
+describes memory on one device: whether an array is spread, its replica on
+a device, the device it lands on by default, its pieces. The exchange does
+the rest (docs/guide/multi-device.md).
 
 Floor: what both directions share, under ``_exchange``; it reads shard lists
 and imports no backend.

@@ -1,21 +1,8 @@
 """A view of any producer's memory without taking it: ``view(x)``, in the
-manner of cuda.core's ``StridedMemoryView``: the pointer, shape, strides,
-NumPy dtype, device, whether it is read-only, and the stream it is ready on.
-
-The producer is asked for a capsule under the rules (zero-copy, on its own
-device, versioned so that READ_ONLY is said), the capsule is read and freed
-before ``view`` returns (its deleter runs then), and the record keeps the
-producer alive instead: the memory stays valid while the record and the
-producer live, as it does for the producer itself.
-
-The record speaks cuda.core's vocabulary (``ptr``, ``readonly``,
-``device_id``, ``is_device_accessible``, ``exporting_obj``), and
-``args_viewable`` is its ``args_viewable_as_strided_memory``: a kernel
-function's array arguments, viewed on the stream it names.
-
-What it is not: an array. It has no ``__array_namespace__`` (no operations
-to name), so array-api-compat's ``array_namespace`` refuses it, as it does
-a ``wrap(x)``; its ``device`` is what array-api-compat's ``device`` reads.
+manner of cuda.core's ``StridedMemoryView`` and in its vocabulary, and
+``args_viewable``, its ``args_viewable_as_strided_memory``. It is no array:
+no ``__array_namespace__``, so array-api-compat's ``array_namespace``
+refuses it, as it does a ``wrap(x)``.
 
 Floor: the two directions, beside ``_export`` and ``_import``: it stands on
 the exchange they share and imports neither.
@@ -24,6 +11,7 @@ the exchange they share and imports neither.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -168,42 +156,33 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
         info = _capsule.read(x)
         # A legacy capsule cannot say its data may be written: read-only, as
         # its import is.
-        return _record(info, None, x, info.readonly or not info.versioned)
-    if stream is not None and type(stream) is not int:
-        stream = _streams.handle_of(stream)
-    if stream is None:
+        ready_on, readonly = None, info.readonly or not info.versioned
+    else:
+        if stream is not None and type(stream) is not int:
+            stream = _streams.handle_of(stream)
+        if stream is None:
+            try:
+                stream = _streams.block_stream(_backends.device_of(x))
+            except (AttributeError, TypeError, ValueError, BufferError):
+                pass  # the export itself says what is wrong
+        capsule = _exchange._export(x, False, stream, _versions.DLPACK_VERSION, None, None)
         try:
-            stream = _streams.block_stream(_backends.device_of(x))
-        except (AttributeError, TypeError, ValueError, BufferError):
-            pass  # the export itself says what is wrong
-    capsule = _exchange._export(x, False, stream, _versions.DLPACK_VERSION, None, None)
-    try:
-        info = _capsule.read(capsule)
-    finally:
-        # Read: the capsule goes now, and its deleter with it.
-        _capsule.discard(capsule, _capsule.kind(capsule))
-    ready_on = None
-    if info.device.type in _streams.RULES:
-        ready_on = _streams.resolve(stream, info.device.type)
-    return _record(info, ready_on, x, info.readonly)
-
-
-def _record(info, stream, obj, readonly) -> ArrayView:
-    shape = info.shape
-    strides = info.strides
+            info = _capsule.read(capsule)
+        finally:
+            # Read: the capsule goes now, and its deleter with it.
+            _capsule.discard(capsule, _capsule.kind(capsule))
+        ready_on = _streams.resolve(stream, info.device.type) if info.device.type in _streams.RULES else None
+        readonly = info.readonly
+    shape, strides = info.shape, info.strides
     if strides is None:  # C order
-        step, c = 1, []
-        for n in reversed(shape):
-            c.append(step)
-            step *= max(n, 1)
-        strides = tuple(reversed(c))
+        strides = tuple(math.prod(max(n, 1) for n in shape[i + 1:]) for i in range(len(shape)))
     try:
         dtype = _dtypes.to_numpy(*info.dl_dtype).numpy
     except BufferError:
         dtype = None
     return ArrayView(
         ptr=info.data + info.byte_offset, shape=shape, strides=strides, dtype=dtype,
-        dl_dtype=info.dl_dtype, device=info.device, readonly=readonly, stream=stream, exporting_obj=obj,
+        dl_dtype=info.dl_dtype, device=info.device, readonly=readonly, stream=ready_on, exporting_obj=x,
     )
 
 
