@@ -547,7 +547,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         required = (require_alignment, require_contiguous)
     if required is not _NOTHING_REQUIRED or not (
         device is None and copy is None and stream is None and report is False and type(x) is _ndarray
-        and type(on_readonly) is str and on_readonly in _faults._POLICY_SET and c.lands != "gpu" and c.plain(x)
+        and type(on_readonly) is str and on_readonly in _faults.POLICIES and c.lands != "gpu" and c.plain(x)
         and not _streams.in_block()
     ):
         return _convert(x, c, device, copy, stream, on_readonly, report, required)
