@@ -51,27 +51,18 @@ DEVICE_SINCE = {
 }
 
 
-def parse_version(value, source="max_version"):
-    """A ``(major, minor)`` tuple from a tuple or a '0.8' string; TypeError else."""
-    if isinstance(value, str):
-        parts = value.replace(",", ".").strip("() ").split(".")
-        try:
-            value = tuple(int(p) for p in parts)
-        except ValueError:
-            raise _errors.bad_floor(value, source) from None
-    # Two plain tests, no generator expression (cheaper, and CPython 3.12.1
-    # and 3.13.0 crash when one of its allocations fails: docs/internals/faults.md).
-    if not isinstance(value, tuple) or len(value) != 2 or type(value[0]) is not int or type(value[1]) is not int:
-        raise _errors.bad_max_version(value)
-    return value
-
-
 def parse_floor(value, source):
     """A floor from ``(0, 8)`` or ``"0.8"``; ValueError naming ``source`` else."""
-    try:
-        floor = parse_version(value, source)
-    except TypeError:
-        raise _errors.bad_floor(value, source) from None
+    floor = value
+    if isinstance(value, str):
+        try:
+            floor = tuple(int(p) for p in value.replace(",", ".").strip("() ").split("."))
+        except ValueError:
+            raise _errors.bad_floor(value, source) from None
+    # Plain tests, no generator expression: CPython 3.12.1 and 3.13.0 crash
+    # when one of its allocations fails (docs/internals/faults.md).
+    if not isinstance(floor, tuple) or len(floor) != 2 or type(floor[0]) is not int or type(floor[1]) is not int:
+        raise _errors.bad_floor(value, source)
     if not (0 <= floor[0] <= DLPACK_VERSION[0] and floor[1] >= 0):
         raise _errors.bad_floor(floor, source)
     return floor
