@@ -101,25 +101,19 @@ def min_version():
     """The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
     ValueError while that value is bad)."""
     floor = VERDICT.floor
-    return floor if floor is not None else _read_environment()
-
-
-def _read_environment():
-    raw = os.environ.get(ENV_MIN_VERSION)
-    floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
-    VERDICT.floor = floor
+    if floor is None:
+        raw = os.environ.get(ENV_MIN_VERSION)
+        floor = VERDICT.floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
     return floor
 
 
 def set_min_version(value):
     """Set the floor; returns the previous one. Accepts (0, 8) or '0.8'."""
     floor = parse_floor(value, "MIN_DLPACK_VERSION")
-    previous = VERDICT.floor
-    if previous is None:
-        try:
-            previous = _read_environment()
-        except ValueError:  # the bad environment value never took effect
-            previous = DEFAULT_MIN_VERSION
+    try:
+        previous = min_version()
+    except ValueError:  # the bad environment value never took effect
+        previous = DEFAULT_MIN_VERSION
     VERDICT.floor = floor
     return previous
 

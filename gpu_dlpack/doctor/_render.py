@@ -42,7 +42,6 @@ def _unprobed(row, side):
 
 def _producer_cells(row):
     p = row["producer"]
-    missing = [k for k, taken in p["keywords"].items() if not taken]
     ro = p.get("read_only")
     if ro is None:
         ro_text = "n/a"
@@ -61,7 +60,7 @@ def _producer_cells(row):
     return [
         f"{_capsule_text(p['capsules']['none'])} / {_capsule_text(p['capsules']['1.0'])}",
         "-" if not floor else f"{floor[0]}.{floor[1]}",
-        "all" if not missing else ", ".join(k for k, taken in p["keywords"].items() if taken) or "none",
+        "all" if all(p["keywords"].values()) else ", ".join(k for k, taken in p["keywords"].items() if taken) or "none",
         ro_text,
         copy_text,
         p.get("device", ""),
