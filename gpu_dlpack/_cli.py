@@ -77,10 +77,6 @@ def _settings_refused() -> str | None:
     return None
 
 
-def _asks_version(argv=None) -> bool:
-    return "--version" in (sys.argv[1:] if argv is None else argv)
-
-
 def build_parser(argv=None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-dlpack", description="DLPack interop checks and tools.",
@@ -88,7 +84,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     )
     # Printed by main, not by argparse, which would hide a closed pipe.
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", required=not _asks_version(argv))
+    asks_version = "--version" in (sys.argv[1:] if argv is None else argv)
+    sub = parser.add_subparsers(dest="command", required=not asks_version)
     demo = sub.add_parser("demo", help="exchange arrays between NumPy, PyTorch and JAX and say what happened")
     demo.set_defaults(func=_demo, reads_settings=True)
 
@@ -142,20 +139,16 @@ def main(argv=None) -> int:
             status = args.func(args)
         sys.stdout.flush()  # here, not at exit, where a closed pipe cannot be caught
     except BrokenPipeError:
-        _silence_stdout()
+        # Standard output to the null device, so that the flush Python makes
+        # at exit does not fail again over the closed pipe.
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
         return EXIT_BROKEN_PIPE
     return status
-
-
-def _silence_stdout() -> None:
-    """Point standard output at the null device, so that the flush Python
-    makes at exit does not fail again over the closed pipe."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError):
-        pass
 
 
 if __name__ == "__main__":

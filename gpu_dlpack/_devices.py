@@ -48,7 +48,7 @@ class DLDeviceType(enum.IntEnum):
 
 
 #: Memory the host can read and write directly: an array here can become a
-#: NumPy array without a copy.
+#: NumPy array without a copy. One address space: its device id is always 0.
 HOST_ACCESSIBLE = frozenset(
     {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
 )
@@ -59,22 +59,15 @@ DEVICE_ACCESSIBLE = frozenset(
     {DLDeviceType.CUDA, DLDeviceType.CUDA_HOST, DLDeviceType.CUDA_MANAGED, DLDeviceType.ROCM, DLDeviceType.ROCM_HOST}
 )
 
-#: Device types whose id is always 0: host memory is one address space.
-_SINGLE = HOST_ACCESSIBLE
-
-# Name -> (CUDA-build type, ROCm-build type). Names without a ROCm twin map to
-# themselves on both builds.
+# Name -> (CUDA-build type, ROCm-build type): the names with a ROCm twin and
+# the aliases; every type's own name (in lower case) maps to it on both builds.
 _NAMES = {
-    "cpu": (DLDeviceType.CPU, DLDeviceType.CPU),
     "cuda": (DLDeviceType.CUDA, DLDeviceType.ROCM),
     "gpu": (DLDeviceType.CUDA, DLDeviceType.ROCM),
     "cuda_host": (DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST),
     "pinned": (DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST),
-    "cuda_managed": (DLDeviceType.CUDA_MANAGED, DLDeviceType.CUDA_MANAGED),
     "managed": (DLDeviceType.CUDA_MANAGED, DLDeviceType.CUDA_MANAGED),
-    "rocm": (DLDeviceType.ROCM, DLDeviceType.ROCM),
     "hip": (DLDeviceType.ROCM, DLDeviceType.ROCM),
-    "rocm_host": (DLDeviceType.ROCM_HOST, DLDeviceType.ROCM_HOST),
 }
 for _t in DLDeviceType:
     _NAMES.setdefault(_t.name.lower(), (_t, _t))
@@ -243,7 +236,7 @@ class Device:
 
     def __str__(self) -> str:
         name = self._type.name.lower()
-        if self._type in _SINGLE and self._index == 0:
+        if self._type in HOST_ACCESSIBLE and self._index == 0:
             return name
         return f"{name}:{self._index}"
 
@@ -284,7 +277,7 @@ def _from_string(spec):
     if not rest.isdigit():
         raise _errors.bad_device(spec, _FORMS)
     index = int(rest)
-    if dtype in _SINGLE and index != 0:
+    if dtype in HOST_ACCESSIBLE and index != 0:
         raise _errors.bad_device(spec, _FORMS)
     return dtype, index
 

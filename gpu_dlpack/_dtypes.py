@@ -27,20 +27,11 @@ CODE_NAMES = {
 }
 
 # ml_dtypes name -> (code, bits). Bits below 8 are stored one per byte
-# (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED).
+# (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED). The float8/6/4 types have the
+# names of their DLPack codes, with their bits in the name.
 ML_DTYPES = {
     "bfloat16": (BFLOAT, 16),
-    "float8_e3m4": (7, 8),
-    "float8_e4m3": (8, 8),
-    "float8_e4m3b11fnuz": (9, 8),
-    "float8_e4m3fn": (10, 8),
-    "float8_e4m3fnuz": (11, 8),
-    "float8_e5m2": (12, 8),
-    "float8_e5m2fnuz": (13, 8),
-    "float8_e8m0fnu": (14, 8),
-    "float6_e2m3fn": (15, 6),
-    "float6_e3m2fn": (16, 6),
-    "float4_e2m1fn": (17, 4),
+    **{name: (code, int(name[5])) for code, name in CODE_NAMES.items() if code > BOOL},
     "int4": (INT, 4),
     "uint4": (UINT, 4),
     "int2": (INT, 2),
@@ -91,11 +82,9 @@ def from_numpy(dtype: np.dtype) -> DType:
             "convert first with x.astype(x.dtype.newbyteorder('='))"
         )
     code = _NUMPY_KINDS.get(dtype.kind)
-    if _id(dtype) in PLAIN:
-        # NumPy's own dtype objects, known by identity: no hash to compute
-        # (out of memory, NumPy's dtype hash misses with an exception set).
-        return DType(code, dtype.itemsize * 8, dtype)
-    if code is None or dtype.newbyteorder("=") not in _NATIVE_DTYPES:
+    # NumPy's own dtype objects are known by identity: no hash to compute
+    # (out of memory, NumPy's dtype hash misses with an exception set).
+    if _id(dtype) not in PLAIN and (code is None or dtype.newbyteorder("=") not in _NATIVE_DTYPES):
         raise _errors.unsupported_numpy_dtype(
             dtype, "DLPack carries booleans, integers, floats and complex numbers "
             "(and bfloat16/float8 through ml_dtypes) only"
@@ -128,11 +117,8 @@ def to_numpy(code: int, bits: int, lanes: int) -> DType:
 
 #: The NumPy dtype of every (code, bits) pair NumPy holds itself (no ml_dtypes).
 NATIVE = {
-    (INT, 8): np.dtype("i1"), (INT, 16): np.dtype("i2"), (INT, 32): np.dtype("i4"), (INT, 64): np.dtype("i8"),
-    (UINT, 8): np.dtype("u1"), (UINT, 16): np.dtype("u2"), (UINT, 32): np.dtype("u4"), (UINT, 64): np.dtype("u8"),
-    (FLOAT, 16): np.dtype("f2"), (FLOAT, 32): np.dtype("f4"), (FLOAT, 64): np.dtype("f8"),
-    (COMPLEX, 64): np.dtype("c8"), (COMPLEX, 128): np.dtype("c16"),
-    (BOOL, 8): np.dtype("?"),
+    (_NUMPY_KINDS[d.kind], d.itemsize * 8): d
+    for d in map(np.dtype, ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16", "?"))
 }
 _NATIVE_DTYPES = frozenset(NATIVE.values())
 _id = id

@@ -10,12 +10,7 @@ the package (a leaf: the device parser reads it too).
   host memory (CPU or pinned), read where ``__dlpack_device__`` costs more
   (``_devices.known_on_host``);
 - ``host_test``: how an array is cheaply known to hold memory of the CPU
-  where no attribute says it: an attribute whose ``len()`` is 1 for an
-  array on one device (read first), a method called without arguments, and
-  its answer for the CPU (``_devices.host_tested``), read in place of
-  ``__dlpack_device__`` by an import, an export and a wrap alike. The
-  compiled core reads it too, and asks such an array's ``__dlpack__``
-  itself for the plain cases (``_wiring``);
+  where no attribute says it (``HostTest``), read by the compiled core too;
 - ``numpy_reads``: its dtypes whose host capsules ``numpy.from_dlpack``
   reads exactly as the rules say (well-formed, versioned, honest flags):
   the common import of such an array goes straight to NumPy (``_import``);
@@ -41,8 +36,8 @@ the package (a leaf: the device parser reads it too).
   active for the installed version (``_faults``), and ``gpu-dlpack doctor``
   measures them and reports what the table does not say;
 - ``export_faults``: what it gets wrong as a producer, by version (``Fault``
-  rows, ids from ``EXPORT_FAULTS``): every export and import of its arrays
-  corrects them (``read_only``, ``views``, ``_devices.Device.of``).
+  rows, described in docs/guide/libraries.md): every export and import of
+  its arrays corrects them (``read_only``, ``views``, ``_devices.Device.of``).
 """
 
 from __future__ import annotations
@@ -145,29 +140,6 @@ FAULTS = {
         "(1e300 becomes inf), whatever any setting says", "from_dlpack"),
 }
 
-#: What each producer fault is: id -> (what the producer does, what the
-#: layer does about it, in every export and import of its arrays).
-EXPORT_FAULTS = {
-    "negative-bit-unresolved": (
-        "exports a tensor with the negative bit set without its sign: a consumer reads the values negated",
-        "the layer resolves the view first (a copy, flagged IS_COPIED; copy=False: CopyRequiredError)"),
-    "conjugate-bit-refused": (
-        "refuses to export a tensor with the conjugate bit set",
-        "the layer resolves the view first (a copy, flagged IS_COPIED; copy=False: CopyRequiredError)"),
-    "immutable-unflagged": (
-        "its arrays are immutable, but its capsules do not say READ_ONLY (legacy capsules cannot)",
-        "the layer exports them READ_ONLY, and refuses a legacy capsule of them unless copied (rule 5)"),
-    "legacy-only-export": (
-        "gives legacy capsules only, even when asked for a versioned one",
-        "the layer adapts the capsule (rule 6): versioned, zero-copy, READ_ONLY"),
-    "read-only-legacy-export": (
-        "exports read-only data as a legacy capsule, which cannot say so",
-        "the layer refuses a legacy capsule of it unless copied (rule 5)"),
-    "device-id-none": (
-        "__dlpack_device__ answers (kDLCPU, None) for host memory: no device id",
-        "the layer reads it as the CPU, (1, 0)"),
-}
-
 #: Producer faults whose arrays are read-only, whatever their capsules say.
 READ_ONLY_ARRAYS = frozenset({"immutable-unflagged", "read-only-legacy-export"})
 
@@ -204,8 +176,8 @@ class Peer(NamedTuple):
     exchange: Exchange | None = None
     devices: Devices | None = None
     consumer: tuple = ("from_dlpack",)
-    asks: tuple | None = None  # the max_version its from_dlpack asks for, where it also takes a capsule
-    capsule_only: bool = False  # its from_dlpack takes a capsule only (asked for ``asks``; None: legacy)
+    asks: tuple | None = None
+    capsule_only: bool = False
     submodules: tuple = ()
     lands: str | None = None
     faults: tuple = ()
@@ -430,19 +402,14 @@ def export_facts(t) -> ExportFacts:
     peer = of_array_type(t)
     facts = NO_EXPORT_FAULTS
     if peer is not None and peer.export_faults:
-        found = export_faults_of(peer, version_loaded(peer.module))
+        version = getattr(sys.modules.get(peer.module), "__version__", None)
+        found = export_faults_of(peer, None if version is None else str(version))
         facts = ExportFacts(
             bool(found & READ_ONLY_ARRAYS), tuple(VIEWS[f] for f in VIEWS if f in found), "device-id-none" in found,
         )
     if len(_EXPORT_FACTS) < 1024:
         _EXPORT_FACTS[t] = facts
     return facts
-
-
-def version_loaded(module: str) -> str | None:
-    """The ``__version__`` of a loaded module (None: not loaded, or none)."""
-    v = getattr(sys.modules.get(module), "__version__", None)
-    return None if v is None else str(v)
 
 
 def owns_type(t) -> bool:
@@ -478,18 +445,11 @@ def release(version: str | None) -> tuple:
     """The release numbers of a version string: ``"2.13.0+cpu"`` -> ``(2, 13, 0)``;
     () when there are none. (Only release numbers are compared: a table
     range needs no more, and gpu_dlpack depends on NumPy alone.)"""
-    out = []
-    for part in (version or "").split("."):
-        digits = _DIGITS.match(part)
-        if digits is None:
-            break
-        out.append(int(digits[0]))
-        if digits.end() < len(part):
-            break  # "0rc1", "0+cpu": the release ends here
-    return tuple(out)
+    found = _RELEASE.match(version or "")  # "0rc1", "0+cpu": the release ends at the first non-digit
+    return () if found is None else tuple(int(n) for n in found[0].split("."))
 
 
-_DIGITS = re.compile(r"\d+")
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
 
 
 def active_faults(peer: Peer | None, version: str | None) -> frozenset:

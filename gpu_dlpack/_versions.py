@@ -51,27 +51,18 @@ DEVICE_SINCE = {
 }
 
 
-def parse_version(value, source="max_version"):
-    """A ``(major, minor)`` tuple from a tuple or a '0.8' string; TypeError else."""
-    if isinstance(value, str):
-        parts = value.replace(",", ".").strip("() ").split(".")
-        try:
-            value = tuple(int(p) for p in parts)
-        except ValueError:
-            raise _errors.bad_floor(value, source) from None
-    # Two plain tests, no generator expression (cheaper, and CPython 3.12.1
-    # and 3.13.0 crash when one of its allocations fails: docs/internals/faults.md).
-    if not isinstance(value, tuple) or len(value) != 2 or type(value[0]) is not int or type(value[1]) is not int:
-        raise _errors.bad_max_version(value)
-    return value
-
-
 def parse_floor(value, source):
     """A floor from ``(0, 8)`` or ``"0.8"``; ValueError naming ``source`` else."""
-    try:
-        floor = parse_version(value, source)
-    except TypeError:
-        raise _errors.bad_floor(value, source) from None
+    floor = value
+    if isinstance(value, str):
+        try:
+            floor = tuple(int(p) for p in value.replace(",", ".").strip("() ").split("."))
+        except ValueError:
+            raise _errors.bad_floor(value, source) from None
+    # Plain tests, no generator expression: CPython 3.12.1 and 3.13.0 crash
+    # when one of its allocations fails (docs/internals/faults.md).
+    if not isinstance(floor, tuple) or len(floor) != 2 or type(floor[0]) is not int or type(floor[1]) is not int:
+        raise _errors.bad_floor(value, source)
     if not (0 <= floor[0] <= DLPACK_VERSION[0] and floor[1] >= 0):
         raise _errors.bad_floor(floor, source)
     return floor
@@ -110,25 +101,19 @@ def min_version():
     """The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
     ValueError while that value is bad)."""
     floor = VERDICT.floor
-    return floor if floor is not None else _read_environment()
-
-
-def _read_environment():
-    raw = os.environ.get(ENV_MIN_VERSION)
-    floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
-    VERDICT.floor = floor
+    if floor is None:
+        raw = os.environ.get(ENV_MIN_VERSION)
+        floor = VERDICT.floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
     return floor
 
 
 def set_min_version(value):
     """Set the floor; returns the previous one. Accepts (0, 8) or '0.8'."""
     floor = parse_floor(value, "MIN_DLPACK_VERSION")
-    previous = VERDICT.floor
-    if previous is None:
-        try:
-            previous = _read_environment()
-        except ValueError:  # the bad environment value never took effect
-            previous = DEFAULT_MIN_VERSION
+    try:
+        previous = min_version()
+    except ValueError:  # the bad environment value never took effect
+        previous = DEFAULT_MIN_VERSION
     VERDICT.floor = floor
     return previous
 

@@ -1,14 +1,10 @@
 """``gpu-dlpack doctor``: what in this environment interoperates through
 DLPack, and what gpu_dlpack fixes.
 
-Everything is measured live, with small exchanges (a 2x3 float32 array),
-never read from a table of versions. A library that is missing, fails to
-import or raises while probed gets its row with the reason; it never stops
-the report. A segmentation fault inside a library cannot be caught in
-process, so the probe that could (strides) runs in a child process.
-
-``PEERS`` names the libraries and how to make an array with each; every
-behaviour reported is measured from those arrays.
+Everything is measured live, with small exchanges (a 2x3 float32 array) of
+arrays made as ``PEERS`` says, never read from a table of versions. A
+library that is missing, fails to import or raises while probed gets its
+row with the reason; it never stops the report.
 
 The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
 
@@ -112,8 +108,6 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
 ``via`` is the same exchange through gpu_dlpack: ``gpu_dlpack.from_dlpack(x)``
 for the consumer gpu_dlpack lands in on that device (NumPy on the host, CuPy
 on a GPU), ``consumer(gpu_dlpack.wrap(x))`` for every other consumer.
-On a GPU, NumPy is a consumer too (``numpy.from_dlpack(x, device="cpu")``),
-and CuPy arrays in managed memory are a producer of their own.
 ``refused`` is gpu_dlpack declining what a rule exists to refuse
 (``_verdicts``): not a failure. What the exit status, ``--strict`` and the
 findings mean is in docs/guide/doctor.md.

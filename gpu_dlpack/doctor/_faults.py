@@ -17,7 +17,6 @@ or one the table lists that was not measured, is a finding.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -26,14 +25,8 @@ import sys
 
 import numpy as np
 
-from .. import _peers
-from ._measure import _aligned, _err, _host_values, _pointer_or_none, _resolve
-
-#: The faults the doctor measures on the host.
-MEASURED = frozenset({
-    "read-only-ignored", "legacy-only", "copy-shares", "unaligned-copies", "negative-strides",
-    "non-compact-strides", "c-order-only",
-})
+from .. import _capsule, _peers
+from ._measure import _aligned, _err, _host_values, _origin, _pointer, _resolve
 
 #: The layouts the child probes: a negative stride, a step, and a
 #: transposition (Fortran order) of an aligned dense buffer, which a
@@ -74,7 +67,7 @@ def _child(units) -> None:
                 # negative stride that its own numpy() cannot read).
                 outcome = "wrong values (its own reading)"
             else:
-                outcome = "zero-copy" if _pointer_or_none(got) == a.ctypes.data else "copies"
+                outcome = "zero-copy" if _pointer(got) == a.ctypes.data else "copies"
         except BaseException as exc:  # a probe reports, it never stops the child
             outcome = f"raises: {_err(exc)}"
         print(json.dumps({"done": [name, case], "outcome": outcome}), flush=True)
@@ -153,19 +146,6 @@ def _death(status) -> str:
 _measured: dict = {}
 
 
-def _origin(module: str):
-    """Where ``module``'s top-level package is (a namespace package, such
-    as MLX's ``mlx``, has no file: its folders), or None when it is not
-    installed."""
-    try:
-        spec = importlib.util.find_spec(module.split(".")[0])
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    return spec.origin or (tuple(spec.submodule_search_locations or ()) or None)
-
-
 class StrideProbe:
     """The stride probes of the host consumers, running in a child process
     while the doctor probes the rest (made by ``start``)."""
@@ -219,38 +199,21 @@ def _fails(outcome) -> bool:
 
 def measured(cons: dict) -> tuple:
     """``(faults found, faults the probes could judge)`` from a consumer row."""
-    found, judged = set(), set()
-    ro = cons.get("read_only") or {}
-    if ro.get("honoured") is not None:
-        judged.add("read-only-ignored")
-        if ro["honoured"] is False:
-            found.add("read-only-ignored")
-    sends = cons.get("sends")
-    if sends is not None and not cons.get("error"):
-        judged.add("legacy-only")
-        if "max_version" not in sends:
-            found.add("legacy-only")
-    copy = cons.get("copy") or {}
-    if copy.get("copied") is not None:
-        judged.add("copy-shares")
-        if copy["copied"] is False:
-            found.add("copy-shares")
-    unaligned = cons.get("unaligned")
-    if isinstance(unaligned, bool):
-        judged.add("unaligned-copies")
-        if unaligned is False:
-            found.add("unaligned-copies")
-    strides = cons.get("strides") or {}
+    sends, unaligned, strides = cons.get("sends"), cons.get("unaligned"), cons.get("strides") or {}
+    # fault -> False where the consumer has it, True where not, None where no probe could say
+    honours = {
+        "read-only-ignored": (cons.get("read_only") or {}).get("honoured"),
+        "legacy-only": None if sends is None or cons.get("error") else "max_version" in sends,
+        "copy-shares": (cons.get("copy") or {}).get("copied"),
+        "unaligned-copies": unaligned if isinstance(unaligned, bool) else None,
+    }
     if strides and not any(o.startswith("not probed") for o in strides.values()):
-        judged |= {"negative-strides", "non-compact-strides", "c-order-only"}
         negative, stepped = _fails(strides["negative"]), _fails(strides["stepped"])
-        if stepped:
-            found.add("non-compact-strides")
-        elif negative:
-            found.add("negative-strides")
-        if _fails(strides.get("transposed") or "zero-copy"):  # wrong values, or refused
-            found.add("c-order-only")
-    return found, judged
+        honours["non-compact-strides"] = not stepped
+        honours["negative-strides"] = stepped or not negative  # a step fails first: non-compact
+        honours["c-order-only"] = not _fails(strides.get("transposed") or "zero-copy")  # wrong values, or refused
+    judged = {fault for fault, honoured in honours.items() if honoured is not None}
+    return {fault for fault in judged if honours[fault] is False}, judged
 
 
 def _table_of(row: dict) -> set:
@@ -274,7 +237,7 @@ def compare(row: dict) -> dict | None:
     if not cons.get("probed"):
         return None
     listed = _table_of(row)
-    table = listed & MEASURED
+    table = listed & MEASURED.keys()
     found, judged = measured(cons)
     return {
         "measured": sorted(found),
@@ -304,22 +267,23 @@ def table_rows(row: dict) -> list:
         elif fault not in MEASURED:
             state, why = "not measured", "no probe of the doctor; the test suite measures it"
         elif any(_covers(f, fault) for f in found):
-            state, why = "holds", detail(cons, fault)
+            state, why = "holds", MEASURED[fault][0](cons)
         elif fault in judged:
-            state, why = "no longer holds", detail(cons, fault)
+            state, why = "no longer holds", MEASURED[fault][0](cons)
         else:
             state, why = "not measured", "the probe could not judge it"
         out.append({"role": "consumer", "fault": fault, "state": state, "why": why})
     prod = row.get("producer") or {}
     for fault in sorted(_peers.export_faults_of(peer, version)):
-        held = _producer_fault(prod, fault) if prod.get("probed") else None
-        if held is None:
-            state, why = "not measured", ("its arrays were not probed here" if not prod.get("probed") else
-                                          "no probe of the doctor; the test suite measures it")
+        probe, looked_at, acts = _PRODUCER_PROBES.get(fault, (None, "", True))
+        held = probe(prod) if probe is not None and prod.get("probed") else None
+        if not prod.get("probed"):
+            state, why = "not measured", "its arrays were not probed here"
+        elif held is None:
+            state, why = "not measured", "no probe of the doctor; the test suite measures it"
         else:
-            state, why = ("holds" if held else "no longer holds"), _PRODUCER_PROBES[fault][1]
-        out.append({"role": "producer", "fault": fault, "state": state, "why": why,
-                    "acts": _PRODUCER_PROBES.get(fault, (None, None, True))[2]})
+            state, why = ("holds" if held else "no longer holds"), looked_at
+        out.append({"role": "producer", "fault": fault, "state": state, "why": why, "acts": acts})
     return out
 
 
@@ -329,7 +293,7 @@ def _unflagged(prod: dict):
     caps = [c for c in prod["capsules"].values() if "error" not in c]
     if not caps:
         return None
-    return any(c["name"] == "dltensor" or not (c.get("flags") or 0) & _READ_ONLY for c in caps)
+    return any(c["name"] == _capsule.LEGACY or not (c.get("flags") or 0) & _capsule.READ_ONLY for c in caps)
 
 
 def _device_id_none(prod: dict):
@@ -337,7 +301,6 @@ def _device_id_none(prod: dict):
     return None if answer is None else len(answer) == 2 and answer[1] is None
 
 
-_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
 #: The producer faults the doctor measures on its probe of a host array:
 #: fault -> (True where it holds, False where not, None where the probe
 #: cannot say; what was looked at; whether the layer's correction acts
@@ -346,7 +309,7 @@ _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
 #: while a refusal of its legacy capsules stays).
 _PRODUCER_PROBES = {
     "legacy-only-export": (
-        lambda p: None if "error" in p["capsules"]["1.0"] else p["capsules"]["1.0"]["name"] == "dltensor",
+        lambda p: None if "error" in p["capsules"]["1.0"] else p["capsules"]["1.0"]["name"] == _capsule.LEGACY,
         "__dlpack__(max_version=(1, 0)) of a host array", False),
     "immutable-unflagged": (
         _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
@@ -354,35 +317,24 @@ _PRODUCER_PROBES = {
 }
 
 
-def _producer_fault(prod: dict, fault: str):
-    probe = _PRODUCER_PROBES.get(fault)
-    return None if probe is None else probe[0](prod)
+def _strides_seen(cons: dict) -> str:
+    strides = cons.get("strides") or {}
+    return f"a negative stride: {strides.get('negative')}; a step of 2: {strides.get('stepped')}"
 
 
-def detail(cons: dict, fault: str) -> str:
-    """What the probe saw, for a fault's finding."""
-    if fault in ("negative-strides", "non-compact-strides"):
-        s = cons.get("strides") or {}
-        return f"a negative stride: {s.get('negative')}; a step of 2: {s.get('stepped')}"
-    if fault == "c-order-only":
-        return f"a transposed aligned array: {(cons.get('strides') or {}).get('transposed')}"
-    if fault == "read-only-ignored":
-        return (cons.get("read_only") or {}).get("detail") or "?"
-    if fault == "legacy-only":
-        return f"it sends {cons.get('sends') or 'nothing'}"
-    if fault == "copy-shares":
-        return "copy=True gave memory shared with the source"
-    if fault == "unaligned-copies":
-        return "data 4 bytes past a 64-byte boundary was copied"
-    return "?"
-
-
-HINTS = {
-    "read-only-ignored": "a writeable copy of read-only data",
-    "legacy-only": "writeable data",
-    "copy-shares": "a copy made before the exchange",
-    "unaligned-copies": "data aligned to 64 bytes",
-    "negative-strides": "compact arrays (numpy.ascontiguousarray)",
-    "non-compact-strides": "compact arrays (numpy.ascontiguousarray)",
-    "c-order-only": "C-order arrays (numpy.ascontiguousarray)",
+#: The consumer faults the doctor measures on the host: fault -> (what the
+#: probe saw, for its finding; what to hand a consumer that has it).
+MEASURED = {
+    "read-only-ignored": (
+        lambda cons: (cons.get("read_only") or {}).get("detail") or "?", "a writeable copy of read-only data"),
+    "legacy-only": (lambda cons: f"it sends {cons.get('sends') or 'nothing'}", "writeable data"),
+    "copy-shares": (
+        lambda cons: "copy=True gave memory shared with the source", "a copy made before the exchange"),
+    "unaligned-copies": (
+        lambda cons: "data 4 bytes past a 64-byte boundary was copied", "data aligned to 64 bytes"),
+    "negative-strides": (_strides_seen, "compact arrays (numpy.ascontiguousarray)"),
+    "non-compact-strides": (_strides_seen, "compact arrays (numpy.ascontiguousarray)"),
+    "c-order-only": (
+        lambda cons: f"a transposed aligned array: {(cons.get('strides') or {}).get('transposed')}",
+        "C-order arrays (numpy.ascontiguousarray)"),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import _capsule, _explain
 from .._peers import FAULTS
-from ._faults import HINTS, detail
+from ._faults import MEASURED
 from ._verdicts import is_unjustified_refusal, rule_of, rule_text
 
 
@@ -83,11 +83,12 @@ def _fault_findings(row, cons):
                                detail=f"{cons['call']}(gpu_dlpack.wrap(a)) {outcome}", call=cons["call"]))
     faults = cons.get("faults") or {}
     for fault in faults.get("unknown", ()):
+        seen, hint = MEASURED[fault]
         out.append(_hazard("consumer-fault-unknown", name, consumer=name, version=version,
-                           what=FAULTS[fault][0], detail=detail(cons, fault), hint=HINTS[fault]))
+                           what=FAULTS[fault][0], detail=seen(cons), hint=hint))
     for fault in faults.get("gone", ()):
         out.append(_hazard("consumer-fault-gone", name, "note", consumer=name, version=version,
-                           what=FAULTS[fault][0], detail=detail(cons, fault)))
+                           what=FAULTS[fault][0], detail=MEASURED[fault][0](cons)))
     return out
 
 

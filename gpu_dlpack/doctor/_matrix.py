@@ -4,7 +4,6 @@ through gpu_dlpack, on the host or on the GPU."""
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 
@@ -13,27 +12,27 @@ from .._devices import Device, DLDeviceType
 from .._export import export as gpu_export
 from .._export import wrap
 from .._import import from_dlpack as gd_from_dlpack
-from ._measure import VALUES, _err, _host_values, _pointer_or_none, _readonly_numpy, _sent
-from ._peers import _peer_gpu_usable
+from ._measure import VALUES, _err, _host_values, _pointer, _quiet, _readonly_numpy, _sent
+from ._peers import _jax_devices, _peer_gpu_usable
 from ._probes import _write_through
 from ._verdicts import judge
 
 
-def _result(call, run, source, readonly_source=False):
-    """Run one exchange and judge it: values, pointers, read-only writes."""
+def _result(call, run, source, readonly_source=False, wrapper=None):
+    """Run one exchange and judge it: values, pointers, read-only writes, and
+    what the consumer asked of ``wrapper`` (where it was handed one)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got, request = run()
+        with _quiet():
+            got = run()
     except Exception as exc:
-        return _failed(call, exc, getattr(exc, "_doctor_request", None), judged=True)
+        return _failed(call, exc, _sent(getattr(wrapper, "last_request", None)), judged=True)
     result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
-              "request": request, "hazards": []}
+              "request": _sent(getattr(wrapper, "last_request", None)), "hazards": []}
     values = _host_values(got)
     if values is None or values.shape != VALUES.shape or not np.array_equal(values, VALUES):
         result["outcome"] = "wrong-values"
         return result
-    shared = _pointer_or_none(got) == _pointer_or_none(source)
+    shared = _pointer(got) == _pointer(source)
     result["outcome"] = "zero-copy" if shared else "copied"
     result["ok"] = True
     if readonly_source and shared and isinstance(source, np.ndarray):
@@ -50,32 +49,21 @@ def _takes_capsules(consumer):
 def _direct(consumer, make):
     source = make()
     if _takes_capsules(consumer):
-        return source, lambda: (consumer.consume(type(source).__dlpack__(source)), None), "x.__dlpack__()"
-    return source, lambda: (consumer.consume(source), None), "x"
+        return source, lambda: consumer.consume(type(source).__dlpack__(source)), "x.__dlpack__()"
+    return source, lambda: consumer.consume(source), "x"
 
 
 def _through(consumer, make, backend_consumer):
+    """The source, the exchange, its call's text, and the wrapper the consumer is handed (None: none)."""
     source = make()
     call = consumer.row["consumer"]["call"]
     if backend_consumer:
-        return source, lambda: (gd_from_dlpack(source), None), "gpu_dlpack.from_dlpack(x)"
+        return source, lambda: gd_from_dlpack(source), "gpu_dlpack.from_dlpack(x)", None
     if _takes_capsules(consumer):
-        return (source, lambda: (consumer.consume(gpu_export(source)), None),
-                f"{call}(gpu_dlpack.export(x){_suffix(consumer)})")
+        text = f"{call}(gpu_dlpack.export(x){consumer.suffix})"
+        return source, lambda: consumer.consume(gpu_export(source)), text, None
     w = wrap(source)
-
-    def run():
-        try:
-            return consumer.consume(w), _sent(w.last_request)
-        except Exception as exc:
-            exc._doctor_request = _sent(w.last_request)
-            raise
-
-    return source, run, f"{call}(gpu_dlpack.wrap(x){_suffix(consumer)})"
-
-
-def _suffix(consumer):
-    return getattr(consumer, "suffix", "")
+    return source, functools.partial(consumer.consume, w), f"{call}(gpu_dlpack.wrap(x){consumer.suffix})", w
 
 
 class _OnTheHost:
@@ -119,12 +107,12 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
         return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": dict(direct)}
     try:
         source, run, arg = _direct(consumer, make)
-        direct = _result(f"{call}({arg}{_suffix(consumer)})", run, source, readonly_source)
+        direct = _result(f"{call}({arg}{consumer.suffix})", run, source, readonly_source)
     except Exception as exc:
         direct = _failed(f"{call}(x)", exc)
     try:
-        source, run, via_call = _through(consumer, make, backend_consumer)
-        via = _result(via_call, run, source, readonly_source)
+        source, run, via_call, wrapper = _through(consumer, make, backend_consumer)
+        via = _result(via_call, run, source, readonly_source, wrapper)
     except Exception as exc:
         via = _failed("gpu_dlpack", exc)
     judge(direct, via)
@@ -162,13 +150,15 @@ def _makers(loaded, gpu):
         else:
             continue
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with _quiet():
                 sample = make()
         except Exception as exc:
             skipped.append({"producer": peer.name, "reason": f"could not make an array: {_err(exc)}"})
             continue
-        if not _speaks_an_array_protocol(sample):
+        # DLPack (on the type or forwarded by the instance), or the CUDA Array
+        # Interface (Numba's device arrays): gpu_dlpack takes each.
+        if not (hasattr(type(sample), "__dlpack__") or hasattr(sample, "__dlpack__")
+                or hasattr(sample, "__cuda_array_interface__")):
             skipped.append({"producer": peer.name, "reason": f"{type(sample).__name__} has no __dlpack__"})
             continue
         makers.append((peer.name, make, False))
@@ -183,20 +173,10 @@ def _makers(loaded, gpu):
     return makers, skipped
 
 
-def _speaks_an_array_protocol(x) -> bool:
-    """DLPack (on the type or forwarded by the instance), or the CUDA Array
-    Interface (Numba's device arrays): gpu_dlpack takes each."""
-    return hasattr(type(x), "__dlpack__") or hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__")
-
-
 def _jax_sharded_maker(jax, gpu):
     """A maker of a JAX array sharded over two devices (its rows split), when
     JAX has two devices of the kind: no DLPack consumer takes one directly."""
-    platform = "gpu" if gpu else "cpu"
-    try:
-        devices = jax.devices(platform)
-    except RuntimeError:
-        return None
+    devices = _jax_devices(jax, "gpu" if gpu else "cpu")
     if len(devices) < 2:
         return None
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -256,10 +236,7 @@ def matrix(loaded, gpu=False) -> dict | None:
             device = Device.of(makers[0][1]()).type.name.lower()
         except Exception:
             device = "gpu"
-    cells = []
-    for name, make, ro in makers:
-        for consumer in consumers:
-            cells.append(exchange(name, make, consumer, consumer.peer.name == backend, ro))
+    cells = [exchange(name, make, c, c.peer.name == backend, ro) for name, make, ro in makers for c in consumers]
     return {
         "device": device,
         "producers": [m[0] for m in makers],

@@ -3,7 +3,8 @@ measure what a library did with it."""
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import importlib.util
 import warnings
 
 import numpy as np
@@ -55,29 +56,25 @@ def _sent(request) -> dict | None:
 
 
 def _pointer(x):
-    """Address of ``x``'s first element, read from a capsule of it: its
-    export through gpu_dlpack, which reads any producer zero-copy (a
-    read-only array of NumPy before 2.1 refuses the legacy capsule that is
-    all its own __dlpack__ makes), else its own capsule."""
+    """Address of ``x``'s first element (None: unreadable), read from a
+    capsule of it: its export through gpu_dlpack, which reads any producer
+    zero-copy (a read-only array of NumPy before 2.1 refuses the legacy
+    capsule that is all its own __dlpack__ makes), else its own capsule."""
     from .._export import export
 
     try:
-        cap = export(x, max_version=(1, 0))
-    except Exception:
-        method = type(x).__dlpack__
         try:
-            cap = method(x, max_version=(1, 0))
-        except TypeError:
-            cap = method(x)
-    info = _capsule.read(cap)
-    return info.data + info.byte_offset
-
-
-def _pointer_or_none(x):
-    try:
-        return _pointer(x)
+            cap = export(x, max_version=(1, 0))
+        except Exception:
+            method = type(x).__dlpack__
+            try:
+                cap = method(x, max_version=(1, 0))
+            except TypeError:
+                cap = method(x)
+        info = _capsule.read(cap)
     except Exception:
         return None
+    return info.data + info.byte_offset
 
 
 def _host_values(x):
@@ -92,6 +89,19 @@ def _host_values(x):
         except Exception:
             continue
     return None
+
+
+def _origin(module: str):
+    """Where ``module``'s top-level package is (a namespace package, such
+    as MLX's ``mlx``, has no file: its folders), or None when it is not
+    installed."""
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return spec.origin or (tuple(spec.submodule_search_locations or ()) or None)
 
 
 def _resolve(module, paths):
@@ -115,13 +125,9 @@ def _capsule_kind(make):
     return {"name": info.name, "version": list(info.version) if info.version else None, "flags": info.flags}
 
 
-def _quiet(fn):
-    """Run a probe with warnings silenced (a probe reports, it does not warn)."""
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
-
-    return run
+@contextlib.contextmanager
+def _quiet():
+    """Warnings silenced (a probe reports, it does not warn); a decorator too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

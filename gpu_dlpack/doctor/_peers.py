@@ -3,12 +3,11 @@ nothing here says how a library behaves."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 from .._backends import cupy_backend
-from ._measure import _aligned, _readonly_numpy
+from ._measure import _aligned, _quiet, _readonly_numpy
 
 
 def _jax_devices(m, platform_name):
@@ -106,8 +105,7 @@ def _peer_gpu_usable(peer, module) -> bool:
     if peer.gpu_usable is None or module is None:
         return False
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             return bool(peer.gpu_usable(module))
     except Exception:
         return False

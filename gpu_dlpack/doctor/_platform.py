@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 import sys
-import warnings
 
 from .._backends import cupy_backend
-from ._measure import _err
-from ._probes import _installed
+from ._measure import _err, _origin, _quiet
 
 
 def _nvidia_driver():
@@ -37,7 +35,7 @@ def _cupy_distributions():
 
 
 def _probe_cupy(gpu):
-    if not _installed("cupy"):
+    if _origin("cupy") is None:
         gpu["reason"] = "CuPy is not installed (gpu_dlpack's GPU backend: pip install cupy-cuda12x, or cupy-cuda13x, cupy-rocm-7-0)"
         return None
     info = {"distributions": _cupy_distributions(), "version": None, "runtime_version": None,
@@ -54,16 +52,13 @@ def _probe_cupy(gpu):
         info["error"] = _err(exc)
         gpu["reason"] = f"CuPy does not import: {info['error']}"
         return info
-    for key, call, fmt in (("runtime_version", runtime.runtimeGetVersion, _cuda_version),
-                           ("driver_version", runtime.driverGetVersion, _cuda_version)):
+    for key, call in (("runtime_version", runtime.runtimeGetVersion), ("driver_version", runtime.driverGetVersion)):
         try:
-            info[key] = fmt(call()) if not hip else str(call())
+            info[key] = str(call()) if hip else _cuda_version(call())
         except Exception as exc:
-            info[key] = None
             info["error"] = info["error"] or _err(exc)
     try:
-        count = int(runtime.getDeviceCount())
-        info["device_count"] = count
+        info["device_count"] = count = int(runtime.getDeviceCount())
     except Exception as exc:
         info["error"] = _err(exc)
         gpu["reason"] = f"CuPy cannot use a GPU: {info['error']}"
@@ -73,14 +68,13 @@ def _probe_cupy(gpu):
     for i in range(count):
         try:
             p = runtime.getDeviceProperties(i)
-            name = p.get("name", b"")
-            arch = p.get("gcnArchName", b"") if hip else b""
-            cc = (arch.decode(errors="replace") if isinstance(arch, bytes) else str(arch)) if hip else f"{p['major']}.{p['minor']}"
+            name, arch = (v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+                          for v in (p.get("name", b""), p.get("gcnArchName", b"")))
             gpu["devices"].append({
                 "index": i,
-                "name": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
+                "name": name,
                 "memory_bytes": int(p.get("totalGlobalMem", 0)),
-                "compute_capability": cc,
+                "compute_capability": arch if hip else f"{p['major']}.{p['minor']}",
             })
         except Exception as exc:
             gpu["devices"].append({"index": i, "name": f"unreadable: {_err(exc)}", "memory_bytes": 0,
@@ -103,8 +97,7 @@ def _capture(cupy, runtime, hip) -> str:
 def probe_platform() -> dict:
     gpu = {"usable": False, "backend": None, "reason": None, "nvidia_driver": _nvidia_driver(),
            "cupy": None, "devices": [], "torch": None, "jax": None}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quiet():
         gpu["cupy"] = _probe_cupy(gpu)
         gpu["usable"] = bool(gpu["devices"]) and cupy_backend.device_count() > 0
         if gpu["usable"]:

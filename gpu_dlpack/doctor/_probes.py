@@ -5,21 +5,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
-import importlib.util
 import os
 import sys
-import warnings
 
 from .. import _capsule
 from .._devices import Device
 from .._export import wrap
-from ._measure import (VALUES, _aligned, _capsule_kind, _err, _pointer_or_none, _quiet,
-                       _readonly_numpy, _resolve, _sent)
+from ._measure import (VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _readonly_numpy, _resolve,
+                       _sent)
 from ._peers import _peer_gpu_usable
-
-
-# -- producers ---------------------------------------------------------------
-
 
 
 @contextlib.contextmanager
@@ -45,6 +39,10 @@ def _native_stderr_silenced():
         os.dup2(saved, 2)
         os.close(saved)
 
+
+# -- producers ---------------------------------------------------------------
+
+
 def _accepts(x, keyword, value):
     """True when ``x.__dlpack__`` takes ``keyword``; the TypeError otherwise."""
     try:
@@ -52,7 +50,7 @@ def _accepts(x, keyword, value):
     except TypeError as exc:
         return _err(exc)
     except Exception:  # the keyword was taken; the value was refused
-        return True
+        pass
     return True
 
 
@@ -70,12 +68,15 @@ def _floor(x):
     return [1, 0], error
 
 
-@_quiet
+@_quiet()
 def probe_producer(peer, module, gpu=False) -> dict:
     out = {"probed": False, "reason": None}
     make = peer.gpu if gpu else peer.host
     if make is None:
         out["reason"] = "makes no GPU arrays" if gpu else "makes no host arrays here"
+        return out
+    if gpu and not _peer_gpu_usable(peer, module):
+        out["reason"] = "its arrays live on a GPU, and none is usable"
         return out
     try:
         x = make(module, VALUES)
@@ -83,16 +84,11 @@ def probe_producer(peer, module, gpu=False) -> dict:
         out["reason"] = f"could not make an array: {_err(exc)}"
         return out
     if not hasattr(type(x), "__dlpack__"):
+        takes = "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
         if hasattr(x, "__cuda_array_interface__"):
-            out["reason"] = (
-                f"{type(x).__name__} speaks the CUDA Array Interface, not DLPack: "
-                "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
-            )
+            out["reason"] = f"{type(x).__name__} speaks the CUDA Array Interface, not DLPack: {takes}"
         elif hasattr(x, "__dlpack__"):
-            out["reason"] = (
-                f"{type(x).__name__} forwards __dlpack__ through its instance: "
-                "gpu_dlpack.from_dlpack(x) and gpu_dlpack.wrap(x) take it"
-            )
+            out["reason"] = f"{type(x).__name__} forwards __dlpack__ through its instance: {takes}"
         else:
             out["reason"] = f"{type(x).__name__} has no __dlpack__"
         return out
@@ -105,7 +101,10 @@ def probe_producer(peer, module, gpu=False) -> dict:
         "none": _capsule_kind(lambda: type(x).__dlpack__(x)),
         "1.0": _capsule_kind(lambda: type(x).__dlpack__(x, max_version=(1, 0))),
     }
-    own_device = _own_device(x)
+    try:
+        own_device = tuple(type(x).__dlpack_device__(x))
+    except Exception:
+        own_device = None
     out["device_answer"] = None if own_device is None else list(own_device)  # __dlpack_device__() as it came
     keywords, errors = {}, {}
     for keyword, value in (("stream", None), ("max_version", (1, 0)), ("dl_device", own_device), ("copy", None)):
@@ -123,19 +122,12 @@ def probe_producer(peer, module, gpu=False) -> dict:
     return out
 
 
-def _own_device(x):
-    try:
-        return tuple(type(x).__dlpack_device__(x))
-    except Exception:
-        return None
-
-
 def _producer_read_only(peer, module):
+    result = {"flag": None, "legacy": None, "detail": None}
     try:
         r = peer.readonly(module, VALUES)
     except Exception as exc:
-        return {"flag": None, "legacy": None, "detail": f"could not make read-only data: {_err(exc)}"}
-    result = {"flag": None, "legacy": None, "detail": None}
+        return dict(result, detail=f"could not make read-only data: {_err(exc)}")
     try:
         info = _capsule.read(type(r).__dlpack__(r, max_version=(1, 0)))
         if info.versioned:
@@ -158,7 +150,7 @@ def _producer_copy(x):
         info = _capsule.read(cap)
     except Exception as exc:
         return {"copies": None, "flag": None, "detail": _err(exc)}
-    source = _pointer_or_none(x)
+    source = _pointer(x)
     copies = None if source is None else info.data + info.byte_offset != source
     return {"copies": copies, "flag": info.is_copied if info.versioned else None, "detail": None}
 
@@ -179,7 +171,7 @@ def _write_through(out, source):
     return True, "the write went to a copy"
 
 
-@_quiet
+@_quiet()
 def probe_consumer(peer, module) -> dict:
     fn, path = _resolve(module, peer.consumer)
     call = f"{peer.module}.{path}" if path else None
@@ -200,7 +192,7 @@ def probe_consumer(peer, module) -> dict:
             out["lands_on"] = str(Device.of(got))
         except Exception:
             out["lands_on"] = None
-        out["zero_copy"] = _pointer_or_none(got) == src.ctypes.data
+        out["zero_copy"] = _pointer(got) == src.ctypes.data
     out["unaligned"] = _consumer_unaligned(fn)
     out["copy"] = _consumer_copy(fn)
     out["read_only"] = _consumer_read_only(fn)
@@ -227,7 +219,7 @@ def _consumer_unaligned(fn):
         got = fn(wrap(src))
     except Exception as exc:
         return _err(exc)
-    p = _pointer_or_none(got)
+    p = _pointer(got)
     return "the result's address could not be read" if p is None else p == src.ctypes.data
 
 
@@ -239,7 +231,7 @@ def _consumer_copy(fn):
     except Exception as exc:
         return {"forwarded": None, "copied": None, "error": _err(exc)}
     forwarded = bool(w.last_request and w.last_request.get("copy") is True)
-    p = _pointer_or_none(got)
+    p = _pointer(got)
     return {"forwarded": forwarded, "copied": None if p is None else p != src.ctypes.data, "error": None}
 
 
@@ -271,6 +263,8 @@ def _version(module, top):
 class _Loaded:
     """A peer and its imported module, kept for the exchanges."""
 
+    suffix = ""  # what a call's text adds after the producer
+
     def __init__(self, peer, module, row):
         self.peer = peer
         self.module = module
@@ -278,25 +272,16 @@ class _Loaded:
         self.consume, _ = _resolve(module, peer.consumer) if module is not None else (None, None)
 
 
-def _installed(module_name) -> bool:
-    top = module_name.split(".")[0]
-    try:
-        return importlib.util.find_spec(top) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def load(peer) -> _Loaded:
     """Import ``peer`` and probe it; never raises."""
     row = {"name": peer.name, "module": peer.module, "installed": False, "version": None,
            "error": None, "producer": None, "consumer": None}
-    if not _installed(peer.module):
+    if _origin(peer.module) is None:
         row["error"] = "not installed"
         return _Loaded(peer, None, row)
     row["installed"] = True
     try:
-        with warnings.catch_warnings(), _native_stderr_silenced():
-            warnings.simplefilter("ignore")
+        with _quiet(), _native_stderr_silenced():
             module = importlib.import_module(peer.module)
             for sub in peer.submodules:
                 importlib.import_module(sub)
@@ -306,16 +291,10 @@ def load(peer) -> _Loaded:
     row["version"] = _version(module, peer.module.split(".")[0])
     # A library of GPU arrays only (CuPy) is probed as a producer on the GPU.
     gpu = peer.host is None and peer.gpu is not None
-    for side, probe in (("producer", lambda: _probe_producer_where_possible(peer, module, gpu)),
+    for side, probe in (("producer", lambda: probe_producer(peer, module, gpu)),
                         ("consumer", lambda: probe_consumer(peer, module))):
         try:
             row[side] = probe()
         except Exception as exc:  # a probe reports, it never stops the report
             row[side] = {"probed": False, "reason": f"probe crashed: {_err(exc)}"}
     return _Loaded(peer, module, row)
-
-
-def _probe_producer_where_possible(peer, module, gpu):
-    if gpu and not _peer_gpu_usable(peer, module):
-        return {"probed": False, "reason": "its arrays live on a GPU, and none is usable"}
-    return probe_producer(peer, module, gpu=gpu)

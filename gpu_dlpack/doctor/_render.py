@@ -6,25 +6,17 @@ from .. import _explain
 
 
 class _Span(str):
-    """A table cell that runs over the columns after it (a reason, not a value)."""
+    """The last cell of its row, over the columns after it (a reason, not a value)."""
 
 
 def _table(rows, indent="  "):
-    # A row whose reason spans the columns after it still sets the width of
-    # the columns before it (a library not installed has a name).
-    widths = [0] * len(rows[0])
-    for r in rows:
-        for i, c in enumerate(r):
-            if isinstance(c, _Span):
-                break
-            widths[i] = max(widths[i], len(str(c)))
+    # A span sets no width; the cells before it still set theirs (a library
+    # not installed has a name).
+    widths = [max(len(str(r[i])) for r in rows if i < len(r) and not isinstance(r[i], _Span))
+              for i in range(len(rows[0]))]
     lines = []
     for r in rows:
-        cells = []
-        for c, w in zip(r, widths):
-            cells.append(str(c) if isinstance(c, _Span) else str(c).ljust(w))
-            if isinstance(c, _Span):
-                break
+        cells = (c if isinstance(c, _Span) else str(c).ljust(w) for c, w in zip(r, widths))
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
 
@@ -42,15 +34,14 @@ def _unprobed(row, side):
     spans them), or None."""
     probe = row.get(side) or {}
     if not row["installed"] or row["error"]:
-        return [_Span(row["error"] or ""), "", "", "", "", ""]
+        return [_Span(row["error"] or "")]
     if not probe.get("probed"):
-        return [_Span(f"not probed: {probe.get('reason')}"), "", "", "", "", ""]
+        return [_Span(f"not probed: {probe.get('reason')}")]
     return None
 
 
 def _producer_cells(row):
     p = row["producer"]
-    missing = [k for k, taken in p["keywords"].items() if not taken]
     ro = p.get("read_only")
     if ro is None:
         ro_text = "n/a"
@@ -69,7 +60,7 @@ def _producer_cells(row):
     return [
         f"{_capsule_text(p['capsules']['none'])} / {_capsule_text(p['capsules']['1.0'])}",
         "-" if not floor else f"{floor[0]}.{floor[1]}",
-        "all" if not missing else ", ".join(k for k, taken in p["keywords"].items() if taken) or "none",
+        "all" if all(p["keywords"].values()) else ", ".join(k for k, taken in p["keywords"].items() if taken) or "none",
         ro_text,
         copy_text,
         p.get("device", ""),

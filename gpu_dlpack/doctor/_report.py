@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import importlib.util
+import json
 
 from .. import __version__, _compiled, _errors, _handoff, _versions
 from ._faults import compare, strides_of, table_rows
@@ -31,17 +30,6 @@ def _summary(report):
     }
 
 
-def _check_importable(name: str) -> None:
-    """ModuleNotFoundError unless ``name`` names a module Python can find
-    (one that is found but fails to import gets its row, with the error)."""
-    try:
-        found = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as exc:
-        raise _errors.doctor_library_not_importable(name, exc) from None
-    if found is None:
-        raise _errors.doctor_library_not_importable(name, ModuleNotFoundError(f"No module named {name!r}"))
-
-
 def run(extra=(), peers=None, strict=False) -> dict:
     """Probe the environment; the report as a JSON-ready dict (schema above).
 
@@ -49,20 +37,23 @@ def run(extra=(), peers=None, strict=False) -> dict:
     ModuleNotFoundError otherwise); ``peers`` replaces ``PEERS``.
     ``strict``: the exit status is 1 on hazards too.
     """
-    for name in extra:
-        _check_importable(name)
+    for name in extra:  # one that is found but fails to import gets its row, with the error
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError) as exc:
+            raise _errors.doctor_library_not_importable(name, exc) from None
+        if found is None:
+            raise _errors.doctor_library_not_importable(name, ModuleNotFoundError(f"No module named {name!r}"))
     peers = PEERS if peers is None else tuple(peers)
     peers = peers + tuple(generic_peer(m) for m in extra if m not in {p.module for p in peers})
     probe = start_stride_probes(peers)  # in a child process, meanwhile
-    loaded = [load(p) for p in peers]
-    loaded = [item for item in loaded if item.peer.always or item.row["installed"]]
+    loaded = [item for item in map(load, peers) if item.peer.always or item.row["installed"]]
     strides = probe.results()
     for item in loaded:
         cons = item.row.get("consumer")
         if cons and cons.get("probed") and item.peer.host_consumer:
             cons["strides"] = strides_of(strides, item.peer.name)
             cons["faults"] = compare(item.row)
-    for item in loaded:
         item.row["table"] = table_rows(item.row)
     report = {
         "schema": SCHEMA,
@@ -89,8 +80,7 @@ def run(extra=(), peers=None, strict=False) -> dict:
         if mat is not None:
             report["matrices"].append(mat)
     report["findings"] = findings(report)
-    report["summary"] = _summary(report)
-    summary = report["summary"]
+    report["summary"] = summary = _summary(report)
     report["strict"] = bool(strict)
     report["exit_status"] = 1 if summary["through_gpu_dlpack_failed"] or (strict and summary["uncorrected"]) else 0
     return report
