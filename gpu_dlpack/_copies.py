@@ -1,24 +1,14 @@
-"""The copy engine: large host-to-device copies from pageable memory,
-pipelined through a bounded ring of pinned staging chunks.
+"""The copy engine: one copy and what follows it, the pool of pinned
+results, and large host-to-device copies from pageable memory pipelined
+through a bounded ring of pinned staging chunks.
 
-A GPU's copy engine reads page-locked memory only. From ordinary (pageable)
-memory the driver stages a copy through a small buffer of its own, one piece
-at a time, at a fraction of what the bus carries (on an H200 host: 8 GB/s
-from pageable memory, 55 GB/s from pinned memory). Here the staging runs in
-parallel instead: worker threads fill pinned chunks (``numpy.copyto``, which
-releases the GIL) while the copy engine moves the chunks filled before; a
-chunk is filled again only once the event recorded after its copy has
-completed. The ring holds at most ``RING_CHUNKS`` x ``CHUNK_BYTES`` of pinned
-memory, kept across calls, and the workers are a fixed pool.
-
-When the call returns, every byte of the source has been read (it may be
-freed at once); the copies into the destination are queued on the stream
-and complete in stream order; the chunks they read belong to the ring,
-which waits for them before reuse, and at exit.
-
-This is mechanism: ``plan`` says from the size and the cores available
-whether the ring pays, and the caller decides. The runtime calls go through
-a ``Runtime`` (CuPy's, or a recording stand-in in tests).
+The driver stages a copy from pageable memory one small piece at a time, at
+a fraction of what the bus carries (on an H200 host: 8 GB/s, against 55 GB/s
+from pinned memory). The ring stages in parallel instead: worker threads
+fill pinned chunks while the copy engine moves those filled before; a chunk
+is refilled only once the event recorded after its copy has completed. When
+``Ring.copy`` returns, the source has been read; ``plan`` says whether the
+ring pays, and the caller decides.
 
 Floor: mechanism, over ``_handoff``.
 """
@@ -27,10 +17,11 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -79,7 +70,8 @@ class Runtime:
         return _handoff._runtime()
 
     def alloc_pinned(self, nbytes: int):
-        """``(address, owner)``: page-locked memory, freed when ``owner`` goes."""
+        """``(address, owner)``: page-locked memory, freed when ``owner`` (a
+        buffer over it) goes."""
         self._rt()
         import cupy
 
@@ -115,7 +107,7 @@ class _Slot:
 
     def __init__(self, runtime, nbytes):
         self.ptr, self.owner = runtime.alloc_pinned(nbytes)
-        self.view = np.asarray(_Buffer(self.ptr, nbytes, self.owner))
+        self.view = np.frombuffer(self.owner, np.uint8, nbytes)
         self.event = runtime.event_create()
         self.in_flight = False
 
@@ -123,16 +115,6 @@ class _Slot:
         if self.in_flight:
             runtime.event_synchronize(self.event)
             self.in_flight = False
-
-
-class _Buffer:
-    """Describes ``nbytes`` at ``ptr`` to NumPy, and keeps ``owner`` alive."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, ptr, nbytes, owner):
-        self.__array_interface__ = {"version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False)}
-        self.owner = owner
 
 
 class Ring:
@@ -181,11 +163,6 @@ class Ring:
     def release(self) -> None:
         self._lock.release()
 
-    def _slot(self, i: int) -> _Slot:
-        while len(self._slots) <= i:
-            self._slots.append(_Slot(self.runtime, self.chunk_bytes))
-        return self._slots[i]
-
     def copy(self, dst: int, src: np.ndarray, stream: int) -> None:
         """Queue the copy of the contiguous host array ``src`` to device
         address ``dst`` on ``stream``. The caller holds the ring
@@ -199,20 +176,22 @@ class Ring:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gpu_dlpack-stage")
         pool, runtime = self._pool, self.runtime
         depth = min(count, self.chunks)
-        slots = [self._slot(i) for i in range(depth)]
+        while len(self._slots) < depth:
+            self._slots.append(_Slot(runtime, size))
+        slots = self._slots[:depth]
         fills = collections.deque()
 
         def submit(k):
             slot = slots[k % depth]
             start = k * size
             n = min(size, nbytes - start)
-            fills.append((k, slot, n, pool.submit(_fill, runtime, slot, flat, start, n)))
+            fills.append((slot, n, pool.submit(_fill, runtime, slot, flat, start, n)))
 
         try:
             for k in range(depth):
                 submit(k)
             for k in range(count):
-                _k, slot, n, done = fills.popleft()
+                slot, n, done = fills.popleft()
                 done.result()
                 runtime.memcpy(dst + k * size, slot.ptr, n, stream)
                 runtime.event_record(slot.event, stream)
@@ -222,13 +201,9 @@ class Ring:
         except BaseException:
             # KeyboardInterrupt or a failure: no worker may write a chunk
             # once this returns, and no chunk is reused before its copy is done.
-            for _k, _slot, _n, done in fills:
+            for _slot, _n, done in fills:
                 done.cancel()
-            for _k, _slot, _n, done in fills:
-                try:
-                    done.result()
-                except BaseException:
-                    pass
+            wait([done for _slot, _n, done in fills])
             raise
 
     def close(self) -> None:
@@ -270,10 +245,8 @@ def ring_for(gpu: int, workers: int) -> Ring:
 def _close_all():
     # Chunks still being read by a queued copy must outlive it.
     for ring in list(_rings.values()):
-        try:
+        with contextlib.suppress(Exception):
             ring.close()
-        except Exception:
-            pass
 
 
 # -- one copy: the calls it makes, and the pinned memory its result lands in -----
@@ -299,16 +272,8 @@ def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int =
 
 def copy_kept(dst: int, src: int, nbytes: int, stream: int, gpu: int, objects) -> None:
     """``copy`` without waiting: ``objects`` (every buffer the copy reads or
-    writes) stay alive until it is done (``_handoff.hold``). On a failure the
-    reserved event goes back to the pool and the host waits for the stream
-    before the objects may go."""
-    event = _handoff.reserve(gpu)
-    try:
-        copy(dst, src, nbytes, stream, gpu, event=event)
-    except BaseException:
-        _handoff.abandon(event, gpu, stream)
-        raise
-    _handoff.hold(event, gpu, stream, objects)
+    writes) stay alive until it is done (``_handoff.keep``)."""
+    _handoff.keep(gpu, stream, objects, lambda event: copy(dst, src, nbytes, stream, gpu, event=event))
 
 
 #: Idle pinned bytes the result pool keeps for reuse; blocks past it are
@@ -343,7 +308,7 @@ class Block:
     """A pinned block handed out by a ``PinnedPool``: ``ptr`` and ``size``
     (what ``cupy.cuda.PinnedMemoryPointer`` reads). It goes back to its pool
     when the last reference to it goes: whoever holds the result holds it,
-    and a copy still queued into it holds the result (``_handoff.hold``)."""
+    and a copy still queued into it holds the result (``_handoff.keep``)."""
 
     __slots__ = ("ptr", "size", "pool")
 
@@ -439,10 +404,8 @@ class PinnedPool:
             self.allocated -= 1
         if self._forked:
             return  # the parent's memory: left to the process
-        try:
+        with contextlib.suppress(Exception):  # at exit the runtime may be gone: the process frees it
             self.runtime.free_host(ptr)
-        except Exception:  # at exit the runtime may be gone: the process frees it
-            pass
 
     def release_idle(self) -> None:
         """Free every idle block."""

@@ -99,13 +99,7 @@ def _caller_level():
 
 #: The stream ``None`` names, as a handle a backend can queue work on: the
 #: legacy default stream on CUDA (``cudaStreamLegacy``), the null stream on ROCm.
-DEFAULT_HANDLE = {
-    DLDeviceType.CUDA: 1,
-    DLDeviceType.CUDA_HOST: 1,
-    DLDeviceType.CUDA_MANAGED: 1,
-    DLDeviceType.ROCM: 0,
-    DLDeviceType.ROCM_HOST: 0,
-}
+DEFAULT_HANDLE = {device_type: 1 if rules is CUDA_RULES else 0 for device_type, rules in RULES.items()}
 
 
 def resolve(stream, device_type) -> int:
@@ -118,23 +112,8 @@ def resolve(stream, device_type) -> int:
 
 # -- copies the host may read at once -----------------------------------------
 
-ALWAYS = "always"
-WITHOUT_STREAM = "when the consumer names no stream to wait on"
-
-#: When data in host-readable memory is complete before ``__dlpack__``
-#: returns. A CPU consumer has no stream, so its data is always complete;
-#: pinned and managed memory may be read by the host or by a GPU, so work is
-#: left queued only on a stream the consumer named. ``-1`` names none for a
-#: copy (the consumer cannot know the copy's stream), but for data exported
-#: in place it means the consumer synchronizes the producer itself. Other
-#: targets are GPU memory, ordered on the consumer's stream.
-HOST_COMPLETION = {
-    DLDeviceType.CPU: ALWAYS,
-    DLDeviceType.CUDA_HOST: WITHOUT_STREAM,
-    DLDeviceType.ROCM_HOST: WITHOUT_STREAM,
-    DLDeviceType.CUDA_MANAGED: WITHOUT_STREAM,
-}
-
+#: Pinned and managed memory: read by the host or by a GPU.
+_HOST_READABLE = frozenset({DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED})
 
 #: Import targets whose results are NumPy arrays (host memory, read by the
 #: host at once): a copy into them is complete when ``from_dlpack`` returns.
@@ -144,11 +123,14 @@ HOST_RESULTS = frozenset({DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType
 
 def finishes_before_return(target_type, stream, copied=True) -> bool:
     """Whether data for ``target_type`` (a copy, or memory exported in place)
-    must be complete when the call returns."""
-    when = HOST_COMPLETION.get(target_type)
-    if when == ALWAYS:
+    must be complete when the call returns: always on the CPU (its consumer
+    has no stream); in pinned and managed memory, unless the consumer named
+    a stream to queue on. ``-1`` names none for a copy (whose stream the
+    consumer cannot know), but for memory exported in place it means the
+    consumer synchronizes the producer itself. GPU memory: never."""
+    if target_type == DLDeviceType.CPU:
         return True
-    return when == WITHOUT_STREAM and (stream is None or (stream == -1 and copied))
+    return target_type in _HOST_READABLE and (stream is None or (stream == -1 and copied))
 
 
 # -- stream objects -------------------------------------------------------------
@@ -213,15 +195,7 @@ def device_index_of(stream):
 
 # -- the exchange stream of a block -------------------------------------------
 
-_local = threading.local()
-
-
-def _stack():
-    try:
-        return _local.stack
-    except AttributeError:
-        _local.stack = []
-        return _local.stack
+_local = threading.local()  # .stack: (handle, GPU index) of each block, innermost last
 
 
 @contextlib.contextmanager
@@ -275,7 +249,7 @@ def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> It
     index = device_index_of(stream)
     if device is not None:
         index = device if type(device) is int else Device(device).index
-    stack = _stack()
+    stack = _local.__dict__.setdefault("stack", [])
     stack.append((handle, index))
     try:
         yield stream

@@ -1,12 +1,7 @@
 """Backends: one per array library that holds what gpu_dlpack exports or
-imports. NumPy holds host memory; CuPy holds CUDA and ROCm memory, and makes
-every copy that involves a GPU (pinned and managed memory included).
-
-A backend does what ``_rules`` decided; adding one touches no rule. This
-package's face routes an array or a device to its backend; below it, the
-CuPy backend (``cupy/``), what the installed backends reach (``_reach``:
-the copies they make, the memory a GPU addresses in place), and the NumPy
-backend (``numpy``, with ``_old_numpy`` for NumPy before 2.1).
+imports (NumPy: host memory; CuPy: CUDA and ROCm memory, and every copy that
+involves a GPU). A backend does what ``_rules`` decided; this face routes an
+array or a device to its backend.
 """
 
 from __future__ import annotations
@@ -57,11 +52,9 @@ def gpu_of(x) -> int | None:
 
 
 def for_device(device: Device):
-    """The backend that holds arrays on ``device``; BufferError if none can.
-
-    CPU arrays are NumPy arrays; every other target (GPU, pinned and managed
-    memory) needs CuPy and a GPU, even when the result is a NumPy array over
-    pinned memory."""
+    """The backend that holds arrays on ``device`` (every target but the CPU
+    needs CuPy and a GPU, even a NumPy array over pinned memory); BufferError
+    if none can."""
     if device.type == DLDeviceType.CPU:
         return numpy_backend
     _handoff.check_not_forked()  # a forked child of a GPU process: a clear refusal, not a hang

@@ -1,8 +1,6 @@
-"""The CuPy backend's GPUs: whether CuPy serves a device, where an array's
-memory is (CUDA, managed, or a ROCm build's GPU), what a GPU addresses in
-place, when the host may read memory in place, and which GPU and stream
-serve a target. Asked of CuPy's runtime, each answer kept where it cannot
-change.
+"""The CuPy backend's GPUs, as CuPy's runtime answers (kept where the answer
+cannot change): which devices CuPy serves, where an array's memory is, what
+a GPU addresses in place, and which GPU and stream serve a target.
 
 Floor: the backends, at the bottom of CuPy's: it asks only the runtime.
 """
@@ -100,11 +98,9 @@ def device_of(x) -> Device:
     return Device._make(_T.CUDA, gpu)
 
 
-#: Whether memory of each of CuPy's memory classes is managed, where the
-#: class alone says (cudaMalloc, cudaMallocAsync, cudaMallocManaged).
+#: Whether each of CuPy's memory classes is managed, where the class says.
 _KIND_OF_CLASS: dict = {}
-#: The same, learnt per CuPy memory pool: a pool's blocks all come from its
-#: one allocator, so the runtime is asked once per pool.
+#: The same per memory pool (one allocator each): the runtime asked once per pool.
 _kind_of_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -153,10 +149,9 @@ def gpu_of(ptr: int) -> int:
 
 def _before_host_access(source: Device, producer: int, gpu: int) -> None:
     """Wait until the host may read ``source`` memory in place: the
-    producer's stream is done, and for managed memory on GPUs without
-    concurrent managed access (cudaDevAttrConcurrentManagedAccess 0: Windows,
-    pre-Pascal and some virtualised GPUs), where a host access while any
-    kernel runs faults, every GPU is idle."""
+    producer's stream is done, and every GPU is idle for managed memory
+    without concurrent managed access (Windows, pre-Pascal and some
+    virtualised GPUs: a host access while any kernel runs faults)."""
     if source.type == _T.CUDA_MANAGED and not _attribute("cudaDevAttrConcurrentManagedAccess", gpu):
         for device in range(device_count()):
             _handoff.synchronize_device(device)
@@ -165,8 +160,8 @@ def _before_host_access(source: Device, producer: int, gpu: int) -> None:
 
 
 def _memory_is(ptr: int, kind: str) -> bool:
-    """Whether ``ptr`` points into the runtime's ``memoryType<kind>`` memory
-    (False for NULL, and for pageable memory on runtimes that refuse to say)."""
+    """Whether ``ptr`` points into ``memoryType<kind>`` memory (False for
+    NULL, and for pageable memory on runtimes that refuse to say)."""
     runtime = _handoff._runtime()
     if not ptr:
         return False
@@ -201,8 +196,7 @@ def _stream_gpu(target: Device, fallback: int | None) -> int:
 
 def _consumer_stream(stream, target: Device, gpu: int) -> int:
     """The handle of the stream an import's result is used on: ``stream``,
-    else the enclosing ``use_stream`` block's, else CuPy's current stream on
-    the target GPU (the per-thread default stream when CuPy uses it)."""
+    else the enclosing ``use_stream`` block's, else CuPy's current one."""
     if stream is None:
         stream = _streams.block_stream(target)
         if stream is None:
