@@ -64,40 +64,35 @@ class Runtime:
     def __init__(self, gpu: int):
         self.gpu = gpu
 
-    def _rt(self):
-        # Asked first in each call: refused in a child forked after the GPU
-        # was used, before CuPy is called at all.
-        return _handoff._runtime()
-
     def alloc_pinned(self, nbytes: int):
         """``(address, owner)``: page-locked memory, freed when ``owner`` (a
         buffer over it) goes."""
-        self._rt()
+        _handoff._runtime()  # first: refused in a forked child
         import cupy
 
         memory = cupy.cuda.alloc_pinned_memory(nbytes)
         return memory.ptr, memory
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        rt = self._rt()
+        rt = _handoff._runtime()
         with _handoff.on_device(self.gpu):
             rt.memcpyAsync(dst, src, nbytes, rt.memcpyHostToDevice, stream)
 
     def event_create(self) -> int:
-        rt = self._rt()
+        rt = _handoff._runtime()
         with _handoff.on_device(self.gpu):
             return rt.eventCreateWithFlags(rt.eventDisableTiming)
 
     def event_record(self, event: int, stream: int) -> None:
-        rt = self._rt()
+        rt = _handoff._runtime()
         with _handoff.on_device(self.gpu):
             rt.eventRecord(event, stream)
 
     def event_synchronize(self, event: int) -> None:
-        self._rt().eventSynchronize(event)
+        _handoff._runtime().eventSynchronize(event)
 
     def event_destroy(self, event: int) -> None:
-        self._rt().eventDestroy(event)
+        _handoff._runtime().eventDestroy(event)
 
 
 class _Slot:
@@ -133,11 +128,9 @@ class Ring:
         _every_ring.add(self)
 
     def _after_fork(self) -> None:
-        # In a forked child: the workers are not there (a pool kept would
-        # queue fills no thread runs), the lock may be held by a thread that
-        # is not there, and the chunks and events belong to the parent's GPU
-        # context (kept, never freed: that would call the runtime). The ring
-        # starts again empty, as if new.
+        # In a forked child the ring starts again empty: its workers and the
+        # thread that held its lock are not there, and its chunks and events
+        # are the parent's (kept, never freed: that would call the runtime).
         _forsaken.extend(self._slots)
         self._slots = []
         self._pool = None
@@ -165,9 +158,8 @@ class Ring:
 
     def copy(self, dst: int, src: np.ndarray, stream: int) -> None:
         """Queue the copy of the contiguous host array ``src`` to device
-        address ``dst`` on ``stream``. The caller holds the ring
-        (``try_acquire``). Raises what a fill or a runtime call raised, after
-        every worker has stopped writing."""
+        address ``dst`` on ``stream``, the ring held (``try_acquire``); what a
+        fill or a runtime call raised is raised once every worker stopped."""
         flat = src.reshape(-1).view(np.uint8)
         nbytes = flat.size
         size = self.chunk_bytes
@@ -253,11 +245,9 @@ def _close_all():
 
 def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int = 0, synchronize: bool = False) -> None:
     """``cudaMemcpyAsync`` of ``nbytes`` from ``src`` to ``dst`` on
-    ``stream`` of GPU ``gpu`` (the direction read from the addresses), then
-    ``event`` recorded on the stream when given, then the host waits for the
-    stream when ``synchronize``. One call into the compiled core where it
-    is bound to CuPy's runtime module; else CuPy's runtime calls (the same
-    functions), with the device switched only when ``gpu`` is not current."""
+    ``stream`` of GPU ``gpu``, then ``event`` recorded when given, then the
+    host waits for the stream when ``synchronize``: one call into the core
+    where it is bound, else CuPy's runtime calls (the same functions)."""
     runtime = _handoff._runtime()
     if _handoff.core_bound(runtime):
         core.copy(dst, src, nbytes, stream, gpu, event, synchronize)
@@ -305,10 +295,9 @@ class HostRuntime:
 
 
 class Block:
-    """A pinned block handed out by a ``PinnedPool``: ``ptr`` and ``size``
-    (what ``cupy.cuda.PinnedMemoryPointer`` reads). It goes back to its pool
-    when the last reference to it goes: whoever holds the result holds it,
-    and a copy still queued into it holds the result (``_handoff.keep``)."""
+    """A pinned block of a ``PinnedPool`` (``ptr`` and ``size``, as
+    ``cupy.cuda.PinnedMemoryPointer`` reads them), back to its pool with the
+    last reference: its result's, which a copy still queued into it holds."""
 
     __slots__ = ("ptr", "size", "pool")
 
@@ -332,12 +321,10 @@ class PinnedPool:
     """Page-locked blocks for copy results, reused across calls.
 
     CuPy's pinned pool keeps a free list per exact size, without bound, and
-    a size it has not seen costs a ``cudaHostAlloc`` of the whole size
-    (pinning pages, far slower than the copy). Here sizes are grouped in
-    classes (``size_class``), a block returned is the first one reused (LIFO:
-    the pages most recently used), and at most ``idle_bytes`` of idle blocks
-    are kept. A block is reused only once its holder has dropped it, and
-    the holder is kept by any copy still queued into it."""
+    a new size costs a ``cudaHostAlloc`` far slower than the copy. Here sizes
+    are grouped in classes (``size_class``), the block returned last is
+    reused first (its pages are warm), and at most ``idle_bytes`` of idle
+    blocks are kept."""
 
     def __init__(self, runtime=None, idle_bytes: int = POOL_IDLE_BYTES):
         self.runtime = runtime if runtime is not None else HostRuntime()
@@ -352,9 +339,7 @@ class PinnedPool:
         _every_pool.add(self)
 
     def _after_fork(self) -> None:
-        # In a forked child the blocks are the parent's pinned memory: none
-        # is reused or freed here (freeing calls the runtime); those still
-        # held come back to a closed pool that forgets them.
+        # In a forked child the blocks are the parent's: never reused or freed.
         self._lock = threading.RLock()
         self._idle.clear()
         self._order.clear()
@@ -423,21 +408,19 @@ class PinnedPool:
         self.release_idle()
 
 
-_pool: list = []  # the process's result pool, made on first use
-_pool_lock = threading.Lock()
+_pool = PinnedPool()  # the process's result pool
 
 
 def _after_fork() -> None:
-    global _rings_lock, _pool_lock
+    global _rings_lock, _pool
     _rings_lock = threading.Lock()
-    _pool_lock = threading.Lock()
     for ring in list(_every_ring):
         ring._after_fork()
     for pool in list(_every_pool):
         pool._after_fork()
     _forsaken.extend(_rings.values())
     _rings.clear()  # ring_for makes new ones
-    _pool.clear()  # pinned_pool makes a new one
+    _pool = PinnedPool()
 
 
 if hasattr(os, "register_at_fork"):
@@ -445,11 +428,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def pinned_pool() -> PinnedPool:
-    if not _pool:
-        with _pool_lock:
-            if not _pool:
-                _pool.append(PinnedPool())
-    return _pool[0]
+    return _pool
 
 
 def to_host(src: int, nbytes: int, stream: int, gpu: int, pool: PinnedPool | None = None) -> Block:
@@ -467,5 +446,4 @@ def to_host(src: int, nbytes: int, stream: int, gpu: int, pool: PinnedPool | Non
 
 @atexit.register
 def _close_pool():
-    for pool in _pool:
-        pool.close()
+    _pool.close()

@@ -222,10 +222,8 @@ def capture_of(stream: int, device: int) -> int:
     try:
         if core_bound(runtime):
             capturing = core.capturing(stream, on)
-        elif on < 0:
-            capturing = runtime.streamIsCapturing(stream)
         else:
-            with on_device(on):
+            with on_device(on) if on >= 0 else contextlib.nullcontext():
                 capturing = runtime.streamIsCapturing(stream)
     except RuntimeError as exc:
         status = getattr(exc, "status", None)  # a CUDARuntimeError's
@@ -238,14 +236,12 @@ def capture_of(stream: int, device: int) -> int:
     return CAPTURING if capturing else NOT_CAPTURING
 
 
-def refuse_under_capture(what: str, stream: int, device: int) -> None:
-    """``CaptureError`` when ``stream`` takes part in a capture, for ``what``
-    CUDA cannot record into a graph, asked before anything is queued."""
-    _refuse(capture_of(stream, device), what, stream)
-
-
-def _refuse(state: int, what: str, stream: int) -> None:
-    """``refuse_under_capture`` for a state already asked."""
+def refuse_under_capture(what: str, stream: int, device: int, state: int | None = None) -> None:
+    """``CaptureError`` when ``stream`` takes part in a capture (its ``state``
+    unless already asked), for ``what`` CUDA cannot record into a graph,
+    asked before anything is queued."""
+    if state is None:
+        state = capture_of(stream, device)
     if state == CAPTURING:
         raise _errors.capture_forbids(what, stream, "CUDA records no host-side work into a graph")
     if state == LEGACY_OFF_LIMITS:
@@ -268,9 +264,9 @@ def _capture_stands_in(producer: int, consumer: int, device: int, consumer_devic
         return True
     consumed = capture_of(consumer, consumer_device)
     if produced == LEGACY_OFF_LIMITS:
-        _refuse(produced, "record the producer's work on its stream", producer)
+        refuse_under_capture("record the producer's work on its stream", producer, device, produced)
     if consumed == LEGACY_OFF_LIMITS:
-        _refuse(consumed, "make the consumer's stream wait for the producer", consumer)
+        refuse_under_capture("make the consumer's stream wait for the producer", consumer, consumer_device, consumed)
     if consumed == CAPTURING and produced == NOT_CAPTURING:
         with on_device(device):
             if _runtime().streamQuery(producer) == 0:  # the producer is idle

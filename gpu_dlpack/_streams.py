@@ -57,10 +57,8 @@ def describe(device_type) -> str:
 
 
 def check_stream(stream, device_type):
-    """Validate a consumer's stream for memory of ``device_type``; returns it.
-
-    CUDA ``0`` becomes ``1`` (legacy default stream) with a ``StreamWarning``.
-    """
+    """Validate a consumer's stream for memory of ``device_type``; returns it
+    (CUDA ``0`` as ``1``, with a ``StreamWarning``)."""
     if stream is None:
         return None
     if type(stream) is not int:
@@ -86,9 +84,8 @@ _PACKAGE = __name__.partition(".")[0]
 
 
 def _caller_level():
-    """The ``stacklevel`` that names, to a warning of ``check_stream``, the
-    first frame outside gpu_dlpack: the user's call, however many frames each
-    path (export, wrap, a backend) takes to reach the check."""
+    """The ``stacklevel`` of the first frame outside gpu_dlpack (the user's
+    call), however many frames each path takes to reach ``check_stream``."""
     frame, level = sys._getframe(2), 2  # check_stream's caller
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == _PACKAGE:
         frame, level = frame.f_back, level + 1
@@ -136,16 +133,11 @@ def finishes_before_return(target_type, stream, copied=True) -> bool:
 # -- stream objects -------------------------------------------------------------
 
 def handle_of(stream):
-    """The int handle of a stream object, or ``stream`` itself when it is an
-    int, None or not a stream object (``check_stream`` then judges it).
-
-    Reads, in this order, the CUDA stream protocol ``__cuda_stream__()``
-    (CuPy 14, cuda.core), ``.ptr`` (CuPy), ``.cuda_stream`` (PyTorch) and
-    ``.handle`` (Numba: a ctypes pointer or a driver handle). A stream object
-    whose handle is 0 is the null stream, unambiguous, so on CUDA it becomes
-    the legacy default stream (1) without a warning; a bare ``0`` is
-    ambiguous and is left to ``check_stream``.
-    """
+    """The int handle of a stream object (``__cuda_stream__()``, ``.ptr``,
+    ``.cuda_stream`` or ``.handle``, in this order), or ``stream`` itself
+    when it is none (``check_stream`` then judges it). A stream object's
+    null handle is unambiguous: on CUDA, the legacy default stream (1),
+    without the warning a bare ``0`` gets."""
     if stream is None or type(stream) is int or isinstance(stream, bool):
         return stream
     if hasattr(stream, "__index__"):

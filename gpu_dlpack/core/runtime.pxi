@@ -6,7 +6,7 @@
 
 from libc.stdint cimport intptr_t
 from libc.string cimport memset
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF, Py_CLEAR
+from cpython.ref cimport Py_DECREF
 from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Fetch, PyErr_Restore, PyErr_Clear, PyErr_Occurred
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_AsLong
@@ -48,9 +48,9 @@ cdef struct Runtime:
     is_capturing_t is_capturing
 
 # The calls (bind_runtime: all or none), and the capsules they come from,
-# held while bound (NULL: unbound).
+# held while bound (None: unbound).
 cdef Runtime bound_rt
-cdef PyObject *rt_owner = NULL
+cdef object rt_owner = None
 
 # The entries, in the order of RT_*, and their signatures as Cython writes them.
 RUNTIME_ENTRIES = (
@@ -73,16 +73,15 @@ cdef enum:
 def bind_runtime(capi, /):
     """Bind the CUDA runtime calls to CuPy's runtime module's __pyx_capi__ (None: unbind); None, or (entry, found, expected) when one differs.
 
-    All of them or none. A missing entry (found None) or one whose signature
-    differs is named in the answer and nothing is bound; Python words it."""
+    All of them or none: a missing entry (found None) or one whose signature
+    differs is named, for Python to word, and nothing is bound."""
     cdef void *found[RT_ENTRIES]
     cdef PyObject *entry
-    cdef PyObject *old
     cdef const char *name
     cdef int i
     global rt_owner
     if capi is None:
-        Py_CLEAR(rt_owner)
+        rt_owner = None
         memset(&bound_rt, 0, sizeof(bound_rt))
         return None
     if not isinstance(capi, dict):
@@ -107,10 +106,7 @@ def bind_runtime(capi, /):
     bound_rt.memcpy_async = <memcpy_async_t>found[RT_MEMCPY_ASYNC]
     bound_rt.stream_sync = <stream_sync_t>found[RT_STREAM_SYNC]
     bound_rt.is_capturing = <is_capturing_t>found[RT_IS_CAPTURING]
-    old = rt_owner
-    Py_INCREF(kept)
-    rt_owner = <PyObject *>kept
-    Py_XDECREF(old)
+    rt_owner = kept
     return None
 
 
@@ -150,10 +146,10 @@ cdef int restore_device(const Runtime *rt, int before, int *current, bint failed
 cdef inline object bound_runtime(Runtime *rt, str what):
     """The runtime as it is now, and what keeps its entries alive for the
     call (an entry may run Python, which may bind another meanwhile)."""
-    if rt_owner == NULL:
+    if rt_owner is None:
         raise RuntimeError(f"gpu_dlpack._core has no CUDA runtime for {what}")
     rt[0] = bound_rt
-    return <object>rt_owner
+    return rt_owner
 
 
 def handoff(event, producer, consumer, device, consumer_device, /):

@@ -8,7 +8,6 @@ Floor: the backends, at the bottom of CuPy's: it asks only the runtime.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 import weakref
 
@@ -36,8 +35,6 @@ def owns(x) -> bool:
 @functools.lru_cache(maxsize=1)
 def device_count() -> int:
     """GPUs CuPy can use; 0 without CuPy, without a driver, or without a GPU."""
-    if importlib.util.find_spec("cupy") is None:
-        return 0
     try:
         import cupy
 
@@ -87,15 +84,11 @@ def device_of(x) -> Device:
     """Where a CuPy array's memory is: CUDA, CUDA_MANAGED (id 0, as DLPack
     says for managed memory) or, on a ROCm build, ROCM."""
     data = x.data
-    gpu = data.device_id
     if cupy_is_rocm():
-        return Device._make(_T.ROCM, gpu)
-    managed = _managed_by_kind(data.mem)
-    if managed is None:
-        managed = _is_managed(data.ptr)
-    if managed:
+        return Device._make(_T.ROCM, data.device_id)
+    if _is_managed_memory(data.mem):
         return Device._make(_T.CUDA_MANAGED, 0)
-    return Device._make(_T.CUDA, gpu)
+    return Device._make(_T.CUDA, data.device_id)
 
 
 #: Whether each of CuPy's memory classes is managed, where the class says.
@@ -104,9 +97,9 @@ _KIND_OF_CLASS: dict = {}
 _kind_of_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _managed_by_kind(mem) -> bool | None:
+def _is_managed_memory(mem) -> bool:
     """Whether ``mem`` (an array's ``data.mem``) is managed memory, as its
-    CuPy class or its pool says; None when neither does (ask the runtime)."""
+    CuPy class or its pool says, else as the runtime says."""
     if not _KIND_OF_CLASS:
         from cupy.cuda import memory
 
@@ -114,6 +107,8 @@ def _managed_by_kind(mem) -> bool | None:
         if hasattr(memory, "MemoryAsync"):
             _KIND_OF_CLASS[memory.MemoryAsync] = False
     known = _KIND_OF_CLASS.get(type(mem))
+    if known is None:
+        return _is_managed(mem.ptr)
     if known is not _POOLED:
         return known
     try:  # a block of a memory pool
@@ -124,7 +119,7 @@ def _managed_by_kind(mem) -> bool | None:
             known = _kind_of_pool[pool] = _is_managed(mem.ptr)
         return known
     except TypeError:  # a pool that takes no weak reference: ask each time
-        return None
+        return _is_managed(mem.ptr)
 
 
 _POOLED = "pooled"
