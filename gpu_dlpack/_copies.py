@@ -125,7 +125,7 @@ class Ring:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.closed = False
-        _every_ring.add(self)
+        _inherited.add(self)
 
     def _after_fork(self) -> None:
         # In a forked child the ring starts again empty: its workers and the
@@ -220,8 +220,7 @@ def _fill(runtime, slot, flat, start, n):
 
 _rings: dict = {}  # gpu -> Ring
 _rings_lock = threading.Lock()
-_every_ring: weakref.WeakSet = weakref.WeakSet()  # for the fork handler
-_every_pool: weakref.WeakSet = weakref.WeakSet()
+_inherited: weakref.WeakSet = weakref.WeakSet()  # every ring and pool, for the fork handler
 _forsaken: list = []  # what a forked child inherited and must never free
 
 
@@ -336,7 +335,7 @@ class PinnedPool:
         self._lock = threading.RLock()  # a block may come back from __del__ on any thread
         self.closed = False
         self._forked = False
-        _every_pool.add(self)
+        _inherited.add(self)
 
     def _after_fork(self) -> None:
         # In a forked child the blocks are the parent's: never reused or freed.
@@ -414,10 +413,8 @@ _pool = PinnedPool()  # the process's result pool
 def _after_fork() -> None:
     global _rings_lock, _pool
     _rings_lock = threading.Lock()
-    for ring in list(_every_ring):
-        ring._after_fork()
-    for pool in list(_every_pool):
-        pool._after_fork()
+    for held in list(_inherited):
+        held._after_fork()
     _forsaken.extend(_rings.values())
     _rings.clear()  # ring_for makes new ones
     _pool = PinnedPool()

@@ -6,8 +6,6 @@ array or a device to its backend.
 
 from __future__ import annotations
 
-import sys
-
 from .. import _errors, _handoff
 from .._devices import CPU, Device, DLDeviceType, host_tested
 from . import cupy as cupy_backend
@@ -24,7 +22,7 @@ def for_array(x):
     """The backend that owns ``x``'s type, or None for a foreign producer."""
     if numpy_backend.owns(x):
         return numpy_backend
-    if "cupy" in sys.modules and cupy_backend.owns(x):
+    if cupy_backend.owns(x):
         return cupy_backend
     return None
 
@@ -46,7 +44,7 @@ def device_of(x) -> Device:
 def gpu_of(x) -> int | None:
     """The GPU that allocated ``x``'s memory, where its backend knows it (CuPy
     arrays, managed memory included); None otherwise."""
-    if "cupy" in sys.modules and cupy_backend.owns(x):
+    if cupy_backend.owns(x):
         return x.data.device_id
     return None
 

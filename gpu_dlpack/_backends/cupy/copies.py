@@ -109,7 +109,7 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
         return out.view(dtype.numpy) if dtype.carrier is not None else out
     gpu = _stream_gpu(target, None)
     if consumer is None:
-        consumer = -1 if stream == -1 else _streams.resolve(stream, target.type)
+        consumer = _streams.resolve(stream, target.type)
     copy_stream = consumer if consumer != -1 else _handoff.current_stream(gpu)
     _refuse_copy_under_capture(target, (copy_stream, gpu))
     out = _allocate(target, src.shape, src.dtype, order, copy_stream, gpu)

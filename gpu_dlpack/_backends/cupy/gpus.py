@@ -108,7 +108,7 @@ def _is_managed_memory(mem) -> bool:
             _KIND_OF_CLASS[memory.MemoryAsync] = False
     known = _KIND_OF_CLASS.get(type(mem))
     if known is None:
-        return _is_managed(mem.ptr)
+        return _memory_is(mem.ptr, "Managed")
     if known is not _POOLED:
         return known
     try:  # a block of a memory pool
@@ -116,10 +116,10 @@ def _is_managed_memory(mem) -> bool:
         pool = pool() if isinstance(pool, weakref.ref) else pool
         known = _kind_of_pool.get(pool)
         if known is None:
-            known = _kind_of_pool[pool] = _is_managed(mem.ptr)
+            known = _kind_of_pool[pool] = _memory_is(mem.ptr, "Managed")
         return known
     except TypeError:  # a pool that takes no weak reference: ask each time
-        return _is_managed(mem.ptr)
+        return _memory_is(mem.ptr, "Managed")
 
 
 _POOLED = "pooled"
@@ -165,10 +165,6 @@ def _memory_is(ptr: int, kind: str) -> bool:
     except Exception:
         return False
     return found == getattr(runtime, f"memoryType{kind}")
-
-
-def _is_managed(ptr: int) -> bool:
-    return _memory_is(ptr, "Managed")
 
 
 def _is_pinned(ptr: int) -> bool:
