@@ -109,6 +109,8 @@ def resolve(stream, device_type) -> int:
 
 # -- copies the host may read at once -----------------------------------------
 
+#: Memory of one GPU, named by its index (pinned and managed memory say 0).
+INDEXED_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
 #: Pinned and managed memory: read by the host or by a GPU.
 _HOST_READABLE = frozenset({DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED})
 
@@ -263,10 +265,7 @@ def block_stream(device):
     if not stack:
         return None
     handle, index = stack[-1]
-    if index is not None and index != device.index and device.type in _INDEXED:
+    if index is not None and index != device.index and device.type in INDEXED_TYPES:
         return None
     return handle
 
-
-# Device types whose index names a GPU (pinned and managed memory say 0).
-_INDEXED = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})

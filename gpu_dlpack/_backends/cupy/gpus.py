@@ -13,6 +13,7 @@ import weakref
 
 from ... import _handoff, _streams
 from ..._devices import Device, DLDeviceType, cupy_is_rocm
+from ..._streams import INDEXED_TYPES
 
 _T = DLDeviceType
 
@@ -23,8 +24,6 @@ _BUILD_TYPES = {
 #: Memory a CuPy array holds; the other GPU types are pinned host memory,
 #: which lands in NumPy arrays.
 DEVICE_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED})
-#: Memory of one GPU, named by its index.
-INDEXED_TYPES = frozenset({_T.CUDA, _T.ROCM})
 
 
 def owns(x) -> bool:
