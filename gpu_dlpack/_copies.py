@@ -1,24 +1,14 @@
-"""The copy engine: large host-to-device copies from pageable memory,
-pipelined through a bounded ring of pinned staging chunks.
+"""The copy engine: one copy and what follows it, the pool of pinned
+results, and large host-to-device copies from pageable memory pipelined
+through a bounded ring of pinned staging chunks.
 
-A GPU's copy engine reads page-locked memory only. From ordinary (pageable)
-memory the driver stages a copy through a small buffer of its own, one piece
-at a time, at a fraction of what the bus carries (on an H200 host: 8 GB/s
-from pageable memory, 55 GB/s from pinned memory). Here the staging runs in
-parallel instead: worker threads fill pinned chunks (``numpy.copyto``, which
-releases the GIL) while the copy engine moves the chunks filled before; a
-chunk is filled again only once the event recorded after its copy has
-completed. The ring holds at most ``RING_CHUNKS`` x ``CHUNK_BYTES`` of pinned
-memory, kept across calls, and the workers are a fixed pool.
-
-When the call returns, every byte of the source has been read (it may be
-freed at once); the copies into the destination are queued on the stream
-and complete in stream order; the chunks they read belong to the ring,
-which waits for them before reuse, and at exit.
-
-This is mechanism: ``plan`` says from the size and the cores available
-whether the ring pays, and the caller decides. The runtime calls go through
-a ``Runtime`` (CuPy's, or a recording stand-in in tests).
+The driver stages a copy from pageable memory one small piece at a time, at
+a fraction of what the bus carries (on an H200 host: 8 GB/s, against 55 GB/s
+from pinned memory). The ring stages in parallel instead: worker threads
+fill pinned chunks while the copy engine moves those filled before; a chunk
+is refilled only once the event recorded after its copy has completed. When
+``Ring.copy`` returns, the source has been read; ``plan`` says whether the
+ring pays, and the caller decides.
 
 Floor: mechanism, over ``_handoff``.
 """
@@ -27,10 +17,11 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -73,39 +64,35 @@ class Runtime:
     def __init__(self, gpu: int):
         self.gpu = gpu
 
-    def _rt(self):
-        # Asked first in each call: refused in a child forked after the GPU
-        # was used, before CuPy is called at all.
-        return _handoff._runtime()
-
     def alloc_pinned(self, nbytes: int):
-        """``(address, owner)``: page-locked memory, freed when ``owner`` goes."""
-        self._rt()
+        """``(address, owner)``: page-locked memory, freed when ``owner`` (a
+        buffer over it) goes."""
+        _handoff._runtime()  # first: refused in a forked child
         import cupy
 
         memory = cupy.cuda.alloc_pinned_memory(nbytes)
         return memory.ptr, memory
 
     def memcpy(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        rt = self._rt()
+        rt = _handoff._runtime()
         with _handoff.on_device(self.gpu):
             rt.memcpyAsync(dst, src, nbytes, rt.memcpyHostToDevice, stream)
 
     def event_create(self) -> int:
-        rt = self._rt()
+        rt = _handoff._runtime()
         with _handoff.on_device(self.gpu):
             return rt.eventCreateWithFlags(rt.eventDisableTiming)
 
     def event_record(self, event: int, stream: int) -> None:
-        rt = self._rt()
+        rt = _handoff._runtime()
         with _handoff.on_device(self.gpu):
             rt.eventRecord(event, stream)
 
     def event_synchronize(self, event: int) -> None:
-        self._rt().eventSynchronize(event)
+        _handoff._runtime().eventSynchronize(event)
 
     def event_destroy(self, event: int) -> None:
-        self._rt().eventDestroy(event)
+        _handoff._runtime().eventDestroy(event)
 
 
 class _Slot:
@@ -115,7 +102,7 @@ class _Slot:
 
     def __init__(self, runtime, nbytes):
         self.ptr, self.owner = runtime.alloc_pinned(nbytes)
-        self.view = np.asarray(_Buffer(self.ptr, nbytes, self.owner))
+        self.view = np.frombuffer(self.owner, np.uint8, nbytes)
         self.event = runtime.event_create()
         self.in_flight = False
 
@@ -123,16 +110,6 @@ class _Slot:
         if self.in_flight:
             runtime.event_synchronize(self.event)
             self.in_flight = False
-
-
-class _Buffer:
-    """Describes ``nbytes`` at ``ptr`` to NumPy, and keeps ``owner`` alive."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, ptr, nbytes, owner):
-        self.__array_interface__ = {"version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False)}
-        self.owner = owner
 
 
 class Ring:
@@ -148,14 +125,12 @@ class Ring:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.closed = False
-        _every_ring.add(self)
+        _inherited.add(self)
 
     def _after_fork(self) -> None:
-        # In a forked child: the workers are not there (a pool kept would
-        # queue fills no thread runs), the lock may be held by a thread that
-        # is not there, and the chunks and events belong to the parent's GPU
-        # context (kept, never freed: that would call the runtime). The ring
-        # starts again empty, as if new.
+        # In a forked child the ring starts again empty: its workers and the
+        # thread that held its lock are not there, and its chunks and events
+        # are the parent's (kept, never freed: that would call the runtime).
         _forsaken.extend(self._slots)
         self._slots = []
         self._pool = None
@@ -181,16 +156,10 @@ class Ring:
     def release(self) -> None:
         self._lock.release()
 
-    def _slot(self, i: int) -> _Slot:
-        while len(self._slots) <= i:
-            self._slots.append(_Slot(self.runtime, self.chunk_bytes))
-        return self._slots[i]
-
     def copy(self, dst: int, src: np.ndarray, stream: int) -> None:
         """Queue the copy of the contiguous host array ``src`` to device
-        address ``dst`` on ``stream``. The caller holds the ring
-        (``try_acquire``). Raises what a fill or a runtime call raised, after
-        every worker has stopped writing."""
+        address ``dst`` on ``stream``, the ring held (``try_acquire``); what a
+        fill or a runtime call raised is raised once every worker stopped."""
         flat = src.reshape(-1).view(np.uint8)
         nbytes = flat.size
         size = self.chunk_bytes
@@ -199,20 +168,22 @@ class Ring:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gpu_dlpack-stage")
         pool, runtime = self._pool, self.runtime
         depth = min(count, self.chunks)
-        slots = [self._slot(i) for i in range(depth)]
+        while len(self._slots) < depth:
+            self._slots.append(_Slot(runtime, size))
+        slots = self._slots[:depth]
         fills = collections.deque()
 
         def submit(k):
             slot = slots[k % depth]
             start = k * size
             n = min(size, nbytes - start)
-            fills.append((k, slot, n, pool.submit(_fill, runtime, slot, flat, start, n)))
+            fills.append((slot, n, pool.submit(_fill, runtime, slot, flat, start, n)))
 
         try:
             for k in range(depth):
                 submit(k)
             for k in range(count):
-                _k, slot, n, done = fills.popleft()
+                slot, n, done = fills.popleft()
                 done.result()
                 runtime.memcpy(dst + k * size, slot.ptr, n, stream)
                 runtime.event_record(slot.event, stream)
@@ -222,13 +193,9 @@ class Ring:
         except BaseException:
             # KeyboardInterrupt or a failure: no worker may write a chunk
             # once this returns, and no chunk is reused before its copy is done.
-            for _k, _slot, _n, done in fills:
+            for _slot, _n, done in fills:
                 done.cancel()
-            for _k, _slot, _n, done in fills:
-                try:
-                    done.result()
-                except BaseException:
-                    pass
+            wait([done for _slot, _n, done in fills])
             raise
 
     def close(self) -> None:
@@ -253,8 +220,7 @@ def _fill(runtime, slot, flat, start, n):
 
 _rings: dict = {}  # gpu -> Ring
 _rings_lock = threading.Lock()
-_every_ring: weakref.WeakSet = weakref.WeakSet()  # for the fork handler
-_every_pool: weakref.WeakSet = weakref.WeakSet()
+_inherited: weakref.WeakSet = weakref.WeakSet()  # every ring and pool, for the fork handler
 _forsaken: list = []  # what a forked child inherited and must never free
 
 
@@ -270,21 +236,17 @@ def ring_for(gpu: int, workers: int) -> Ring:
 def _close_all():
     # Chunks still being read by a queued copy must outlive it.
     for ring in list(_rings.values()):
-        try:
+        with contextlib.suppress(Exception):
             ring.close()
-        except Exception:
-            pass
 
 
 # -- one copy: the calls it makes, and the pinned memory its result lands in -----
 
 def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int = 0, synchronize: bool = False) -> None:
     """``cudaMemcpyAsync`` of ``nbytes`` from ``src`` to ``dst`` on
-    ``stream`` of GPU ``gpu`` (the direction read from the addresses), then
-    ``event`` recorded on the stream when given, then the host waits for the
-    stream when ``synchronize``. One call into the compiled core where it
-    is bound to CuPy's runtime module; else CuPy's runtime calls (the same
-    functions), with the device switched only when ``gpu`` is not current."""
+    ``stream`` of GPU ``gpu``, then ``event`` recorded when given, then the
+    host waits for the stream when ``synchronize``: one call into the core
+    where it is bound, else CuPy's runtime calls (the same functions)."""
     runtime = _handoff._runtime()
     if _handoff.core_bound(runtime):
         core.copy(dst, src, nbytes, stream, gpu, event, synchronize)
@@ -299,16 +261,8 @@ def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int =
 
 def copy_kept(dst: int, src: int, nbytes: int, stream: int, gpu: int, objects) -> None:
     """``copy`` without waiting: ``objects`` (every buffer the copy reads or
-    writes) stay alive until it is done (``_handoff.hold``). On a failure the
-    reserved event goes back to the pool and the host waits for the stream
-    before the objects may go."""
-    event = _handoff.reserve(gpu)
-    try:
-        copy(dst, src, nbytes, stream, gpu, event=event)
-    except BaseException:
-        _handoff.abandon(event, gpu, stream)
-        raise
-    _handoff.hold(event, gpu, stream, objects)
+    writes) stay alive until it is done (``_handoff.keep``)."""
+    _handoff.keep(gpu, stream, objects, lambda event: copy(dst, src, nbytes, stream, gpu, event=event))
 
 
 #: Idle pinned bytes the result pool keeps for reuse; blocks past it are
@@ -340,10 +294,9 @@ class HostRuntime:
 
 
 class Block:
-    """A pinned block handed out by a ``PinnedPool``: ``ptr`` and ``size``
-    (what ``cupy.cuda.PinnedMemoryPointer`` reads). It goes back to its pool
-    when the last reference to it goes: whoever holds the result holds it,
-    and a copy still queued into it holds the result (``_handoff.hold``)."""
+    """A pinned block of a ``PinnedPool`` (``ptr`` and ``size``, as
+    ``cupy.cuda.PinnedMemoryPointer`` reads them), back to its pool with the
+    last reference: its result's, which a copy still queued into it holds."""
 
     __slots__ = ("ptr", "size", "pool")
 
@@ -367,12 +320,10 @@ class PinnedPool:
     """Page-locked blocks for copy results, reused across calls.
 
     CuPy's pinned pool keeps a free list per exact size, without bound, and
-    a size it has not seen costs a ``cudaHostAlloc`` of the whole size
-    (pinning pages, far slower than the copy). Here sizes are grouped in
-    classes (``size_class``), a block returned is the first one reused (LIFO:
-    the pages most recently used), and at most ``idle_bytes`` of idle blocks
-    are kept. A block is reused only once its holder has dropped it, and
-    the holder is kept by any copy still queued into it."""
+    a new size costs a ``cudaHostAlloc`` far slower than the copy. Here sizes
+    are grouped in classes (``size_class``), the block returned last is
+    reused first (its pages are warm), and at most ``idle_bytes`` of idle
+    blocks are kept."""
 
     def __init__(self, runtime=None, idle_bytes: int = POOL_IDLE_BYTES):
         self.runtime = runtime if runtime is not None else HostRuntime()
@@ -384,12 +335,10 @@ class PinnedPool:
         self._lock = threading.RLock()  # a block may come back from __del__ on any thread
         self.closed = False
         self._forked = False
-        _every_pool.add(self)
+        _inherited.add(self)
 
     def _after_fork(self) -> None:
-        # In a forked child the blocks are the parent's pinned memory: none
-        # is reused or freed here (freeing calls the runtime); those still
-        # held come back to a closed pool that forgets them.
+        # In a forked child the blocks are the parent's: never reused or freed.
         self._lock = threading.RLock()
         self._idle.clear()
         self._order.clear()
@@ -439,10 +388,8 @@ class PinnedPool:
             self.allocated -= 1
         if self._forked:
             return  # the parent's memory: left to the process
-        try:
+        with contextlib.suppress(Exception):  # at exit the runtime may be gone: the process frees it
             self.runtime.free_host(ptr)
-        except Exception:  # at exit the runtime may be gone: the process frees it
-            pass
 
     def release_idle(self) -> None:
         """Free every idle block."""
@@ -460,21 +407,17 @@ class PinnedPool:
         self.release_idle()
 
 
-_pool: list = []  # the process's result pool, made on first use
-_pool_lock = threading.Lock()
+_pool = PinnedPool()  # the process's result pool
 
 
 def _after_fork() -> None:
-    global _rings_lock, _pool_lock
+    global _rings_lock, _pool
     _rings_lock = threading.Lock()
-    _pool_lock = threading.Lock()
-    for ring in list(_every_ring):
-        ring._after_fork()
-    for pool in list(_every_pool):
-        pool._after_fork()
+    for held in list(_inherited):
+        held._after_fork()
     _forsaken.extend(_rings.values())
     _rings.clear()  # ring_for makes new ones
-    _pool.clear()  # pinned_pool makes a new one
+    _pool = PinnedPool()
 
 
 if hasattr(os, "register_at_fork"):
@@ -482,11 +425,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def pinned_pool() -> PinnedPool:
-    if not _pool:
-        with _pool_lock:
-            if not _pool:
-                _pool.append(PinnedPool())
-    return _pool[0]
+    return _pool
 
 
 def to_host(src: int, nbytes: int, stream: int, gpu: int, pool: PinnedPool | None = None) -> Block:
@@ -504,5 +443,4 @@ def to_host(src: int, nbytes: int, stream: int, gpu: int, pool: PinnedPool | Non
 
 @atexit.register
 def _close_pool():
-    for pool in _pool:
-        pool.close()
+    _pool.close()

@@ -57,10 +57,8 @@ def describe(device_type) -> str:
 
 
 def check_stream(stream, device_type):
-    """Validate a consumer's stream for memory of ``device_type``; returns it.
-
-    CUDA ``0`` becomes ``1`` (legacy default stream) with a ``StreamWarning``.
-    """
+    """Validate a consumer's stream for memory of ``device_type``; returns it
+    (CUDA ``0`` as ``1``, with a ``StreamWarning``)."""
     if stream is None:
         return None
     if type(stream) is not int:
@@ -86,9 +84,8 @@ _PACKAGE = __name__.partition(".")[0]
 
 
 def _caller_level():
-    """The ``stacklevel`` that names, to a warning of ``check_stream``, the
-    first frame outside gpu_dlpack: the user's call, however many frames each
-    path (export, wrap, a backend) takes to reach the check."""
+    """The ``stacklevel`` of the first frame outside gpu_dlpack (the user's
+    call), however many frames each path takes to reach ``check_stream``."""
     frame, level = sys._getframe(2), 2  # check_stream's caller
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == _PACKAGE:
         frame, level = frame.f_back, level + 1
@@ -99,13 +96,7 @@ def _caller_level():
 
 #: The stream ``None`` names, as a handle a backend can queue work on: the
 #: legacy default stream on CUDA (``cudaStreamLegacy``), the null stream on ROCm.
-DEFAULT_HANDLE = {
-    DLDeviceType.CUDA: 1,
-    DLDeviceType.CUDA_HOST: 1,
-    DLDeviceType.CUDA_MANAGED: 1,
-    DLDeviceType.ROCM: 0,
-    DLDeviceType.ROCM_HOST: 0,
-}
+DEFAULT_HANDLE = {device_type: 1 if rules is CUDA_RULES else 0 for device_type, rules in RULES.items()}
 
 
 def resolve(stream, device_type) -> int:
@@ -118,23 +109,10 @@ def resolve(stream, device_type) -> int:
 
 # -- copies the host may read at once -----------------------------------------
 
-ALWAYS = "always"
-WITHOUT_STREAM = "when the consumer names no stream to wait on"
-
-#: When data in host-readable memory is complete before ``__dlpack__``
-#: returns. A CPU consumer has no stream, so its data is always complete;
-#: pinned and managed memory may be read by the host or by a GPU, so work is
-#: left queued only on a stream the consumer named. ``-1`` names none for a
-#: copy (the consumer cannot know the copy's stream), but for data exported
-#: in place it means the consumer synchronizes the producer itself. Other
-#: targets are GPU memory, ordered on the consumer's stream.
-HOST_COMPLETION = {
-    DLDeviceType.CPU: ALWAYS,
-    DLDeviceType.CUDA_HOST: WITHOUT_STREAM,
-    DLDeviceType.ROCM_HOST: WITHOUT_STREAM,
-    DLDeviceType.CUDA_MANAGED: WITHOUT_STREAM,
-}
-
+#: Memory of one GPU, named by its index (pinned and managed memory say 0).
+INDEXED_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
+#: Pinned and managed memory: read by the host or by a GPU.
+_HOST_READABLE = frozenset({DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED})
 
 #: Import targets whose results are NumPy arrays (host memory, read by the
 #: host at once): a copy into them is complete when ``from_dlpack`` returns.
@@ -144,26 +122,24 @@ HOST_RESULTS = frozenset({DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType
 
 def finishes_before_return(target_type, stream, copied=True) -> bool:
     """Whether data for ``target_type`` (a copy, or memory exported in place)
-    must be complete when the call returns."""
-    when = HOST_COMPLETION.get(target_type)
-    if when == ALWAYS:
+    must be complete when the call returns: always on the CPU (its consumer
+    has no stream); in pinned and managed memory, unless the consumer named
+    a stream to queue on. ``-1`` names none for a copy (whose stream the
+    consumer cannot know), but for memory exported in place it means the
+    consumer synchronizes the producer itself. GPU memory: never."""
+    if target_type == DLDeviceType.CPU:
         return True
-    return when == WITHOUT_STREAM and (stream is None or (stream == -1 and copied))
+    return target_type in _HOST_READABLE and (stream is None or (stream == -1 and copied))
 
 
 # -- stream objects -------------------------------------------------------------
 
 def handle_of(stream):
-    """The int handle of a stream object, or ``stream`` itself when it is an
-    int, None or not a stream object (``check_stream`` then judges it).
-
-    Reads, in this order, the CUDA stream protocol ``__cuda_stream__()``
-    (CuPy 14, cuda.core), ``.ptr`` (CuPy), ``.cuda_stream`` (PyTorch) and
-    ``.handle`` (Numba: a ctypes pointer or a driver handle). A stream object
-    whose handle is 0 is the null stream, unambiguous, so on CUDA it becomes
-    the legacy default stream (1) without a warning; a bare ``0`` is
-    ambiguous and is left to ``check_stream``.
-    """
+    """The int handle of a stream object (``__cuda_stream__()``, ``.ptr``,
+    ``.cuda_stream`` or ``.handle``, in this order), or ``stream`` itself
+    when it is none (``check_stream`` then judges it). A stream object's
+    null handle is unambiguous: on CUDA, the legacy default stream (1),
+    without the warning a bare ``0`` gets."""
     if stream is None or type(stream) is int or isinstance(stream, bool):
         return stream
     if hasattr(stream, "__index__"):
@@ -213,15 +189,7 @@ def device_index_of(stream):
 
 # -- the exchange stream of a block -------------------------------------------
 
-_local = threading.local()
-
-
-def _stack():
-    try:
-        return _local.stack
-    except AttributeError:
-        _local.stack = []
-        return _local.stack
+_local = threading.local()  # .stack: (handle, GPU index) of each block, innermost last
 
 
 @contextlib.contextmanager
@@ -275,7 +243,7 @@ def use_stream(stream: StreamLike, device: DeviceLike | int | None = None) -> It
     index = device_index_of(stream)
     if device is not None:
         index = device if type(device) is int else Device(device).index
-    stack = _stack()
+    stack = _local.__dict__.setdefault("stack", [])
     stack.append((handle, index))
     try:
         yield stream
@@ -297,10 +265,7 @@ def block_stream(device):
     if not stack:
         return None
     handle, index = stack[-1]
-    if index is not None and index != device.index and device.type in _INDEXED:
+    if index is not None and index != device.index and device.type in INDEXED_TYPES:
         return None
     return handle
 
-
-# Device types whose index names a GPU (pinned and managed memory say 0).
-_INDEXED = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})

@@ -584,18 +584,17 @@ def _strided_views():
 def test_the_extent_of_strided_memory_matches_numpy_byte_bounds():
     for a in _strided_views():
         strides = tuple(s // a.itemsize for s in a.strides)
-        low, high = cupy_imports._extent(a.shape, strides, a.itemsize)
+        start, nbytes, _offset = cupy_imports._span(a.ctypes.data, 0, a.shape, strides, a.itemsize)
         if a.size == 0:
-            assert (low, high) == (0, 0)
+            assert nbytes == 0
             continue
-        first = a.ctypes.data
-        assert (first + low, first + high) == tuple(_byte_bounds(a)), (a.shape, strides)
+        assert (start, start + nbytes) == tuple(_byte_bounds(a)), (a.shape, strides)
 
 
 def test_the_extent_of_compact_memory_is_its_size():
-    assert cupy_imports._extent((3, 4), None, 8) == (0, 96)
-    assert cupy_imports._extent((3, 0), None, 8) == (0, 0)
-    assert cupy_imports._extent((), (), 2) == (0, 2)
+    assert cupy_imports._span(0, 0, (3, 4), None, 8) == (0, 96, 0)
+    assert cupy_imports._span(0, 0, (3, 0), None, 8) == (0, 0, 0)
+    assert cupy_imports._span(0, 0, (), (), 2) == (0, 2, 0)
 
 
 def test_memory_wrapped_for_negative_strides_starts_at_the_lowest_address():

@@ -1,17 +1,10 @@
 """Backends: one per array library that holds what gpu_dlpack exports or
-imports. NumPy holds host memory; CuPy holds CUDA and ROCm memory, and makes
-every copy that involves a GPU (pinned and managed memory included).
-
-A backend does what ``_rules`` decided; adding one touches no rule. This
-package's face routes an array or a device to its backend; below it, the
-CuPy backend (``cupy/``), what the installed backends reach (``_reach``:
-the copies they make, the memory a GPU addresses in place), and the NumPy
-backend (``numpy``, with ``_old_numpy`` for NumPy before 2.1).
+imports (NumPy: host memory; CuPy: CUDA and ROCm memory, and every copy that
+involves a GPU). A backend does what ``_rules`` decided; this face routes an
+array or a device to its backend.
 """
 
 from __future__ import annotations
-
-import sys
 
 from .. import _errors, _handoff
 from .._devices import CPU, Device, DLDeviceType, host_tested
@@ -29,7 +22,7 @@ def for_array(x):
     """The backend that owns ``x``'s type, or None for a foreign producer."""
     if numpy_backend.owns(x):
         return numpy_backend
-    if "cupy" in sys.modules and cupy_backend.owns(x):
+    if cupy_backend.owns(x):
         return cupy_backend
     return None
 
@@ -51,17 +44,15 @@ def device_of(x) -> Device:
 def gpu_of(x) -> int | None:
     """The GPU that allocated ``x``'s memory, where its backend knows it (CuPy
     arrays, managed memory included); None otherwise."""
-    if "cupy" in sys.modules and cupy_backend.owns(x):
+    if cupy_backend.owns(x):
         return x.data.device_id
     return None
 
 
 def for_device(device: Device):
-    """The backend that holds arrays on ``device``; BufferError if none can.
-
-    CPU arrays are NumPy arrays; every other target (GPU, pinned and managed
-    memory) needs CuPy and a GPU, even when the result is a NumPy array over
-    pinned memory."""
+    """The backend that holds arrays on ``device`` (every target but the CPU
+    needs CuPy and a GPU, even a NumPy array over pinned memory); BufferError
+    if none can."""
     if device.type == DLDeviceType.CPU:
         return numpy_backend
     _handoff.check_not_forked()  # a forked child of a GPU process: a clear refusal, not a hang

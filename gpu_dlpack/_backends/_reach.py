@@ -1,7 +1,5 @@
-"""What the installed backends reach: the copies they can make, and the
-memory a GPU addresses in place. The rules ask both as questions
-(``_rules.plan_export``, ``_rules.zero_copy``): NumPy copies host-readable
-memory to the CPU; every other end needs CuPy and a GPU.
+"""What the installed backends reach, as the rules ask it: the copies they
+can make, and the memory a GPU addresses in place.
 
 Floor: the backends, under CuPy's exports and imports, over its ``gpus``.
 """
@@ -13,9 +11,9 @@ from .cupy import gpus as cupy_gpus
 
 
 def can_copy(source: Device, target: Device) -> bool:
-    """Whether the installed backends can make a copy from ``source`` to
-    ``target`` (which copies are allowed is ``_rules.COPY_MOVES``): NumPy
-    copies host-readable memory to the CPU; every other end needs CuPy."""
+    """Whether the installed backends can copy from ``source`` to ``target``
+    (whether they may is ``_rules.COPY_MOVES``): NumPy copies host-readable
+    memory to the CPU; every other end needs CuPy."""
     if target == CPU and source.is_host_accessible:
         return True
     return all(
@@ -24,6 +22,5 @@ def can_copy(source: Device, target: Device) -> bool:
 
 
 def addressable(source: Device, target: Device) -> bool:
-    """Whether the ``target`` GPU can address memory of ``source`` in place
-    (``_rules.MAPPED_MOVES``): a question for the hardware."""
+    """Whether GPU ``target`` addresses ``source`` memory in place (``_rules.MAPPED_MOVES``)."""
     return cupy_gpus.serves(target) and cupy_gpus.addressable(source, target)

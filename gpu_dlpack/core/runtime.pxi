@@ -1,22 +1,12 @@
 # The CUDA runtime calls: the stream hand-off and a copy with what follows
-# it, through CuPy's own runtime module.
-#
-# CuPy 13 and 14 link the CUDA runtime statically into
-# cupy_backends.cuda.api.runtime: no libcudart is loaded, and no symbol of
-# that runtime is exported. CuPy's other modules reach it through the C
-# functions the module publishes in __pyx_capi__, one PyCapsule per
-# function, named by its C signature. The core binds to the same entries,
-# so its calls go to the runtime instance that made the producer's streams
-# and events (on ROCm builds, the same module over HIP). A capsule whose
-# name is not the signature below is refused: calling it would be a call
-# through the wrong type. The functions hold the GIL when called and
-# release it themselves around each CUDA call that may wait (so nothing
-# here releases it); an error is CuPy's own CUDARuntimeError, as on the
-# Python path.
+# it, through the C entries of CuPy's own runtime module, each bound only
+# where its capsule's name is the C signature called here. The entries
+# release the GIL themselves around each CUDA call that may wait; an error
+# is CuPy's own CUDARuntimeError (docs/internals/core.md).
 
 from libc.stdint cimport intptr_t
 from libc.string cimport memset
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF, Py_CLEAR
+from cpython.ref cimport Py_DECREF
 from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Fetch, PyErr_Restore, PyErr_Clear, PyErr_Occurred
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_AsLong
@@ -58,12 +48,9 @@ cdef struct Runtime:
     is_capturing_t is_capturing
 
 # The calls (bind_runtime: all or none), and the capsules they come from,
-# held while bound (NULL: unbound).
-cdef struct RuntimeState:
-    Runtime rt
-    PyObject *rt_owner
-
-cdef RuntimeState runtime_state
+# held while bound (None: unbound).
+cdef Runtime bound_rt
+cdef object rt_owner = None
 
 # The entries, in the order of RT_*, and their signatures as Cython writes them.
 RUNTIME_ENTRIES = (
@@ -86,16 +73,16 @@ cdef enum:
 def bind_runtime(capi, /):
     """Bind the CUDA runtime calls to CuPy's runtime module's __pyx_capi__ (None: unbind); None, or (entry, found, expected) when one differs.
 
-    All of them or none. A missing entry (found None) or one whose signature
-    differs is named in the answer and nothing is bound; Python words it."""
+    All of them or none: a missing entry (found None) or one whose signature
+    differs is named, for Python to word, and nothing is bound."""
     cdef void *found[RT_ENTRIES]
     cdef PyObject *entry
-    cdef PyObject *old
     cdef const char *name
     cdef int i
+    global rt_owner
     if capi is None:
-        Py_CLEAR(runtime_state.rt_owner)
-        memset(&runtime_state.rt, 0, sizeof(runtime_state.rt))
+        rt_owner = None
+        memset(&bound_rt, 0, sizeof(bound_rt))
         return None
     if not isinstance(capi, dict):
         raise TypeError("bind_runtime(capi): a __pyx_capi__ dict, or None")
@@ -112,17 +99,14 @@ def bind_runtime(capi, /):
             return wanted, found_name, signature
         found[i] = PyCapsule_GetPointer(cap, name)
         kept.append(cap)
-    runtime_state.rt.get_device = <get_device_t>found[RT_GET_DEVICE]
-    runtime_state.rt.set_device = <set_device_t>found[RT_SET_DEVICE]
-    runtime_state.rt.event_record = <event_record_t>found[RT_EVENT_RECORD]
-    runtime_state.rt.stream_wait = <stream_wait_t>found[RT_STREAM_WAIT]
-    runtime_state.rt.memcpy_async = <memcpy_async_t>found[RT_MEMCPY_ASYNC]
-    runtime_state.rt.stream_sync = <stream_sync_t>found[RT_STREAM_SYNC]
-    runtime_state.rt.is_capturing = <is_capturing_t>found[RT_IS_CAPTURING]
-    old = runtime_state.rt_owner
-    Py_INCREF(kept)
-    runtime_state.rt_owner = <PyObject *>kept
-    Py_XDECREF(old)
+    bound_rt.get_device = <get_device_t>found[RT_GET_DEVICE]
+    bound_rt.set_device = <set_device_t>found[RT_SET_DEVICE]
+    bound_rt.event_record = <event_record_t>found[RT_EVENT_RECORD]
+    bound_rt.stream_wait = <stream_wait_t>found[RT_STREAM_WAIT]
+    bound_rt.memcpy_async = <memcpy_async_t>found[RT_MEMCPY_ASYNC]
+    bound_rt.stream_sync = <stream_sync_t>found[RT_STREAM_SYNC]
+    bound_rt.is_capturing = <is_capturing_t>found[RT_IS_CAPTURING]
+    rt_owner = kept
     return None
 
 
@@ -161,22 +145,17 @@ cdef int restore_device(const Runtime *rt, int before, int *current, bint failed
 
 cdef inline object bound_runtime(Runtime *rt, str what):
     """The runtime as it is now, and what keeps its entries alive for the
-    call: an entry may run Python (a stand-in in the tests), which may bind
-    another runtime (or none) meanwhile. A RuntimeError when unbound."""
-    if runtime_state.rt_owner == NULL:
+    call (an entry may run Python, which may bind another meanwhile)."""
+    if rt_owner is None:
         raise RuntimeError(f"gpu_dlpack._core has no CUDA runtime for {what}")
-    rt[0] = runtime_state.rt
-    return <object>runtime_state.rt_owner
+    rt[0] = bound_rt
+    return rt_owner
 
 
 def handoff(event, producer, consumer, device, consumer_device, /):
-    """The stream hand-off in one call.
-
-    Record `event` on `producer` (GPU `device`) and make `consumer` (on GPU
-    `consumer_device`) wait for it, each call made on its stream's device,
-    the current device restored. What _handoff.handoff does through CuPy;
-    whether to call it is for Python to say. An error of the runtime is
-    CuPy's CUDARuntimeError."""
+    """The stream hand-off in one call: record `event` on `producer` (GPU
+    `device`) and make `consumer` (GPU `consumer_device`) wait for it, each
+    on its stream's device, the current device restored."""
     cdef Runtime rt
     owner = bound_runtime(&rt, "the stream hand-off")
     # Each converted before the next: a conversion may run Python (__index__).
@@ -197,15 +176,10 @@ def handoff(event, producer, consumer, device, consumer_device, /):
 
 
 def copy(dst, src, nbytes, stream, device, event, synchronize, /):
-    """A copy and what follows it, in one call.
-
-    cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream) on GPU
-    `device`, then cudaEventRecord(event, stream) when `event` is not 0 (what
-    keeps the copy's buffers alive), then cudaStreamSynchronize(stream) when
-    `synchronize` (a copy the host reads at once). The current device is
-    switched only when it is another, and restored; CuPy's functions release
-    the GIL around the copy and the wait. Whether to copy, and whether to
-    wait, is for Python to say."""
+    """A copy and what follows it, in one call: cudaMemcpyAsync (the
+    direction read from the addresses) on `stream` of GPU `device`, then
+    cudaEventRecord of `event` unless 0, then cudaStreamSynchronize when
+    `synchronize`; the current device switched only when another, and restored."""
     cdef Runtime rt
     owner = bound_runtime(&rt, "copies")
     # Each converted before the next: a conversion may run Python (__index__).
@@ -228,30 +202,16 @@ def copy(dst, src, nbytes, stream, device, event, synchronize, /):
     return None
 
 
-cdef int is_capturing(const Runtime *rt, intptr_t stream) except -1:
-    """cudaStreamIsCapturing: 1 or 0; -1 with CuPy's error set."""
-    cdef int answer = rt.is_capturing(stream, 0)
-    if PyErr_Occurred() != NULL:
-        return -1
-    return answer != 0
-
-
 def capturing(stream, device, /):
-    """Whether `stream` is capturing a CUDA graph: cudaStreamIsCapturing,
-    made on GPU `device` when it is not negative (the handles of the
-    default streams name those of the current device), the current device
-    restored; a negative `device` leaves the current one as it is (a
-    stream's own handle needs none). What _handoff.capture_of asks before it
-    queues anything; an error of the runtime is CuPy's (a CUDARuntimeError
-    for the legacy stream while a capture runs, a RuntimeError for an
-    invalidated capture), for Python to word."""
+    """Whether `stream` is capturing a CUDA graph (cudaStreamIsCapturing),
+    asked on GPU `device` unless it is negative (a stream's own handle needs
+    none), the current device restored. An error is CuPy's, for Python to
+    word (_handoff.capture_of)."""
     cdef Runtime rt
     owner = bound_runtime(&rt, "the capture check")
     cdef void *stream_ptr = PyLong_AsVoidPtr(stream)
     cdef int gpu = PyLong_AsLong(device)
-    if gpu < 0:
-        return is_capturing(&rt, <intptr_t>stream_ptr) == 1
-    cdef int before = rt.get_device(0)
+    cdef int before = gpu if gpu < 0 else rt.get_device(0)
     cdef int current = before
     cdef int answer = 0
     cdef bint failed = switch_device(&rt, gpu, &current) < 0

@@ -1,8 +1,6 @@
-"""The CuPy backend's copies: device to host through the copy engine's pinned
-pool, host to device (large pageable arrays through its ring of pinned
-chunks), device to device and between GPUs, each queued on a stream, with
-every buffer it reads or writes kept alive until it is done (``_copies``
-and ``_handoff`` are the mechanism).
+"""The CuPy backend's copies, between any two of host, pinned, managed and
+GPU memory, each queued on a stream, with every buffer it reads or writes
+kept alive until it is done (``_copies`` and ``_handoff`` are the mechanism).
 
 Floor: the backends, under CuPy's exports and imports, over its ``gpus``.
 """
@@ -21,14 +19,11 @@ _T = DLDeviceType
 
 
 def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=None):
-    """A new array on ``target`` holding CuPy array ``x``'s values (a CuPy
-    array, or a NumPy array over pinned memory for host targets).
-
-    The copy is queued on the consumer's stream after it waits for
-    ``producer``; on the producer's stream when the consumer asked for no
-    synchronization (-1) or is the host without a stream. ``host_done``: the
-    copy is complete on return; else ``x`` stays alive until it is.
-    """
+    """A new array on ``target`` holding CuPy array ``x``'s values (a NumPy
+    array over pinned memory for host targets), queued on the consumer's
+    stream after it waits for ``producer``, or on the producer's stream when
+    the consumer asked for no synchronization or is the host without a
+    stream; complete on return when ``host_done``."""
     if stream == -1 or consumer == -1 or (host_done and stream is None):
         copy_stream, copy_gpu = producer, src_gpu
     else:
@@ -60,9 +55,8 @@ def _copy_from_gpu(x, src_gpu, producer, target, stream, host_done, consumer=Non
 def _to_pinned(src, nbytes, shape, dtype, order, stream, gpu, host_done, *sources):
     """A NumPy array over a pinned block of the copy engine's pool holding
     the ``nbytes`` at device address ``src``: complete on return when
-    ``host_done`` (one copy, one stream synchronize), else queued on
-    ``stream`` with the block and ``sources`` kept until the copy is done.
-    A block whose copy failed is freed, never reused."""
+    ``host_done``, else with the block and ``sources`` kept until the copy
+    is done. A block whose copy failed is freed, never reused."""
     if not nbytes:
         return np.empty(shape, dtype, order=order)
     pool = _copies.pinned_pool()
@@ -79,8 +73,7 @@ def _to_pinned(src, nbytes, shape, dtype, order, stream, gpu, host_done, *source
 
 
 def _over_block(block, shape, dtype, order):
-    """A NumPy array over ``block``, which goes back to its pool when the
-    array and its views are gone."""
+    """A NumPy array over ``block``, back to its pool once the array and its views are gone."""
     return np.ndarray(shape, dtype, buffer=_pinned_pointer()(block, 0), order=order)
 
 
@@ -94,8 +87,7 @@ def _pinned_pointer():
 
 def _queue_copy(dst, src, nbytes, stream, gpu, host_done, *buffers):
     """Copy ``nbytes`` from ``src`` to ``dst`` on ``stream``: complete on
-    return when ``host_done`` (the host waits for the stream), else with
-    every buffer it reads or writes kept until it is done."""
+    return when ``host_done``, else with ``buffers`` kept until it is done."""
     if not nbytes:
         return
     if host_done:
@@ -106,9 +98,7 @@ def _queue_copy(dst, src, nbytes, stream, gpu, host_done, *buffers):
 
 def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
     """A new array on ``target`` (GPU, managed or pinned memory) holding host
-    array ``arr``'s values; GPU targets are reached by an asynchronous copy
-    on the consumer's stream, large pageable arrays through the copy engine's
-    ring of pinned chunks (``_copies``)."""
+    array ``arr``'s values, copied to a GPU on the consumer's stream."""
     src = arr if _order(arr) is not None else np.ascontiguousarray(arr)
     if dtype.carrier is not None:
         src = src.view(dtype.carrier)
@@ -119,7 +109,7 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
         return out.view(dtype.numpy) if dtype.carrier is not None else out
     gpu = _stream_gpu(target, None)
     if consumer is None:
-        consumer = -1 if stream == -1 else _streams.resolve(stream, target.type)
+        consumer = _streams.resolve(stream, target.type)
     copy_stream = consumer if consumer != -1 else _handoff.current_stream(gpu)
     _refuse_copy_under_capture(target, (copy_stream, gpu))
     out = _allocate(target, src.shape, src.dtype, order, copy_stream, gpu)
@@ -135,8 +125,7 @@ def _copy_from_host(arr, dtype, target, stream, host_done, consumer=None):
 
 def _ring_copy(out, src, stream, gpu) -> bool:
     """Copy large pageable ``src`` into ``out`` through the copy engine's
-    ring of pinned chunks filled by worker threads, when it pays on this
-    host (``_copies.plan``) and the ring is free; False otherwise."""
+    ring, when it pays here (``_copies.plan``) and is free; False otherwise."""
     workers = _copies.plan(src.nbytes)
     if not workers or _is_pinned(src.ctypes.data):
         return False
@@ -154,21 +143,17 @@ def _ring_copy(out, src, stream, gpu) -> bool:
 
 def _refuse_copy_under_capture(target, *streams):
     """Refuse a copy before anything is queued when one of ``streams``
-    (``(handle, gpu)`` pairs: the producer's, the copy's) takes part in a
-    CUDA graph capture: every copy the layer makes either waits on the host,
-    reads or writes host memory, or keeps buffers alive until it is done,
-    none of which a graph can hold, and allocates its destination, which
-    CuPy's pool may do with cudaMalloc, forbidden during a capture
-    (``_handoff.refuse_under_capture``)."""
+    (``(handle, gpu)`` pairs) takes part in a CUDA graph capture: every copy
+    waits on the host, touches host memory or keeps buffers alive, none of
+    which a graph can hold, and allocates (cudaMalloc, forbidden then)."""
     for stream, gpu in dict.fromkeys(streams):  # each stream asked once
         _handoff.refuse_under_capture(f"copy the array to {target}", stream, gpu)
 
 
 def _finish(stream, gpu, host_done, *buffers):
     """Complete a queued copy before returning, or keep every buffer it
-    reads or writes (source, destination) alive until it is done: a caller
-    may drop the result at once, and memory back in a pool (CuPy's pinned
-    pool) must not be handed out while the copy still writes it."""
+    reads or writes alive until it is done (a caller may drop the result at
+    once, which must not go back to a pool while the copy writes it)."""
     if host_done:
         _handoff.wait_host(stream, gpu)
     else:
@@ -186,8 +171,7 @@ def _order(a):
 
 def _allocate(target, shape, dtype, order, stream, gpu):
     """An empty array for a copy to ``target``: CuPy memory ordered on
-    ``stream`` for GPU targets, managed memory, or pinned host memory under
-    a NumPy array for host targets."""
+    ``stream``, managed memory, or a NumPy array over pinned memory."""
     import cupy
 
     if target.type in INDEXED_TYPES:
@@ -208,16 +192,12 @@ def _address(a) -> int:
 
 
 def _is_current(stream: int, gpu: int) -> bool:
-    """Whether CuPy already allocates on ``stream`` on GPU ``gpu``: ``gpu``
-    is current and ``stream`` is CuPy's current stream there (no switch to
-    make around the allocation)."""
+    """Whether CuPy already allocates on ``stream`` on GPU ``gpu`` (no switch to make)."""
     return _handoff._runtime().getDevice() == gpu and _handoff.current_stream(gpu) == stream
 
 
 def _pinned_empty(shape, dtype, order):
-    """A NumPy array over page-locked memory from the copy engine's pool
-    (``_copies.PinnedPool``); the block goes back to the pool when the array
-    and its views are gone."""
+    """A NumPy array over a block of the copy engine's pinned pool."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if nbytes == 0:
@@ -226,9 +206,8 @@ def _pinned_empty(shape, dtype, order):
 
 
 def to_host(arr, copy):
-    """A NumPy copy of CuPy array ``arr``, complete on return. Used for a
-    producer too old to move its own data: it was asked with stream=None, so
-    the copy is ordered on the default stream."""
+    """A NumPy copy of CuPy array ``arr``, complete on return, ordered on the
+    default stream (a producer too old to move its data, asked with stream=None)."""
     gpu = arr.data.device_id
     default = _streams.DEFAULT_HANDLE[_T.ROCM if cupy_is_rocm() else _T.CUDA]
     return _copy_from_gpu(arr, gpu, default, CPU, -1, True)

@@ -1,8 +1,7 @@
 """The CuPy backend as a producer: CuPy arrays, and host arrays bound for a
-GPU-side target, as capsules under the rules' plan. CuPy's own exporter
-makes the zero-copy capsule, asked for no synchronization: the stream
-hand-off is made here with pooled events (``_handoff``), then the capsule
-is corrected (version, flags, device label, dtype).
+GPU-side target, as capsules under the rules' plan. CuPy's exporter makes
+the zero-copy capsule, unsynchronized: the hand-off is made here, then the
+capsule is corrected (version, flags, device label, dtype).
 
 Floor: the backends, beside ``imports``, over ``copies`` and ``gpus``.
 """
@@ -71,9 +70,8 @@ def export_host(arr, plan, dtype, stream):
 
 
 def _capsule_of(arr, dtype, versioned):
-    """CuPy's own zero-copy capsule for ``arr`` (the stream hand-off already
-    done), carrying DLPACK_VERSION and the real dtype. Returns it and its
-    struct's address."""
+    """CuPy's zero-copy capsule for ``arr`` (the hand-off already made), and
+    its struct's address, carrying DLPACK_VERSION and the real dtype."""
     view = arr if dtype.carrier is None or arr.dtype == dtype.carrier else arr.view(dtype.carrier)
     try:
         capsule = view.__dlpack__(stream=-1, max_version=_ASK if versioned else None)

@@ -1,8 +1,6 @@
-"""The CuPy backend's GPUs: whether CuPy serves a device, where an array's
-memory is (CUDA, managed, or a ROCm build's GPU), what a GPU addresses in
-place, when the host may read memory in place, and which GPU and stream
-serve a target. Asked of CuPy's runtime, each answer kept where it cannot
-change.
+"""The CuPy backend's GPUs, as CuPy's runtime answers (kept where the answer
+cannot change): which devices CuPy serves, where an array's memory is, what
+a GPU addresses in place, and which GPU and stream serve a target.
 
 Floor: the backends, at the bottom of CuPy's: it asks only the runtime.
 """
@@ -10,12 +8,12 @@ Floor: the backends, at the bottom of CuPy's: it asks only the runtime.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 import weakref
 
 from ... import _handoff, _streams
 from ..._devices import Device, DLDeviceType, cupy_is_rocm
+from ..._streams import INDEXED_TYPES
 
 _T = DLDeviceType
 
@@ -26,8 +24,6 @@ _BUILD_TYPES = {
 #: Memory a CuPy array holds; the other GPU types are pinned host memory,
 #: which lands in NumPy arrays.
 DEVICE_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED})
-#: Memory of one GPU, named by its index.
-INDEXED_TYPES = frozenset({_T.CUDA, _T.ROCM})
 
 
 def owns(x) -> bool:
@@ -38,8 +34,6 @@ def owns(x) -> bool:
 @functools.lru_cache(maxsize=1)
 def device_count() -> int:
     """GPUs CuPy can use; 0 without CuPy, without a driver, or without a GPU."""
-    if importlib.util.find_spec("cupy") is None:
-        return 0
     try:
         import cupy
 
@@ -89,28 +83,22 @@ def device_of(x) -> Device:
     """Where a CuPy array's memory is: CUDA, CUDA_MANAGED (id 0, as DLPack
     says for managed memory) or, on a ROCm build, ROCM."""
     data = x.data
-    gpu = data.device_id
     if cupy_is_rocm():
-        return Device._make(_T.ROCM, gpu)
-    managed = _managed_by_kind(data.mem)
-    if managed is None:
-        managed = _is_managed(data.ptr)
-    if managed:
+        return Device._make(_T.ROCM, data.device_id)
+    if _is_managed_memory(data.mem):
         return Device._make(_T.CUDA_MANAGED, 0)
-    return Device._make(_T.CUDA, gpu)
+    return Device._make(_T.CUDA, data.device_id)
 
 
-#: Whether memory of each of CuPy's memory classes is managed, where the
-#: class alone says (cudaMalloc, cudaMallocAsync, cudaMallocManaged).
+#: Whether each of CuPy's memory classes is managed, where the class says.
 _KIND_OF_CLASS: dict = {}
-#: The same, learnt per CuPy memory pool: a pool's blocks all come from its
-#: one allocator, so the runtime is asked once per pool.
+#: The same per memory pool (one allocator each): the runtime asked once per pool.
 _kind_of_pool: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _managed_by_kind(mem) -> bool | None:
+def _is_managed_memory(mem) -> bool:
     """Whether ``mem`` (an array's ``data.mem``) is managed memory, as its
-    CuPy class or its pool says; None when neither does (ask the runtime)."""
+    CuPy class or its pool says, else as the runtime says."""
     if not _KIND_OF_CLASS:
         from cupy.cuda import memory
 
@@ -118,6 +106,8 @@ def _managed_by_kind(mem) -> bool | None:
         if hasattr(memory, "MemoryAsync"):
             _KIND_OF_CLASS[memory.MemoryAsync] = False
     known = _KIND_OF_CLASS.get(type(mem))
+    if known is None:
+        return _memory_is(mem.ptr, "Managed")
     if known is not _POOLED:
         return known
     try:  # a block of a memory pool
@@ -125,10 +115,10 @@ def _managed_by_kind(mem) -> bool | None:
         pool = pool() if isinstance(pool, weakref.ref) else pool
         known = _kind_of_pool.get(pool)
         if known is None:
-            known = _kind_of_pool[pool] = _is_managed(mem.ptr)
+            known = _kind_of_pool[pool] = _memory_is(mem.ptr, "Managed")
         return known
     except TypeError:  # a pool that takes no weak reference: ask each time
-        return None
+        return _memory_is(mem.ptr, "Managed")
 
 
 _POOLED = "pooled"
@@ -153,10 +143,9 @@ def gpu_of(ptr: int) -> int:
 
 def _before_host_access(source: Device, producer: int, gpu: int) -> None:
     """Wait until the host may read ``source`` memory in place: the
-    producer's stream is done, and for managed memory on GPUs without
-    concurrent managed access (cudaDevAttrConcurrentManagedAccess 0: Windows,
-    pre-Pascal and some virtualised GPUs), where a host access while any
-    kernel runs faults, every GPU is idle."""
+    producer's stream is done, and every GPU is idle for managed memory
+    without concurrent managed access (Windows, pre-Pascal and some
+    virtualised GPUs: a host access while any kernel runs faults)."""
     if source.type == _T.CUDA_MANAGED and not _attribute("cudaDevAttrConcurrentManagedAccess", gpu):
         for device in range(device_count()):
             _handoff.synchronize_device(device)
@@ -165,8 +154,8 @@ def _before_host_access(source: Device, producer: int, gpu: int) -> None:
 
 
 def _memory_is(ptr: int, kind: str) -> bool:
-    """Whether ``ptr`` points into the runtime's ``memoryType<kind>`` memory
-    (False for NULL, and for pageable memory on runtimes that refuse to say)."""
+    """Whether ``ptr`` points into ``memoryType<kind>`` memory (False for
+    NULL, and for pageable memory on runtimes that refuse to say)."""
     runtime = _handoff._runtime()
     if not ptr:
         return False
@@ -175,10 +164,6 @@ def _memory_is(ptr: int, kind: str) -> bool:
     except Exception:
         return False
     return found == getattr(runtime, f"memoryType{kind}")
-
-
-def _is_managed(ptr: int) -> bool:
-    return _memory_is(ptr, "Managed")
 
 
 def _is_pinned(ptr: int) -> bool:
@@ -201,8 +186,7 @@ def _stream_gpu(target: Device, fallback: int | None) -> int:
 
 def _consumer_stream(stream, target: Device, gpu: int) -> int:
     """The handle of the stream an import's result is used on: ``stream``,
-    else the enclosing ``use_stream`` block's, else CuPy's current stream on
-    the target GPU (the per-thread default stream when CuPy uses it)."""
+    else the enclosing ``use_stream`` block's, else CuPy's current one."""
     if stream is None:
         stream = _streams.block_stream(target)
         if stream is None:

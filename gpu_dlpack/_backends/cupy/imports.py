@@ -1,9 +1,8 @@
 """The CuPy backend as a consumer: producers and capsules landed in CuPy
 arrays (or NumPy arrays over pinned memory), through ``cupy.from_dlpack``
-for the capsules it takes (CUDA, CUDA_MANAGED, ROCM) and over
-``cupy.cuda.UnownedMemory`` owned by the capsule's tensor for the memory it
-refuses (pinned or host memory a GPU can address); the pieces of a spread
-array gathered on a GPU.
+or, for memory it refuses (pinned or host memory a GPU addresses), over
+``cupy.cuda.UnownedMemory`` owned by the capsule's tensor; the pieces of a
+spread array gathered on a GPU.
 
 Floor: the backends, beside ``exports``, over ``copies`` and ``gpus``.
 """
@@ -80,9 +79,8 @@ def import_to(x, source, target, copy, needs_copy, stream):
 
 
 def import_capsule(capsule, versioned, header, target, copy, needs_copy, stream):
-    """A raw capsule onto ``target``: a GPU, pinned or managed memory, or the
-    CPU for a capsule of device memory. Its producer already chose how to
-    synchronize; copies are queued on the consumer's stream."""
+    """A raw capsule onto ``target`` (a GPU, pinned or managed memory, or the
+    CPU for device memory), its producer already synchronized."""
     _handoff.collect()
     source = Device((header.device_type, header.device_id))
     _rules.check_move(source, target)
@@ -127,9 +125,8 @@ def _land(capsule, versioned, header, source, target, copy, needs_copy, stream, 
 
 
 def consume(capsule, versioned, header):
-    """A CuPy array over a checked capsule's memory, zero-copy. The capsule's
-    owner stays alive, and its deleter is called once, when the array and
-    all its views are gone."""
+    """A CuPy array over a checked capsule's memory, zero-copy; the deleter
+    runs once, when the array and all its views are gone."""
     try:
         return _consume_checked(capsule, versioned, header)
     except BufferError:
@@ -159,9 +156,8 @@ def _consume_checked(capsule, versioned, header):
 
 
 def _wrap(capsule, versioned, header, gpu, dtype=None):
-    """A CuPy array on GPU ``gpu`` over memory CuPy's importer refuses
-    (pinned or host memory the GPU addresses), owned by the capsule's tensor:
-    its deleter runs once, when the array and all its views are gone."""
+    """A CuPy array on GPU ``gpu`` over memory CuPy's importer refuses,
+    owned by the capsule's tensor (deleted once, with the last view)."""
     import cupy
 
     if dtype is None:
@@ -183,26 +179,18 @@ def _wrap(capsule, versioned, header, gpu, dtype=None):
     return _as_dtype(arr, dtype)
 
 
-def _extent(shape, strides, itemsize):
-    """``(low, high)``: the bytes an array spans, as offsets from its first
-    element: ``low`` (0 or less: negative strides reach below the first
-    element) to ``high``, just past the highest element. ``(0, 0)`` when
-    empty; ``strides`` in elements, None for compact row-major."""
-    if not all(shape):
-        return 0, 0
-    if strides is None:
-        return 0, int(np.prod(shape)) * itemsize
-    low, high = _capsule.reach(shape, strides)
-    return low * itemsize, (high + 1) * itemsize
-
-
 def _span(data, byte_offset, shape, strides, itemsize):
-    """``(start, nbytes, offset)`` of the memory to wrap for a tensor: it
-    starts at the lowest address the tensor touches, and its first element
-    is ``offset`` bytes in."""
-    low, high = _extent(shape, strides, itemsize)
+    """``(start, nbytes, offset)`` of the memory to wrap for a tensor: from
+    the lowest address it touches (negative strides reach below its first
+    element, which is ``offset`` bytes in) to just past the highest; nothing
+    when it is empty. ``strides`` in elements, None for compact row-major."""
     first = data + byte_offset
-    return first + low, high - low, -low
+    if not all(shape):
+        return first, 0, 0
+    if strides is None:
+        return first, int(np.prod(shape)) * itemsize, 0
+    low, high = _capsule.reach(shape, strides)
+    return first + low * itemsize, (high + 1 - low) * itemsize, -low * itemsize
 
 
 def _as_dtype(arr, dtype):
@@ -219,9 +207,8 @@ def _as_dtype(arr, dtype):
 
 def gather(shape, dtype, pieces, target, stream):
     """A CuPy array on GPU ``target`` assembled from the shards ``pieces``
-    (each with the ``index`` it covers): every shard is read where it is or
-    copied to the GPU once, as its import onto ``target`` makes it
-    (``import_to``), then placed, all on the consumer's stream."""
+    (each with the ``index`` it covers), each imported onto ``target`` once
+    and placed, all on the consumer's stream."""
     import cupy
 
     gpu = target.index
@@ -258,11 +245,10 @@ def aligned_copy(arr, alignment, stream=None):
 
 
 def _exchange(x, source, ask):
-    """x's capsule through its type's DLPack C exchange API (the compiled
-    core; PyTorch offers it): exported without synchronizing, then ``ask``
-    made to wait for the producer's current work stream with a pooled event,
-    which is what ``x.__dlpack__(stream=ask)`` does. None when the type
-    offers no such API, or the memory is not on a CUDA GPU."""
+    """x's capsule through its type's DLPack C exchange API (PyTorch's),
+    unsynchronized, then ``ask`` made to wait for the producer's current work
+    stream, as ``x.__dlpack__(stream=ask)`` does. None when the type offers
+    no such API, or the memory is not on a CUDA GPU."""
     if source.type != _T.CUDA or ask is None:
         return None
     got = core.exchange(x)
