@@ -263,6 +263,7 @@ def _plain_test(faults) -> Callable:
     writeable = bool(faults & _faults._READ_ONLY)
     compact = "non-compact-strides" in faults
     negative = "negative-strides" in faults
+    anywhere = "negative-strides-anywhere" in faults
     narrows = "narrows-64-bit" in faults
     narrows_floats = "narrows-float64" in faults
     c_order = "c-order-only" in faults
@@ -277,6 +278,8 @@ def _plain_test(faults) -> Callable:
             return False  # the setting that keeps the dtype is read by the general path
         if narrows_floats and x.dtype in _WIDE_FLOATS:
             return False  # refused by the general path
+        if anywhere and min(x.strides, default=0) < 0:
+            return False  # even where the walked-axes test sees none
         if compact:
             return flags.c_contiguous or flags.f_contiguous
         if negative and not flags.c_contiguous:
@@ -566,6 +569,16 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         return _convert_dask(x, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
+    if copy is not True and device is None and "nested-import-deadlock" in c.faults and (
+            getattr(_peers.of_array_type(t), "name", "") == c.name):
+        # The consumer's own tensor goes over as a tensor: imported by DLPack,
+        # it could become an import of an import, which it deadlocks freeing
+        # (a copy, made apart from the source, cannot).
+        result = x.detach()
+        if not report:
+            return result
+        why = f"handed over as a {c.name} tensor, not by DLPack: {c.name} {_peers.FAULTS['nested-import-deadlock'][0]}"
+        return Conversion(result, c.name, c.version, False, None, False, ("nested-import-deadlock",), (why,))
     target = None if device is None else Device(device)
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
     served: Any = None  # a Served wherever the consumer imports from it or a report reads it

@@ -108,6 +108,8 @@ def is_c_order(shape, strides) -> bool:
 #: any compact copy, made for an earlier fault, already serves it).
 _LAYOUT_FAULTS = (
     ("negative-strides", has_negative, "copied", False),
+    ("negative-strides-anywhere", lambda shape, strides: strides is not None and min(strides, default=0) < 0,
+     "copied", True),
     ("non-compact-strides", lambda shape, strides: not is_compact(shape, strides), "copied", False),
     ("c-order-only", lambda shape, strides: not is_c_order(shape, strides), "copied in C order", True),
 )

@@ -138,6 +138,13 @@ FAULTS = {
     "narrows-float64": (
         "imports float64 as float32 and complex128 as complex64, by a copy and silently "
         "(1e300 becomes inf), whatever any setting says", "from_dlpack"),
+    "negative-strides-anywhere": (
+        "refuses any negative stride, even on an axis of length 1 or in an empty array, where no "
+        "element is reached through it", "from_dlpack"),
+    "nested-import-deadlock": (
+        "deadlocks the process freeing a tensor it imported from one of its own tensors that it had "
+        "itself imported by DLPack, once that source is freed first (its deleters' lock taken twice)",
+        "from_dlpack"),
 }
 
 #: Producer faults whose arrays are read-only, whatever their capsules say.
@@ -300,6 +307,9 @@ PEERS = (
             # Its CPU build asks for the GPU's current stream of any producer
             # whose __dlpack_device__ names a GPU, and dies (SIGSEGV).
             Fault("gpu-import-crashes", seen=("3.3.1",), unless="is_compiled_with_cuda"),
+            # PaddleDeleterManager::DeleterBridge, re-entered: convert hands
+            # a Paddle tensor to Paddle as a tensor, never by an exchange.
+            Fault("nested-import-deadlock", seen=("3.3.1",)),
         ),
         export_faults=(
             # __dlpack_device__ of a CPU tensor gives (kDLCPU, None).
@@ -331,6 +341,7 @@ PEERS = (
         "mlx", "mlx", consumer=("core.from_dlpack",), submodules=("mlx.core",),
         faults=(
             Fault("negative-strides", seen=("0.32.4",)),  # ValueError
+            Fault("negative-strides-anywhere", seen=("0.32.4",)),
             Fault("narrows-float64", seen=("0.32.4",)),
             # It asks with no max_version first, and for (1, 1) only after a
             # BufferError; and it copies every import, aligned or not.

@@ -330,15 +330,12 @@ def _active(lib):
         return _peers.active_faults(peer, version)
 
 
-def mlx_negative_unwalked(src) -> bool:
-    """Whether ``src`` has a negative stride only where the layer's
-    negative-strides test (``_faults.has_negative``) sees none: on axes of
-    length 1, or in an empty array. MLX refuses these too."""
-    from gpu_dlpack import _faults
-
-    v = gpu_dlpack.view(src)
-    strides = v.strides or ()
-    return any(s < 0 for s in strides) and not _faults.has_negative(v.shape, strides)
+def paddle_import(producer, name) -> bool:
+    """Whether ``produce`` made this Paddle tensor by ``paddle.from_dlpack``
+    (the unsigned types ``to_tensor`` refuses): Paddle 3.3 deadlocks freeing
+    a tensor it imported from such a tensor, once the source is freed first
+    (the peers' row ``nested-import-deadlock``)."""
+    return producer == "paddle" and name in ("uint16", "uint32", "uint64")
 
 
 def check(cases, producer, consumer, path, name, layout, seed, copy):
@@ -360,6 +357,11 @@ def check(cases, producer, consumer, path, name, layout, seed, copy):
                 w = gpu_dlpack.wrap(src)
                 faults = _active(consumer)
                 negative = any(s < 0 for s in (gpu_dlpack.view(src).strides or ()))
+                if consumer == "paddle" and paddle_import(producer, name):
+                    # Paddle would deadlock freeing its import of its own import:
+                    # convert hands a Paddle tensor over without an exchange.
+                    cases[f"{label} wrap: a re-import Paddle cannot free left to convert (peer fault)"] += 1
+                    return
                 if negative and "negative-strides" in faults:
                     # torch 2.12-2.13 abort the process: convert copies these.
                     cases[f"{label} wrap: negative strides left to convert (peer fault)"] += 1
@@ -374,10 +376,6 @@ def check(cases, producer, consumer, path, name, layout, seed, copy):
             # A dtype the consumer's library does not have: its own refusal,
             # passed on (the layer has no table of every library's dtypes).
             cases[f"{label} convert: {name} refused by the consumer, which lacks it"] += 1
-            return
-        if path == "convert" and consumer == "mlx" and mlx_negative_unwalked(src):
-            # A layer gap (test_mlx_gets_a_copy_of_a_negative_stride_on_an_axis_not_walked).
-            cases[f"{label} convert: negative stride on an axis not walked (known gap)"] += 1
             return
         if path == "convert":
             raise AssertionError(f"{label} convert raised a peer's error, not the layer's: {exc!r}") from exc
