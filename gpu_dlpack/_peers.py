@@ -357,6 +357,13 @@ PEERS = (
         "pyarrow", "pyarrow", array="Array", array_module="pyarrow", consumer=(),
         export_faults=(Fault("read-only-legacy-export", seen=("26.0.1",)),),
     ),
+    # tvm-ffi imports with tvm_ffi.from_dlpack, asking __dlpack__() with no
+    # keyword (legacy capsules); a READ_ONLY versioned capsule handed to it
+    # comes back out writeable (np.from_dlpack of its Tensor).
+    Peer(
+        "tvm_ffi", "tvm_ffi", array="Tensor", array_module="tvm_ffi",
+        faults=(Fault("legacy-only", seen=("0.1.15.post2",)), Fault("read-only-ignored", seen=("0.1.15.post2",))),
+    ),
     # array-api-strict's devices ("CPU_DEVICE", "device1", "device2") all
     # hold host memory: its arrays say (1, 0) in __dlpack_device__.
     Peer(

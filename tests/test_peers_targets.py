@@ -4,6 +4,8 @@ test skipped where its library is not installed).
 - MLX imports with ``mlx.core.from_dlpack``, always by a copy of its own;
   it raises on a negative stride (the layer copies) and holds float64 as
   float32 and complex128 as complex64 (the layer refuses: DtypeChangeError).
+- tvm-ffi asks for legacy capsules and imports READ_ONLY ones writeable:
+  read-only data goes over as a copy.
 - A dask array converted to NumPy or CuPy stays a dask array, each chunk
   converted when computed; to any other library, the computed array.
 """
@@ -103,3 +105,23 @@ def test_convert_of_a_dask_array_to_another_library_is_the_computed_array(da, to
 def test_a_dask_array_with_report(da):
     done = gpu_dlpack.convert(da.from_array(np.arange(4.0), chunks=2), "numpy", report=True)
     assert done.library == "numpy" and done.array.compute().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_convert_to_tvm_ffi_copies_read_only_data_and_shares_the_rest():
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    a = np.arange(6.0)
+    t = gpu_dlpack.convert(a, "tvm_ffi")
+    assert type(t) is tvm_ffi.Tensor and np.from_dlpack(t).ctypes.data == a.ctypes.data
+    a.flags.writeable = False
+    with pytest.raises(BufferError):
+        tvm_ffi.from_dlpack(a)  # it asks for a legacy capsule, which cannot say read-only
+    # Through wrap's C exchange API it takes the versioned capsule, READ_ONLY,
+    # and holds it writeable (its fault "read-only-ignored": convert copies).
+    assert np.from_dlpack(tvm_ffi.from_dlpack(gpu_dlpack.wrap(a))).flags.writeable
+    done = gpu_dlpack.convert(a, "tvm_ffi", report=True)
+    got = np.from_dlpack(done.array)
+    assert got.tolist() == a.tolist() and got.ctypes.data != a.ctypes.data and done.copied
+    assert done.faults == ("read-only-ignored",)
+    with pytest.raises(gpu_dlpack.CopyRequiredError):
+        gpu_dlpack.convert(a, "tvm_ffi", copy=False)
+    assert _values(done.array) == a.tolist()  # a tvm-ffi Tensor as a producer
