@@ -446,15 +446,6 @@ def _header_of(ptr: int, versioned: bool, raw: bytes, shape_raw, strides_raw) ->
     return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
 
 
-def _header(ptr: int, versioned: bool, raw, shape_raw, strides_raw) -> Header:
-    """What the core's ``header`` will not read itself: NULL, another major
-    version (its ``Header`` has no shape), a tensor no importer can hold (in
-    words), from the bytes the core read at ``ptr``."""
-    if raw is None:
-        raise ValueError("header() needs the address of a tensor, not NULL")
-    return _header_of(ptr, versioned, raw, shape_raw, strides_raw)
-
-
 def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
     """What the core's ``checked`` refuses: a capsule it cannot take
     (``_not_taken``'s words), another major version, a tensor no importer
@@ -524,5 +515,5 @@ def _not_set(ptr, versioned, first, second):
 GENERAL = {
     "claim": _claim, "discard": _claim, "move": _move, "snapshot": _snapshot, "checked": _checked,
     "read": _read, "stamp_version": _stamp_version, "set_flags": _not_written, "set_version": _not_written,
-    "kind": _kind, "header": _header, "set_dtype": _not_set, "set_device": _not_set,
+    "kind": _kind, "set_dtype": _not_set, "set_device": _not_set,
 }

@@ -8,10 +8,10 @@ from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.tuple cimport PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_SET_ITEM
 from cpython.dict cimport PyDict_GetItemString
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor
-from libc.stdint cimport uint32_t, uint64_t, uintptr_t, UINT32_MAX
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetPointer
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t, uintptr_t, INT32_MIN, INT32_MAX, UINT32_MAX
 from libc.string cimport strcmp
 
 from dlpack cimport (
@@ -21,6 +21,8 @@ from dlpack cimport (
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
+    long as_long "PyLong_AsLong"(object value) noexcept
+    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor) noexcept
 
 cdef extern from *:
     ctypedef long long int128 "__int128"
@@ -65,8 +67,25 @@ cdef inline int kind_of(PyObject *capsule) noexcept:
     return -1
 
 
+cdef inline void *unconsumed(PyObject *capsule, int *versioned) noexcept:
+    """The pointer of an unconsumed DLPack capsule, its kind in *versioned;
+    NULL (no error set) for anything else."""
+    versioned[0] = kind_of(capsule)
+    if versioned[0] < 0:
+        return NULL
+    cdef void *ptr = pointer_or_null(capsule, VERSIONED if versioned[0] else LEGACY)
+    if ptr == NULL:
+        PyErr_Clear()
+    return ptr
+
+
 cdef inline DLTensor *tensor_of(void *ptr, int versioned) noexcept:
     return &(<DLManagedTensorVersioned *>ptr).dl_tensor if versioned else &(<DLManagedTensor *>ptr).dl_tensor
+
+
+cdef inline bint major_one(void *ptr, int versioned) noexcept:
+    """Whether the struct is laid out as the core reads it: legacy, or major version 1."""
+    return not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1
 
 
 cdef inline bint well_formed(DLTensor *t) noexcept:
@@ -119,25 +138,14 @@ cdef inline void drop_keeping_error(PyObject *o) noexcept:
 
 # -- the hand-back to Python: every case the core does not run --------------------
 
-cdef object hand_back1(const char *name, a):
-    cdef PyObject *args[1]
-    args[0] = <PyObject *>a
-    return delegate(name, args, 1)
-
-
-cdef object hand_back2(const char *name, a, b):
-    cdef PyObject *args[2]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    return delegate(name, args, 2)
-
-
-cdef object hand_back3(const char *name, a, b, c):
-    cdef PyObject *args[3]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    args[2] = <PyObject *>c
-    return delegate(name, args, 3)
+cdef object hand_back(const char *name, tuple args):
+    """The Python function of a case the core does not run, by its name
+    (_capsule.GENERAL), called with args (at most six)."""
+    cdef PyObject *argv[6]
+    cdef Py_ssize_t i
+    for i in range(len(args)):
+        argv[i] = PyTuple_GET_ITEM(args, i)
+    return delegate(name, argv, len(args))
 
 
 cdef int raise_pending() except -1:
@@ -231,32 +239,14 @@ cdef object new_header(void *ptr, int versioned):
 
 
 @cython.embedsignature.format("clinic")
-def header(ptr, versioned, /):
-    """The Header of a capsule's tensor."""
-    configured()
-    cdef void *p = as_pointer(ptr)
-    cdef int v = truth(versioned)
-    if (p == NULL and PyErr_Occurred()) or v < 0:
-        raise_pending()
-    if p == NULL or (v and (<DLManagedTensorVersioned *>p).version.major != 1) or not well_formed(tensor_of(p, v)):
-        return header_general(p, v, ptr, versioned)
-    return new_header(p, v)
-
-
-@cython.embedsignature.format("clinic")
 def checked(capsule, likely=True, check_dtype=None, /):
     """(versioned, Header) of a capsule, checked."""
     configured()
-    cdef int versioned = kind_of(<PyObject *>capsule)
-    if versioned < 0:
-        return hand_back3(b"checked", capsule, likely, check_dtype)
-    cdef void *ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
-    if ptr == NULL:
-        PyErr_Clear()
-        return hand_back3(b"checked", capsule, likely, check_dtype)
+    cdef int versioned
+    cdef void *ptr = unconsumed(<PyObject *>capsule, &versioned)
+    if ptr == NULL or not major_one(ptr, versioned) or not well_formed(tensor_of(ptr, versioned)):
+        return hand_back(b"checked", (capsule, likely, check_dtype))  # words the error, discards
     cdef DLTensor *t = tensor_of(ptr, versioned)
-    if (versioned and (<DLManagedTensorVersioned *>ptr).version.major != 1) or not well_formed(t):
-        return hand_back3(b"checked", capsule, likely, check_dtype)  # words the error, discards
     # Read before the dtype check runs Python code, as the Python checked()
     # does: meanwhile another thread may consume the capsule and free the
     # tensor.
@@ -322,7 +312,7 @@ def claim(capsule, versioned, /):
     cdef bint v = versioned
     cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
-        return hand_back2(b"claim", capsule, versioned)
+        return hand_back(b"claim", (capsule, versioned))
     return PyLong_FromVoidPtr(ptr)
 
 
@@ -333,7 +323,7 @@ def discard(capsule, versioned, /):
     cdef bint v = versioned
     cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
-        return hand_back2(b"discard", capsule, versioned)
+        return hand_back(b"discard", (capsule, versioned))
     release_tensor(ptr, v)
 
 
@@ -353,7 +343,7 @@ def move(capsule, versioned, destructor, /):
     if free_tensor == NULL:
         raise ValueError("move() needs the address of an owning capsule destructor")
     if not PyCapsule_CheckExact(capsule):
-        return hand_back3(b"move", capsule, versioned, destructor)
+        return hand_back(b"move", (capsule, versioned, destructor))
     cdef bint moved = False
     cdef const char *name
     cdef void *ptr = NULL
@@ -376,7 +366,7 @@ def move(capsule, versioned, destructor, /):
     # not such a capsule: the new one owns nothing and goes.
     out = None
     PyErr_Clear()
-    return hand_back3(b"move", capsule, versioned, destructor)
+    return hand_back(b"move", (capsule, versioned, destructor))
 
 
 # -- reading ---------------------------------------------------------------------
@@ -389,41 +379,32 @@ def snapshot(capsule, /):
     # tensor halfway; the Python snapshot() on anything but an unconsumed
     # capsule (it raises what is wrong).
     configured()
-    cdef int versioned = -1
-    cdef void *ptr = NULL
+    cdef int versioned
+    cdef void *ptr
     read = None
     with cython.critical_section(capsule):
-        versioned = kind_of(<PyObject *>capsule)
-        if versioned >= 0:
-            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
+        ptr = unconsumed(<PyObject *>capsule, &versioned)
         if ptr != NULL:
             read = tensor_bytes(ptr, versioned)  # capsule.pxi's last block
     if ptr == NULL:
-        PyErr_Clear()
-        return hand_back1(b"snapshot", capsule)
+        return hand_back(b"snapshot", (capsule,))
     return (versioned != 0, *read)
 
 
 # -- writing the version and flags -----------------------------------------------
-
-cdef int stamp(PyObject *capsule, uint64_t word) noexcept:
-    cdef void *ptr = pointer_or_null(capsule, VERSIONED)
-    if ptr == NULL or (<uintptr_t>ptr & 7):
-        PyErr_Clear()
-        return -1
-    (<uint64_t *>ptr)[0] = word
-    return 0
-
 
 @cython.embedsignature.format("clinic")
 def stamp_version(capsule, word, /):
     """Write the version word into a versioned capsule."""
     configured()
     if not isinstance(word, int):
-        return hand_back2(b"stamp_version", capsule, word)
+        return hand_back(b"stamp_version", (capsule, word))
     cdef uint64_t w = PyLong_AsUnsignedLongLong(word)
-    if not PyCapsule_CheckExact(capsule) or stamp(<PyObject *>capsule, w) != 0:
-        return hand_back2(b"stamp_version", capsule, word)
+    cdef void *ptr = pointer_or_null(<PyObject *>capsule, VERSIONED)
+    if ptr == NULL or (<uintptr_t>ptr & 7):
+        PyErr_Clear()
+        return hand_back(b"stamp_version", (capsule, word))
+    (<uint64_t *>ptr)[0] = w
 
 
 @cython.embedsignature.format("clinic")
@@ -434,7 +415,7 @@ def set_flags(ptr, flags, /):
     if PyErr_Occurred():
         raise_pending()
     if m == NULL:
-        return hand_back2(b"set_flags", ptr, flags)
+        return hand_back(b"set_flags", (ptr, flags))
     m.flags = f
 
 
@@ -442,15 +423,13 @@ def set_flags(ptr, flags, /):
 def set_version(ptr, version, /):
     """Write a versioned tensor's version."""
     if type(version) is not tuple or len(<tuple>version) != 2:
-        return hand_back2(b"set_version", ptr, version)
+        return hand_back(b"set_version", (ptr, version))
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
     cdef unsigned long major = as_ulong((<tuple>version)[0])
     cdef unsigned long minor = as_ulong((<tuple>version)[1])
-    if PyErr_Occurred() or major > UINT32_MAX or minor > UINT32_MAX:
+    if PyErr_Occurred() or m == NULL or major > UINT32_MAX or minor > UINT32_MAX:
         PyErr_Clear()
-        return hand_back2(b"set_version", ptr, version)
-    if m == NULL:
-        return hand_back2(b"set_version", ptr, version)
+        return hand_back(b"set_version", (ptr, version))
     m.version.major = <uint32_t>major
     m.version.minor = <uint32_t>minor
 
@@ -496,34 +475,7 @@ def kept_capsule(ptr, keep, /):
 # What Python reads of a capsule by its name, and writes into a tensor the
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
 # leave out), with no Python code run in between; a refusal writes nothing
-# and hands back to _capsule's words. header's hand-back of a tensor it will
-# not take comes here too, with the bytes it read.
-
-from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.stdint cimport int32_t, uint8_t, INT32_MIN, INT32_MAX
-
-cdef extern from "Python.h":
-    long as_long "PyLong_AsLong"(object value) noexcept
-
-
-cdef object hand_back4(const char *name, a, b, c, d):
-    cdef PyObject *args[4]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    args[2] = <PyObject *>c
-    args[3] = <PyObject *>d
-    return delegate(name, args, 4)
-
-
-cdef object hand_back5(const char *name, a, b, c, d, e):
-    cdef PyObject *args[5]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    args[2] = <PyObject *>c
-    args[3] = <PyObject *>d
-    args[4] = <PyObject *>e
-    return delegate(name, args, 5)
-
+# and hands back to _capsule's words.
 
 cdef tuple tensor_bytes(void *ptr, int versioned):
     """(struct, shape, strides): the bytes of a tensor's struct and of its
@@ -534,21 +486,12 @@ cdef tuple tensor_bytes(void *ptr, int versioned):
     shape = strides = None
     raw = PyBytes_FromStringAndSize(
         <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-    if (not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and 0 < t.ndim <= MAX_NDIM:
+    if major_one(ptr, versioned) and 0 < t.ndim <= MAX_NDIM:
         if t.shape != NULL:
             shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
         if t.strides != NULL:
             strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
     return (raw, shape, strides)
-
-
-cdef object header_general(void *p, int v, ptr, versioned):
-    # What header does not read itself (NULL, another major version, a
-    # tensor no importer can hold) goes to _capsule._header with its bytes.
-    raw = shape = strides = None
-    if p != NULL:
-        raw, shape, strides = tensor_bytes(p, v)
-    return hand_back5(b"header", ptr, versioned, raw, shape, strides)
 
 
 @cython.embedsignature.format("clinic")
@@ -568,7 +511,7 @@ def kind(capsule, /):
     if versioned >= 0:
         return versioned != 0
     PyErr_Clear()
-    return hand_back2(b"kind", capsule, raw)
+    return hand_back(b"kind", (capsule, raw))
 
 
 @cython.embedsignature.format("clinic")
@@ -593,7 +536,7 @@ def set_dtype(ptr, versioned, code, bits, /):
     cdef unsigned long b = as_ulong(bits)
     if PyErr_Occurred() or p == NULL or v < 0 or c > 255 or b > 255:
         PyErr_Clear()
-        return hand_back4(b"set_dtype", ptr, versioned, code, bits)
+        return hand_back(b"set_dtype", (ptr, versioned, code, bits))
     cdef DLTensor *t = tensor_of(p, v)
     t.dtype.code = <uint8_t>c
     t.dtype.bits = <uint8_t>b
@@ -610,7 +553,7 @@ def set_device(ptr, versioned, device_type, device_id, /):
     if (PyErr_Occurred() or p == NULL or v < 0 or not INT32_MIN <= dt <= INT32_MAX or
             not INT32_MIN <= di <= INT32_MAX):
         PyErr_Clear()
-        return hand_back4(b"set_device", ptr, versioned, device_type, device_id)
+        return hand_back(b"set_device", (ptr, versioned, device_type, device_id))
     cdef DLTensor *t = tensor_of(p, v)
     t.device.device_type = <int32_t>dt
     t.device.device_id = <int32_t>di

@@ -36,18 +36,14 @@ cdef inline object device_of(int32_t type, int32_t id):
     cdef PyObject **slot = &state.devices[type][id] if id < 16 else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
-    device = new_device(type, id)
-    if slot != NULL and device is not None:
+    try:
+        device = (<object>state.device_class)((type, id))
+    except BaseException:  # refused: the Python read says why
+        return None
+    if slot != NULL:
         Py_INCREF(device)
         slot[0] = <PyObject *>device
     return device
-
-
-cdef object new_device(int32_t type, int32_t id):
-    try:
-        return (<object>state.device_class)((type, id))
-    except BaseException:  # refused: the Python read says why
-        return None
 
 
 cdef inline object version_of(DLPackVersion version):
@@ -162,60 +158,43 @@ cdef inline bint info_type_fits(PyTypeObject *tp) noexcept:
 cdef inline object read_info(object capsule):
     if (state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL or
             not info_type_fits(state.info_type)):
-        return hand_back1(b"read", capsule)  # refused before set_python
+        return hand_back(b"read", (capsule,))  # refused before set_python
     cdef CapsuleHead head
     cdef int64_t shape[MAX_NDIM]
     cdef int64_t strides[MAX_NDIM]
-    cdef int versioned = -1
+    cdef int versioned
     cdef bint readable = False
-    cdef void *ptr = NULL
+    cdef void *ptr
     cdef DLTensor *t
     with cython.critical_section(capsule):
-        versioned = kind_of(<PyObject *>capsule)
-        if versioned >= 0:
-            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
+        ptr = unconsumed(<PyObject *>capsule, &versioned)
         if ptr != NULL:
             memcpy(&head, ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
             t = tensor_of(&head, versioned)
-            readable = ((not versioned or head.v.version.major == 1) and 0 <= t.ndim <= MAX_NDIM and
-                        (t.ndim == 0 or t.shape != NULL))
+            readable = major_one(&head, versioned) and 0 <= t.ndim <= MAX_NDIM and (t.ndim == 0 or t.shape != NULL)
             if readable and t.ndim > 0:
                 memcpy(shape, t.shape, sizeof(int64_t) * <size_t>t.ndim)
                 if t.strides != NULL:
                     memcpy(strides, t.strides, sizeof(int64_t) * <size_t>t.ndim)
-    if ptr == NULL:
-        PyErr_Clear()
     if not readable:
-        return hand_back1(b"read", capsule)  # raises what is wrong
+        return hand_back(b"read", (capsule,))  # raises what is wrong
     t = tensor_of(&head, versioned)
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
-        return hand_back1(b"read", capsule)
-    name = <object>(state.str_versioned if versioned else state.str_legacy)
-    if versioned:
-        version = version_of(head.v.version)
-        flags = head.v.flags
-    else:
-        version = None
-        flags = 0
-    dl_dtype = dtype_of(t.dtype)
-    shape_ = int64s_kept(0, shape, t.ndim)
-    strides_ = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
-    byte_offset = t.byte_offset
-    data = PyLong_FromVoidPtr(t.data)
+        return hand_back(b"read", (capsule,))
     # The record made by its type's tp_new (Cython's, which sets the fields
     # to None), without parsing arguments, then filled in place.
     cdef CapsuleFields info = <CapsuleFields>state.info_type.tp_new(<type>state.info_type, <PyObject *>(), NULL)
-    info.name = name
+    info.name = <object>(state.str_versioned if versioned else state.str_legacy)
     info.versioned = versioned != 0
-    info.version = version
-    info.flags = flags
+    info.version = version_of(head.v.version) if versioned else None
+    info.flags = head.v.flags if versioned else 0
     info.device = device
-    info.dl_dtype = dl_dtype
-    info.shape = shape_
-    info.strides = strides_
-    info.byte_offset = byte_offset
-    info.data = data
+    info.dl_dtype = dtype_of(t.dtype)
+    info.shape = int64s_kept(0, shape, t.ndim)
+    info.strides = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
+    info.byte_offset = t.byte_offset
+    info.data = PyLong_FromVoidPtr(t.data)
     return info
 
 
