@@ -371,7 +371,6 @@ ptr = lambda: a.__array_interface__["data"][0]
 base = core.ExportableBase()
 calls = {
     "checked": lambda: core.checked(cap()),
-    "claim": lambda: core.claim(cap(), False),
     "discard": lambda: core.discard(cap(), False),
     "move": lambda: core.move(cap(), False, core.OWNING_DESTRUCTORS[0]),
     "snapshot": lambda: core.snapshot(cap()),
@@ -402,7 +401,7 @@ except RuntimeError as exc:
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[:-3] == [f"{name} refused" for name in (
-        "checked", "claim", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
+        "checked", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
         "exchange", "ExportableBase.__dlpack__", "ExportableBase._set_plan",
     )], done.stdout
     assert lines[-3] == "Exporter: python"

@@ -81,7 +81,7 @@ cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src,
         for i in range(src.ndim - 1, -1, -1):
             strides[i] = step
             if src.shape[i]:
-                step *= src.shape[i]  # within int64: layout_ok bounds the elements
+                step *= src.shape[i]  # within int64: layout_fault bounds the elements
         to.strides = strides
 
 

@@ -4,15 +4,14 @@
 
 cimport cython
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_New, PyTuple_GET_ITEM, PyTuple_SET_ITEM
 from cpython.dict cimport PyDict_GetItemString
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetPointer
-from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t, uintptr_t, INT32_MIN, INT32_MAX, UINT32_MAX
-from libc.string cimport strcmp
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t, INT32_MIN, INT32_MAX, UINT32_MAX
+from libc.string cimport memcpy, strcmp
 
 from dlpack cimport (
     DLTensor, DLDataType, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM, TypeSlots,
@@ -89,7 +88,7 @@ cdef inline bint major_one(void *ptr, int versioned) noexcept:
 
 
 cdef inline bint well_formed(DLTensor *t) noexcept:
-    """1 when the tensor is well-formed (what _capsule.header checks), else 0."""
+    """Whether the tensor is well-formed (what _capsule._checked checks)."""
     if t.ndim < 0 or t.ndim > MAX_NDIM:
         return False
     if t.ndim and t.shape == NULL:
@@ -97,20 +96,16 @@ cdef inline bint well_formed(DLTensor *t) noexcept:
     if (t.device.device_type < 0 or t.device.device_type >= 64 or
             not ((state.device_types >> t.device.device_type) & 1) or t.device.device_id < 0):
         return False
-    return layout_ok(t)
+    return layout_fault(t) == 0
 
 
 cdef inline void run_deleter(void *ptr, int versioned) noexcept:
-    cdef DLManagedTensorVersioned *v
-    cdef DLManagedTensor *m
-    if versioned:
-        v = <DLManagedTensorVersioned *>ptr
-        if v.deleter != NULL:
-            v.deleter(v)
-    else:
-        m = <DLManagedTensor *>ptr
-        if m.deleter != NULL:
-            m.deleter(m)
+    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>ptr
+    cdef DLManagedTensor *m = <DLManagedTensor *>ptr
+    if versioned and v.deleter != NULL:
+        v.deleter(v)
+    elif not versioned and m.deleter != NULL:
+        m.deleter(m)
 
 
 cdef inline void release_tensor(void *ptr, int versioned) noexcept:
@@ -160,10 +155,20 @@ cdef inline void tuple_fill(object tup, Py_ssize_t i, object value) noexcept:
 
 # -- the checks ------------------------------------------------------------------
 
-cdef int layout_ok(DLTensor *t) noexcept:
-    """1 when the shape and strides can be held (what _capsule._check_layout
-    checks: no negative dimension, no NULL data with elements, at most 2**63 - 1
-    bytes, strides inside the 64-bit address space from either end), else 0."""
+cdef enum:
+    # What layout_fault finds, in this order; _capsule.LAYOUT_FAULTS words each.
+    NEGATIVE_DIMENSION = 1
+    NULL_DATA = 2
+    TOO_MANY_BYTES = 3
+    OUTSIDE_ADDRESSES = 4
+    STEP_TOO_LARGE = 5
+
+
+cdef int layout_fault(DLTensor *t) noexcept:
+    """0 when the shape and strides can be held: no negative dimension, no
+    NULL data with elements, at most 2**63 - 1 bytes, strides inside the
+    64-bit address space from either end, each step an int64 byte count;
+    else the first fault found."""
     cdef int128 MAX_BYTES = ((<int128>1) << 63) - 1
     cdef int128 LIMIT = (<int128>1) << 100
     cdef int128 count = 1, itemsize, low = 0, high = 0, reach, first, step
@@ -171,7 +176,7 @@ cdef int layout_ok(DLTensor *t) noexcept:
     cdef int i
     for i in range(t.ndim):
         if t.shape[i] < 0:
-            return 0
+            return NEGATIVE_DIMENSION
     for i in range(t.ndim):
         if t.shape[i] == 0:
             empty = True
@@ -180,12 +185,12 @@ cdef int layout_ok(DLTensor *t) noexcept:
         if count > MAX_BYTES:
             count = MAX_BYTES + 1  # saturate: too big either way
     if t.data == NULL and not empty:
-        return 0
+        return NULL_DATA
     itemsize = (<unsigned>t.dtype.bits * t.dtype.lanes + 7) >> 3
     if itemsize < 1:
         itemsize = 1
     if count * itemsize > MAX_BYTES:
-        return 0
+        return TOO_MANY_BYTES
     if t.strides == NULL:
         high = count - 1
     else:
@@ -198,18 +203,18 @@ cdef int layout_ok(DLTensor *t) noexcept:
             else:
                 high += reach
             if low < -LIMIT or high > LIMIT:
-                return 0
+                return OUTSIDE_ADDRESSES
     first = <int128><uintptr_t>t.data + <int128>t.byte_offset
     low = first + low * itemsize
     high = first + (high + 1) * itemsize
     if low < 0 or high > ((<int128>1) << 64) or high - low > MAX_BYTES:
-        return 0
+        return OUTSIDE_ADDRESSES
     if t.strides != NULL:  # each step an int64 byte count, even where no extent takes it
         for i in range(t.ndim):
             step = <int128>t.strides[i] * itemsize
             if step > MAX_BYTES or step < -MAX_BYTES - 1:
-                return 0
-    return 1
+                return STEP_TOO_LARGE
+    return 0
 
 
 cdef object new_header(void *ptr, int versioned):
@@ -275,13 +280,9 @@ cdef void *claim_tensor(PyObject *capsule, int versioned) noexcept:
     two threads racing for it cannot both take it. Its pointer, or NULL (no
     error set) when it is not such a capsule."""
     cdef void *ptr = NULL
-    cdef const char *name
-    if not PyCapsule_CheckExact(<object>capsule):
-        return NULL
     with cython.critical_section(<object>capsule):
-        name = name_or_null(capsule)
-        if name != NULL and strcmp(name, VERSIONED if versioned else LEGACY) == 0:
-            ptr = pointer_or_null(capsule, name)
+        if kind_of(capsule) == versioned:
+            ptr = pointer_or_null(capsule, VERSIONED if versioned else LEGACY)
             if ptr != NULL and rename(capsule, USED_VERSIONED if versioned else USED_LEGACY) != 0:
                 ptr = NULL
     if ptr == NULL:
@@ -304,21 +305,10 @@ cdef void legacy_capsule_destructor(PyObject *capsule) noexcept:
 
 
 @cython.embedsignature.format("clinic")
-def claim(capsule, versioned, /):
-    """Check the name and rename the capsule used_* in one step."""
-    # Every claim of the layer goes through here, so C and Python claims
-    # never interleave; the Python claim() raises what the name now is.
-    configured()
-    cdef bint v = versioned
-    cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
-    if ptr == NULL:
-        return hand_back(b"claim", (capsule, versioned))
-    return PyLong_FromVoidPtr(ptr)
-
-
-@cython.embedsignature.format("clinic")
 def discard(capsule, versioned, /):
     """Claim a capsule and run its deleter."""
+    # Every claim of the layer goes through the core (this, move, checked),
+    # so no two claims interleave; the Python discard() raises what the name now is.
     configured()
     cdef bint v = versioned
     cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
@@ -330,28 +320,22 @@ def discard(capsule, versioned, /):
 @cython.embedsignature.format("clinic")
 def move(capsule, versioned, destructor, /):
     """A new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."""
-    # `destructor` is a C function that frees an unconsumed capsule's tensor.
-    # Checking the name, making the new capsule and renaming both is one step
-    # in which no Python code runs, so no interrupt or error can land between
-    # the claim and the hand-over: at every point exactly one of the two
-    # capsules owns the tensor. Out of memory, the capsule given is left as
-    # it was. The Python move() on anything but an unconsumed capsule of that
-    # kind (it raises what is wrong).
+    # `destructor`: a C function that frees an unconsumed capsule's tensor.
+    # The claim and the hand-over are one step in which no Python code runs
+    # (docs/internals/core.md, "Claims under races"); out of memory, the
+    # capsule given is left as it was. The Python move() on anything but an
+    # unconsumed capsule of that kind (it raises what is wrong).
     configured()
     cdef bint v = versioned
     cdef PyCapsule_Destructor free_tensor = <PyCapsule_Destructor>PyLong_AsVoidPtr(destructor)
     if free_tensor == NULL:
         raise ValueError("move() needs the address of an owning capsule destructor")
-    if not PyCapsule_CheckExact(capsule):
-        return hand_back(b"move", (capsule, versioned, destructor))
     cdef bint moved = False
-    cdef const char *name
     cdef void *ptr = NULL
     out = None
     with cython.critical_section(capsule):
-        name = name_or_null(<PyObject *>capsule)
-        if name != NULL and strcmp(name, VERSIONED if v else LEGACY) == 0:
-            ptr = pointer_or_null(<PyObject *>capsule, name)
+        if kind_of(<PyObject *>capsule) == v:
+            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if v else LEGACY)
         if ptr != NULL:
             # Made owning nothing (a used_* name), then both renamed.
             out = PyCapsule_New(ptr, USED_VERSIONED if v else USED_LEGACY, free_tensor)
@@ -371,24 +355,75 @@ def move(capsule, versioned, destructor, /):
 
 # -- reading ---------------------------------------------------------------------
 
+cdef union CapsuleHead:
+    DLManagedTensorVersioned v
+    DLManagedTensor l
+
+
+cdef void *copy_unconsumed(object capsule, CapsuleHead *head, int64_t *shape, int64_t *strides,
+                           int *versioned, bint *readable) noexcept:
+    """Copy an unconsumed capsule's struct, and its shape and strides where
+    they can be read (*readable: major version 1, 0 <= ndim <= MAX_NDIM, a
+    shape where ndim > 0), while the GIL (or the capsule's critical section)
+    is held and nothing is allocated, so that no consumer, on another thread
+    or in a finalizer, frees them halfway. Its pointer, or NULL (no error
+    set) for anything but an unconsumed capsule."""
+    cdef void *ptr
+    cdef DLTensor *t
+    readable[0] = False
+    with cython.critical_section(capsule):
+        ptr = unconsumed(<PyObject *>capsule, versioned)
+        if ptr != NULL:
+            memcpy(head, ptr, sizeof(DLManagedTensorVersioned) if versioned[0] else sizeof(DLManagedTensor))
+            t = tensor_of(head, versioned[0])
+            readable[0] = major_one(head, versioned[0]) and 0 <= t.ndim <= MAX_NDIM and (t.ndim == 0 or t.shape != NULL)
+            if readable[0] and t.ndim > 0:
+                memcpy(shape, t.shape, sizeof(int64_t) * <size_t>t.ndim)
+                if t.strides != NULL:
+                    memcpy(strides, t.strides, sizeof(int64_t) * <size_t>t.ndim)
+    return ptr
+
+
+cdef inline tuple int64s(const int64_t *values, int n):
+    cdef tuple t = PyTuple_New(n)
+    cdef int i
+    cdef object v
+    for i in range(n):
+        v = values[i]
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(t, i, v)
+    return t
+
+
 @cython.embedsignature.format("clinic")
 def snapshot(capsule, /):
-    """The bytes of a capsule's struct, shape and strides, read in one step."""
-    # What _capsule.snapshot returns, copied while the GIL (or the capsule's
-    # critical section) is held, so no consumer on another thread frees the
-    # tensor halfway; the Python snapshot() on anything but an unconsumed
-    # capsule (it raises what is wrong).
+    """(versioned, fields, shape, strides, layout fault) of an unconsumed capsule, copied in one step."""
+    # For _capsule's general path, which words what is wrong: fields
+    # (major, minor, flags, data, device_type, device_id, ndim, code, bits,
+    # lanes, shape pointer, strides pointer, byte_offset), a legacy tensor's
+    # version None and flags 0, as laid out in major version 1; the shape
+    # and strides None where copy_unconsumed could not read them (strides
+    # also where NULL), else with the copy's layout_fault. Anything but an
+    # unconsumed capsule goes to the Python snapshot() (it raises what is wrong).
     configured()
+    cdef CapsuleHead head
+    cdef int64_t shape[MAX_NDIM]
+    cdef int64_t strides[MAX_NDIM]
     cdef int versioned
-    cdef void *ptr
-    read = None
-    with cython.critical_section(capsule):
-        ptr = unconsumed(<PyObject *>capsule, &versioned)
-        if ptr != NULL:
-            read = tensor_bytes(ptr, versioned)  # capsule.pxi's last block
-    if ptr == NULL:
+    cdef bint readable
+    if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL:
         return hand_back(b"snapshot", (capsule,))
-    return (versioned != 0, *read)
+    cdef DLTensor *t = tensor_of(&head, versioned)
+    version = (head.v.version.major, head.v.version.minor, head.v.flags) if versioned else (None, None, 0)
+    fields = version + (PyLong_FromVoidPtr(t.data), t.device.device_type, t.device.device_id, t.ndim, t.dtype.code,
+                        t.dtype.bits, t.dtype.lanes, PyLong_FromVoidPtr(t.shape), PyLong_FromVoidPtr(t.strides),
+                        t.byte_offset)
+    if not readable:
+        return (versioned != 0, fields, None, None, 0)
+    t.shape = shape
+    t.strides = NULL if t.strides == NULL else strides
+    return (versioned != 0, fields, int64s(shape, t.ndim), None if t.strides == NULL else int64s(strides, t.ndim),
+            layout_fault(t))
 
 
 # -- writing the version and flags -----------------------------------------------
@@ -441,18 +476,14 @@ cdef void kept_deleter(DLManagedTensorVersioned *m) noexcept nogil:
     (_old_numpy): manager_ctx holds the Python object that keeps the struct's
     memory and the array alive. Safe on any thread; after finalization it
     leaks rather than touch Python."""
-    cdef PyObject *et
-    cdef PyObject *ev
-    cdef PyObject *tb
     cdef PyObject *keep
     if not Py_IsInitialized():
         return
     with gil:
-        PyErr_Fetch(&et, &ev, &tb)
         keep = <PyObject *>m.manager_ctx  # read first: m lives in memory keep holds
         m.manager_ctx = NULL
-        Py_XDECREF(keep)
-        PyErr_Restore(et, ev, tb)
+        if keep != NULL:
+            drop_keeping_error(keep)
 
 
 @cython.embedsignature.format("clinic")
@@ -476,23 +507,6 @@ def kept_capsule(ptr, keep, /):
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
 # leave out), with no Python code run in between; a refusal writes nothing
 # and hands back to _capsule's words.
-
-cdef tuple tensor_bytes(void *ptr, int versioned):
-    """(struct, shape, strides): the bytes of a tensor's struct and of its
-    shape and strides arrays (None where there are none to read: another
-    major version, whose struct may be laid out otherwise, or an ndim out of
-    range)."""
-    cdef DLTensor *t = tensor_of(ptr, versioned)
-    shape = strides = None
-    raw = PyBytes_FromStringAndSize(
-        <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-    if major_one(ptr, versioned) and 0 < t.ndim <= MAX_NDIM:
-        if t.shape != NULL:
-            shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
-        if t.strides != NULL:
-            strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
-    return (raw, shape, strides)
-
 
 @cython.embedsignature.format("clinic")
 def kind(capsule, /):

@@ -5,8 +5,7 @@
 
 cimport cython
 from cpython.exc cimport (
-    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_Restore,
-    PyErr_SetString,
+    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_SetString,
 )
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.getargs cimport PyArg_ParseTuple
@@ -20,8 +19,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint32_t, uintptr_t
 
 from dlpack cimport (
-    DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY,
-    MAX_NDIM,
+    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY, MAX_NDIM,
 )
 
 # The C API where a failure is answered on the spot (cleared, handed on, or
@@ -100,15 +98,12 @@ cdef void entry_destructor(object capsule) noexcept:
     PyMem_Free(e)
 
 
-# The base of an imported array frees its tensor; an array may die while an
-# exception is pending (release_tensor sets it aside).
 cdef void exchanged_destructor(PyObject *capsule) noexcept:
+    # The base of an imported array frees its tensor; an array may die while
+    # an exception is pending (release_tensor sets it aside).
     if named(capsule, EXCHANGED):
         release_tensor(pointer_or_null(capsule, EXCHANGED), 1)
-
-
-cdef void exchanged_legacy_destructor(PyObject *capsule) noexcept:
-    if named(capsule, EXCHANGED_LEGACY):
+    elif named(capsule, EXCHANGED_LEGACY):
         release_tensor(pointer_or_null(capsule, EXCHANGED_LEGACY), 0)
 
 
@@ -340,11 +335,8 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
         <void *>(<uintptr_t>t.data + t.byte_offset), NPY_WRITEABLE if writeable else 0, NULL)
     if arr == NULL:
         return NULL
-    cdef PyObject *base
-    if versioned:
-        base = capsule_or_null(ptr, EXCHANGED, <PyCapsule_Destructor>exchanged_destructor)
-    else:
-        base = capsule_or_null(ptr, EXCHANGED_LEGACY, <PyCapsule_Destructor>exchanged_legacy_destructor)
+    cdef PyObject *base = capsule_or_null(ptr, EXCHANGED if versioned else EXCHANGED_LEGACY,
+                                          <PyCapsule_Destructor>exchanged_destructor)
     if base == NULL:
         drop_keeping_error(arr)
         return NULL
@@ -374,10 +366,8 @@ cdef object capsule_import(object x, ImportEntry *e):
     args[0] = <PyObject *>x
     cdef PyObject *capsule = ask_capsule(<PyObject *>x, 1)
     if capsule == NULL:
-        # The producer's error, to _import.host_refused, which goes on from
-        # it as the Python path does: never asked the same again (a
-        # producer that imports itself would be asked twice at every
-        # level of its recursion), never dropped.
+        # The producer's error goes on as the Python path's would: never
+        # dropped, and the producer never asked the same again.
         error = owned(taken_error())
         args[1] = <PyObject *>error
         return owned(delegate_raw("host_refused_import", args, 2))

@@ -1,31 +1,17 @@
 # inspect(capsule) in one call: what _capsule.read returns, a CapsuleInfo of
-# an unconsumed capsule, under the same snapshot rule (the struct, shape and
-# strides copied while the GIL, or the capsule's critical section on a
-# free-threaded build, is held and no Python code runs, so a consumer on
-# another thread cannot free them halfway; consumed before: the Python read
-# raises ConsumedCapsuleError). Every case it does not read (not an
-# unconsumed DLPack capsule, another major version, a malformed header) is
-# the Python read's, which words the error.
+# an unconsumed capsule, from its copy_unconsumed; every case it does not
+# read (not an unconsumed DLPack capsule, another major version, a malformed
+# header) is the Python read's, which words the error.
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.type cimport PyType_IsSubtype
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.exc cimport PyErr_Clear
 from cpython.long cimport PyLong_FromVoidPtr
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memcmp
 
-from dlpack cimport (
-    DLTensor, DLDataType, DLPackVersion, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM,
-    pointer_or_null,
-)
-
-
-cdef union CapsuleHead:
-    DLManagedTensorVersioned v
-    DLManagedTensor l
+from dlpack cimport DLTensor, DLDataType, DLPackVersion, MAX_NDIM
 
 
 cdef inline object device_of(int32_t type, int32_t id):
@@ -96,17 +82,6 @@ cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
     return t
 
 
-cdef inline tuple int64s(const int64_t *values, int n):
-    cdef tuple t = PyTuple_New(n)
-    cdef int i
-    cdef object v
-    for i in range(n):
-        v = values[i]
-        Py_INCREF(v)
-        PyTuple_SET_ITEM(t, i, v)
-    return t
-
-
 # The fields of the record inspect returns, held in the object: the base of
 # _capsule.CapsuleInfo, the record's face (a frozen dataclass of these fields
 # with the properties derived from them), which read() makes directly.
@@ -163,22 +138,10 @@ cdef inline object read_info(object capsule):
     cdef int64_t shape[MAX_NDIM]
     cdef int64_t strides[MAX_NDIM]
     cdef int versioned
-    cdef bint readable = False
-    cdef void *ptr
-    cdef DLTensor *t
-    with cython.critical_section(capsule):
-        ptr = unconsumed(<PyObject *>capsule, &versioned)
-        if ptr != NULL:
-            memcpy(&head, ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-            t = tensor_of(&head, versioned)
-            readable = major_one(&head, versioned) and 0 <= t.ndim <= MAX_NDIM and (t.ndim == 0 or t.shape != NULL)
-            if readable and t.ndim > 0:
-                memcpy(shape, t.shape, sizeof(int64_t) * <size_t>t.ndim)
-                if t.strides != NULL:
-                    memcpy(strides, t.strides, sizeof(int64_t) * <size_t>t.ndim)
-    if not readable:
+    cdef bint readable
+    if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL or not readable:
         return hand_back(b"read", (capsule,))  # raises what is wrong
-    t = tensor_of(&head, versioned)
+    cdef DLTensor *t = tensor_of(&head, versioned)
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
         return hand_back(b"read", (capsule,))
