@@ -85,31 +85,28 @@ cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src,
         to.strides = strides
 
 
-cdef DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, uint64_t flags,
-                                                     DLDevice device) except NULL:
-    cdef int ndim = legacy.dl_tensor.ndim
-    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>malloc(
-        sizeof(DLManagedTensorVersioned) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
-    if v == NULL:
+cdef void *struct_over(void *src, int versioned, DLDevice device) except NULL:
+    """The struct of the other kind over the tensor of src (of the given
+    kind), followed by room for the strides: its manager_ctx holds src,
+    whose deleter its own calls once; a versioned one READ_ONLY (a legacy
+    import is read-only)."""
+    cdef DLTensor *t = tensor_of(src, versioned)
+    cdef size_t size = sizeof(DLManagedTensor) if versioned else sizeof(DLManagedTensorVersioned)
+    cdef void *made = malloc(size + sizeof(int64_t) * <size_t>(t.ndim if t.ndim > 0 else 1))
+    if made == NULL:
         PyErr_NoMemory()
-    (<uint64_t *>v)[0] = state.version_word
-    v.manager_ctx = legacy
-    v.deleter = versioned_over_deleter
-    v.flags = flags
-    copy_tensor_as_numpy_exports(&v.dl_tensor, &legacy.dl_tensor, <int64_t *>(v + 1), device)
-    return v
-
-
-cdef DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice device) except NULL:
-    cdef int ndim = v.dl_tensor.ndim
-    cdef DLManagedTensor *m = <DLManagedTensor *>malloc(
-        sizeof(DLManagedTensor) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
-    if m == NULL:
-        PyErr_NoMemory()
-    m.manager_ctx = v
-    m.deleter = legacy_over_deleter
-    copy_tensor_as_numpy_exports(&m.dl_tensor, &v.dl_tensor, <int64_t *>(m + 1), device)
-    return m
+    cdef DLManagedTensor *m = <DLManagedTensor *>made
+    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>made
+    if versioned:
+        m.manager_ctx = src
+        m.deleter = legacy_over_deleter
+    else:
+        (<uint64_t *>v)[0] = state.version_word
+        v.manager_ctx = src
+        v.deleter = versioned_over_deleter
+        v.flags = FLAG_READ_ONLY
+    copy_tensor_as_numpy_exports(tensor_of(made, not versioned), t, <int64_t *>(<char *>made + size), device)
+    return made
 
 
 cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device) except? NULL:
@@ -125,14 +122,10 @@ cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device
     if not named(capsule, name):
         return NULL
     cdef void *ptr = pointer_or_null(capsule, name)
-    cdef void *made
-    cdef PyObject *out
-    if versioned:
-        made = legacy_over(<DLManagedTensorVersioned *>ptr, device)
-        out = capsule_or_null(made, USED_LEGACY, <PyCapsule_Destructor>legacy_capsule_destructor)
-    else:
-        made = versioned_over(<DLManagedTensor *>ptr, FLAG_READ_ONLY, device)
-        out = capsule_or_null(made, USED_VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    cdef void *made = struct_over(ptr, versioned, device)
+    cdef PyObject *out = capsule_or_null(made, USED_LEGACY if versioned else USED_VERSIONED,
+                                         <PyCapsule_Destructor>legacy_capsule_destructor if versioned
+                                         else <PyCapsule_Destructor>capsule_destructor)
     if out == NULL:
         free(made)  # only the struct made above: the tensor is still the capsule's
         return NULL

@@ -576,9 +576,7 @@ def set_device(ptr, versioned, device_type, device_id, /):
 @cython.embedsignature.format("clinic")
 def point_strides_after_shape(capsule, /):
     """Point a versioned capsule's left-out strides at the ndim int64s after its shape."""
-    # Only for a capsule NumPy's own __dlpack__ has just returned: on a NumPy
-    # that writes a C-contiguous array's strides there before leaving them
-    # out (2.1 to 2.3, _backends/numpy.py) they are then its strides. True
+    # For a capsule NumPy 2.1 to 2.3 has just made (_backends/numpy.py). True
     # when they were left out (NULL with 0 < ndim <= 64 and a shape); writes
     # the strides field only, and reads nothing past the shape. ValueError
     # (the C API's) for anything but an unconsumed versioned capsule.
