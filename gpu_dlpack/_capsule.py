@@ -1,16 +1,11 @@
-"""The DLPack capsule ABI: claiming, reading, patching and discarding the C
-structs inside ``dltensor`` / ``dltensor_versioned`` PyCapsules (the LP64
-layout of dlpack.h, little-endian: other interpreters are refused at import).
+"""The DLPack capsule ABI as Python uses it (the LP64 layout of dlpack.h,
+little-endian: other interpreters are refused at import). Mechanism only:
+``_rules`` decides whether an exchange may happen.
 
-This is mechanism only. Nothing here decides whether an exchange may happen;
-``_rules`` does. Capsules are created by the backends (NumPy, CuPy), whose C
-deleters are safe on any thread and at interpreter shutdown.
-
-The compiled core does the work (``kind``, ``claim``, ``move``, ``checked``,
-``discard``, ``read``, ``set_dtype``...: its functions, by the names the layer
-calls). What stays here is what the core returns (``Header``,
-``CapsuleInfo``) and the general path it hands back to (a capsule it will not
-take, a value that fits no field, in the layer's words).
+The compiled core does the work, by the names the layer calls. What stays
+here is what the core returns (``Header``, ``CapsuleInfo``) and the general
+path it hands back to (a capsule it will not take, a value that fits no
+field, in the layer's words).
 
 Floor: mechanism, over the loaded core and the leaves.
 """
@@ -44,8 +39,8 @@ CapsuleType: Any = type(datetime.datetime_CAPI)
 
 def check_platform(byteorder: str, maxsize: int) -> None:
     """ImportError unless the interpreter is little-endian and 64-bit: the
-    struct formats here are dlpack.h's LP64 layout in little-endian order,
-    and version words and pointers are patched as native 64-bit words."""
+    core reads dlpack.h's LP64 layout, and version words and pointers are
+    patched as native 64-bit words."""
     unsupported = []
     if byteorder != "little":
         unsupported.append(f"{byteorder}-endian")
@@ -57,15 +52,9 @@ def check_platform(byteorder: str, maxsize: int) -> None:
 
 check_platform(sys.byteorder, sys.maxsize)
 
-# DLTensor: data, device_type, device_id, ndim, code, bits, lanes, shape,
-# strides, byte_offset (48 bytes).
-_TENSOR = "QiiiBBHQQQ"
-_LEGACY_FMT = struct.Struct("<" + _TENSOR + "QQ")  # + manager_ctx, deleter
-_VERSIONED_FMT = struct.Struct("<IIQQQ" + _TENSOR)  # version, ctx, deleter, flags
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 _MAX_NDIM = 64
-_INT64S = [struct.Struct(f"<{n}q") for n in range(_MAX_NDIM + 1)]  # a shape or strides
 _DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
 
 
@@ -185,9 +174,6 @@ class Header(NamedTuple):
     strides: int
 
 
-_MAX_BYTES = 2**63 - 1  # the largest extent an int64 byte count holds
-
-
 def reach(shape, strides) -> tuple:
     """``(low, high)``: the offsets, in elements, of the lowest and the
     highest element from the first one (negative strides reach below it).
@@ -229,72 +215,48 @@ class Owner:
 # Each takes the capsule in one step in which no Python code runs (the GIL,
 # or the capsule's critical section on a free-threaded build, held): of
 # several threads handed one capsule exactly one takes it, and an interrupt
-# cannot land between a claim and the hand-over of the tensor.
+# cannot land between a claim and the hand-over of the tensor. What each
+# refuses is worded by its function in GENERAL below.
 
-#: ``kind(capsule)``: True for an unconsumed versioned capsule, False for a
-#: legacy one; TypeError for a non-capsule, ConsumedCapsuleError for a used
-#: one, BufferError for any other name (``_kind``'s words).
+#: True for an unconsumed versioned capsule, False for a legacy one.
 kind = core.kind
-#: ``is_unconsumed(capsule)``: whether a capsule is named ``dltensor`` or
-#: ``dltensor_versioned``.
 is_unconsumed = core.is_unconsumed
-#: ``pointer(capsule, versioned)``: the pointer of an unconsumed capsule of
-#: that kind; ValueError (the C API's) for any other.
+#: ``pointer(capsule, versioned)``; ValueError (the C API's) for any other capsule.
 pointer = core.pointer
-#: ``claim(capsule, versioned)``: rename an unconsumed capsule ``used_*`` and
-#: return its pointer, whose tensor the caller now owns.
-claim = core.claim
 #: ``checked(capsule, likely_versioned=True, check_dtype=None)``: ``(versioned,
-#: header)`` after the checks every exchange makes (a tensor an importer can
-#: hold, major version 1, ``check_dtype(code, bits, lanes)``); a refused
-#: capsule is discarded, its deleter run once, now.
+#: header)`` after the checks every exchange makes; a refused capsule is
+#: discarded, its deleter run once, now.
 checked = core.checked
-#: ``discard(capsule, versioned)``: claim the capsule and run its deleter once
-#: (what a consumer does with a capsule it rejects).
+#: ``discard(capsule, versioned)``: claim the capsule and run its deleter once.
 discard = core.discard
-#: ``snapshot(capsule)``: ``(versioned, struct, shape, strides)``, the bytes of
-#: an unconsumed capsule's struct and of its shape and strides arrays (None
-#: where there are none to read), copied in one step.
 snapshot = core.snapshot
 #: ``read(capsule)``: the ``CapsuleInfo`` of an unconsumed capsule (inspect).
 read = core.read
-#: ``stamp_version(capsule, word)``: write ``version_word(version)`` into a
-#: versioned capsule NumPy's own ``__dlpack__`` has just returned.
+#: ``stamp_version(capsule, version_word(version))``, into a capsule NumPy has just made.
 stamp_version = core.stamp_version
-#: ``set_flags(ptr, flags)`` and ``set_version(ptr, (major, minor))`` of a
-#: versioned tensor.
+#: ``set_flags(ptr, flags)``, ``set_version(ptr, (major, minor))`` of a
+#: versioned tensor; ``set_dtype(ptr, versioned, code, bits)`` (one lane) and
+#: ``set_device(ptr, versioned, device_type, device_id)`` of any.
 set_flags = core.set_flags
 set_version = core.set_version
-#: ``set_dtype(ptr, versioned, code, bits)`` of a tensor (one lane), and
-#: ``set_device(ptr, versioned, device_type, device_id)``: relabel the
-#: memory's device (a host capsule of pinned memory says CUDA_HOST, managed
-#: memory says device id 0).
 set_dtype = core.set_dtype
 set_device = core.set_device
-#: ``point_strides_after_shape(capsule)``: point a versioned capsule's
-#: strides, left out (NULL with ndim > 0), at the ``ndim`` int64s right
-#: after its shape; True when they were left out. Only for a capsule NumPy's
-#: own ``__dlpack__`` has just returned: on a NumPy that writes a
-#: C-contiguous array's strides there before leaving them out (2.1 to 2.3,
-#: ``numpy_backend``) they are then its strides. ValueError (the C API's)
-#: for anything but an unconsumed versioned capsule.
+#: Only for a capsule NumPy's own ``__dlpack__`` has just returned (2.1 to
+#: 2.3 write a C-contiguous array's strides after its shape and leave them
+#: out): True when they were left out, and are now pointed at.
 point_strides_after_shape = core.point_strides_after_shape
 #: ``kept_capsule(ptr, keep)``: a versioned capsule over a struct whose
 #: deleter is 0, holding ``keep`` until the core's deleter runs.
 kept_capsule = core.kept_capsule
-#: The core's capsule destructors by kind, C functions that free an
-#: unconsumed capsule's tensor (any producer's), setting a pending exception
-#: aside while its deleter runs.
+#: The core's capsule destructors by kind: each frees an unconsumed capsule's tensor.
 OWNING_DESTRUCTORS = core.OWNING_DESTRUCTORS
 
 
 def move(capsule, versioned: bool):
     """A new unconsumed capsule of the same kind that holds the tensor of
-    ``capsule``, which is renamed ``used_*`` in the same step: from the claim
-    on, the new capsule owns the tensor, and its destructor (the core's)
-    frees it when it is dropped unconsumed, whatever raised in between.
-    ConsumedCapsuleError when another consumer took the capsule first;
-    MemoryError leaves it as it was."""
+    ``capsule``, renamed ``used_*`` in the same step: the new capsule's
+    destructor frees the tensor if it is dropped unconsumed. MemoryError
+    leaves ``capsule`` as it was."""
     return core.move(capsule, versioned, OWNING_DESTRUCTORS[versioned])
 
 
@@ -306,13 +268,9 @@ def take(capsule, versioned: bool) -> Owner:
 
 def handover(capsule):
     """``(versioned, private)`` for a capsule a caller handed to the layer
-    (and may have shared with other threads): the capsule is claimed, and its
-    tensor moves to a new unconsumed capsule that only this call holds, in
-    one step (``move``); the layer then checks and consumes it like any
-    other. ConsumedCapsuleError when another consumer took the capsule first.
-
-    Dropped unconsumed, the new capsule frees the tensor (its C destructor),
-    also when an interrupt lands before this returns."""
+    (and may have shared with other threads): its tensor ``move``d to a
+    capsule only this call holds, which the layer then checks and consumes
+    like any other."""
     versioned = kind(capsule)
     return versioned, move(capsule, versioned)
 
@@ -336,36 +294,13 @@ def _kind(obj, name) -> NoReturn:
     raise _errors.bad_capsule_name(name)
 
 
-def _not_taken(capsule, versioned) -> NoReturn:
-    # What the name now is: not a capsule, consumed, another name (kind's
-    # errors), the other kind, or the kind asked for that was not renamed.
+def _not_taken(capsule, versioned=None, destructor=None) -> NoReturn:
+    # What the name now is (discard, move, snapshot): not a capsule,
+    # consumed, another name (kind's errors), the other kind, or the kind
+    # asked for that was not renamed.
     if kind(capsule) == versioned:
         raise _errors.malformed("the capsule could not be renamed")
     raise _errors.malformed("the capsule changed kind while it was read")
-
-
-def _claim(capsule, versioned):
-    _not_taken(capsule, versioned)
-
-
-def _move(capsule, versioned, destructor):
-    _not_taken(capsule, versioned)
-
-
-def _snapshot(capsule):
-    _not_taken(capsule, None)
-
-
-def _unpack(versioned: bool, raw: bytes) -> tuple:
-    """``(major, minor, flags, data, device_type, device_id, ndim, code,
-    bits, lanes, shape pointer, strides pointer, byte_offset)`` of the
-    bytes of a capsule's struct (``None, None, 0`` for a legacy one's
-    version and flags)."""
-    if versioned:
-        major, minor, _ctx, _del, flags, *tensor = _VERSIONED_FMT.unpack(raw)
-        return (major, minor, flags, *tensor)
-    *tensor, _ctx, _del = _LEGACY_FMT.unpack(raw)
-    return (None, None, 0, *tensor)
 
 
 def _check_readable(ndim: int, shape_p: int, device_type: int, device_id: int) -> None:
@@ -377,106 +312,63 @@ def _check_readable(ndim: int, shape_p: int, device_type: int, device_id: int) -
         raise _errors.malformed(f"no DLPack device is (device_type={device_type}, device_id={device_id})")
 
 
-def _check_layout(data: int, offset: int, shape: tuple, strides: tuple | None, itemsize: int) -> None:
-    """BufferError for a tensor whose shape and strides no importer can
-    hold: a negative dimension (numpy.from_dlpack refuses it), NULL data
-    with elements (a 0-d tensor has one), more bytes than an int64 counts,
-    strides (None: compact row-major) reaching, from either end, outside
-    the 64-bit address space from ``data + offset``, or a step of more bytes
-    than an int64 holds. A tensor without elements is checked as if each
-    zero extent were one, though its data may be NULL: extents that
-    multiply past an int64 are malformed whatever one of them is (as NumPy
-    counts them)."""
-    count = 1
-    empty = False
-    for n in shape:
-        if n < 0:
-            raise _errors.malformed(f"the shape {shape} has a negative dimension")
-        if n:
-            count *= n
-        else:
-            empty = True
-    if not data and not empty:
-        raise _errors.malformed(
-            f"data is NULL but the shape {shape} has elements" if shape else "data is NULL but a 0-d tensor has one element"
+def _layout_words(fault: int, data: int, offset: int, shape: tuple, strides, itemsize: int) -> str:
+    """What the core's layout_fault found (1 to 5, in the order it checks),
+    in words: no importer can hold such a tensor (a negative dimension is
+    what numpy.from_dlpack refuses; a tensor without elements is checked as
+    if each zero extent were one, and a step is a byte stride, an int64, to
+    NumPy, CuPy and the array interfaces, even where no extent takes it)."""
+    if fault == 1:
+        return f"the shape {shape} has a negative dimension"
+    if fault == 2:
+        return f"data is NULL but the shape {shape} has elements" if shape else "data is NULL but a 0-d tensor has one element"
+    if fault == 3 and 0 in shape:
+        return (
+            f"the extents other than 0 of the shape {shape} of {itemsize}-byte elements multiply to "
+            "more than 2**63 - 1 bytes"
         )
-    if count * itemsize > _MAX_BYTES:
-        if empty:
-            raise _errors.malformed(
-                f"the extents other than 0 of the shape {shape} of {itemsize}-byte elements multiply to "
-                "more than 2**63 - 1 bytes"
-            )
-        raise _errors.malformed(f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes")
-    low, high = (0, count - 1) if strides is None else reach(shape, strides)
-    first = data + offset
-    low, high = first + low * itemsize, first + (high + 1) * itemsize
-    if low < 0 or high > 2**64 or high - low > _MAX_BYTES:
-        if strides is not None:
-            raise _errors.malformed(
-                f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
-            )
-        raise _errors.malformed(
+    if fault == 3:
+        return f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes"
+    if fault == 4 and strides is not None:
+        return f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
+    if fault == 4:
+        return (
             f"the shape {shape} at data {data:#x} + byte_offset {offset} reaches past the end of the "
             "64-bit address space"
         )
-    if strides is not None:
-        # Even where an extent of 0 or 1 never takes it, a step is a byte
-        # stride to NumPy, CuPy and the array interfaces: an int64.
-        for step in strides:
-            if not -(2**63) <= step * itemsize <= _MAX_BYTES:
-                raise _errors.malformed(
-                    f"the strides {strides} of the shape {shape} are steps of {itemsize}-byte elements "
-                    "that no int64 byte count holds"
-                )
-
-
-def _header_of(ptr: int, versioned: bool, raw: bytes, shape_raw, strides_raw) -> Header:
-    """The ``Header`` of a tensor from its bytes (``snapshot``'s), its
-    layout checked; another major version's has no shape (only its version
-    and flags words are laid out alike)."""
-    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = _unpack(versioned, raw)
-    if versioned and major != 1:
-        return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, 0, 0)
-    _check_readable(ndim, shape_p, dt, di)
-    shape = _INT64S[ndim].unpack(shape_raw) if ndim else ()
-    strides = None
-    if strides_p:
-        strides = _INT64S[ndim].unpack(strides_raw) if ndim else ()
-    _check_layout(data, offset, shape, strides, max(1, (bits * lanes + 7) >> 3))
-    return Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
-
-
-def _header(ptr: int, versioned: bool, raw, shape_raw, strides_raw) -> Header:
-    """What the core's ``header`` will not read itself: NULL, another major
-    version (its ``Header`` has no shape), a tensor no importer can hold (in
-    words), from the bytes the core read at ``ptr``."""
-    if raw is None:
-        raise ValueError("header() needs the address of a tensor, not NULL")
-    return _header_of(ptr, versioned, raw, shape_raw, strides_raw)
+    return (
+        f"the strides {strides} of the shape {shape} are steps of {itemsize}-byte elements "
+        "that no int64 byte count holds"
+    )
 
 
 def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
     """What the core's ``checked`` refuses: a capsule it cannot take
     (``_not_taken``'s words), another major version, a tensor no importer
     can hold; the refused capsule is discarded."""
-    versioned, raw, shape, strides = snapshot(capsule)
+    versioned, fields, shape, strides, fault = snapshot(capsule)
+    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
     try:
-        head = _header_of(pointer(capsule, versioned), versioned, raw, shape, strides)
-        if versioned and head.major != 1:
-            raise _errors.unsupported_major(head.major)
+        ptr = pointer(capsule, versioned)
+        if versioned and major != 1:
+            raise _errors.unsupported_major(major)
+        _check_readable(ndim, shape_p, dt, di)
+        if fault:
+            itemsize = max(1, (bits * lanes + 7) >> 3)
+            raise _errors.malformed(_layout_words(fault, data, offset, shape, strides, itemsize))
         if check_dtype is not None:
-            check_dtype(head.code, head.bits, head.lanes)
+            check_dtype(code, bits, lanes)
     except BufferError:
         discard(capsule, versioned)
         raise
-    return versioned, head
+    return versioned, Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
 
 
 def _read(capsule) -> CapsuleInfo:
     """What the core's ``read`` will not read, in words: another major
     version, an ndim out of range, a NULL shape, no DLPack device."""
-    versioned, raw, shape_raw, strides_raw = snapshot(capsule)
-    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = _unpack(versioned, raw)
+    versioned, fields, shape, strides, _fault = snapshot(capsule)
+    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
     if versioned and major != 1:
         # Another major version may lay the struct out differently: only
         # the version and flags words are safe to read.
@@ -489,8 +381,8 @@ def _read(capsule) -> CapsuleInfo:
         flags=flags,
         device=Device((dt, di)),
         dl_dtype=(code, bits, lanes),
-        shape=_INT64S[ndim].unpack(shape_raw) if ndim else (),
-        strides=(_INT64S[ndim].unpack(strides_raw) if ndim else ()) if strides_p else None,
+        shape=shape,
+        strides=strides,
         byte_offset=offset,
         data=data,
     )
@@ -522,7 +414,7 @@ def _not_set(ptr, versioned, first, second):
 
 #: The general path of each primitive, by the name the core hands back to.
 GENERAL = {
-    "claim": _claim, "discard": _claim, "move": _move, "snapshot": _snapshot, "checked": _checked,
+    "discard": _not_taken, "move": _not_taken, "snapshot": _not_taken, "checked": _checked,
     "read": _read, "stamp_version": _stamp_version, "set_flags": _not_written, "set_version": _not_written,
-    "kind": _kind, "header": _header, "set_dtype": _not_set, "set_device": _not_set,
+    "kind": _kind, "set_dtype": _not_set, "set_device": _not_set,
 }

@@ -132,15 +132,16 @@ def from_dlpack(
             return from_dlpack(values, device=device, copy=None, stream=stream)
     if device is None and copy is None and stream is None:
         if type(x) is _ndarray:
-            if _id(x.dtype) in _PLAIN and (x.flags.c_contiguous or _whole_strides(x)):
-                return x.view(_ndarray)  # NumPy into NumPy: a view is the zero-copy import
+            # NumPy into NumPy: a view is the zero-copy import, where DLPack
+            # could describe it (strides in whole elements on every axis longer than 1).
+            if _id(x.dtype) in _PLAIN and (
+                x.flags.c_contiguous or all(s % x.itemsize == 0 or n == 1 for n, s in zip(x.shape, x.strides))
+            ):
+                return x.view(_ndarray)
             # Through the exchange itself: zero-copy for what DLPack can
             # describe (ml_dtypes types), BufferError as NumPy gives for the
             # rest (datetime64, byte-swapped data, a field of a structured array).
             return host_capsule(x, _exchange.export_numpy(x))
-        # (from_dlpack is the core's front, which first runs the core's
-        # import of a producer it was told about: a C exchange API, JAX's
-        # capsules. This function is what it hands back.)
         if known_on_host(x):
             return host_capsule(x)
         view = _buffer_views.get(type(x))
@@ -250,26 +251,27 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
     return backend.aligned_copy(out, alignment, stream)
 
 
-def _whole_strides(x) -> bool:
-    """Whether NumPy array ``x`` has strides in whole elements (on every axis
-    longer than 1), as DLPack describes it: the view shortcut's layout."""
-    size = x.dtype.itemsize
-    return all(s % size == 0 or n == 1 for n, s in zip(x.shape, x.strides))
-
-
 def host_capsule(x, capsule=None):
-    """The common import: host memory of a foreign producer, no copy. The
-    producer's zero-copy capsule becomes a NumPy array. ``capsule``: what
-    ``x`` answered to ``__dlpack__(max_version=DLPACK_VERSION)``, or None to
-    ask it now. The compiled core asks the producers it was told about
-    (JAX) itself, imports the plain capsules, and hands every other answer
-    here."""
+    """The common import: host memory of a foreign producer, no copy.
+    ``capsule``: what ``x`` answered to ``__dlpack__(max_version=DLPACK_VERSION)``
+    (the compiled core hands here every answer it does not import itself),
+    or None to ask it now."""
     if capsule is None:
-        if _numpy_reads_directly(x):
-            return _np_from_dlpack(x)
         if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
             capsule = _exchange.export_numpy(x)  # NumPy before 2.1: the layer's versioned capsule
         else:
+            t = type(x)
+            try:
+                dtypes = _DIRECT[t]
+            except KeyError:
+                peer = _peers.of_array_type(t)
+                dtypes = None  # NumPy < 2.1 asks for legacy capsules: read-only arrays
+                if numpy_backend.VERSIONED_NUMPY and peer is not None and peer.numpy_reads:
+                    library = importlib.import_module(peer.module)  # loaded already: t is its type
+                    dtypes = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
+                _DIRECT[t] = dtypes
+            if dtypes is not None and x.dtype in dtypes:
+                return _np_from_dlpack(x)
             capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     elif type(capsule) is not _CapsuleType:
         raise _errors.producer_not_a_capsule(x, capsule)
@@ -283,9 +285,8 @@ def host_capsule(x, capsule=None):
 
 def host_refused_import(x, error):
     """``host_capsule`` from the error host producer ``x`` raised to the
-    request it makes: the compiled core asks the producers it was told
-    about (JAX) itself, and hands their errors here, to go on as the Python
-    path does without asking the producer the same again."""
+    compiled core's request: it goes on as the Python path does, without
+    asking the producer the same again."""
     capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION)
     return host_capsule(x, capsule)
 
@@ -293,29 +294,9 @@ def host_refused_import(x, error):
 # Producers whose host capsules NumPy's own importer reads exactly as the
 # rules say, for the dtypes their rows in _peers name: their common import
 # goes straight to numpy.from_dlpack, which skips the checks a producer of
-# unknown quality needs. type -> test(x), or None.
+# unknown quality needs. type -> the NumPy dtypes, or None.
 _DIRECT: dict = {}
 _np_from_dlpack = np.from_dlpack
-
-
-def _direct_test(t):
-    if not numpy_backend.VERSIONED_NUMPY:
-        return None  # NumPy < 2.1 asks for legacy capsules: read-only arrays
-    peer = _peers.of_array_type(t)
-    if peer is None or not peer.numpy_reads:
-        return None
-    library = importlib.import_module(peer.module)  # loaded already: t is its type
-    numpy_dtypes = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
-    return lambda x: x.dtype in numpy_dtypes
-
-
-def _numpy_reads_directly(x) -> bool:
-    t = type(x)
-    try:
-        test = _DIRECT[t]
-    except KeyError:
-        test = _DIRECT[t] = _direct_test(t)
-    return test is not None and test(x)
 
 
 def _from_capsule(capsule, device, copy, stream):
@@ -333,7 +314,8 @@ def _from_capsule(capsule, device, copy, stream):
         if target == CPU and source.is_host_accessible:
             if stream is not None:
                 _streams.check_stream(stream, CPU.type)
-            return _land_on_host(capsule, versioned, header, needs_copy)
+            arr = numpy_backend.consume(capsule, versioned, header)
+            return arr.copy() if needs_copy else arr
         # Device memory to the CPU is moved by the backend of its device.
         backend = _backends.for_device(source if target == CPU else target)
         return backend.import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)

@@ -79,8 +79,7 @@ ASKS_BACK: dict = {}
 
 
 def asks_back(t) -> bool:
-    """Whether producers of type ``t`` may ask gpu_dlpack back from their
-    DLPack methods (``ASKS_BACK``, read once per type)."""
+    """Whether producers of type ``t`` may ask gpu_dlpack back (``ASKS_BACK``)."""
     asks = ASKS_BACK.get(t)
     if asks is None:
         asks = ASKS_BACK[t] = not _peers.owns_type(t)
@@ -126,33 +125,18 @@ def _ask(x, stream, max_version, dl_device, copy):
     method = type(x).__dlpack__
     level = _old_producers.get(type(x), 0)
     try:
-        if level == 0 and stream is None and dl_device is None and copy is None:
-            if max_version is None:
-                return method(x), True  # asked for nothing: no keyword at all
-            try:  # the common request, without building keywords
-                return method(x, max_version=max_version), True
-            except TypeError as first:
-                return _retry(x, method, stream, first), False
-        if level == 0:
-            kwargs = {}
-            if max_version is not None:
-                kwargs["max_version"] = max_version
-            if stream is not None:
-                kwargs["stream"] = stream
-            if dl_device is not None:
-                kwargs["dl_device"] = dl_device
-            if copy is not None:
-                kwargs["copy"] = copy
-            if max_version is None and dl_device is None and copy is None:
-                # Only stream=, which every producer takes.
-                return method(x, **kwargs), True
-            try:
-                return method(x, **kwargs), True
-            except TypeError as first:
-                return _retry(x, method, stream, first), False
-        if level == 1:
-            return (method(x) if stream is None else method(x, stream=stream)), False
-        return method(x), False
+        if level == 2:
+            return method(x), False
+        if level == 1 or (max_version is None and dl_device is None and copy is None):
+            # At most stream=, which every producer takes (no keyword at all for nothing).
+            return (method(x) if stream is None else method(x, stream=stream)), level == 0
+        try:
+            if stream is None and dl_device is None and copy is None:
+                return method(x, max_version=max_version), True  # the common request, without building keywords
+            keywords = (("max_version", max_version), ("stream", stream), ("dl_device", dl_device), ("copy", copy))
+            return method(x, **{k: v for k, v in keywords if v is not None}), True
+        except TypeError as first:
+            return _retry(x, method, stream, first), False
     except (BufferError, TypeError, MemoryError):
         raise  # out of memory is no refusal: a caller catching MemoryError sees it
     except Exception as exc:
@@ -161,13 +145,11 @@ def _ask(x, stream, max_version, dl_device, copy):
 
 def answer_after(x, error, max_version):
     """What ``request(x, max_version=max_version)`` answers when the
-    producer's ``__dlpack__``, asked as ``request`` asks it first (with
-    ``max_version=`` alone, or with no keyword for None), raised ``error``:
-    the compiled core asks the producers it was told about (JAX) itself,
-    and hands their error here, so that the producer is not asked the same
-    again and the error is not dropped. A ``TypeError`` of a versioned
-    request is an old producer's, asked again without the keyword, as
-    ``request`` asks it; any other error is raised as ``request`` raises it."""
+    producer's ``__dlpack__``, asked as ``request`` asks it first, raised
+    ``error`` (the compiled core asks the producers it was told about
+    itself): a ``TypeError`` of a versioned request is an old producer's,
+    asked again without the keyword; any other error is raised as
+    ``request`` raises it."""
     method = type(x).__dlpack__
     try:
         if max_version is not None and isinstance(error, TypeError):

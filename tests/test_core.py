@@ -928,26 +928,3 @@ def test_strides_left_out_are_pointed_after_the_shape_and_nothing_else_is_writte
     with pytest.raises(ValueError, match="incorrect name"):
         core.point_strides_after_shape(legacy)
     assert rec.struct.dl_tensor.strides is not None and not rec.struct.dl_tensor.strides
-
-
-def test_header_of_a_tensor_it_will_not_take_is_read_by_the_layer_in_words():
-    # The core's header hands NULL, another major version and a malformed
-    # tensor back to Python, which had no function by that name: each was a
-    # RuntimeError ("no Python header").
-    from . import capsules
-
-    with pytest.raises(ValueError, match="not NULL"):
-        core.header(0, True)
-    cap, rec = capsules.make(versioned=True, version=(2, 5), flags=3)
-    head = core.header(rec.address, True)
-    assert (head.ptr, head.major, head.minor, head.flags, head.ndim, head.strides) == (rec.address, 2, 5, 3, 0, 0)
-    for versioned in (False, True):
-        cap, rec = capsules.make(versioned=versioned, ndim=65)
-        with pytest.raises(BufferError, match="malformed DLPack tensor: ndim=65"):
-            core.header(rec.address, versioned)
-        cap, rec = capsules.make(np.arange(6.0).reshape(2, 3), versioned=versioned, shape=(2, -3))
-        with pytest.raises(BufferError, match=r"the shape \(2, -3\) has a negative dimension"):
-            core.header(rec.address, versioned)
-        cap, rec = capsules.make(versioned=versioned)
-        head = core.header(rec.address, versioned)
-        assert (head.ptr, head.ndim, head.code, head.bits) == (rec.address, 1, 2, 64)

@@ -371,9 +371,7 @@ cap = lambda: a.__dlpack__()
 ptr = lambda: a.__array_interface__["data"][0]
 base = core.ExportableBase()
 calls = {
-    "header": lambda: core.header(1, True),
     "checked": lambda: core.checked(cap()),
-    "claim": lambda: core.claim(cap(), False),
     "discard": lambda: core.discard(cap(), False),
     "move": lambda: core.move(cap(), False, core.OWNING_DESTRUCTORS[0]),
     "snapshot": lambda: core.snapshot(cap()),
@@ -397,20 +395,20 @@ try:  # the Python side is told last: before the tables, it is refused, and noth
 except RuntimeError as exc:
     print("set_python first:", exc)
 try:
-    core.header(1, True)
+    core.checked(cap())
 except RuntimeError as exc:
-    print("header still", "refused" if "not configured" in str(exc) else exc)
+    print("checked still", "refused" if "not configured" in str(exc) else exc)
 """)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[:-3] == [f"{name} refused" for name in (
-        "header", "checked", "claim", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
+        "checked", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
         "exchange", "ExportableBase.__dlpack__", "ExportableBase._set_plan",
     )], done.stdout
     assert lines[-3] == "Exporter: python"
     assert lines[-2] == ("set_python first: set_python comes last: set_dtypes, set_devices, set_numpy and "
                          "set_versions first"), done.stdout
-    assert lines[-1] == "header still refused"
+    assert lines[-1] == "checked still refused"
 
 
 _SUBINTERPRETER = r'''

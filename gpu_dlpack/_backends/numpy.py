@@ -89,19 +89,26 @@ def owns(x) -> bool:
     return isinstance(x, np.ndarray) and type(x).__dlpack__ is _ndarray_dlpack
 
 
-def readonly(x) -> bool:
-    return not x.flags.writeable
-
-
-def dtype_of(x) -> _dtypes.DType:
-    return _dtypes.from_numpy(x.dtype)
-
-
 def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     """A capsule for ``arr`` as ``plan`` says (the device is the CPU)."""
     view = arr if dtype.carrier is None else arr.view(dtype.carrier)
-    if not VERSIONED_NUMPY:
-        return _export_old(view, plan, dtype)
+    if not VERSIONED_NUMPY:  # legacy capsules only: a versioned one is built by _old_numpy
+        flags = 0
+        if plan.copy:
+            view = np.array(view, copy=True)
+            flags |= _capsule.IS_COPIED
+        if not plan.versioned:
+            if plan.read_only:
+                raise _errors.readonly_legacy()
+            capsule = view.__dlpack__()
+            if dtype.carrier is not None:
+                _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
+            return capsule
+        if plan.read_only:
+            flags |= _capsule.READ_ONLY
+        if dtype.padded:
+            flags |= _capsule.IS_SUBBYTE_TYPE_PADDED
+        return _old_numpy.export_versioned(view, _STAMP, flags, dtype.code, dtype.bits)
     if plan.read_only and view.flags.writeable:
         view = view.view()
         view.flags.writeable = False
@@ -120,26 +127,6 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     elif dtype.carrier is not None:
         _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
     return capsule
-
-
-def _export_old(view: np.ndarray, plan, dtype: _dtypes.DType):
-    """``export`` on a NumPy that makes only legacy capsules."""
-    flags = 0
-    if plan.copy:
-        view = np.array(view, copy=True)
-        flags |= _capsule.IS_COPIED
-    if not plan.versioned:
-        if plan.read_only:
-            raise _errors.readonly_legacy()
-        capsule = view.__dlpack__()
-        if dtype.carrier is not None:
-            _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
-        return capsule
-    if plan.read_only:
-        flags |= _capsule.READ_ONLY
-    if dtype.padded:
-        flags |= _capsule.IS_SUBBYTE_TYPE_PADDED
-    return _old_numpy.export_versioned(view, _STAMP, flags, dtype.code, dtype.bits)
 
 
 def export_in_place(arr: np.ndarray, versioned: bool):
@@ -191,15 +178,11 @@ def consume(capsule, versioned, header) -> np.ndarray:
 
 def rebuild(capsule, versioned, header, plan, dtype: _dtypes.DType):
     """A capsule of the kind ``plan`` asks for over the same memory as a
-    checked capsule, on whatever device that memory is, touching none of it.
-
-    NumPy does the work and owns the result: the capsule is relabelled as
-    host memory, imported by NumPy (an import only records the address; it
-    never reads the data), exported again through NumPy (whose C deleter is
-    safe on any thread and at shutdown, and keeps the imported capsule alive
-    until the new one is freed), and the export is labelled with the
-    original device again. The original deleter runs once, when the new
-    capsule is freed, consumed or not.
+    checked capsule, on whatever device that memory is, touching none of it:
+    relabelled as host memory, imported by NumPy (which only records the
+    address), exported again (NumPy's export keeps the import alive, so the
+    original deleter runs once, when the new capsule is freed), and
+    labelled with the original device again.
     """
     device = (header.device_type, header.device_id)
     _capsule.set_device(header.ptr, versioned, 1, 0)

@@ -12,16 +12,8 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT32_MAX
 from libc.stdlib cimport malloc, free
 from cpython.exc cimport PyErr_NoMemory, PyErr_Occurred, PyErr_Clear
 from cpython.ref cimport Py_DECREF
-from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 from dlpack cimport DLDevice, DLTensor, DLManagedTensor, DLManagedTensorVersioned, FLAG_READ_ONLY
-
-cdef extern from "Python.h":
-    # Their answers read as C reads them: the failure handled where they are called.
-    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name,
-                                              void (*destructor)(PyObject *) noexcept) noexcept
-    int rename_capsule "PyCapsule_SetName"(PyObject *capsule, const char *name) noexcept
-    long long_or_error "PyLong_AsLong"(object o) noexcept
 
 # The producer's deleter, called as the one of the struct over it is: with
 # the GIL or without (a DLPack deleter is plain C; dlpack.pxd declares it
@@ -49,29 +41,28 @@ cdef void legacy_over_deleter(DLManagedTensor *self) noexcept nogil:
         deleter(v)
 
 
+cdef bint numpy_holds(DLTensor *t) noexcept:
+    """Whether a tensor is well-formed, of a NumPy dtype of its own (one
+    lane; the others go through a carrier, which needs ml_dtypes) and
+    within NumPy's dimensions."""
+    cdef int nbytes = bit_index(t.dtype.bits)
+    return (well_formed(t) and t.ndim <= state.numpy_maxdims and t.dtype.lanes == 1 and t.dtype.code < 32
+            and nbytes != 0 and state.numpy_descr[t.dtype.code][nbytes] != NULL)
+
+
 cdef int adaptable(void *ptr, int versioned) noexcept:
     """1 when the tensor of an unconsumed capsule of the given kind is one
-    whose rebuild through NumPy the core makes as NumPy would: well-formed,
-    a NumPy dtype of its own (the others go through a carrier, which needs
-    ml_dtypes at the time of the export), data that is not NULL (NumPy
-    allocates for NULL), at least one dimension (NumPy before 2.1 exports a
-    0-d tensor without strides), versioned: major 1 and not READ_ONLY (a
-    read-only tensor has no legacy capsule). Else 0: the Python rebuild
-    runs."""
+    whose rebuild through NumPy the core makes as NumPy would: numpy_holds
+    it, data that is not NULL (NumPy allocates for NULL), at least one
+    dimension (NumPy before 2.1 exports a 0-d tensor without strides),
+    versioned: major 1 and not READ_ONLY (a read-only tensor has no legacy
+    capsule). Else 0: the Python rebuild runs."""
     cdef DLTensor *t = tensor_of(ptr, versioned)
-    cdef DLManagedTensorVersioned *m
-    cdef int nbytes
     if not state.numpy_layout:
         return 0  # NumPy before 2.1 lays its exports out otherwise (no strides, empty data moved)
-    if versioned:
-        m = <DLManagedTensorVersioned *>ptr
-        if m.version.major != 1 or (m.flags & FLAG_READ_ONLY):
-            return 0
-    if (not well_formed(t) or t.ndim < 1 or t.ndim > state.numpy_maxdims or t.dtype.lanes != 1
-            or t.dtype.code >= 32 or <uintptr_t>t.data + t.byte_offset == 0):
+    if not major_one(ptr, versioned) or (versioned and (<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY):
         return 0
-    nbytes = bit_index(t.dtype.bits)
-    return nbytes != 0 and state.numpy_descr[t.dtype.code][nbytes] != NULL
+    return numpy_holds(t) and t.ndim >= 1 and <uintptr_t>t.data + t.byte_offset != 0
 
 
 cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src, int64_t *strides,
@@ -90,35 +81,32 @@ cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src,
         for i in range(src.ndim - 1, -1, -1):
             strides[i] = step
             if src.shape[i]:
-                step *= src.shape[i]  # within int64: layout_ok bounds the elements
+                step *= src.shape[i]  # within int64: layout_fault bounds the elements
         to.strides = strides
 
 
-cdef DLManagedTensorVersioned *versioned_over(DLManagedTensor *legacy, uint64_t flags,
-                                                     DLDevice device) except NULL:
-    cdef int ndim = legacy.dl_tensor.ndim
-    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>malloc(
-        sizeof(DLManagedTensorVersioned) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
-    if v == NULL:
+cdef void *struct_over(void *src, int versioned, DLDevice device) except NULL:
+    """The struct of the other kind over the tensor of src (of the given
+    kind), followed by room for the strides: its manager_ctx holds src,
+    whose deleter its own calls once; a versioned one READ_ONLY (a legacy
+    import is read-only)."""
+    cdef DLTensor *t = tensor_of(src, versioned)
+    cdef size_t size = sizeof(DLManagedTensor) if versioned else sizeof(DLManagedTensorVersioned)
+    cdef void *made = malloc(size + sizeof(int64_t) * <size_t>(t.ndim if t.ndim > 0 else 1))
+    if made == NULL:
         PyErr_NoMemory()
-    (<uint64_t *>v)[0] = state.version_word
-    v.manager_ctx = legacy
-    v.deleter = versioned_over_deleter
-    v.flags = flags
-    copy_tensor_as_numpy_exports(&v.dl_tensor, &legacy.dl_tensor, <int64_t *>(v + 1), device)
-    return v
-
-
-cdef DLManagedTensor *legacy_over(DLManagedTensorVersioned *v, DLDevice device) except NULL:
-    cdef int ndim = v.dl_tensor.ndim
-    cdef DLManagedTensor *m = <DLManagedTensor *>malloc(
-        sizeof(DLManagedTensor) + sizeof(int64_t) * <size_t>(ndim if ndim > 0 else 1))
-    if m == NULL:
-        PyErr_NoMemory()
-    m.manager_ctx = v
-    m.deleter = legacy_over_deleter
-    copy_tensor_as_numpy_exports(&m.dl_tensor, &v.dl_tensor, <int64_t *>(m + 1), device)
-    return m
+    cdef DLManagedTensor *m = <DLManagedTensor *>made
+    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>made
+    if versioned:
+        m.manager_ctx = src
+        m.deleter = legacy_over_deleter
+    else:
+        (<uint64_t *>v)[0] = state.version_word
+        v.manager_ctx = src
+        v.deleter = versioned_over_deleter
+        v.flags = FLAG_READ_ONLY
+    copy_tensor_as_numpy_exports(tensor_of(made, not versioned), t, <int64_t *>(<char *>made + size), device)
+    return made
 
 
 cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device) except? NULL:
@@ -131,17 +119,13 @@ cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device
     of memory (NULL, the error set) the capsule given is left as it was;
     NULL without an error when another consumer took it first."""
     cdef const char *name = VERSIONED if versioned else LEGACY
-    if not PyCapsule_IsValid(<object>capsule, name):
+    if not named(capsule, name):
         return NULL
-    cdef void *ptr = PyCapsule_GetPointer(<object>capsule, name)
-    cdef void *made
-    cdef PyObject *out
-    if versioned:
-        made = legacy_over(<DLManagedTensorVersioned *>ptr, device)
-        out = capsule_or_null(made, USED_LEGACY, legacy_capsule_destructor)
-    else:
-        made = versioned_over(<DLManagedTensor *>ptr, FLAG_READ_ONLY, device)
-        out = capsule_or_null(made, USED_VERSIONED, capsule_destructor)
+    cdef void *ptr = pointer_or_null(capsule, name)
+    cdef void *made = struct_over(ptr, versioned, device)
+    cdef PyObject *out = capsule_or_null(made, USED_LEGACY if versioned else USED_VERSIONED,
+                                         <PyCapsule_Destructor>legacy_capsule_destructor if versioned
+                                         else <PyCapsule_Destructor>capsule_destructor)
     if out == NULL:
         free(made)  # only the struct made above: the tensor is still the capsule's
         return NULL
@@ -152,7 +136,7 @@ cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device
         if got != NULL:
             release_tensor(got, versioned)  # another tensor put in meanwhile: taken, so freed
         return NULL
-    rename_capsule(out, LEGACY if versioned else VERSIONED)  # a capsule just made: cannot fail
+    rename(out, LEGACY if versioned else VERSIONED)  # a capsule just made: cannot fail
     return out
 
 
@@ -162,8 +146,8 @@ cdef inline bint device_from_tuple(object d, DLDevice *device) noexcept:
     cdef long dt, di
     if type(d) is not tuple or len(<tuple>d) != 2 or type((<tuple>d)[0]) is not int or type((<tuple>d)[1]) is not int:
         return 0
-    dt = long_or_error((<tuple>d)[0])
-    di = long_or_error((<tuple>d)[1])
+    dt = as_long((<tuple>d)[0])
+    di = as_long((<tuple>d)[1])
     if PyErr_Occurred():
         PyErr_Clear()
         return 0
@@ -174,46 +158,28 @@ cdef inline bint device_from_tuple(object d, DLDevice *device) noexcept:
     return 1
 
 
-cdef object rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device):
-    """_exchange.python_rebuild with the arguments rebuild was given."""
-    cdef PyObject *args[6]
-    args[0] = <PyObject *>capsule
-    args[1] = <PyObject *>versioned
-    args[2] = <PyObject *>header
-    args[3] = <PyObject *>want_versioned
-    args[4] = <PyObject *>read_only
-    args[5] = <PyObject *>device
-    return delegate("rebuild", args, 5 if device is None else 6)
-
-
 def rebuild(capsule, versioned, header, want_versioned, read_only, device=None, /):
     """The capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild).
 
     The same arguments: a checked capsule; device a (type, id) tuple or None
     for the tensor's own. Every other case is the Python rebuild's."""
-    cdef int is_versioned, want
-    cdef void *ptr
+    cdef int is_versioned, want, kind
+    cdef void *ptr = NULL
     cdef DLDevice to
-    cdef PyObject *out
+    cdef PyObject *out = NULL
     configured()
-    if not isinstance(versioned, bool) or not isinstance(want_versioned, bool) or not isinstance(read_only, bool):
-        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
-    is_versioned = versioned is True
-    want = want_versioned is True
-    # versioned -> legacy of read-only data is refused by the Python one
-    if want == is_versioned or (not want and read_only is True) or kind_of(<PyObject *>capsule) != is_versioned:
-        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
-    if not PyCapsule_IsValid(capsule, VERSIONED if is_versioned else LEGACY):
-        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
-    ptr = PyCapsule_GetPointer(capsule, VERSIONED if is_versioned else LEGACY)
-    if not adaptable(ptr, is_versioned):
-        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
-    to = tensor_of(ptr, is_versioned).device
-    if device is not None and not device_from_tuple(device, &to):
-        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
-    out = adapted_capsule(<PyObject *>capsule, is_versioned, to)
-    if out == NULL:  # taken meanwhile: the Python rebuild says what the capsule now is
-        return rebuild_in_python(capsule, versioned, header, want_versioned, read_only, device)
+    if isinstance(versioned, bool) and isinstance(want_versioned, bool) and isinstance(read_only, bool):
+        is_versioned = versioned is True
+        want = want_versioned is True
+        # versioned -> legacy of read-only data is refused by the Python one
+        if want != is_versioned and (want or read_only is False):
+            ptr = unconsumed(<PyObject *>capsule, &kind)
+        if ptr != NULL and kind == is_versioned and adaptable(ptr, kind):
+            to = tensor_of(ptr, kind).device
+            if device is None or device_from_tuple(device, &to):
+                out = adapted_capsule(<PyObject *>capsule, kind, to)
+    if out == NULL:  # not a plain case, or taken meanwhile: the Python rebuild says what the capsule now is
+        return hand_back(b"rebuild", (capsule, versioned, header, want_versioned, read_only, device))
     adapted = <object>out
     Py_DECREF(adapted)  # the reference adapted_capsule handed over, now adapted's
     return adapted

@@ -4,15 +4,14 @@
 
 cimport cython
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.tuple cimport PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_New, PyTuple_GET_ITEM, PyTuple_SET_ITEM
 from cpython.dict cimport PyDict_GetItemString
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor
-from libc.stdint cimport uint32_t, uint64_t, uintptr_t, UINT32_MAX
-from libc.string cimport strcmp
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetPointer
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t, INT32_MIN, INT32_MAX, UINT32_MAX
+from libc.string cimport memcpy, strcmp
 
 from dlpack cimport (
     DLTensor, DLDataType, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM, TypeSlots,
@@ -21,6 +20,8 @@ from dlpack cimport (
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
+    long as_long "PyLong_AsLong"(object value) noexcept
+    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor) noexcept
 
 cdef extern from *:
     ctypedef long long int128 "__int128"
@@ -65,12 +66,29 @@ cdef inline int kind_of(PyObject *capsule) noexcept:
     return -1
 
 
+cdef inline void *unconsumed(PyObject *capsule, int *versioned) noexcept:
+    """The pointer of an unconsumed DLPack capsule, its kind in *versioned;
+    NULL (no error set) for anything else."""
+    versioned[0] = kind_of(capsule)
+    if versioned[0] < 0:
+        return NULL
+    cdef void *ptr = pointer_or_null(capsule, VERSIONED if versioned[0] else LEGACY)
+    if ptr == NULL:
+        PyErr_Clear()
+    return ptr
+
+
 cdef inline DLTensor *tensor_of(void *ptr, int versioned) noexcept:
     return &(<DLManagedTensorVersioned *>ptr).dl_tensor if versioned else &(<DLManagedTensor *>ptr).dl_tensor
 
 
+cdef inline bint major_one(void *ptr, int versioned) noexcept:
+    """Whether the struct is laid out as the core reads it: legacy, or major version 1."""
+    return not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1
+
+
 cdef inline bint well_formed(DLTensor *t) noexcept:
-    """1 when the tensor is well-formed (what _capsule.header checks), else 0."""
+    """Whether the tensor is well-formed (what _capsule._checked checks)."""
     if t.ndim < 0 or t.ndim > MAX_NDIM:
         return False
     if t.ndim and t.shape == NULL:
@@ -78,20 +96,16 @@ cdef inline bint well_formed(DLTensor *t) noexcept:
     if (t.device.device_type < 0 or t.device.device_type >= 64 or
             not ((state.device_types >> t.device.device_type) & 1) or t.device.device_id < 0):
         return False
-    return layout_ok(t)
+    return layout_fault(t) == 0
 
 
 cdef inline void run_deleter(void *ptr, int versioned) noexcept:
-    cdef DLManagedTensorVersioned *v
-    cdef DLManagedTensor *m
-    if versioned:
-        v = <DLManagedTensorVersioned *>ptr
-        if v.deleter != NULL:
-            v.deleter(v)
-    else:
-        m = <DLManagedTensor *>ptr
-        if m.deleter != NULL:
-            m.deleter(m)
+    cdef DLManagedTensorVersioned *v = <DLManagedTensorVersioned *>ptr
+    cdef DLManagedTensor *m = <DLManagedTensor *>ptr
+    if versioned and v.deleter != NULL:
+        v.deleter(v)
+    elif not versioned and m.deleter != NULL:
+        m.deleter(m)
 
 
 cdef inline void release_tensor(void *ptr, int versioned) noexcept:
@@ -119,25 +133,14 @@ cdef inline void drop_keeping_error(PyObject *o) noexcept:
 
 # -- the hand-back to Python: every case the core does not run --------------------
 
-cdef object hand_back1(const char *name, a):
-    cdef PyObject *args[1]
-    args[0] = <PyObject *>a
-    return delegate(name, args, 1)
-
-
-cdef object hand_back2(const char *name, a, b):
-    cdef PyObject *args[2]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    return delegate(name, args, 2)
-
-
-cdef object hand_back3(const char *name, a, b, c):
-    cdef PyObject *args[3]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    args[2] = <PyObject *>c
-    return delegate(name, args, 3)
+cdef object hand_back(const char *name, tuple args):
+    """The Python function of a case the core does not run, by its name
+    (_capsule.GENERAL), called with args (at most six)."""
+    cdef PyObject *argv[6]
+    cdef Py_ssize_t i
+    for i in range(len(args)):
+        argv[i] = PyTuple_GET_ITEM(args, i)
+    return delegate(name, argv, len(args))
 
 
 cdef int raise_pending() except -1:
@@ -152,10 +155,20 @@ cdef inline void tuple_fill(object tup, Py_ssize_t i, object value) noexcept:
 
 # -- the checks ------------------------------------------------------------------
 
-cdef int layout_ok(DLTensor *t) noexcept:
-    """1 when the shape and strides can be held (what _capsule._check_layout
-    checks: no negative dimension, no NULL data with elements, at most 2**63 - 1
-    bytes, strides inside the 64-bit address space from either end), else 0."""
+cdef enum:
+    # What layout_fault finds, in this order; _capsule.LAYOUT_FAULTS words each.
+    NEGATIVE_DIMENSION = 1
+    NULL_DATA = 2
+    TOO_MANY_BYTES = 3
+    OUTSIDE_ADDRESSES = 4
+    STEP_TOO_LARGE = 5
+
+
+cdef int layout_fault(DLTensor *t) noexcept:
+    """0 when the shape and strides can be held: no negative dimension, no
+    NULL data with elements, at most 2**63 - 1 bytes, strides inside the
+    64-bit address space from either end, each step an int64 byte count;
+    else the first fault found."""
     cdef int128 MAX_BYTES = ((<int128>1) << 63) - 1
     cdef int128 LIMIT = (<int128>1) << 100
     cdef int128 count = 1, itemsize, low = 0, high = 0, reach, first, step
@@ -163,7 +176,7 @@ cdef int layout_ok(DLTensor *t) noexcept:
     cdef int i
     for i in range(t.ndim):
         if t.shape[i] < 0:
-            return 0
+            return NEGATIVE_DIMENSION
     for i in range(t.ndim):
         if t.shape[i] == 0:
             empty = True
@@ -172,12 +185,12 @@ cdef int layout_ok(DLTensor *t) noexcept:
         if count > MAX_BYTES:
             count = MAX_BYTES + 1  # saturate: too big either way
     if t.data == NULL and not empty:
-        return 0
+        return NULL_DATA
     itemsize = (<unsigned>t.dtype.bits * t.dtype.lanes + 7) >> 3
     if itemsize < 1:
         itemsize = 1
     if count * itemsize > MAX_BYTES:
-        return 0
+        return TOO_MANY_BYTES
     if t.strides == NULL:
         high = count - 1
     else:
@@ -190,18 +203,18 @@ cdef int layout_ok(DLTensor *t) noexcept:
             else:
                 high += reach
             if low < -LIMIT or high > LIMIT:
-                return 0
+                return OUTSIDE_ADDRESSES
     first = <int128><uintptr_t>t.data + <int128>t.byte_offset
     low = first + low * itemsize
     high = first + (high + 1) * itemsize
     if low < 0 or high > ((<int128>1) << 64) or high - low > MAX_BYTES:
-        return 0
+        return OUTSIDE_ADDRESSES
     if t.strides != NULL:  # each step an int64 byte count, even where no extent takes it
         for i in range(t.ndim):
             step = <int128>t.strides[i] * itemsize
             if step > MAX_BYTES or step < -MAX_BYTES - 1:
-                return 0
-    return 1
+                return STEP_TOO_LARGE
+    return 0
 
 
 cdef object new_header(void *ptr, int versioned):
@@ -231,32 +244,14 @@ cdef object new_header(void *ptr, int versioned):
 
 
 @cython.embedsignature.format("clinic")
-def header(ptr, versioned, /):
-    """The Header of a capsule's tensor."""
-    configured()
-    cdef void *p = as_pointer(ptr)
-    cdef int v = truth(versioned)
-    if (p == NULL and PyErr_Occurred()) or v < 0:
-        raise_pending()
-    if p == NULL or (v and (<DLManagedTensorVersioned *>p).version.major != 1) or not well_formed(tensor_of(p, v)):
-        return header_general(p, v, ptr, versioned)
-    return new_header(p, v)
-
-
-@cython.embedsignature.format("clinic")
 def checked(capsule, likely=True, check_dtype=None, /):
     """(versioned, Header) of a capsule, checked."""
     configured()
-    cdef int versioned = kind_of(<PyObject *>capsule)
-    if versioned < 0:
-        return hand_back3(b"checked", capsule, likely, check_dtype)
-    cdef void *ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
-    if ptr == NULL:
-        PyErr_Clear()
-        return hand_back3(b"checked", capsule, likely, check_dtype)
+    cdef int versioned
+    cdef void *ptr = unconsumed(<PyObject *>capsule, &versioned)
+    if ptr == NULL or not major_one(ptr, versioned) or not well_formed(tensor_of(ptr, versioned)):
+        return hand_back(b"checked", (capsule, likely, check_dtype))  # words the error, discards
     cdef DLTensor *t = tensor_of(ptr, versioned)
-    if (versioned and (<DLManagedTensorVersioned *>ptr).version.major != 1) or not well_formed(t):
-        return hand_back3(b"checked", capsule, likely, check_dtype)  # words the error, discards
     # Read before the dtype check runs Python code, as the Python checked()
     # does: meanwhile another thread may consume the capsule and free the
     # tensor.
@@ -285,13 +280,9 @@ cdef void *claim_tensor(PyObject *capsule, int versioned) noexcept:
     two threads racing for it cannot both take it. Its pointer, or NULL (no
     error set) when it is not such a capsule."""
     cdef void *ptr = NULL
-    cdef const char *name
-    if not PyCapsule_CheckExact(<object>capsule):
-        return NULL
     with cython.critical_section(<object>capsule):
-        name = name_or_null(capsule)
-        if name != NULL and strcmp(name, VERSIONED if versioned else LEGACY) == 0:
-            ptr = pointer_or_null(capsule, name)
+        if kind_of(capsule) == versioned:
+            ptr = pointer_or_null(capsule, VERSIONED if versioned else LEGACY)
             if ptr != NULL and rename(capsule, USED_VERSIONED if versioned else USED_LEGACY) != 0:
                 ptr = NULL
     if ptr == NULL:
@@ -314,54 +305,37 @@ cdef void legacy_capsule_destructor(PyObject *capsule) noexcept:
 
 
 @cython.embedsignature.format("clinic")
-def claim(capsule, versioned, /):
-    """Check the name and rename the capsule used_* in one step."""
-    # Every claim of the layer goes through here, so C and Python claims
-    # never interleave; the Python claim() raises what the name now is.
-    configured()
-    cdef bint v = versioned
-    cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
-    if ptr == NULL:
-        return hand_back2(b"claim", capsule, versioned)
-    return PyLong_FromVoidPtr(ptr)
-
-
-@cython.embedsignature.format("clinic")
 def discard(capsule, versioned, /):
     """Claim a capsule and run its deleter."""
+    # Every claim of the layer goes through the core (this, move, checked),
+    # so no two claims interleave; the Python discard() raises what the name now is.
     configured()
     cdef bint v = versioned
     cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
-        return hand_back2(b"discard", capsule, versioned)
+        return hand_back(b"discard", (capsule, versioned))
     release_tensor(ptr, v)
 
 
 @cython.embedsignature.format("clinic")
 def move(capsule, versioned, destructor, /):
     """A new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."""
-    # `destructor` is a C function that frees an unconsumed capsule's tensor.
-    # Checking the name, making the new capsule and renaming both is one step
-    # in which no Python code runs, so no interrupt or error can land between
-    # the claim and the hand-over: at every point exactly one of the two
-    # capsules owns the tensor. Out of memory, the capsule given is left as
-    # it was. The Python move() on anything but an unconsumed capsule of that
-    # kind (it raises what is wrong).
+    # `destructor`: a C function that frees an unconsumed capsule's tensor.
+    # The claim and the hand-over are one step in which no Python code runs
+    # (docs/internals/core.md, "Claims under races"); out of memory, the
+    # capsule given is left as it was. The Python move() on anything but an
+    # unconsumed capsule of that kind (it raises what is wrong).
     configured()
     cdef bint v = versioned
     cdef PyCapsule_Destructor free_tensor = <PyCapsule_Destructor>PyLong_AsVoidPtr(destructor)
     if free_tensor == NULL:
         raise ValueError("move() needs the address of an owning capsule destructor")
-    if not PyCapsule_CheckExact(capsule):
-        return hand_back3(b"move", capsule, versioned, destructor)
     cdef bint moved = False
-    cdef const char *name
     cdef void *ptr = NULL
     out = None
     with cython.critical_section(capsule):
-        name = name_or_null(<PyObject *>capsule)
-        if name != NULL and strcmp(name, VERSIONED if v else LEGACY) == 0:
-            ptr = pointer_or_null(<PyObject *>capsule, name)
+        if kind_of(<PyObject *>capsule) == v:
+            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if v else LEGACY)
         if ptr != NULL:
             # Made owning nothing (a used_* name), then both renamed.
             out = PyCapsule_New(ptr, USED_VERSIONED if v else USED_LEGACY, free_tensor)
@@ -376,54 +350,96 @@ def move(capsule, versioned, destructor, /):
     # not such a capsule: the new one owns nothing and goes.
     out = None
     PyErr_Clear()
-    return hand_back3(b"move", capsule, versioned, destructor)
+    return hand_back(b"move", (capsule, versioned, destructor))
 
 
 # -- reading ---------------------------------------------------------------------
 
+cdef union CapsuleHead:
+    DLManagedTensorVersioned v
+    DLManagedTensor l
+
+
+cdef void *copy_unconsumed(object capsule, CapsuleHead *head, int64_t *shape, int64_t *strides,
+                           int *versioned, bint *readable) noexcept:
+    """Copy an unconsumed capsule's struct, and its shape and strides where
+    they can be read (*readable: major version 1, 0 <= ndim <= MAX_NDIM, a
+    shape where ndim > 0), while the GIL (or the capsule's critical section)
+    is held and nothing is allocated, so that no consumer, on another thread
+    or in a finalizer, frees them halfway. Its pointer, or NULL (no error
+    set) for anything but an unconsumed capsule."""
+    cdef void *ptr
+    cdef DLTensor *t
+    readable[0] = False
+    with cython.critical_section(capsule):
+        ptr = unconsumed(<PyObject *>capsule, versioned)
+        if ptr != NULL:
+            memcpy(head, ptr, sizeof(DLManagedTensorVersioned) if versioned[0] else sizeof(DLManagedTensor))
+            t = tensor_of(head, versioned[0])
+            readable[0] = major_one(head, versioned[0]) and 0 <= t.ndim <= MAX_NDIM and (t.ndim == 0 or t.shape != NULL)
+            if readable[0] and t.ndim > 0:
+                memcpy(shape, t.shape, sizeof(int64_t) * <size_t>t.ndim)
+                if t.strides != NULL:
+                    memcpy(strides, t.strides, sizeof(int64_t) * <size_t>t.ndim)
+    return ptr
+
+
+cdef inline tuple int64s(const int64_t *values, int n):
+    cdef tuple t = PyTuple_New(n)
+    cdef int i
+    cdef object v
+    for i in range(n):
+        v = values[i]
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(t, i, v)
+    return t
+
+
 @cython.embedsignature.format("clinic")
 def snapshot(capsule, /):
-    """The bytes of a capsule's struct, shape and strides, read in one step."""
-    # What _capsule.snapshot returns, copied while the GIL (or the capsule's
-    # critical section) is held, so no consumer on another thread frees the
-    # tensor halfway; the Python snapshot() on anything but an unconsumed
-    # capsule (it raises what is wrong).
+    """(versioned, fields, shape, strides, layout fault) of an unconsumed capsule, copied in one step."""
+    # For _capsule's general path, which words what is wrong: fields
+    # (major, minor, flags, data, device_type, device_id, ndim, code, bits,
+    # lanes, shape pointer, strides pointer, byte_offset), a legacy tensor's
+    # version None and flags 0, as laid out in major version 1; the shape
+    # and strides None where copy_unconsumed could not read them (strides
+    # also where NULL), else with the copy's layout_fault. Anything but an
+    # unconsumed capsule goes to the Python snapshot() (it raises what is wrong).
     configured()
-    cdef int versioned = -1
-    cdef void *ptr = NULL
-    read = None
-    with cython.critical_section(capsule):
-        versioned = kind_of(<PyObject *>capsule)
-        if versioned >= 0:
-            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
-        if ptr != NULL:
-            read = tensor_bytes(ptr, versioned)  # capsule.pxi's last block
-    if ptr == NULL:
-        PyErr_Clear()
-        return hand_back1(b"snapshot", capsule)
-    return (versioned != 0, *read)
+    cdef CapsuleHead head
+    cdef int64_t shape[MAX_NDIM]
+    cdef int64_t strides[MAX_NDIM]
+    cdef int versioned
+    cdef bint readable
+    if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL:
+        return hand_back(b"snapshot", (capsule,))
+    cdef DLTensor *t = tensor_of(&head, versioned)
+    version = (head.v.version.major, head.v.version.minor, head.v.flags) if versioned else (None, None, 0)
+    fields = version + (PyLong_FromVoidPtr(t.data), t.device.device_type, t.device.device_id, t.ndim, t.dtype.code,
+                        t.dtype.bits, t.dtype.lanes, PyLong_FromVoidPtr(t.shape), PyLong_FromVoidPtr(t.strides),
+                        t.byte_offset)
+    if not readable:
+        return (versioned != 0, fields, None, None, 0)
+    t.shape = shape
+    t.strides = NULL if t.strides == NULL else strides
+    return (versioned != 0, fields, int64s(shape, t.ndim), None if t.strides == NULL else int64s(strides, t.ndim),
+            layout_fault(t))
 
 
 # -- writing the version and flags -----------------------------------------------
-
-cdef int stamp(PyObject *capsule, uint64_t word) noexcept:
-    cdef void *ptr = pointer_or_null(capsule, VERSIONED)
-    if ptr == NULL or (<uintptr_t>ptr & 7):
-        PyErr_Clear()
-        return -1
-    (<uint64_t *>ptr)[0] = word
-    return 0
-
 
 @cython.embedsignature.format("clinic")
 def stamp_version(capsule, word, /):
     """Write the version word into a versioned capsule."""
     configured()
     if not isinstance(word, int):
-        return hand_back2(b"stamp_version", capsule, word)
+        return hand_back(b"stamp_version", (capsule, word))
     cdef uint64_t w = PyLong_AsUnsignedLongLong(word)
-    if not PyCapsule_CheckExact(capsule) or stamp(<PyObject *>capsule, w) != 0:
-        return hand_back2(b"stamp_version", capsule, word)
+    cdef void *ptr = pointer_or_null(<PyObject *>capsule, VERSIONED)
+    if ptr == NULL or (<uintptr_t>ptr & 7):
+        PyErr_Clear()
+        return hand_back(b"stamp_version", (capsule, word))
+    (<uint64_t *>ptr)[0] = w
 
 
 @cython.embedsignature.format("clinic")
@@ -434,7 +450,7 @@ def set_flags(ptr, flags, /):
     if PyErr_Occurred():
         raise_pending()
     if m == NULL:
-        return hand_back2(b"set_flags", ptr, flags)
+        return hand_back(b"set_flags", (ptr, flags))
     m.flags = f
 
 
@@ -442,15 +458,13 @@ def set_flags(ptr, flags, /):
 def set_version(ptr, version, /):
     """Write a versioned tensor's version."""
     if type(version) is not tuple or len(<tuple>version) != 2:
-        return hand_back2(b"set_version", ptr, version)
+        return hand_back(b"set_version", (ptr, version))
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
     cdef unsigned long major = as_ulong((<tuple>version)[0])
     cdef unsigned long minor = as_ulong((<tuple>version)[1])
-    if PyErr_Occurred() or major > UINT32_MAX or minor > UINT32_MAX:
+    if PyErr_Occurred() or m == NULL or major > UINT32_MAX or minor > UINT32_MAX:
         PyErr_Clear()
-        return hand_back2(b"set_version", ptr, version)
-    if m == NULL:
-        return hand_back2(b"set_version", ptr, version)
+        return hand_back(b"set_version", (ptr, version))
     m.version.major = <uint32_t>major
     m.version.minor = <uint32_t>minor
 
@@ -462,18 +476,14 @@ cdef void kept_deleter(DLManagedTensorVersioned *m) noexcept nogil:
     (_old_numpy): manager_ctx holds the Python object that keeps the struct's
     memory and the array alive. Safe on any thread; after finalization it
     leaks rather than touch Python."""
-    cdef PyObject *et
-    cdef PyObject *ev
-    cdef PyObject *tb
     cdef PyObject *keep
     if not Py_IsInitialized():
         return
     with gil:
-        PyErr_Fetch(&et, &ev, &tb)
         keep = <PyObject *>m.manager_ctx  # read first: m lives in memory keep holds
         m.manager_ctx = NULL
-        Py_XDECREF(keep)
-        PyErr_Restore(et, ev, tb)
+        if keep != NULL:
+            drop_keeping_error(keep)
 
 
 @cython.embedsignature.format("clinic")
@@ -496,60 +506,7 @@ def kept_capsule(ptr, keep, /):
 # What Python reads of a capsule by its name, and writes into a tensor the
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
 # leave out), with no Python code run in between; a refusal writes nothing
-# and hands back to _capsule's words. header's hand-back of a tensor it will
-# not take comes here too, with the bytes it read.
-
-from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.stdint cimport int32_t, uint8_t, INT32_MIN, INT32_MAX
-
-cdef extern from "Python.h":
-    long as_long "PyLong_AsLong"(object value) noexcept
-
-
-cdef object hand_back4(const char *name, a, b, c, d):
-    cdef PyObject *args[4]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    args[2] = <PyObject *>c
-    args[3] = <PyObject *>d
-    return delegate(name, args, 4)
-
-
-cdef object hand_back5(const char *name, a, b, c, d, e):
-    cdef PyObject *args[5]
-    args[0] = <PyObject *>a
-    args[1] = <PyObject *>b
-    args[2] = <PyObject *>c
-    args[3] = <PyObject *>d
-    args[4] = <PyObject *>e
-    return delegate(name, args, 5)
-
-
-cdef tuple tensor_bytes(void *ptr, int versioned):
-    """(struct, shape, strides): the bytes of a tensor's struct and of its
-    shape and strides arrays (None where there are none to read: another
-    major version, whose struct may be laid out otherwise, or an ndim out of
-    range)."""
-    cdef DLTensor *t = tensor_of(ptr, versioned)
-    shape = strides = None
-    raw = PyBytes_FromStringAndSize(
-        <char *>ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-    if (not versioned or (<DLManagedTensorVersioned *>ptr).version.major == 1) and 0 < t.ndim <= MAX_NDIM:
-        if t.shape != NULL:
-            shape = PyBytes_FromStringAndSize(<char *>t.shape, 8 * <Py_ssize_t>t.ndim)
-        if t.strides != NULL:
-            strides = PyBytes_FromStringAndSize(<char *>t.strides, 8 * <Py_ssize_t>t.ndim)
-    return (raw, shape, strides)
-
-
-cdef object header_general(void *p, int v, ptr, versioned):
-    # What header does not read itself (NULL, another major version, a
-    # tensor no importer can hold) goes to _capsule._header with its bytes.
-    raw = shape = strides = None
-    if p != NULL:
-        raw, shape, strides = tensor_bytes(p, v)
-    return hand_back5(b"header", ptr, versioned, raw, shape, strides)
-
+# and hands back to _capsule's words.
 
 @cython.embedsignature.format("clinic")
 def kind(capsule, /):
@@ -568,7 +525,7 @@ def kind(capsule, /):
     if versioned >= 0:
         return versioned != 0
     PyErr_Clear()
-    return hand_back2(b"kind", capsule, raw)
+    return hand_back(b"kind", (capsule, raw))
 
 
 @cython.embedsignature.format("clinic")
@@ -593,7 +550,7 @@ def set_dtype(ptr, versioned, code, bits, /):
     cdef unsigned long b = as_ulong(bits)
     if PyErr_Occurred() or p == NULL or v < 0 or c > 255 or b > 255:
         PyErr_Clear()
-        return hand_back4(b"set_dtype", ptr, versioned, code, bits)
+        return hand_back(b"set_dtype", (ptr, versioned, code, bits))
     cdef DLTensor *t = tensor_of(p, v)
     t.dtype.code = <uint8_t>c
     t.dtype.bits = <uint8_t>b
@@ -610,7 +567,7 @@ def set_device(ptr, versioned, device_type, device_id, /):
     if (PyErr_Occurred() or p == NULL or v < 0 or not INT32_MIN <= dt <= INT32_MAX or
             not INT32_MIN <= di <= INT32_MAX):
         PyErr_Clear()
-        return hand_back4(b"set_device", ptr, versioned, device_type, device_id)
+        return hand_back(b"set_device", (ptr, versioned, device_type, device_id))
     cdef DLTensor *t = tensor_of(p, v)
     t.device.device_type = <int32_t>dt
     t.device.device_id = <int32_t>di
@@ -619,9 +576,7 @@ def set_device(ptr, versioned, device_type, device_id, /):
 @cython.embedsignature.format("clinic")
 def point_strides_after_shape(capsule, /):
     """Point a versioned capsule's left-out strides at the ndim int64s after its shape."""
-    # Only for a capsule NumPy's own __dlpack__ has just returned: on a NumPy
-    # that writes a C-contiguous array's strides there before leaving them
-    # out (2.1 to 2.3, _backends/numpy.py) they are then its strides. True
+    # For a capsule NumPy 2.1 to 2.3 has just made (_backends/numpy.py). True
     # when they were left out (NULL with 0 < ndim <= 64 and a shape); writes
     # the strides field only, and reads nothing past the shape. ValueError
     # (the C API's) for anything but an unconsumed versioned capsule.

@@ -5,8 +5,7 @@
 
 cimport cython
 from cpython.exc cimport (
-    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_Restore,
-    PyErr_SetString,
+    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_SetString,
 )
 from cpython.dict cimport PyDict_GetItemWithError
 from cpython.getargs cimport PyArg_ParseTuple
@@ -20,8 +19,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint32_t, uintptr_t
 
 from dlpack cimport (
-    DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY,
-    MAX_NDIM,
+    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY, MAX_NDIM,
 )
 
 # The C API where a failure is answered on the spot (cleared, handed on, or
@@ -32,9 +30,6 @@ cdef extern from "Python.h":
     PyObject *raw_compare "PyObject_RichCompare"(PyObject *a, PyObject *b, int op)
     int raw_is_true "PyObject_IsTrue"(PyObject *o)
     Py_ssize_t raw_length "PyObject_Length"(PyObject *o)
-    void *raw_capsule_pointer "PyCapsule_GetPointer"(PyObject *capsule, const char *name)
-    PyObject *raw_capsule_new "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor)
-    int raw_capsule_set_name "PyCapsule_SetName"(PyObject *capsule, const char *name)
     PyObject *raw_vectorcall_method "PyObject_VectorcallMethod"(PyObject *name, PyObject **args, size_t nargsf,
                                                                  PyObject *kwnames)
     int raw_set_traceback "PyException_SetTraceback"(PyObject *exc, PyObject *tb)
@@ -79,23 +74,18 @@ cdef inline int cleared() noexcept:
     return -1
 
 
-cdef int error_set() except -1:
-    """-1: the error already set, raised in the caller."""
-    return -1
-
-
 cdef inline object owned(PyObject *p):
     """p, a new reference, as an object that takes it over; for NULL, the
     error already set raised."""
     if p == NULL:
-        error_set()
+        raise_pending()
     cdef object o = <object>p
     Py_DECREF(o)
     return o
 
 
 cdef void entry_destructor(object capsule) noexcept:
-    cdef ImportEntry *e = <ImportEntry *>raw_capsule_pointer(<PyObject *>capsule, IMPORT_ENTRY)
+    cdef ImportEntry *e = <ImportEntry *>pointer_or_null(<PyObject *>capsule, IMPORT_ENTRY)
     if e == NULL:
         PyErr_Clear()
         return
@@ -108,37 +98,20 @@ cdef void entry_destructor(object capsule) noexcept:
     PyMem_Free(e)
 
 
-cdef void exchanged_destructor(object capsule) noexcept:
-    cdef PyObject *et
-    cdef PyObject *ev
-    cdef PyObject *tb
-    PyErr_Fetch(&et, &ev, &tb)  # an array may die while an exception is pending
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>raw_capsule_pointer(<PyObject *>capsule, EXCHANGED)
-    if m == NULL:
-        PyErr_Clear()
-    elif m.deleter != NULL:
-        m.deleter(m)
-    PyErr_Restore(et, ev, tb)
-
-
-cdef void exchanged_legacy_destructor(object capsule) noexcept:
-    cdef PyObject *et
-    cdef PyObject *ev
-    cdef PyObject *tb
-    PyErr_Fetch(&et, &ev, &tb)  # as exchanged_destructor
-    cdef DLManagedTensor *m = <DLManagedTensor *>raw_capsule_pointer(<PyObject *>capsule, EXCHANGED_LEGACY)
-    if m == NULL:
-        PyErr_Clear()
-    elif m.deleter != NULL:
-        m.deleter(m)
-    PyErr_Restore(et, ev, tb)
+cdef void exchanged_destructor(PyObject *capsule) noexcept:
+    # The base of an imported array frees its tensor; an array may die while
+    # an exception is pending (release_tensor sets it aside).
+    if named(capsule, EXCHANGED):
+        release_tensor(pointer_or_null(capsule, EXCHANGED), 1)
+    elif named(capsule, EXCHANGED_LEGACY):
+        release_tensor(pointer_or_null(capsule, EXCHANGED_LEGACY), 0)
 
 
 cdef const DLPackExchangeAPI *api_of(object capsule) noexcept:
     """The table of an exchange API capsule, if its major version is ours."""
     if not PyCapsule_IsValid(capsule, EXCHANGE_API_NAME):
         return NULL
-    cdef const DLPackExchangeAPIHeader *h = <const DLPackExchangeAPIHeader *>raw_capsule_pointer(
+    cdef const DLPackExchangeAPIHeader *h = <const DLPackExchangeAPIHeader *>pointer_or_null(
         <PyObject *>capsule, EXCHANGE_API_NAME)
     while h != NULL and h.version.major != 1:
         h = h.prev_api
@@ -181,10 +154,10 @@ cdef object learned_entry(object producer_type):
     cdef ImportEntry *e = <ImportEntry *>PyMem_Calloc(1, sizeof(ImportEntry))
     if e == NULL:
         PyErr_NoMemory()
-    cdef PyObject *entry = raw_capsule_new(e, IMPORT_ENTRY, entry_destructor)
+    cdef PyObject *entry = capsule_or_null(e, IMPORT_ENTRY, entry_destructor)
     if entry == NULL:
         PyMem_Free(e)
-        error_set()
+        raise_pending()
     # Filled once the capsule owns it: its destructor releases what is set.
     e.api = api
     if api != NULL:
@@ -222,7 +195,7 @@ cdef ImportEntry *import_entry(PyTypeObject *type, PyObject **hold) except NULL:
     hold[0] = <PyObject *>got
     if got is None:
         return <ImportEntry *><PyObject *>None  # known: not imported this way
-    cdef ImportEntry *e = <ImportEntry *>raw_capsule_pointer(<PyObject *>got, IMPORT_ENTRY)
+    cdef ImportEntry *e = <ImportEntry *>pointer_or_null(<PyObject *>got, IMPORT_ENTRY)
     if e == NULL:
         Py_CLEAR(hold[0])
     return e
@@ -327,16 +300,9 @@ cdef bint host_plain(void *ptr, int versioned) noexcept:
     import the core makes as numpy.from_dlpack would (host memory, a NumPy
     dtype, versioned: major 1 and no flag but READ_ONLY)."""
     cdef DLTensor *t = tensor_of(ptr, versioned)
-    cdef DLManagedTensorVersioned *m
-    if versioned:
-        m = <DLManagedTensorVersioned *>ptr
-        if m.version.major != 1 or (m.flags & ~FLAG_READ_ONLY):
-            return False
-    if (not well_formed(t) or t.ndim > state.numpy_maxdims or not ((state.host_types >> t.device.device_type) & 1)
-            or t.dtype.lanes != 1 or t.dtype.code >= 32):
+    if not major_one(ptr, versioned) or (versioned and (<DLManagedTensorVersioned *>ptr).flags & ~FLAG_READ_ONLY):
         return False
-    cdef int nbytes = bit_index(t.dtype.bits)
-    if not nbytes or state.numpy_descr[t.dtype.code][nbytes] == NULL:
+    if not numpy_holds(t) or not ((state.host_types >> t.device.device_type) & 1):
         return False
     cdef int i
     if t.strides != NULL:
@@ -369,11 +335,8 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
         <void *>(<uintptr_t>t.data + t.byte_offset), NPY_WRITEABLE if writeable else 0, NULL)
     if arr == NULL:
         return NULL
-    cdef PyObject *base
-    if versioned:
-        base = raw_capsule_new(ptr, EXCHANGED, exchanged_destructor)
-    else:
-        base = raw_capsule_new(ptr, EXCHANGED_LEGACY, exchanged_legacy_destructor)
+    cdef PyObject *base = capsule_or_null(ptr, EXCHANGED if versioned else EXCHANGED_LEGACY,
+                                          <PyCapsule_Destructor>exchanged_destructor)
     if base == NULL:
         drop_keeping_error(arr)
         return NULL
@@ -381,22 +344,11 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
     # it): one of our own keeps the base alive to be disarmed.
     Py_INCREF(<object>base)
     if (<SetBaseObject_t>state.numpy_api[SET_BASE_OBJECT])(arr, base) < 0:
-        raw_capsule_set_name(base, USED_VERSIONED)  # frees nothing: the caller frees the tensor
+        rename(base, USED_VERSIONED)  # frees nothing: the caller frees the tensor
         drop_keeping_error(base)
         drop_keeping_error(arr)
         return NULL
     Py_DECREF(<object>base)
-    return arr
-
-
-cdef PyObject *ndarray_over(DLManagedTensorVersioned *m) noexcept:
-    """A NumPy array over an owned, versioned tensor of host memory, or NULL
-    with no error set when the tensor is not the plain case (the caller frees it)."""
-    if not host_plain(m, 1):
-        return NULL
-    cdef PyObject *arr = ndarray_of(m, 1)
-    if arr == NULL:
-        PyErr_Clear()
     return arr
 
 
@@ -414,15 +366,13 @@ cdef object capsule_import(object x, ImportEntry *e):
     args[0] = <PyObject *>x
     cdef PyObject *capsule = ask_capsule(<PyObject *>x, 1)
     if capsule == NULL:
-        # The producer's error, to _import.host_refused, which goes on from
-        # it as the Python path does: never asked the same again (a
-        # producer that imports itself would be asked twice at every
-        # level of its recursion), never dropped.
+        # The producer's error goes on as the Python path's would: never
+        # dropped, and the producer never asked the same again.
         error = owned(taken_error())
         args[1] = <PyObject *>error
         return owned(delegate_raw("host_refused_import", args, 2))
-    cdef int versioned = kind_of(capsule)
-    cdef void *ptr = NULL if versioned < 0 else raw_capsule_pointer(capsule, VERSIONED if versioned else LEGACY)
+    cdef int versioned
+    cdef void *ptr = unconsumed(capsule, &versioned)
     cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) else NULL
     cdef PyObject *arr
     if got != NULL and got == ptr:
@@ -441,7 +391,15 @@ cdef object capsule_import(object x, ImportEntry *e):
     return owned(arr)
 
 
-cdef object import_host_with(object x, ImportEntry *e):
+cdef object core_import_host(object x):
+    """import_host(x): x as a NumPy array through its type's C exchange API,
+    or None when the exchange is not the plain one Python was told about."""
+    configured()
+    if state.numpy_api == NULL:
+        return None
+    cdef PyObject *hold
+    cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
+    owner = owned(hold)
     if <PyObject *>e == <PyObject *>None:
         return None
     if e.api == NULL:
@@ -460,24 +418,15 @@ cdef object import_host_with(object x, ImportEntry *e):
     if e.api.managed_tensor_from_py_object_no_sync(<void *>x, &m) != 0 or m == NULL:
         PyErr_Clear()
         return None
-    cdef PyObject *arr = ndarray_over(m) if guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) else NULL
-    if arr == NULL:
+    cdef PyObject *arr = NULL
+    if guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) and host_plain(m, 1):
+        arr = ndarray_of(m, 1)
+    if arr == NULL:  # not the plain case: freed, and the general path says why
+        PyErr_Clear()
         if m.deleter != NULL:
             m.deleter(m)
         return None
     return owned(arr)
-
-
-cdef object core_import_host(object x):
-    """import_host(x): x as a NumPy array through its type's C exchange API,
-    or None when the exchange is not the plain one Python was told about."""
-    configured()
-    if state.numpy_api == NULL:
-        return None
-    cdef PyObject *hold
-    cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
-    owner = owned(hold)
-    return import_host_with(x, e)
 
 
 @cython.embedsignature.format("clinic")
@@ -486,7 +435,18 @@ def import_host(x, /):
     return core_import_host(x)
 
 
-cdef object exchange_with(object x, ImportEntry *e):
+@cython.embedsignature.format("clinic")
+def exchange(x, /):
+    """A GPU producer's tensor through its C exchange API."""
+    # (capsule, stream) or None: x's versioned tensor through its type's C
+    # exchange API, exported without synchronizing, and the producer's
+    # current work stream on x's device (0 for none), for the caller to hand
+    # off. None when the type was not told to the core, a guard holds, or the
+    # producer refuses (the caller asks __dlpack__, which says why).
+    configured()
+    cdef PyObject *hold
+    cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
+    owner = owned(hold)
     if <PyObject *>e == <PyObject *>None or e.api == NULL:
         return None
     cdef DLManagedTensorVersioned *m = NULL
@@ -501,27 +461,9 @@ cdef object exchange_with(object x, ImportEntry *e):
         if m.deleter != NULL:
             m.deleter(m)
         return None
-    cdef PyObject *capsule = raw_capsule_new(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    cdef PyObject *capsule = capsule_or_null(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
     if capsule == NULL:
         release_tensor(m, 1)
     # Dropped on a failure below, the capsule frees m.
     return owned(capsule), PyLong_FromVoidPtr(stream)
 
-
-cdef object core_exchange(object x):
-    """exchange(x) -> (capsule, stream) or None: x's versioned tensor through
-    its type's C exchange API, exported without synchronizing, and the
-    producer's current work stream on x's device (0 for none), for the
-    caller to hand off. None when the type was not told to the core, a guard
-    holds, or the producer refuses (the caller asks __dlpack__, which says why)."""
-    configured()
-    cdef PyObject *hold
-    cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
-    owner = owned(hold)
-    return exchange_with(x, e)
-
-
-@cython.embedsignature.format("clinic")
-def exchange(x, /):
-    """A GPU producer's tensor through its C exchange API."""
-    return core_exchange(x)

@@ -1,31 +1,17 @@
 # inspect(capsule) in one call: what _capsule.read returns, a CapsuleInfo of
-# an unconsumed capsule, under the same snapshot rule (the struct, shape and
-# strides copied while the GIL, or the capsule's critical section on a
-# free-threaded build, is held and no Python code runs, so a consumer on
-# another thread cannot free them halfway; consumed before: the Python read
-# raises ConsumedCapsuleError). Every case it does not read (not an
-# unconsumed DLPack capsule, another major version, a malformed header) is
-# the Python read's, which words the error.
+# an unconsumed capsule, from its copy_unconsumed; every case it does not
+# read (not an unconsumed DLPack capsule, another major version, a malformed
+# header) is the Python read's, which words the error.
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.type cimport PyType_IsSubtype
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.exc cimport PyErr_Clear
 from cpython.long cimport PyLong_FromVoidPtr
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memcmp
 
-from dlpack cimport (
-    DLTensor, DLDataType, DLPackVersion, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM,
-    pointer_or_null,
-)
-
-
-cdef union CapsuleHead:
-    DLManagedTensorVersioned v
-    DLManagedTensor l
+from dlpack cimport DLTensor, DLDataType, DLPackVersion, MAX_NDIM
 
 
 cdef inline object device_of(int32_t type, int32_t id):
@@ -36,18 +22,14 @@ cdef inline object device_of(int32_t type, int32_t id):
     cdef PyObject **slot = &state.devices[type][id] if id < 16 else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
-    device = new_device(type, id)
-    if slot != NULL and device is not None:
+    try:
+        device = (<object>state.device_class)((type, id))
+    except BaseException:  # refused: the Python read says why
+        return None
+    if slot != NULL:
         Py_INCREF(device)
         slot[0] = <PyObject *>device
     return device
-
-
-cdef object new_device(int32_t type, int32_t id):
-    try:
-        return (<object>state.device_class)((type, id))
-    except BaseException:  # refused: the Python read says why
-        return None
 
 
 cdef inline object version_of(DLPackVersion version):
@@ -97,17 +79,6 @@ cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
         kept_tuples[which] = <PyObject *>t
         kept_n[which] = n
         memcpy(kept_values[which], values, sizeof(int64_t) * <size_t>n)
-    return t
-
-
-cdef inline tuple int64s(const int64_t *values, int n):
-    cdef tuple t = PyTuple_New(n)
-    cdef int i
-    cdef object v
-    for i in range(n):
-        v = values[i]
-        Py_INCREF(v)
-        PyTuple_SET_ITEM(t, i, v)
     return t
 
 
@@ -162,60 +133,31 @@ cdef inline bint info_type_fits(PyTypeObject *tp) noexcept:
 cdef inline object read_info(object capsule):
     if (state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL or
             not info_type_fits(state.info_type)):
-        return hand_back1(b"read", capsule)  # refused before set_python
+        return hand_back(b"read", (capsule,))  # refused before set_python
     cdef CapsuleHead head
     cdef int64_t shape[MAX_NDIM]
     cdef int64_t strides[MAX_NDIM]
-    cdef int versioned = -1
-    cdef bint readable = False
-    cdef void *ptr = NULL
-    cdef DLTensor *t
-    with cython.critical_section(capsule):
-        versioned = kind_of(<PyObject *>capsule)
-        if versioned >= 0:
-            ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if versioned else LEGACY)
-        if ptr != NULL:
-            memcpy(&head, ptr, sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor))
-            t = tensor_of(&head, versioned)
-            readable = ((not versioned or head.v.version.major == 1) and 0 <= t.ndim <= MAX_NDIM and
-                        (t.ndim == 0 or t.shape != NULL))
-            if readable and t.ndim > 0:
-                memcpy(shape, t.shape, sizeof(int64_t) * <size_t>t.ndim)
-                if t.strides != NULL:
-                    memcpy(strides, t.strides, sizeof(int64_t) * <size_t>t.ndim)
-    if ptr == NULL:
-        PyErr_Clear()
-    if not readable:
-        return hand_back1(b"read", capsule)  # raises what is wrong
-    t = tensor_of(&head, versioned)
+    cdef int versioned
+    cdef bint readable
+    if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL or not readable:
+        return hand_back(b"read", (capsule,))  # raises what is wrong
+    cdef DLTensor *t = tensor_of(&head, versioned)
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
-        return hand_back1(b"read", capsule)
-    name = <object>(state.str_versioned if versioned else state.str_legacy)
-    if versioned:
-        version = version_of(head.v.version)
-        flags = head.v.flags
-    else:
-        version = None
-        flags = 0
-    dl_dtype = dtype_of(t.dtype)
-    shape_ = int64s_kept(0, shape, t.ndim)
-    strides_ = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
-    byte_offset = t.byte_offset
-    data = PyLong_FromVoidPtr(t.data)
+        return hand_back(b"read", (capsule,))
     # The record made by its type's tp_new (Cython's, which sets the fields
     # to None), without parsing arguments, then filled in place.
     cdef CapsuleFields info = <CapsuleFields>state.info_type.tp_new(<type>state.info_type, <PyObject *>(), NULL)
-    info.name = name
+    info.name = <object>(state.str_versioned if versioned else state.str_legacy)
     info.versioned = versioned != 0
-    info.version = version
-    info.flags = flags
+    info.version = version_of(head.v.version) if versioned else None
+    info.flags = head.v.flags if versioned else 0
     info.device = device
-    info.dl_dtype = dl_dtype
-    info.shape = shape_
-    info.strides = strides_
-    info.byte_offset = byte_offset
-    info.data = data
+    info.dl_dtype = dtype_of(t.dtype)
+    info.shape = int64s_kept(0, shape, t.ndim)
+    info.strides = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
+    info.byte_offset = t.byte_offset
+    info.data = PyLong_FromVoidPtr(t.data)
     return info
 
 
