@@ -122,6 +122,6 @@ def test_convert_to_tvm_ffi_copies_read_only_data_and_shares_the_rest():
     got = np.from_dlpack(done.array)
     assert got.tolist() == a.tolist() and got.ctypes.data != a.ctypes.data and done.copied
     assert done.faults == ("read-only-ignored",)
-    with pytest.raises(gpu_dlpack.CopyRequiredError):
+    with pytest.raises(gpu_dlpack.ReadOnlyError):
         gpu_dlpack.convert(a, "tvm_ffi", copy=False)
     assert _values(done.array) == a.tolist()  # a tvm-ffi Tensor as a producer
