@@ -140,6 +140,14 @@ cdef inline PyObject *descr_of(PyObject *array) noexcept:
     return (<ArrayHead *>array).descr
 
 
+# Python's state of a wrapper: its members, in the order its struct holds
+# them (object pointers one after another, from x).
+cdef tuple MEMBER_NAMES = (b"_x", b"_readonly", b"_floor", b"_source", b"_device", b"_request", b"_reported",
+                           b"_held")
+cdef enum:
+    N_MEMBERS = 8
+
+
 @cython.auto_pickle(False)
 cdef public class ExportableBase [object Exportable, type ExportableType]:  # public: its struct is named (Members)
     """The compiled part of gpu_dlpack.Exportable."""
@@ -157,15 +165,10 @@ cdef public class ExportableBase [object Exportable, type ExportableType]:  # pu
 
     def __cinit__(self):
         # Cython sets every object member to None: Python's start unset.
-        cdef Members *m = members(self)
-        unset(&m.x)
-        unset(&m.readonly)
-        unset(&m.floor)
-        unset(&m.source)
-        unset(&m.device)
-        unset(&m.request)
-        unset(&m.reported)
-        unset(&m.held)
+        cdef PyObject **slots = &members(self).x
+        cdef int i
+        for i in range(N_MEMBERS):
+            unset(&slots[i])
 
     # The docstrings are those of the Python methods these replace
     # (gpu_dlpack/_export.py), word for word: help() and the API reference
@@ -239,13 +242,6 @@ cdef extern from *:
         PyObject *plan_type
         PyObject *guards_owner
     Py_ssize_t X_OFFSET "offsetof(struct Exportable, x)"
-    Py_ssize_t READONLY_OFFSET "offsetof(struct Exportable, readonly)"
-    Py_ssize_t FLOOR_OFFSET "offsetof(struct Exportable, floor)"
-    Py_ssize_t SOURCE_OFFSET "offsetof(struct Exportable, source)"
-    Py_ssize_t DEVICE_OFFSET "offsetof(struct Exportable, device)"
-    Py_ssize_t REQUEST_OFFSET "offsetof(struct Exportable, request)"
-    Py_ssize_t HELD_OFFSET "offsetof(struct Exportable, held)"
-    Py_ssize_t REPORTED_OFFSET "offsetof(struct Exportable, reported)"
 
 
 cdef inline Members *members(ExportableBase self) noexcept:
@@ -436,19 +432,38 @@ cdef inline bint plan_holds(ExportableBase self) noexcept:
             (self.plan == PLAN_NUMPY or (self.guards != NULL and self.guards_owner is not None)))
 
 
-# NumPy's capsule of x (an exact NumPy array: the plan's type) under a
-# PLAN_NUMPY made for dtype, when x still has that dtype (compared by
-# identity); None when it has another or NumPy refuses (the general path says
-# why).
-cdef inline object plan_numpy_capsule(object x, object dtype, bint versioned):
+# The capsule of an exact NumPy array x of a plain dtype: made here where it
+# can be, else NumPy's own; None when x's dtype is not plain or NumPy refuses
+# (the general path says why).
+cdef inline object numpy_export(PyObject *x, bint versioned):
     cdef PyObject *made
-    if descr_of(<PyObject *>x) != <PyObject *>dtype:
-        return None
     if versioned:
-        made = numpy_versioned(<PyObject *>x)
+        made = numpy_versioned(x)  # made here, as NumPy makes it
         if made != NULL:
             return take(made)
-    return numpy_capsule(x, versioned)
+    return numpy_capsule(<object>x, versioned) if is_plain(descr_of(x)) else None
+
+
+# The capsule that owns the versioned tensor m; out of memory, m is released
+# and the MemoryError raised.
+cdef object owning_capsule(DLManagedTensorVersioned *m):
+    cdef PyObject *made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    if made == NULL:
+        release_tensor(m, 1)
+    return take(made)
+
+
+# 1 when x's data is on the CPU (device id 0 where id_zero) as its type's C
+# exchange API says (dltensor_from_py_object_no_sync; an error it sets is
+# cleared: then not), else 0.
+cdef bint exchange_on_cpu(ImportEntry *e, PyObject *x, bint id_zero) noexcept:
+    cdef DLTensor t
+    if e.api.dltensor_from_py_object_no_sync == NULL:
+        return False
+    if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
+        PyErr_Clear()
+        return False
+    return t.device.device_type == state.cpu_type and (t.device.device_id == 0 or not id_zero)
 
 
 # NumPy's versioned capsule stamped DLPACK_VERSION, in one read of its pointer.
@@ -674,36 +689,53 @@ cdef object exportable_general(ExportableBase self, PyObject *const *args, size_
     return take(PyObject_Vectorcall(state.exportable_fallback, stack, nargs + 1, kwnames))
 
 
+# The keywords of the fronts' plain cases, one bit each (KEYWORD_NAMES[i] is
+# bit 1 << i), and those each front takes.
+cdef const char *KEYWORD_NAMES[7]
+KEYWORD_NAMES[:] = [b"max_version", b"readonly", b"stream", b"dl_device", b"copy", b"min_version", b"device"]
+
+cdef enum:
+    KW_MAX_VERSION = 1
+    KW_READONLY = 2
+    KW_DLPACK = 1 | 4 | 8 | 16  # __dlpack__: max_version, stream, dl_device, copy
+    KW_EXPORT = KW_DLPACK | KW_READONLY | 32  # export: and readonly, min_version
+    KW_IMPORT = 4 | 16 | 64  # from_dlpack: stream, copy, device
+
+
+# 1 when a front's keywords (kwnames, their values at values) are its plain
+# case's: each one it takes, max_version (its value read into max_version),
+# readonly False, any other None. Else 0: the call goes to Python unparsed,
+# which parses it once, in the layer's words.
+cdef bint plain_keywords(PyObject *const *values, PyObject *kwnames, int taken, PyObject **max_version) noexcept:
+    cdef Py_ssize_t i
+    cdef int bit
+    cdef PyObject *k
+    for i in range(0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)):
+        k = PyTuple_GET_ITEM(<object>kwnames, i)
+        if k == state.str_max_version and taken & KW_MAX_VERSION:
+            max_version[0] = values[i]
+            continue
+        for bit in range(7):
+            if taken & (1 << bit) and PyUnicode_CompareWithASCIIString(<object>k, KEYWORD_NAMES[bit]) == 0:
+                break
+        else:
+            return False
+        if bit == 0:
+            max_version[0] = values[i]
+        elif values[i] != (Py_False if bit == 1 else <PyObject *>None):
+            return False
+    return True
+
+
 # __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None): the
 # plan, asked for nothing but max_version; every other call, and every case
-# the plan does not take, the Python method, which words the error. A
-# METH_FASTCALL function of its own (set_up_exportable), not a def: the call
-# is handed on as it came (positional arguments, any keyword), which Cython's
-# keyword parsing would refuse in words of its own.
+# the plan does not take, the Python method. A METH_FASTCALL function of its
+# own (set_up_exportable), not a def: the call is handed on as it came.
 cdef object exportable_dlpack(ExportableBase self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames):
-    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
-    cdef PyObject *k
-    cdef PyObject *stream = <PyObject *>None
     cdef PyObject *max_version = <PyObject *>None
-    cdef PyObject *dl_device = <PyObject *>None
-    cdef PyObject *copy = <PyObject *>None
     configured()
-    if nargs != 0 or not plan_holds(self):
-        return exportable_general(self, args, nargsf, kwnames)
-    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-    for i in range(nkw):
-        k = PyTuple_GET_ITEM(<object>kwnames, i)
-        if k == state.str_max_version or PyUnicode_CompareWithASCIIString(<object>k, "max_version") == 0:
-            max_version = args[i]
-        elif PyUnicode_CompareWithASCIIString(<object>k, "stream") == 0:
-            stream = args[i]
-        elif PyUnicode_CompareWithASCIIString(<object>k, "dl_device") == 0:
-            dl_device = args[i]
-        elif PyUnicode_CompareWithASCIIString(<object>k, "copy") == 0:
-            copy = args[i]
-        else:
-            return exportable_general(self, args, nargsf, kwnames)
-    if stream != <PyObject *>None or dl_device != <PyObject *>None or copy != <PyObject *>None:
+    if (PyVectorcall_NARGS(nargsf) != 0 or not plan_holds(self) or
+            not plain_keywords(args, kwnames, KW_DLPACK, &max_version)):
         return exportable_general(self, args, nargsf, kwnames)
     # The verdict on max_version is read in run_plan, after its allocation.
     capsule = run_plan(self, <object>max_version, max_version != <PyObject *>None)
@@ -728,7 +760,6 @@ cdef inline object same_request(PyObject *request, object max_version):
 # NOT_PLAIN: the general path runs.
 cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     cdef DLManagedTensorVersioned *m
-    cdef PyObject *made
     # The request first, as the Python method sets it first (the one set
     # already where it asked the same): an allocation may run the cyclic GC,
     # whose finalizers may delete or replace the members checked above, so
@@ -747,7 +778,7 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     cdef ImportEntry *guards = self.guards
     owner = self.guards_owner
     if plan == PLAN_NUMPY:
-        capsule = plan_numpy_capsule(x, dtype, versioned)
+        capsule = None if descr_of(<PyObject *>x) != <PyObject *>dtype else numpy_export(<PyObject *>x, versioned)
         if capsule is None:
             # NumPy refused (a read-only array as legacy...), or the dtype
             # changed: the general path says why, in gpu_dlpack's words.
@@ -763,12 +794,9 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     m = exchange_export_of(x, guards)
     if m == NULL:
         return NOT_PLAIN
-    made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
-    if made == NULL:
-        release_tensor(m, 1)
-        return take(made)  # raises the MemoryError
+    capsule = owning_capsule(m)
     put(&members(self).request, <PyObject *>request)
-    return take(made)
+    return capsule
 
 
 # What wrap() makes of a plain case (export.pxi: data on the CPU), as tp_alloc
@@ -814,9 +842,10 @@ cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
             m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
             if m != NULL:
                 return m
-        capsule = plan_numpy_capsule(x, dtype, True)
-        # renamed used_*
-        return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)
+            capsule = numpy_export(<PyObject *>x, True)
+            # renamed used_*
+            return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)
+        return NULL
     return exchange_export_of(x, guards)
 
 
@@ -890,45 +919,24 @@ cdef int exportable_stream(int32_t device_type, int32_t device_id, void **out) e
 
 cdef DLPackExchangeAPI exportable_api
 cdef PyMethodDef dlpack_method
-cdef PyMemberDef exportable_members[8]
+cdef PyMemberDef exportable_members[N_MEMBERS]
 
-# __dlpack__'s docstring, that of the Python method (above).
-cdef const char *DLPACK_DOC = (
-    b"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
-    b"A DLPack capsule of the wrapped array, under the rules (the standard's\n"
-    b"``__dlpack__``).\n"
-    b"\n"
-    b"Parameters\n"
-    b"----------\n"
-    b"stream : int or stream object, optional\n"
-    b"    The stream the consumer uses the data on (``None`` or ``-1`` for host\n"
-    b"    memory).\n"
-    b"max_version : tuple of int, optional\n"
-    b"    The newest DLPack version the consumer reads; ``None`` asks for a\n"
-    b"    legacy capsule.\n"
-    b"dl_device : tuple of int, optional\n"
-    b"    The ``(device_type, device_id)`` to export to (``None``: in place).\n"
-    b"copy : bool, optional\n"
-    b"    ``True`` always copies, ``False`` never, ``None`` when it must.\n"
-    b"\n"
-    b"Returns\n"
-    b"-------\n"
-    b"PyCapsule\n"
-    b"    A ``dltensor`` or ``dltensor_versioned`` capsule.\n"
-    b"\n"
-    b"Raises\n"
-    b"------\n"
-    b"BufferError, TypeError, ValueError\n"
-    b"    What the rules refuse, as `export` raises it."
-)
+# __dlpack__'s docstring: its signature, then the Python method's docstring,
+# which the Python source owns (document_dlpack, told by set_python).
+cdef bytes dlpack_doc = (b"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n"
+                         b"--\n\n")
+cdef bytes dlpack_signature = dlpack_doc
 
 
-cdef inline void member(int i, const char *name, Py_ssize_t offset) noexcept:
-    exportable_members[i].name = name
-    exportable_members[i].type = T_OBJECT_EX
-    exportable_members[i].offset = offset
-    exportable_members[i].flags = 0
-    exportable_members[i].doc = NULL
+cdef int document_dlpack(object general) except -1:
+    global dlpack_doc
+    doc = general.__doc__
+    if doc is not None:  # None under python -OO
+        import inspect
+        doc = dlpack_signature + inspect.cleandoc(doc).encode()
+        dlpack_method.ml_doc = doc  # before the old one is let go
+        dlpack_doc = doc
+    return 0
 
 
 # Made once per process, in the main interpreter (module setup, after
@@ -949,18 +957,15 @@ cdef int set_up_exportable() except -1:
     dlpack_method.ml_name = "__dlpack__"
     dlpack_method.ml_meth = <PyCFunction><void *>exportable_dlpack
     dlpack_method.ml_flags = METH_FASTCALL | METH_KEYWORDS
-    dlpack_method.ml_doc = DLPACK_DOC
+    dlpack_method.ml_doc = dlpack_doc
     tp_dict["__dlpack__"] = take(PyDescr_NewMethod(tp, &dlpack_method))
-    member(0, "_x", X_OFFSET)
-    member(1, "_readonly", READONLY_OFFSET)
-    member(2, "_floor", FLOOR_OFFSET)
-    member(3, "_source", SOURCE_OFFSET)
-    member(4, "_device", DEVICE_OFFSET)
-    member(5, "_request", REQUEST_OFFSET)
-    member(6, "_held", HELD_OFFSET)
-    member(7, "_reported", REPORTED_OFFSET)
-    for i in range(8):
-        tp_dict[exportable_members[i].name.decode()] = take(PyDescr_NewMember(tp, &exportable_members[i]))
+    for i in range(N_MEMBERS):
+        exportable_members[i].name = <bytes>MEMBER_NAMES[i]  # a constant of the module: never freed
+        exportable_members[i].type = T_OBJECT_EX
+        exportable_members[i].offset = X_OFFSET + i * sizeof(PyObject *)
+        exportable_members[i].flags = 0
+        exportable_members[i].doc = NULL
+        tp_dict[MEMBER_NAMES[i].decode()] = take(PyDescr_NewMember(tp, &exportable_members[i]))
     exportable_api.header.version.major = 1
     exportable_api.header.version.minor = 3
     exportable_api.header.prev_api = NULL
