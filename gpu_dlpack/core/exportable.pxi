@@ -16,7 +16,7 @@ from cpython.pycapsule cimport PyCapsule_CheckExact
 from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred
-from cpython.dict cimport PyDict_GetItem, PyDict_GetItemString
+from cpython.dict cimport PyDict_GetItemString
 from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_CheckExact, PyLong_AsLongAndOverflow, PyLong_AsVoidPtr
@@ -25,7 +25,7 @@ from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 from cpython.pycapsule cimport PyCapsule_Destructor
 
 from dlpack cimport (DLDevice, DLDataType, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI,
-                     TypeSlots, MAX_NDIM, pointer_or_null, name_or_null)
+                     TypeSlots, MAX_NDIM, name_or_null)
 
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,
@@ -36,7 +36,6 @@ cdef extern from "Python.h":
     PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
-    PyObject *dict_get "PyDict_GetItemWithError"(PyObject *d, PyObject *key)
     int set_context "PyCapsule_SetContext"(PyObject *capsule, void *context)
     void *get_context "PyCapsule_GetContext"(PyObject *capsule)
     PyObject *get_attr "PyObject_GetAttr"(PyObject *o, PyObject *name)
@@ -79,9 +78,8 @@ cpdef enum:
     PLAN_CAPSULE = 3
 
 
-# What run_plan() and export_plain() give when theirs is not a plain case:
-# the call goes on to the general path. An object of its own, not None: what
-# the Python functions a plain case hands on to return is returned as it is.
+# What run_plan() and export_plain() give when theirs is not a plain case (not
+# None, which the Python functions a plain case hands on to may return).
 cdef object NOT_PLAIN = object()
 
 
@@ -135,8 +133,7 @@ cdef struct ArrayHead:
 
 
 cdef inline PyObject *descr_of(PyObject *array) noexcept:
-    """x.dtype of an exact NumPy array x, read where NumPy keeps it (no
-    attribute lookup)."""
+    """x.dtype of an exact NumPy array x, without an attribute lookup."""
     return (<ArrayHead *>array).descr
 
 
@@ -170,9 +167,8 @@ cdef public class ExportableBase [object Exportable, type ExportableType]:  # pu
         for i in range(N_MEMBERS):
             unset(&slots[i])
 
-    # The docstrings are those of the Python methods these replace
-    # (gpu_dlpack/_export.py), word for word: help() and the API reference
-    # read the same on both paths (tests/test_conventions.py compares them).
+    # The docstring is the Python method's (gpu_dlpack/_export.py), word for
+    # word (tests/test_conventions.py compares them).
     @cython.embedsignature(False)
     def __dlpack_device__(self):
         """__dlpack_device__($self, /)
@@ -225,10 +221,9 @@ The plan __dlpack__ runs in C (set by Python at wrap time)."""
 
 
 cdef extern from *:
-    # ExportableBase's object members as C holds them: those of Python's
-    # state may be NULL (unset), which Cython's attributes cannot be, so
-    # they are read and written here (Cython still visits, clears and frees
-    # them all); the plan's are None when unset, as Cython holds them.
+    # ExportableBase's object members as C holds them: Python's state may be
+    # NULL (unset), which Cython's attributes cannot be (Cython still visits,
+    # clears and frees them all).
     ctypedef struct Members "struct Exportable":
         PyObject *x
         PyObject *readonly
@@ -256,20 +251,17 @@ cdef inline bint int_pair(PyObject *o) noexcept:
             PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, 1)))
 
 
-# 1 when no call under way, on any thread, has put a floor of its own on the
-# exchanges made inside it (export(x, min_version=...), a wrapper's floor:
-# _versions.calls_with_own_floor lists them), else 0: the verdicts cached below
-# are those of the floor in force, and the general path then checks against
-# the floor of the call.
+# 1 when no call under way, on any thread, has a floor of its own
+# (_versions.calls_with_own_floor): the verdicts cached below are those of the
+# floor in force only.
 cdef inline bint no_call_floor() noexcept:
     cdef PyObject *under_floor = state.under_floor
     return PyList_GET_SIZE(<object>under_floor) == 0
 
 
-# 1 when max_version is the one the version policy last accepted against the
-# floor in force (what _versions.check_max_version caches), or a pair of exact
-# ints equal to it (the verdict depends on the values only: callers each pass
-# their own (1, 0)), else 0.
+# 1 when max_version is the one _versions.check_max_version last accepted
+# against the floor in force, or a pair of exact ints equal to it (callers
+# each pass their own (1, 0)), else 0.
 cdef bint accepted_versioned(PyObject *max_version) noexcept:
     cdef int i, overflow = 0
     cdef long a, b
@@ -298,9 +290,8 @@ cdef bint accepted_versioned(PyObject *max_version) noexcept:
     return True
 
 
-# 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
-# max_version under the floor in force: asked of _versions once per floor (a
-# new floor is a new object), not decided here.
+# 1 when the version policy accepts DLPACK_VERSION itself as max_version
+# under the floor in force: asked of _versions once per floor.
 cdef bint produced_accepted() noexcept:
     cdef PyObject *versions = state.versions_dict
     if not no_call_floor():
@@ -318,17 +309,14 @@ cdef bint produced_accepted() noexcept:
     cdef bint ok = r == Py_True
     Py_XDECREF(r)
     PyErr_Clear()  # refused: the general path raises it
-    # The floor the check read: it may have been read from the environment
-    # just now (None before its first use).
-    floor = <PyObject *>verdict.floor
+    floor = <PyObject *>verdict.floor  # the one the check read (maybe just now)
     if ok and floor != <PyObject *>None:
         put(&state.produced_floor, floor)
     return ok
 
 
-# The versioned tensor of a PLAN_EXCHANGE export, passed on as the rules allow
-# for a host producer asked for nothing else; NULL (no error) when it is not
-# that case.
+# The versioned tensor of a PLAN_EXCHANGE export where the rules pass it on as
+# it is; NULL (no error) when they do not.
 cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noexcept:
     cdef DLManagedTensorVersioned *m = NULL
     if e.api.managed_tensor_from_py_object_no_sync(<PyObject *>x, &m) != 0 or m == NULL:
@@ -346,27 +334,21 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
 
 
 # The capsule of export(x, max_version=...) (no other argument) for a host
-# producer with a host test (JAX), on the host by that test: its answer to the
-# request the Python path makes, passed on as it came where it already obeys
-# the rules, adapted where it is of the other kind, and handed with every other
-# answer to _exchange.host_answer; an error the producer raised to
-# _exchange.host_refused, which goes on from it as the Python path does (the
+# producer on the host by its host test (JAX): its answer passed on where it
+# obeys the rules, adapted where it is of the other kind, and any other answer
+# handed to _exchange.host_answer, an error it raised to host_refused (the
 # producer is not asked the same again, and the error is not dropped).
 cdef object capsule_export(object x, object max_version, bint versioned):
     cdef PyObject *a[8]
     cdef PyObject *out
     cdef DLDevice cpu
-    # The verdict on max_version, read again before and after the producer
-    # runs, as the Python path checks it before the request and again with
-    # the answer: the host test and the producer run Python, which may set
-    # another floor meanwhile.
+    # The verdict on max_version is read before and after the producer runs
+    # (Python, which may set another floor), as the Python path reads it.
     if versioned and not accepted_versioned(<PyObject *>max_version):
         a[0] = <PyObject *>x
         a[1] = <PyObject *>max_version
         return take(delegate_raw("host_export", a, 2))
-    # The answer is a C reference: it is dropped where an error may be
-    # pending (drop_keeping_error), since its destructor, a producer's, may
-    # run Python.
+    # A C reference: dropped with drop_keeping_error (its destructor may run Python).
     cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
     if answer == NULL:
         error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
@@ -416,13 +398,10 @@ cdef object capsule_export(object x, object max_version, bint versioned):
     return take(out)
 
 
-# 1 when the plain plan may run now: its members are as the plan was made (set,
-# x of the type its plan was made for, not read-only, no floor of its own, no
-# device reported apart), else 0. Python may delete or replace them (the
-# general path then reads them as Python does, and raises what it raises), also
-# while this call runs: wherever Python code can run, an allocation (the cyclic
-# GC runs finalizers) or a call out, what is checked here is checked again
-# after it, or held (run_plan, plan_tensor).
+# 1 when the plain plan may run now: its members are as the plan was made.
+# Python may delete or replace them, also during a call (any allocation or
+# call out may run it): what is checked here is checked again after those, or
+# held (run_plan, plan_tensor).
 cdef inline bint plan_holds(ExportableBase self) noexcept:
     cdef Members *m = members(self)
     return (self.plan != PLAN_GENERAL and m.x != NULL and m.readonly == Py_False and
@@ -466,13 +445,11 @@ cdef bint exchange_on_cpu(ImportEntry *e, PyObject *x, bint id_zero) noexcept:
     return t.device.device_type == state.cpu_type and (t.device.device_id == 0 or not id_zero)
 
 
-# NumPy's versioned capsule stamped DLPACK_VERSION, in one read of its pointer.
-# Since DLPack 1.2 a versioned tensor with dimensions carries strides: NumPy 2.1
-# to 2.3 write a C-contiguous array's right after the shape, in the same
-# allocation, then leave them out (NULL), and they are pointed at there where
-# Python confirmed that (numpy_strides_after_shape). -1 (no error set) when the
-# capsule is not one to stamp, or its strides are left out and not known to be
-# there: the general path builds the capsule, as _backends/numpy.py says.
+# NumPy's versioned capsule stamped DLPACK_VERSION. Since DLPack 1.2 a tensor
+# with dimensions carries strides: NumPy 2.1 to 2.3 leave a C-contiguous
+# array's out (NULL) but write them right after the shape, where they are
+# pointed at when Python confirmed it (numpy_strides_after_shape). -1 (no
+# error set) when the capsule is not one to stamp: the general path builds it.
 cdef int stamp_numpy(PyObject *capsule) noexcept:
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>capsule_pointer(capsule, VERSIONED)
     if m == NULL or (<uintptr_t>m & 7):
@@ -488,9 +465,8 @@ cdef int stamp_numpy(PyObject *capsule) noexcept:
 
 
 # NumPy's __dlpack__, read once from the ndarray type the core was told of (a
-# static type: the method cannot change) and called as x.__dlpack__(...)
-# calls it on an exact ndarray (which has no instance dict), without looking
-# it up at each export; NULL (no error set) when it cannot be read.
+# static type, and an exact ndarray has no instance dict); NULL (no error set)
+# when it cannot be read.
 cdef object ndarray_dlpack = None
 cdef PyTypeObject *ndarray_dlpack_of = NULL
 
@@ -508,21 +484,13 @@ cdef inline PyObject *numpy_dlpack() noexcept:
     return <PyObject *>ndarray_dlpack
 
 
-# NumPy's versioned export, made here (NumPy 2.4 and later, numpy_layout)
-# for an exact ndarray of a plain dtype as its own __dlpack__(max_version=...)
-# makes it: data as NumPy holds it and byte_offset 0, the shape, strides
-# always (in items), READ_ONLY for an array that is not writeable, the array
-# held by manager_ctx; then stamped DLPACK_VERSION as NumPy's capsule is
-# (stamp_numpy). NULL (no error set) where NumPy would refuse or say
-# otherwise, or memory runs out: NumPy's own __dlpack__ then runs.
-
 cdef enum:
     ARRAY_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
 
 
-# The DLPack dtype of a plain dtype (one of state.plain_list): found in the
-# table Python told (numpy_descr) and kept for the last one asked, read
-# again from both each time (Python may tell them again).
+# The DLPack dtype of a plain dtype (one of state.plain_list), from the table
+# Python told (numpy_descr); the last one asked is kept, checked against both
+# each time (Python may tell them again).
 cdef int plain_last = -1
 cdef DLDataType plain_last_dl
 
@@ -553,10 +521,9 @@ cdef bint plain_dl_dtype(PyObject *dtype, DLDataType *out) noexcept:
     return False
 
 
-# The deleter of those tensors: the array let go and the struct freed (one
-# allocation, Python's: NumPy's own are) with the GIL, an exception pending set
-# aside (the array's release may run Python); after finalization both are
-# left, as NumPy's deleter leaves them.
+# The deleter of numpy_tensor's tensors: the array let go and the struct freed
+# with the GIL, a pending exception set aside (the release may run Python);
+# after finalization both are left, as NumPy's deleter leaves them.
 cdef void numpy_export_deleter(DLManagedTensorVersioned *m) noexcept nogil:
     if not Py_IsInitialized():
         return
@@ -573,6 +540,11 @@ cdef inline void numpy_export_free(DLManagedTensorVersioned *m) noexcept:
         drop_keeping_error(array)
 
 
+# NumPy's versioned tensor of an exact ndarray of a plain dtype, made here
+# (NumPy 2.4 and later: numpy_layout) as its own __dlpack__ makes it (strides
+# always, in items; READ_ONLY where not writeable; the array held by
+# manager_ctx), stamped DLPACK_VERSION. NULL (no error set) where NumPy would
+# refuse or say otherwise, or memory runs out: NumPy's own __dlpack__ runs.
 cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     cdef ArrayHead *a = <ArrayHead *>x
     cdef DLDataType dtype
@@ -620,9 +592,8 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     return m
 
 
-# The capsule of such a tensor, which also holds it as its context (read by
-# its destructor without comparing names); NULL (no error set) where
-# numpy_tensor makes none.
+# The capsule of numpy_tensor's tensor, which also holds it as its context
+# (for its destructor); NULL (no error set) where there is none.
 cdef PyObject *numpy_versioned(PyObject *x) noexcept:
     cdef DLManagedTensorVersioned *m = numpy_tensor(x)
     if m == NULL:
@@ -632,18 +603,13 @@ cdef PyObject *numpy_versioned(PyObject *x) noexcept:
         PyErr_Clear()
         if capsule == NULL:
             numpy_export_free(m)
-        return drop_capsule(capsule)
+        Py_XDECREF(capsule)  # its destructor frees the tensor
+        return NULL
     return capsule
 
 
-cdef inline PyObject *drop_capsule(PyObject *capsule) noexcept:
-    Py_XDECREF(capsule)  # its destructor frees the tensor
-    return NULL
-
-
-# Its destructor: capsule_destructor's, the tensor freed here where it is
-# still unconsumed under the name it was made with (the GIL held: no deleter
-# to call through); any other, as capsule_destructor frees it.
+# Its destructor: an unconsumed tensor of its own freed here (the GIL held: no
+# deleter to call through); any other, as capsule_destructor frees it.
 cdef void numpy_capsule_destructor(PyObject *capsule) noexcept:
     cdef DLManagedTensorVersioned *m = NULL
     if name_or_null(capsule) == VERSIONED:
@@ -760,18 +726,16 @@ cdef inline object same_request(PyObject *request, object max_version):
 # NOT_PLAIN: the general path runs.
 cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     cdef DLManagedTensorVersioned *m
-    # The request first, as the Python method sets it first (the one set
-    # already where it asked the same): an allocation may run the cyclic GC,
-    # whose finalizers may delete or replace the members checked above, so
-    # they are checked after it, and held.
+    # The request first, as the Python method sets it first: its allocation
+    # may run finalizers, which may change the members, so they are checked
+    # after it, and held.
     request = same_request(members(self).request, max_version)
     if request is None:
         request = (None, max_version, None, None)
     if not plan_holds(self) or (versioned and not accepted_versioned(<PyObject *>max_version)):
         return NOT_PLAIN
-    # The plan held for the rest of the call: strong references to the
-    # array, the dtype the plan was made for and what keeps the producer
-    # type's entry alive (Python code run meanwhile may drop the members).
+    # The plan held for the rest of the call (Python run meanwhile may drop
+    # the members): the array, the dtype, what keeps the type's entry alive.
     cdef int plan = self.plan
     x = <object>members(self).x
     dtype = self.plan_dtype
@@ -828,44 +792,30 @@ cdef object new_exportable(PyObject *x, int plan, PyObject *dtype, ImportEntry *
 
 
 # The DLPack C exchange API of Exportable (offered on its type).
-
-# The tensor of a plain plan (not PLAN_CAPSULE), the plan held for the call;
-# NULL when there is none.
-cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
-    x = <object>members(self).x
-    dtype = self.plan_dtype
-    cdef ImportEntry *guards = self.guards
-    owner = self.guards_owner
-    cdef DLManagedTensorVersioned *m
-    if self.plan == PLAN_NUMPY:
-        if descr_of(<PyObject *>x) == <PyObject *>dtype:
-            m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
-            if m != NULL:
-                return m
-            capsule = numpy_export(<PyObject *>x, True)
-            # renamed used_*
-            return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)
-        return NULL
-    return exchange_export_of(x, guards)
-
-
 cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
+    cdef PyObject *a[2]
+    cdef DLManagedTensorVersioned *m = NULL
     out[0] = NULL
     configured()
     if not isinstance(<object>obj, ExportableBase):
         raise TypeError("the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable")
-    return exchange_of(<ExportableBase>obj, out)
-
-
-cdef int exchange_of(ExportableBase self, DLManagedTensorVersioned **out) except -1:
-    cdef PyObject *a[2]
-    cdef DLManagedTensorVersioned *m
+    cdef ExportableBase self = <ExportableBase>obj
     # The request is max_version=DLPACK_VERSION and nothing else: the plain
     # plans run when the version policy has accepted it against the floor in
     # force (else the general path checks it, and caches its verdict). That
     # check may run Python: the plan is checked after it, then held.
     if produced_accepted() and plan_holds(self) and self.plan != PLAN_CAPSULE:
-        m = plan_tensor(self)
+        x = <object>members(self).x
+        dtype = self.plan_dtype
+        owner = self.guards_owner
+        if self.plan != PLAN_NUMPY:
+            m = exchange_export_of(x, self.guards)
+        elif descr_of(<PyObject *>x) == <PyObject *>dtype:
+            m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
+            if m == NULL:
+                capsule = numpy_export(<PyObject *>x, True)
+                if capsule is not None:
+                    m = <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
         if m != NULL:
             # the request of the exchange: one tuple, made by set_versions
             put(&members(self).request, state.produced_request)
@@ -940,11 +890,9 @@ cdef int document_dlpack(object general) except -1:
 
 
 # Made once per process, in the main interpreter (module setup, after
-# setup_once): what ExportableBase's type holds besides Cython's methods.
-# __dlpack__ as a function of its own (above); Python's state as members
-# that raise AttributeError while unset and are unset again by del, as a
-# Python slot is (Cython's attributes are never unset); and the C exchange
-# API table, as __dlpack_c_exchange_api__.
+# setup_once): what ExportableBase's type holds besides Cython's methods:
+# __dlpack__ (above); Python's state as members that raise AttributeError
+# while unset and are unset by del, as a Python slot is; the C exchange API.
 cdef bint exportable_set_up = False
 
 cdef int set_up_exportable() except -1:
