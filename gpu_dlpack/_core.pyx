@@ -36,13 +36,17 @@ cdef class Verdict:
         self.accepted = (None, None)
 
 
+cdef const char *NOT_CONFIGURED = (b"gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
+                                   b"instead of calling the core directly")
+
+
 cdef int configured() except 0:
     """1 once Python has told the core what it decided (set_python, last): every
     entry point refuses before then, since what it would read (the Python
     implementation, the tables) is not there yet."""
     if state.py_impl == NULL:
-        raise RuntimeError("gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
-                           "instead of calling the core directly")
+        PyErr_SetString(RuntimeError, NOT_CONFIGURED)
+        return 0
     return 1
 
 
@@ -53,8 +57,7 @@ cdef PyObject *delegate_raw(const char *name, PyObject **args, Py_ssize_t nargs)
     reference, or NULL with the error set (an error looking it up, no memory
     for the key, is the one set)."""
     if state.py_impl == NULL:
-        PyErr_SetString(RuntimeError, "gpu_dlpack._core is not configured: import gpu_dlpack, which configures "
-                                      "it, instead of calling the core directly")
+        PyErr_SetString(RuntimeError, NOT_CONFIGURED)
         return NULL
     cdef PyObject *key = unicode_or_null(name)
     if key == NULL:

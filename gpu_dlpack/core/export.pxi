@@ -105,11 +105,8 @@ cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
         return NOT_PLAIN if capsule is None else capsule
     cdef ImportEntry *e = import_entry(x.ob_type, &hold)
     owner = take(hold)
-    if is_entry(e) and e.api == NULL:
-        # A producer with a host test (JAX), on the host by it.
-        if host_test(e, x) > 0:
-            return capsule_export(<object>x, <object>max_version, versioned)
-        return NOT_PLAIN
+    if is_entry(e) and e.api == NULL:  # a producer with a host test (JAX), on the host by it
+        return capsule_export(<object>x, <object>max_version, versioned) if host_test(e, x) > 0 else NOT_PLAIN
     if versioned and is_entry(e) and exchange_on_cpu(e, x, False):
         m = exchange_export_of(<object>x, e)
         if m != NULL:
@@ -122,9 +119,8 @@ cdef enum:
 
 
 # from_dlpack(a) of an exact NumPy array: the Python function's first shortcut,
-# a view, for a C-contiguous array of a dtype of the core's plain set (a subset
-# of the Python one's, which takes every other case: the two give the same
-# view). NULL with no error set when it is not that case.
+# a view, for a C-contiguous array of a plain dtype (the Python function gives
+# the same view of the rest). NULL with no error set when it is not that case.
 cdef PyObject *numpy_view(PyObject *x) noexcept:
     cdef PyObject *a[2]
     if not ((<ArrayHead *>x).flags & ARRAY_C_CONTIGUOUS) or not is_plain(descr_of(x)):
@@ -135,11 +131,9 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
 
 
 # from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
-# x, and x no NumPy array (the Python function's view shortcut), the core's
-# import of a producer it was told about (core_import_host); every other case,
-# and every one it hands back (None), the Python function. (The view is a C
-# reference here, as it comes: a Cython local would cost a reference count
-# of its own on this path.)
+# x, the view of a NumPy array, or the core's import of a producer it was told
+# about (core_import_host); every other case the Python function. (The view is
+# a C reference, as it comes: a Cython local would cost a reference count.)
 cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
     cdef PyObject *got
     if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.numpy_api == NULL or
