@@ -179,18 +179,15 @@ def export_numpy(x, readonly=False, stream=None, max_version=_versions.DLPACK_VE
     return numpy_backend.export(x, plan, dtype)
 
 
-def host_export(x, max_version):
-    """``host_answer`` for a request of nothing but ``max_version`` of
-    producer ``x``, on the host by its host test: where the compiled core's
+def host_export(x, max_version, capsule=None, error=None):
+    """``host_answer`` for the compiled core's export of nothing but
+    ``max_version`` of a producer on the host by its host test (JAX):
+    ``capsule``, its answer that the core does not pass on; ``error``, the
+    error it raised instead, gone on from as the Python path does (the
+    producer is not asked the same again); neither, where the core's
     verdict on ``max_version`` no longer holds (a floor set meanwhile)."""
-    return host_answer(x, CPU, None, False, None, max_version, None, None)
-
-
-def host_refused(x, error, max_version):
-    """``host_answer`` for a request of nothing but ``max_version``, from
-    the error producer ``x`` raised to the compiled core's request (JAX):
-    it goes on as the Python path does, without asking the same again."""
-    capsule, _ = answer_after(x, error, None if max_version is None else _versions.DLPACK_VERSION)
+    if error is not None:
+        capsule, _ = answer_after(x, error, None if max_version is None else _versions.DLPACK_VERSION)
     return host_answer(x, CPU, capsule, False, None, max_version, None, None)
 
 

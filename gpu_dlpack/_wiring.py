@@ -110,8 +110,6 @@ def install() -> None:
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,
         host_refused_import=_import.host_refused_import,
-        host_answer=_exchange.host_answer,
-        host_refused=_exchange.host_refused,
         host_export=_exchange.host_export,
         rebuild=_exchange.python_rebuild,
     )

@@ -335,27 +335,26 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
 
 # The capsule of export(x, max_version=...) (no other argument) for a host
 # producer on the host by its host test (JAX): its answer passed on where it
-# obeys the rules, adapted where it is of the other kind, and any other answer
-# handed to _exchange.host_answer, an error it raised to host_refused (the
-# producer is not asked the same again, and the error is not dropped).
+# obeys the rules, adapted where it is of the other kind; any other answer, or
+# the error it raised, handed to _exchange.host_export (the producer is not
+# asked the same again, and the error is not dropped).
 cdef object capsule_export(object x, object max_version, bint versioned):
-    cdef PyObject *a[8]
+    cdef PyObject *a[4]
     cdef PyObject *out
     cdef DLDevice cpu
+    a[0] = <PyObject *>x
+    a[1] = <PyObject *>max_version
+    a[2] = <PyObject *>None
     # The verdict on max_version is read before and after the producer runs
     # (Python, which may set another floor), as the Python path reads it.
     if versioned and not accepted_versioned(<PyObject *>max_version):
-        a[0] = <PyObject *>x
-        a[1] = <PyObject *>max_version
         return take(delegate_raw("host_export", a, 2))
     # A C reference: dropped with drop_keeping_error (its destructor may run Python).
     cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
     if answer == NULL:
         error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
-        a[0] = <PyObject *>x
-        a[1] = <PyObject *>error
-        a[2] = <PyObject *>max_version
-        return take(delegate_raw("host_refused", a, 3))
+        a[3] = <PyObject *>error
+        return take(delegate_raw("host_export", a, 4))
     cdef int kind = -1 if versioned and not accepted_versioned(<PyObject *>max_version) else kind_of(answer)
     cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
     if ptr == NULL:
@@ -385,15 +384,8 @@ cdef object capsule_export(object x, object max_version, bint versioned):
         if out != NULL:
             drop_keeping_error(answer)
             return take(out)
-    a[0] = <PyObject *>x
-    a[1] = state.cpu_device
     a[2] = answer
-    a[3] = Py_False
-    a[4] = <PyObject *>None
-    a[5] = <PyObject *>max_version
-    a[6] = <PyObject *>None
-    a[7] = <PyObject *>None
-    out = delegate_raw("host_answer", a, 8)
+    out = delegate_raw("host_export", a, 3)
     drop_keeping_error(answer)
     return take(out)
 
