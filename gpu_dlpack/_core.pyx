@@ -36,13 +36,17 @@ cdef class Verdict:
         self.accepted = (None, None)
 
 
+cdef const char *NOT_CONFIGURED = (b"gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
+                                   b"instead of calling the core directly")
+
+
 cdef int configured() except 0:
     """1 once Python has told the core what it decided (set_python, last): every
     entry point refuses before then, since what it would read (the Python
     implementation, the tables) is not there yet."""
     if state.py_impl == NULL:
-        raise RuntimeError("gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
-                           "instead of calling the core directly")
+        PyErr_SetString(RuntimeError, NOT_CONFIGURED)
+        return 0
     return 1
 
 
@@ -53,8 +57,7 @@ cdef PyObject *delegate_raw(const char *name, PyObject **args, Py_ssize_t nargs)
     reference, or NULL with the error set (an error looking it up, no memory
     for the key, is the one set)."""
     if state.py_impl == NULL:
-        PyErr_SetString(RuntimeError, "gpu_dlpack._core is not configured: import gpu_dlpack, which configures "
-                                      "it, instead of calling the core directly")
+        PyErr_SetString(RuntimeError, NOT_CONFIGURED)
         return NULL
     cdef PyObject *key = unicode_or_null(name)
     if key == NULL:
@@ -90,17 +93,7 @@ include "exportable.pxi"
 include "export.pxi"
 
 cdef inline void _hold(PyObject **slot, object value):
-    """Set a state slot to a new reference to value (None stays None)."""
-    cdef PyObject *old = slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject *>value
-    Py_XDECREF(old)
-
-
-cdef inline void _clear(PyObject **slot):
-    cdef PyObject *old = slot[0]
-    slot[0] = NULL
-    Py_XDECREF(old)
+    put(slot, <PyObject *>value)  # (value may be a temporary, which put cannot take)
 
 
 # What Python tells the core, once every module is loaded (_wiring.install):
@@ -143,7 +136,7 @@ def set_dtypes(known, numpy_dtypes, plain):
     state.known_128 = known_128
     for c in range(32):
         for b in range(17):
-            _clear(&state.numpy_descr[c][b])
+            unset(&state.numpy_descr[c][b])
     for (code, bits), value in (<dict>numpy_dtypes).items():
         nbytes = bit_index(<unsigned>bits)
         if 0 <= code < 32 and nbytes:
@@ -180,7 +173,7 @@ def set_devices(device_types, host_types, cpu_device, device_class):
     _hold(&state.device_class, device_class)
     for t in range(64):
         for i in range(16):
-            _clear(&state.devices[t][i])
+            unset(&state.devices[t][i])
     told |= TOLD_DEVICES
 
 
@@ -231,7 +224,7 @@ def set_versions(versions):
     _hold(&state.under_floor, calls)
     _hold(&state.produced_version, produced)
     _hold(&state.produced_request, (None, produced, None, None))
-    _clear(&state.produced_floor)
+    unset(&state.produced_floor)
     memcpy(&state.version_word, &version, sizeof(version))  # as a capsule holds it
     told |= TOLD_VERSIONS
 
@@ -257,6 +250,7 @@ def set_python(dict impl not None, learn_import, exportable_fallback, type expor
     _hold(&state.learn_import, learn_import)
     _hold(&state.exportable_fallback, exportable_fallback)
     _hold(&state.import_types, {})
+    document_dlpack(exportable_fallback)
     # Last: the core counts as configured once everything above is set.
     _hold(&state.py_impl, impl)
 
@@ -274,7 +268,6 @@ cdef int setup_once() except -1:
     if state.set_up:
         return 0
     _hold(&state.str_dlpack, PyUnicode_InternFromString(b"__dlpack__"))
-    _hold(&state.str_dtype, PyUnicode_InternFromString(b"dtype"))
     _hold(&state.str_view, PyUnicode_InternFromString(b"view"))
     _hold(&state.str_max_version, PyUnicode_InternFromString(b"max_version"))
     _hold(&state.kw_max_version, (<object>state.str_max_version,))

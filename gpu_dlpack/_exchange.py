@@ -179,23 +179,15 @@ def export_numpy(x, readonly=False, stream=None, max_version=_versions.DLPACK_VE
     return numpy_backend.export(x, plan, dtype)
 
 
-def host_export(x, max_version):
-    """``host_answer`` for a request of nothing but ``max_version`` of
-    producer ``x``, on the host by its host test: the compiled core's
-    export of such a producer (JAX) hands it here where the verdict on
-    ``max_version`` it read no longer holds (a floor set meanwhile)."""
-    return host_answer(x, CPU, None, False, None, max_version, None, None)
-
-
-def host_refused(x, error, max_version):
-    """``host_answer`` for a request of nothing but ``max_version``,
-    from the error producer ``x`` raised to the request it makes: the
-    compiled core asks the producers it was told about (JAX) itself, and
-    hands their errors here, to go on as the Python path does without
-    asking the producer the same again. (The core asks only for a legacy
-    capsule, or for a versioned one where it took ``max_version``: checked
-    once before the request, as here, and again with the answer.)"""
-    capsule, _ = answer_after(x, error, None if max_version is None else _versions.DLPACK_VERSION)
+def host_export(x, max_version, capsule=None, error=None):
+    """``host_answer`` for the compiled core's export of nothing but
+    ``max_version`` of a producer on the host by its host test (JAX):
+    ``capsule``, its answer that the core does not pass on; ``error``, the
+    error it raised instead, gone on from as the Python path does (the
+    producer is not asked the same again); neither, where the core's
+    verdict on ``max_version`` no longer holds (a floor set meanwhile)."""
+    if error is not None:
+        capsule, _ = answer_after(x, error, None if max_version is None else _versions.DLPACK_VERSION)
     return host_answer(x, CPU, capsule, False, None, max_version, None, None)
 
 

@@ -361,12 +361,9 @@ class Exportable(core.ExportableBase):
 
 
 def _plan(x, readonly, source):
-    """The exchange the core may run for ``wrap(x)`` without asking: NumPy's
-    own capsule for a NumPy dtype (the common case of ``_export``), the
-    producer's C exchange API for a host producer whose capsule passes as
-    it comes (the rules' verdict for a versioned request of nothing else),
-    or the capsule of a host producer the core asks itself (JAX), passed on
-    or adapted for a request of nothing but ``max_version``."""
+    """The exchange the core may run for ``wrap(x)`` without asking (the
+    arguments of ``_set_plan``): NumPy's own capsule for a NumPy dtype, a
+    host producer's C exchange API, or a host producer's capsule (JAX)."""
     if readonly is not False:
         return (core.PLAN_GENERAL,)
     if type(x) is _ndarray:

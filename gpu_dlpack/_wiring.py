@@ -31,16 +31,11 @@ def _import_plan(t):
     """What the core may do with instances of producer type ``t`` without
     asking Python: ``(api, attrs, methods, codes, host)``, or None.
 
-    ``api`` is the type's DLPack C exchange API, read with guards: attributes
-    and methods (each asked of arrays of the dtype codes in its mask in
-    ``codes``) that must be false for the exchange to be the plain one (else
-    the general path runs, and says what the producer refuses or resolves
-    the view: ``_peers.VIEWS``); None when it is not read. ``host`` is
-    ``(method, answer, pieces, deleted)``, the type's host test (``_peers.HostTest``),
-    when the core may ask the producer's ``__dlpack__`` itself for host
-    memory: it takes the plain capsules, and hands every other one to the
-    Python functions that would have received them (an error the producer
-    raises, to the ones that go on from it)."""
+    ``api`` is the type's DLPack C exchange API (None: not read), with its
+    guards: attributes and methods (each asked of arrays of the dtype codes
+    in its mask in ``codes``) that must be false for the plain exchange
+    (``_peers.VIEWS``). ``host`` is the type's host test (``_peers.HostTest``)
+    where the core may ask the producer's ``__dlpack__`` itself."""
     peer = _peers.of_array_type(t) if isinstance(t, type) else None
     if peer is None:
         return None
@@ -115,8 +110,6 @@ def install() -> None:
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,
         host_refused_import=_import.host_refused_import,
-        host_answer=_exchange.host_answer,
-        host_refused=_exchange.host_refused,
         host_export=_exchange.host_export,
         rebuild=_exchange.python_rebuild,
     )

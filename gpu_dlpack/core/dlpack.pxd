@@ -101,7 +101,6 @@ cdef struct CoreState:
 
     # names and arguments made once (module setup)
     PyObject *str_dlpack
-    PyObject *str_dtype
     PyObject *str_max_version
     PyObject *str_view
     PyObject *kw_max_version       # ("max_version",)
@@ -119,7 +118,6 @@ cdef extern from "Python.h":
         unsigned long tp_flags
         Py_ssize_t tp_vectorcall_offset
         PyObject *(*tp_call)(PyObject *, PyObject *, PyObject *)
-    TypeSlots PyBaseObject_Type  # object
     # The calls whose failure the caller checks (or clears) itself.
     void *pointer_or_null "PyCapsule_GetPointer"(PyObject *capsule, const char *name) noexcept
     const char *name_or_null "PyCapsule_GetName"(PyObject *capsule) noexcept

@@ -47,19 +47,16 @@ cdef object core_wrap(PyObject *x, PyObject *readonly):
 # The Exportable of a plain case, or None (the Python wrap makes it).
 cdef object wrap_plain(PyObject *x):
     cdef PyObject *hold
-    cdef DLTensor t
     if x.ob_type == state.ndarray_type:
         if not is_plain(descr_of(x)):
             return None
         return new_exportable(x, PLAN_NUMPY, descr_of(x), NULL, NULL)
     cdef ImportEntry *e = import_entry(x.ob_type, &hold)
     owner = take(hold)
-    if is_entry(e) and e.api != NULL and e.api.dltensor_from_py_object_no_sync != NULL:
-        if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
-            PyErr_Clear()
-        elif t.device.device_type == state.cpu_type and t.device.device_id == 0:
+    if is_entry(e) and e.api != NULL:
+        if exchange_on_cpu(e, x, True):
             return new_exportable(x, PLAN_EXCHANGE, NULL, e, <PyObject *>owner)
-    elif is_entry(e) and e.api == NULL:
+    elif is_entry(e):
         # Host memory on one device by its type's host test: the device the
         # Python wrap reads (the CPU, as its __dlpack_device__ says).
         if host_test(e, x) != 0:
@@ -76,13 +73,8 @@ cdef inline object handed_back(Exporter self, PyObject *const *args, size_t narg
 # wrap(x, *, readonly=False): core_wrap, whose every other case calls the
 # Python wrap through impl["wrap"].
 cdef object wrapper_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-    if (nargs != 1 or state.py_impl == NULL or nkw > 1 or
-            (nkw == 1 and PyUnicode_CompareWithASCIIString(<object>PyTuple_GET_ITEM(<object>kwnames, 0),
-                                                           "readonly") != 0)):
-        return handed_back(self, args, nargsf, kwnames)
-    if nkw and args[1] != Py_False:
+    if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or
+            not plain_keywords(args + 1, kwnames, KW_READONLY, NULL)):
         return handed_back(self, args, nargsf, kwnames)
     return core_wrap(args[0], Py_False)
 
@@ -91,28 +83,10 @@ cdef object wrapper_call(Exporter self, PyObject *const *args, size_t nargsf, Py
 # NumPy dtype, a host producer with a C exchange API or a host test, asked for
 # nothing but max_version), every other case the Python function.
 cdef object exporter_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
-    cdef PyObject *k
-    cdef PyObject *v
-    if nargs != 1 or state.py_impl == NULL or state.plain_dtypes == NULL:
-        return handed_back(self, args, nargsf, kwnames)
     cdef PyObject *max_version = <PyObject *>None
-    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-    for i in range(nkw):
-        k = PyTuple_GET_ITEM(<object>kwnames, i)
-        v = args[1 + i]
-        if k == state.str_max_version or PyUnicode_CompareWithASCIIString(<object>k, "max_version") == 0:
-            max_version = v
-        elif PyUnicode_CompareWithASCIIString(<object>k, "readonly") == 0:
-            if v != Py_False:
-                return handed_back(self, args, nargsf, kwnames)
-        elif v != <PyObject *>None:  # stream, dl_device, copy, min_version, or a wrong name
-            return handed_back(self, args, nargsf, kwnames)
-        elif (PyUnicode_CompareWithASCIIString(<object>k, "stream") != 0 and
-              PyUnicode_CompareWithASCIIString(<object>k, "dl_device") != 0 and
-              PyUnicode_CompareWithASCIIString(<object>k, "copy") != 0 and
-              PyUnicode_CompareWithASCIIString(<object>k, "min_version") != 0):
-            return handed_back(self, args, nargsf, kwnames)
+    if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.plain_dtypes == NULL or
+            not plain_keywords(args + 1, kwnames, KW_EXPORT, &max_version)):
+        return handed_back(self, args, nargsf, kwnames)
     cdef bint versioned = max_version != <PyObject *>None
     if versioned and not accepted_versioned(max_version):
         return handed_back(self, args, nargsf, kwnames)
@@ -125,33 +99,18 @@ cdef object exporter_call(Exporter self, PyObject *const *args, size_t nargsf, P
 # The capsule of a plain export, or NOT_PLAIN: the Python function runs.
 cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
     cdef PyObject *hold
-    cdef PyObject *made
-    cdef DLTensor t
     cdef DLManagedTensorVersioned *m
     if x.ob_type == state.ndarray_type:
-        if versioned:
-            made = numpy_versioned(x)  # made here, as NumPy makes it
-            if made != NULL:
-                return take(made)
-        capsule = numpy_capsule(<object>x, versioned) if is_plain(descr_of(x)) else None
+        capsule = numpy_export(x, versioned)
         return NOT_PLAIN if capsule is None else capsule
     cdef ImportEntry *e = import_entry(x.ob_type, &hold)
     owner = take(hold)
-    if is_entry(e) and e.api == NULL:
-        # A producer with a host test (JAX), on the host by it.
-        if host_test(e, x) > 0:
-            return capsule_export(<object>x, <object>max_version, versioned)
-        return NOT_PLAIN
-    if versioned and is_entry(e) and e.api.dltensor_from_py_object_no_sync != NULL:
-        if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
-            PyErr_Clear()
-        elif t.device.device_type == state.cpu_type:
-            m = exchange_export_of(<object>x, e)
-            if m != NULL:
-                made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
-                if made == NULL:
-                    release_tensor(m, 1)
-                return take(made)
+    if is_entry(e) and e.api == NULL:  # a producer with a host test (JAX), on the host by it
+        return capsule_export(<object>x, <object>max_version, versioned) if host_test(e, x) > 0 else NOT_PLAIN
+    if versioned and is_entry(e) and exchange_on_cpu(e, x, False):
+        m = exchange_export_of(<object>x, e)
+        if m != NULL:
+            return owning_capsule(m)
     return NOT_PLAIN
 
 
@@ -160,9 +119,8 @@ cdef enum:
 
 
 # from_dlpack(a) of an exact NumPy array: the Python function's first shortcut,
-# a view, for a C-contiguous array of a dtype of the core's plain set (a subset
-# of the Python one's, which takes every other case: the two give the same
-# view). NULL with no error set when it is not that case.
+# a view, for a C-contiguous array of a plain dtype (the Python function gives
+# the same view of the rest). NULL with no error set when it is not that case.
 cdef PyObject *numpy_view(PyObject *x) noexcept:
     cdef PyObject *a[2]
     if not ((<ArrayHead *>x).flags & ARRAY_C_CONTIGUOUS) or not is_plain(descr_of(x)):
@@ -173,24 +131,14 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
 
 
 # from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
-# x, and x no NumPy array (the Python function's view shortcut), the core's
-# import of a producer it was told about (core_import_host); every other case,
-# and every one it hands back (None), the Python function. (The view is a C
-# reference here, as it comes: a Cython local would cost a reference count
-# of its own on this path.)
+# x, the view of a NumPy array, or the core's import of a producer it was told
+# about (core_import_host); every other case the Python function. (The view is
+# a C reference, as it comes: a Cython local would cost a reference count.)
 cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
-    cdef PyObject *k
     cdef PyObject *got
-    if nargs != 1 or state.py_impl == NULL or state.numpy_api == NULL or state.plain_dtypes == NULL:
+    if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.numpy_api == NULL or
+            state.plain_dtypes == NULL or not plain_keywords(args + 1, kwnames, KW_IMPORT, NULL)):
         return handed_back(self, args, nargsf, kwnames)
-    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-    for i in range(nkw):
-        k = PyTuple_GET_ITEM(<object>kwnames, i)
-        if args[1 + i] != <PyObject *>None or (PyUnicode_CompareWithASCIIString(<object>k, "device") != 0 and
-                                               PyUnicode_CompareWithASCIIString(<object>k, "copy") != 0 and
-                                               PyUnicode_CompareWithASCIIString(<object>k, "stream") != 0):
-            return handed_back(self, args, nargsf, kwnames)
     if args[0].ob_type == state.ndarray_type:
         got = numpy_view(args[0])
         if got != NULL or PyErr_Occurred() != NULL:

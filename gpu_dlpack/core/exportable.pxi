@@ -16,7 +16,7 @@ from cpython.pycapsule cimport PyCapsule_CheckExact
 from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred
-from cpython.dict cimport PyDict_GetItem, PyDict_GetItemString
+from cpython.dict cimport PyDict_GetItemString
 from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_CheckExact, PyLong_AsLongAndOverflow, PyLong_AsVoidPtr
@@ -25,7 +25,7 @@ from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 from cpython.pycapsule cimport PyCapsule_Destructor
 
 from dlpack cimport (DLDevice, DLDataType, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI,
-                     TypeSlots, MAX_NDIM, pointer_or_null, name_or_null)
+                     TypeSlots, MAX_NDIM, name_or_null)
 
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,
@@ -36,7 +36,6 @@ cdef extern from "Python.h":
     PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
-    PyObject *dict_get "PyDict_GetItemWithError"(PyObject *d, PyObject *key)
     int set_context "PyCapsule_SetContext"(PyObject *capsule, void *context)
     void *get_context "PyCapsule_GetContext"(PyObject *capsule)
     PyObject *get_attr "PyObject_GetAttr"(PyObject *o, PyObject *name)
@@ -79,9 +78,8 @@ cpdef enum:
     PLAN_CAPSULE = 3
 
 
-# What run_plan() and export_plain() give when theirs is not a plain case:
-# the call goes on to the general path. An object of its own, not None: what
-# the Python functions a plain case hands on to return is returned as it is.
+# What run_plan() and export_plain() give when theirs is not a plain case (not
+# None, which the Python functions a plain case hands on to may return).
 cdef object NOT_PLAIN = object()
 
 
@@ -135,9 +133,16 @@ cdef struct ArrayHead:
 
 
 cdef inline PyObject *descr_of(PyObject *array) noexcept:
-    """x.dtype of an exact NumPy array x, read where NumPy keeps it (no
-    attribute lookup)."""
+    """x.dtype of an exact NumPy array x, without an attribute lookup."""
     return (<ArrayHead *>array).descr
+
+
+# Python's state of a wrapper: its members, in the order its struct holds
+# them (object pointers one after another, from x).
+cdef tuple MEMBER_NAMES = (b"_x", b"_readonly", b"_floor", b"_source", b"_device", b"_request", b"_reported",
+                           b"_held")
+cdef enum:
+    N_MEMBERS = 8
 
 
 @cython.auto_pickle(False)
@@ -157,19 +162,13 @@ cdef public class ExportableBase [object Exportable, type ExportableType]:  # pu
 
     def __cinit__(self):
         # Cython sets every object member to None: Python's start unset.
-        cdef Members *m = members(self)
-        unset(&m.x)
-        unset(&m.readonly)
-        unset(&m.floor)
-        unset(&m.source)
-        unset(&m.device)
-        unset(&m.request)
-        unset(&m.reported)
-        unset(&m.held)
+        cdef PyObject **slots = &members(self).x
+        cdef int i
+        for i in range(N_MEMBERS):
+            unset(&slots[i])
 
-    # The docstrings are those of the Python methods these replace
-    # (gpu_dlpack/_export.py), word for word: help() and the API reference
-    # read the same on both paths (tests/test_conventions.py compares them).
+    # The docstring is the Python method's (gpu_dlpack/_export.py), word for
+    # word (tests/test_conventions.py compares them).
     @cython.embedsignature(False)
     def __dlpack_device__(self):
         """__dlpack_device__($self, /)
@@ -222,10 +221,9 @@ The plan __dlpack__ runs in C (set by Python at wrap time)."""
 
 
 cdef extern from *:
-    # ExportableBase's object members as C holds them: those of Python's
-    # state may be NULL (unset), which Cython's attributes cannot be, so
-    # they are read and written here (Cython still visits, clears and frees
-    # them all); the plan's are None when unset, as Cython holds them.
+    # ExportableBase's object members as C holds them: Python's state may be
+    # NULL (unset), which Cython's attributes cannot be (Cython still visits,
+    # clears and frees them all).
     ctypedef struct Members "struct Exportable":
         PyObject *x
         PyObject *readonly
@@ -239,13 +237,6 @@ cdef extern from *:
         PyObject *plan_type
         PyObject *guards_owner
     Py_ssize_t X_OFFSET "offsetof(struct Exportable, x)"
-    Py_ssize_t READONLY_OFFSET "offsetof(struct Exportable, readonly)"
-    Py_ssize_t FLOOR_OFFSET "offsetof(struct Exportable, floor)"
-    Py_ssize_t SOURCE_OFFSET "offsetof(struct Exportable, source)"
-    Py_ssize_t DEVICE_OFFSET "offsetof(struct Exportable, device)"
-    Py_ssize_t REQUEST_OFFSET "offsetof(struct Exportable, request)"
-    Py_ssize_t HELD_OFFSET "offsetof(struct Exportable, held)"
-    Py_ssize_t REPORTED_OFFSET "offsetof(struct Exportable, reported)"
 
 
 cdef inline Members *members(ExportableBase self) noexcept:
@@ -260,20 +251,17 @@ cdef inline bint int_pair(PyObject *o) noexcept:
             PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, 1)))
 
 
-# 1 when no call under way, on any thread, has put a floor of its own on the
-# exchanges made inside it (export(x, min_version=...), a wrapper's floor:
-# _versions.calls_with_own_floor lists them), else 0: the verdicts cached below
-# are those of the floor in force, and the general path then checks against
-# the floor of the call.
+# 1 when no call under way, on any thread, has a floor of its own
+# (_versions.calls_with_own_floor): the verdicts cached below are those of the
+# floor in force only.
 cdef inline bint no_call_floor() noexcept:
     cdef PyObject *under_floor = state.under_floor
     return PyList_GET_SIZE(<object>under_floor) == 0
 
 
-# 1 when max_version is the one the version policy last accepted against the
-# floor in force (what _versions.check_max_version caches), or a pair of exact
-# ints equal to it (the verdict depends on the values only: callers each pass
-# their own (1, 0)), else 0.
+# 1 when max_version is the one _versions.check_max_version last accepted
+# against the floor in force, or a pair of exact ints equal to it (callers
+# each pass their own (1, 0)), else 0.
 cdef bint accepted_versioned(PyObject *max_version) noexcept:
     cdef int i, overflow = 0
     cdef long a, b
@@ -302,9 +290,8 @@ cdef bint accepted_versioned(PyObject *max_version) noexcept:
     return True
 
 
-# 1 when the version policy accepts DLPACK_VERSION itself as a consumer's
-# max_version under the floor in force: asked of _versions once per floor (a
-# new floor is a new object), not decided here.
+# 1 when the version policy accepts DLPACK_VERSION itself as max_version
+# under the floor in force: asked of _versions once per floor.
 cdef bint produced_accepted() noexcept:
     cdef PyObject *versions = state.versions_dict
     if not no_call_floor():
@@ -322,17 +309,14 @@ cdef bint produced_accepted() noexcept:
     cdef bint ok = r == Py_True
     Py_XDECREF(r)
     PyErr_Clear()  # refused: the general path raises it
-    # The floor the check read: it may have been read from the environment
-    # just now (None before its first use).
-    floor = <PyObject *>verdict.floor
+    floor = <PyObject *>verdict.floor  # the one the check read (maybe just now)
     if ok and floor != <PyObject *>None:
         put(&state.produced_floor, floor)
     return ok
 
 
-# The versioned tensor of a PLAN_EXCHANGE export, passed on as the rules allow
-# for a host producer asked for nothing else; NULL (no error) when it is not
-# that case.
+# The versioned tensor of a PLAN_EXCHANGE export where the rules pass it on as
+# it is; NULL (no error) when they do not.
 cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noexcept:
     cdef DLManagedTensorVersioned *m = NULL
     if e.api.managed_tensor_from_py_object_no_sync(<PyObject *>x, &m) != 0 or m == NULL:
@@ -350,34 +334,27 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
 
 
 # The capsule of export(x, max_version=...) (no other argument) for a host
-# producer with a host test (JAX), on the host by that test: its answer to the
-# request the Python path makes, passed on as it came where it already obeys
-# the rules, adapted where it is of the other kind, and handed with every other
-# answer to _exchange.host_answer; an error the producer raised to
-# _exchange.host_refused, which goes on from it as the Python path does (the
-# producer is not asked the same again, and the error is not dropped).
+# producer on the host by its host test (JAX): its answer passed on where it
+# obeys the rules, adapted where it is of the other kind; any other answer, or
+# the error it raised, handed to _exchange.host_export (the producer is not
+# asked the same again, and the error is not dropped).
 cdef object capsule_export(object x, object max_version, bint versioned):
-    cdef PyObject *a[8]
+    cdef PyObject *a[4]
     cdef PyObject *out
     cdef DLDevice cpu
-    # The verdict on max_version, read again before and after the producer
-    # runs, as the Python path checks it before the request and again with
-    # the answer: the host test and the producer run Python, which may set
-    # another floor meanwhile.
+    a[0] = <PyObject *>x
+    a[1] = <PyObject *>max_version
+    a[2] = <PyObject *>None
+    # The verdict on max_version is read before and after the producer runs
+    # (Python, which may set another floor), as the Python path reads it.
     if versioned and not accepted_versioned(<PyObject *>max_version):
-        a[0] = <PyObject *>x
-        a[1] = <PyObject *>max_version
         return take(delegate_raw("host_export", a, 2))
-    # The answer is a C reference: it is dropped where an error may be
-    # pending (drop_keeping_error), since its destructor, a producer's, may
-    # run Python.
+    # A C reference: dropped with drop_keeping_error (its destructor may run Python).
     cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
     if answer == NULL:
         error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
-        a[0] = <PyObject *>x
-        a[1] = <PyObject *>error
-        a[2] = <PyObject *>max_version
-        return take(delegate_raw("host_refused", a, 3))
+        a[3] = <PyObject *>error
+        return take(delegate_raw("host_export", a, 4))
     cdef int kind = -1 if versioned and not accepted_versioned(<PyObject *>max_version) else kind_of(answer)
     cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
     if ptr == NULL:
@@ -407,26 +384,16 @@ cdef object capsule_export(object x, object max_version, bint versioned):
         if out != NULL:
             drop_keeping_error(answer)
             return take(out)
-    a[0] = <PyObject *>x
-    a[1] = state.cpu_device
     a[2] = answer
-    a[3] = Py_False
-    a[4] = <PyObject *>None
-    a[5] = <PyObject *>max_version
-    a[6] = <PyObject *>None
-    a[7] = <PyObject *>None
-    out = delegate_raw("host_answer", a, 8)
+    out = delegate_raw("host_export", a, 3)
     drop_keeping_error(answer)
     return take(out)
 
 
-# 1 when the plain plan may run now: its members are as the plan was made (set,
-# x of the type its plan was made for, not read-only, no floor of its own, no
-# device reported apart), else 0. Python may delete or replace them (the
-# general path then reads them as Python does, and raises what it raises), also
-# while this call runs: wherever Python code can run, an allocation (the cyclic
-# GC runs finalizers) or a call out, what is checked here is checked again
-# after it, or held (run_plan, plan_tensor).
+# 1 when the plain plan may run now: its members are as the plan was made.
+# Python may delete or replace them, also during a call (any allocation or
+# call out may run it): what is checked here is checked again after those, or
+# held (run_plan, plan_tensor).
 cdef inline bint plan_holds(ExportableBase self) noexcept:
     cdef Members *m = members(self)
     return (self.plan != PLAN_GENERAL and m.x != NULL and m.readonly == Py_False and
@@ -436,28 +403,45 @@ cdef inline bint plan_holds(ExportableBase self) noexcept:
             (self.plan == PLAN_NUMPY or (self.guards != NULL and self.guards_owner is not None)))
 
 
-# NumPy's capsule of x (an exact NumPy array: the plan's type) under a
-# PLAN_NUMPY made for dtype, when x still has that dtype (compared by
-# identity); None when it has another or NumPy refuses (the general path says
-# why).
-cdef inline object plan_numpy_capsule(object x, object dtype, bint versioned):
+# The capsule of an exact NumPy array x of a plain dtype: made here where it
+# can be, else NumPy's own; None when x's dtype is not plain or NumPy refuses
+# (the general path says why).
+cdef inline object numpy_export(PyObject *x, bint versioned):
     cdef PyObject *made
-    if descr_of(<PyObject *>x) != <PyObject *>dtype:
-        return None
     if versioned:
-        made = numpy_versioned(<PyObject *>x)
+        made = numpy_versioned(x)  # made here, as NumPy makes it
         if made != NULL:
             return take(made)
-    return numpy_capsule(x, versioned)
+    return numpy_capsule(<object>x, versioned) if is_plain(descr_of(x)) else None
 
 
-# NumPy's versioned capsule stamped DLPACK_VERSION, in one read of its pointer.
-# Since DLPack 1.2 a versioned tensor with dimensions carries strides: NumPy 2.1
-# to 2.3 write a C-contiguous array's right after the shape, in the same
-# allocation, then leave them out (NULL), and they are pointed at there where
-# Python confirmed that (numpy_strides_after_shape). -1 (no error set) when the
-# capsule is not one to stamp, or its strides are left out and not known to be
-# there: the general path builds the capsule, as _backends/numpy.py says.
+# The capsule that owns the versioned tensor m; out of memory, m is released
+# and the MemoryError raised.
+cdef object owning_capsule(DLManagedTensorVersioned *m):
+    cdef PyObject *made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    if made == NULL:
+        release_tensor(m, 1)
+    return take(made)
+
+
+# 1 when x's data is on the CPU (device id 0 where id_zero) as its type's C
+# exchange API says (dltensor_from_py_object_no_sync; an error it sets is
+# cleared: then not), else 0.
+cdef bint exchange_on_cpu(ImportEntry *e, PyObject *x, bint id_zero) noexcept:
+    cdef DLTensor t
+    if e.api.dltensor_from_py_object_no_sync == NULL:
+        return False
+    if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
+        PyErr_Clear()
+        return False
+    return t.device.device_type == state.cpu_type and (t.device.device_id == 0 or not id_zero)
+
+
+# NumPy's versioned capsule stamped DLPACK_VERSION. Since DLPack 1.2 a tensor
+# with dimensions carries strides: NumPy 2.1 to 2.3 leave a C-contiguous
+# array's out (NULL) but write them right after the shape, where they are
+# pointed at when Python confirmed it (numpy_strides_after_shape). -1 (no
+# error set) when the capsule is not one to stamp: the general path builds it.
 cdef int stamp_numpy(PyObject *capsule) noexcept:
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>capsule_pointer(capsule, VERSIONED)
     if m == NULL or (<uintptr_t>m & 7):
@@ -473,9 +457,8 @@ cdef int stamp_numpy(PyObject *capsule) noexcept:
 
 
 # NumPy's __dlpack__, read once from the ndarray type the core was told of (a
-# static type: the method cannot change) and called as x.__dlpack__(...)
-# calls it on an exact ndarray (which has no instance dict), without looking
-# it up at each export; NULL (no error set) when it cannot be read.
+# static type, and an exact ndarray has no instance dict); NULL (no error set)
+# when it cannot be read.
 cdef object ndarray_dlpack = None
 cdef PyTypeObject *ndarray_dlpack_of = NULL
 
@@ -493,21 +476,13 @@ cdef inline PyObject *numpy_dlpack() noexcept:
     return <PyObject *>ndarray_dlpack
 
 
-# NumPy's versioned export, made here (NumPy 2.4 and later, numpy_layout)
-# for an exact ndarray of a plain dtype as its own __dlpack__(max_version=...)
-# makes it: data as NumPy holds it and byte_offset 0, the shape, strides
-# always (in items), READ_ONLY for an array that is not writeable, the array
-# held by manager_ctx; then stamped DLPACK_VERSION as NumPy's capsule is
-# (stamp_numpy). NULL (no error set) where NumPy would refuse or say
-# otherwise, or memory runs out: NumPy's own __dlpack__ then runs.
-
 cdef enum:
     ARRAY_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
 
 
-# The DLPack dtype of a plain dtype (one of state.plain_list): found in the
-# table Python told (numpy_descr) and kept for the last one asked, read
-# again from both each time (Python may tell them again).
+# The DLPack dtype of a plain dtype (one of state.plain_list), from the table
+# Python told (numpy_descr); the last one asked is kept, checked against both
+# each time (Python may tell them again).
 cdef int plain_last = -1
 cdef DLDataType plain_last_dl
 
@@ -538,10 +513,9 @@ cdef bint plain_dl_dtype(PyObject *dtype, DLDataType *out) noexcept:
     return False
 
 
-# The deleter of those tensors: the array let go and the struct freed (one
-# allocation, Python's: NumPy's own are) with the GIL, an exception pending set
-# aside (the array's release may run Python); after finalization both are
-# left, as NumPy's deleter leaves them.
+# The deleter of numpy_tensor's tensors: the array let go and the struct freed
+# with the GIL, a pending exception set aside (the release may run Python);
+# after finalization both are left, as NumPy's deleter leaves them.
 cdef void numpy_export_deleter(DLManagedTensorVersioned *m) noexcept nogil:
     if not Py_IsInitialized():
         return
@@ -558,6 +532,11 @@ cdef inline void numpy_export_free(DLManagedTensorVersioned *m) noexcept:
         drop_keeping_error(array)
 
 
+# NumPy's versioned tensor of an exact ndarray of a plain dtype, made here
+# (NumPy 2.4 and later: numpy_layout) as its own __dlpack__ makes it (strides
+# always, in items; READ_ONLY where not writeable; the array held by
+# manager_ctx), stamped DLPACK_VERSION. NULL (no error set) where NumPy would
+# refuse or say otherwise, or memory runs out: NumPy's own __dlpack__ runs.
 cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     cdef ArrayHead *a = <ArrayHead *>x
     cdef DLDataType dtype
@@ -605,9 +584,8 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     return m
 
 
-# The capsule of such a tensor, which also holds it as its context (read by
-# its destructor without comparing names); NULL (no error set) where
-# numpy_tensor makes none.
+# The capsule of numpy_tensor's tensor, which also holds it as its context
+# (for its destructor); NULL (no error set) where there is none.
 cdef PyObject *numpy_versioned(PyObject *x) noexcept:
     cdef DLManagedTensorVersioned *m = numpy_tensor(x)
     if m == NULL:
@@ -617,18 +595,13 @@ cdef PyObject *numpy_versioned(PyObject *x) noexcept:
         PyErr_Clear()
         if capsule == NULL:
             numpy_export_free(m)
-        return drop_capsule(capsule)
+        Py_XDECREF(capsule)  # its destructor frees the tensor
+        return NULL
     return capsule
 
 
-cdef inline PyObject *drop_capsule(PyObject *capsule) noexcept:
-    Py_XDECREF(capsule)  # its destructor frees the tensor
-    return NULL
-
-
-# Its destructor: capsule_destructor's, the tensor freed here where it is
-# still unconsumed under the name it was made with (the GIL held: no deleter
-# to call through); any other, as capsule_destructor frees it.
+# Its destructor: an unconsumed tensor of its own freed here (the GIL held: no
+# deleter to call through); any other, as capsule_destructor frees it.
 cdef void numpy_capsule_destructor(PyObject *capsule) noexcept:
     cdef DLManagedTensorVersioned *m = NULL
     if name_or_null(capsule) == VERSIONED:
@@ -674,36 +647,53 @@ cdef object exportable_general(ExportableBase self, PyObject *const *args, size_
     return take(PyObject_Vectorcall(state.exportable_fallback, stack, nargs + 1, kwnames))
 
 
+# The keywords of the fronts' plain cases, one bit each (KEYWORD_NAMES[i] is
+# bit 1 << i), and those each front takes.
+cdef const char *KEYWORD_NAMES[7]
+KEYWORD_NAMES[:] = [b"max_version", b"readonly", b"stream", b"dl_device", b"copy", b"min_version", b"device"]
+
+cdef enum:
+    KW_MAX_VERSION = 1
+    KW_READONLY = 2
+    KW_DLPACK = 1 | 4 | 8 | 16  # __dlpack__: max_version, stream, dl_device, copy
+    KW_EXPORT = KW_DLPACK | KW_READONLY | 32  # export: and readonly, min_version
+    KW_IMPORT = 4 | 16 | 64  # from_dlpack: stream, copy, device
+
+
+# 1 when a front's keywords (kwnames, their values at values) are its plain
+# case's: each one it takes, max_version (its value read into max_version),
+# readonly False, any other None. Else 0: the call goes to Python unparsed,
+# which parses it once, in the layer's words.
+cdef bint plain_keywords(PyObject *const *values, PyObject *kwnames, int taken, PyObject **max_version) noexcept:
+    cdef Py_ssize_t i
+    cdef int bit
+    cdef PyObject *k
+    for i in range(0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)):
+        k = PyTuple_GET_ITEM(<object>kwnames, i)
+        if k == state.str_max_version and taken & KW_MAX_VERSION:
+            max_version[0] = values[i]
+            continue
+        for bit in range(7):
+            if taken & (1 << bit) and PyUnicode_CompareWithASCIIString(<object>k, KEYWORD_NAMES[bit]) == 0:
+                break
+        else:
+            return False
+        if bit == 0:
+            max_version[0] = values[i]
+        elif values[i] != (Py_False if bit == 1 else <PyObject *>None):
+            return False
+    return True
+
+
 # __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None): the
 # plan, asked for nothing but max_version; every other call, and every case
-# the plan does not take, the Python method, which words the error. A
-# METH_FASTCALL function of its own (set_up_exportable), not a def: the call
-# is handed on as it came (positional arguments, any keyword), which Cython's
-# keyword parsing would refuse in words of its own.
+# the plan does not take, the Python method. A METH_FASTCALL function of its
+# own (set_up_exportable), not a def: the call is handed on as it came.
 cdef object exportable_dlpack(ExportableBase self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames):
-    cdef Py_ssize_t i, nargs = PyVectorcall_NARGS(nargsf)
-    cdef PyObject *k
-    cdef PyObject *stream = <PyObject *>None
     cdef PyObject *max_version = <PyObject *>None
-    cdef PyObject *dl_device = <PyObject *>None
-    cdef PyObject *copy = <PyObject *>None
     configured()
-    if nargs != 0 or not plan_holds(self):
-        return exportable_general(self, args, nargsf, kwnames)
-    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-    for i in range(nkw):
-        k = PyTuple_GET_ITEM(<object>kwnames, i)
-        if k == state.str_max_version or PyUnicode_CompareWithASCIIString(<object>k, "max_version") == 0:
-            max_version = args[i]
-        elif PyUnicode_CompareWithASCIIString(<object>k, "stream") == 0:
-            stream = args[i]
-        elif PyUnicode_CompareWithASCIIString(<object>k, "dl_device") == 0:
-            dl_device = args[i]
-        elif PyUnicode_CompareWithASCIIString(<object>k, "copy") == 0:
-            copy = args[i]
-        else:
-            return exportable_general(self, args, nargsf, kwnames)
-    if stream != <PyObject *>None or dl_device != <PyObject *>None or copy != <PyObject *>None:
+    if (PyVectorcall_NARGS(nargsf) != 0 or not plan_holds(self) or
+            not plain_keywords(args, kwnames, KW_DLPACK, &max_version)):
         return exportable_general(self, args, nargsf, kwnames)
     # The verdict on max_version is read in run_plan, after its allocation.
     capsule = run_plan(self, <object>max_version, max_version != <PyObject *>None)
@@ -728,26 +718,23 @@ cdef inline object same_request(PyObject *request, object max_version):
 # NOT_PLAIN: the general path runs.
 cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     cdef DLManagedTensorVersioned *m
-    cdef PyObject *made
-    # The request first, as the Python method sets it first (the one set
-    # already where it asked the same): an allocation may run the cyclic GC,
-    # whose finalizers may delete or replace the members checked above, so
-    # they are checked after it, and held.
+    # The request first, as the Python method sets it first: its allocation
+    # may run finalizers, which may change the members, so they are checked
+    # after it, and held.
     request = same_request(members(self).request, max_version)
     if request is None:
         request = (None, max_version, None, None)
     if not plan_holds(self) or (versioned and not accepted_versioned(<PyObject *>max_version)):
         return NOT_PLAIN
-    # The plan held for the rest of the call: strong references to the
-    # array, the dtype the plan was made for and what keeps the producer
-    # type's entry alive (Python code run meanwhile may drop the members).
+    # The plan held for the rest of the call (Python run meanwhile may drop
+    # the members): the array, the dtype, what keeps the type's entry alive.
     cdef int plan = self.plan
     x = <object>members(self).x
     dtype = self.plan_dtype
     cdef ImportEntry *guards = self.guards
     owner = self.guards_owner
     if plan == PLAN_NUMPY:
-        capsule = plan_numpy_capsule(x, dtype, versioned)
+        capsule = None if descr_of(<PyObject *>x) != <PyObject *>dtype else numpy_export(<PyObject *>x, versioned)
         if capsule is None:
             # NumPy refused (a read-only array as legacy...), or the dtype
             # changed: the general path says why, in gpu_dlpack's words.
@@ -763,12 +750,9 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     m = exchange_export_of(x, guards)
     if m == NULL:
         return NOT_PLAIN
-    made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
-    if made == NULL:
-        release_tensor(m, 1)
-        return take(made)  # raises the MemoryError
+    capsule = owning_capsule(m)
     put(&members(self).request, <PyObject *>request)
-    return take(made)
+    return capsule
 
 
 # What wrap() makes of a plain case (export.pxi: data on the CPU), as tp_alloc
@@ -800,43 +784,30 @@ cdef object new_exportable(PyObject *x, int plan, PyObject *dtype, ImportEntry *
 
 
 # The DLPack C exchange API of Exportable (offered on its type).
-
-# The tensor of a plain plan (not PLAN_CAPSULE), the plan held for the call;
-# NULL when there is none.
-cdef DLManagedTensorVersioned *plan_tensor(ExportableBase self) except? NULL:
-    x = <object>members(self).x
-    dtype = self.plan_dtype
-    cdef ImportEntry *guards = self.guards
-    owner = self.guards_owner
-    cdef DLManagedTensorVersioned *m
-    if self.plan == PLAN_NUMPY:
-        if descr_of(<PyObject *>x) == <PyObject *>dtype:
-            m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
-            if m != NULL:
-                return m
-        capsule = plan_numpy_capsule(x, dtype, True)
-        # renamed used_*
-        return NULL if capsule is None else <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)
-    return exchange_export_of(x, guards)
-
-
 cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
+    cdef PyObject *a[2]
+    cdef DLManagedTensorVersioned *m = NULL
     out[0] = NULL
     configured()
     if not isinstance(<object>obj, ExportableBase):
         raise TypeError("the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable")
-    return exchange_of(<ExportableBase>obj, out)
-
-
-cdef int exchange_of(ExportableBase self, DLManagedTensorVersioned **out) except -1:
-    cdef PyObject *a[2]
-    cdef DLManagedTensorVersioned *m
+    cdef ExportableBase self = <ExportableBase>obj
     # The request is max_version=DLPACK_VERSION and nothing else: the plain
     # plans run when the version policy has accepted it against the floor in
     # force (else the general path checks it, and caches its verdict). That
     # check may run Python: the plan is checked after it, then held.
     if produced_accepted() and plan_holds(self) and self.plan != PLAN_CAPSULE:
-        m = plan_tensor(self)
+        x = <object>members(self).x
+        dtype = self.plan_dtype
+        owner = self.guards_owner
+        if self.plan != PLAN_NUMPY:
+            m = exchange_export_of(x, self.guards)
+        elif descr_of(<PyObject *>x) == <PyObject *>dtype:
+            m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
+            if m == NULL:
+                capsule = numpy_export(<PyObject *>x, True)
+                if capsule is not None:
+                    m = <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
         if m != NULL:
             # the request of the exchange: one tuple, made by set_versions
             put(&members(self).request, state.produced_request)
@@ -890,53 +861,30 @@ cdef int exportable_stream(int32_t device_type, int32_t device_id, void **out) e
 
 cdef DLPackExchangeAPI exportable_api
 cdef PyMethodDef dlpack_method
-cdef PyMemberDef exportable_members[8]
+cdef PyMemberDef exportable_members[N_MEMBERS]
 
-# __dlpack__'s docstring, that of the Python method (above).
-cdef const char *DLPACK_DOC = (
-    b"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
-    b"A DLPack capsule of the wrapped array, under the rules (the standard's\n"
-    b"``__dlpack__``).\n"
-    b"\n"
-    b"Parameters\n"
-    b"----------\n"
-    b"stream : int or stream object, optional\n"
-    b"    The stream the consumer uses the data on (``None`` or ``-1`` for host\n"
-    b"    memory).\n"
-    b"max_version : tuple of int, optional\n"
-    b"    The newest DLPack version the consumer reads; ``None`` asks for a\n"
-    b"    legacy capsule.\n"
-    b"dl_device : tuple of int, optional\n"
-    b"    The ``(device_type, device_id)`` to export to (``None``: in place).\n"
-    b"copy : bool, optional\n"
-    b"    ``True`` always copies, ``False`` never, ``None`` when it must.\n"
-    b"\n"
-    b"Returns\n"
-    b"-------\n"
-    b"PyCapsule\n"
-    b"    A ``dltensor`` or ``dltensor_versioned`` capsule.\n"
-    b"\n"
-    b"Raises\n"
-    b"------\n"
-    b"BufferError, TypeError, ValueError\n"
-    b"    What the rules refuse, as `export` raises it."
-)
+# __dlpack__'s docstring: its signature, then the Python method's docstring,
+# which the Python source owns (document_dlpack, told by set_python).
+cdef bytes dlpack_doc = (b"__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n"
+                         b"--\n\n")
+cdef bytes dlpack_signature = dlpack_doc
 
 
-cdef inline void member(int i, const char *name, Py_ssize_t offset) noexcept:
-    exportable_members[i].name = name
-    exportable_members[i].type = T_OBJECT_EX
-    exportable_members[i].offset = offset
-    exportable_members[i].flags = 0
-    exportable_members[i].doc = NULL
+cdef int document_dlpack(object general) except -1:
+    global dlpack_doc
+    doc = general.__doc__
+    if doc is not None:  # None under python -OO
+        import inspect
+        doc = dlpack_signature + inspect.cleandoc(doc).encode()
+        dlpack_method.ml_doc = doc  # before the old one is let go
+        dlpack_doc = doc
+    return 0
 
 
 # Made once per process, in the main interpreter (module setup, after
-# setup_once): what ExportableBase's type holds besides Cython's methods.
-# __dlpack__ as a function of its own (above); Python's state as members
-# that raise AttributeError while unset and are unset again by del, as a
-# Python slot is (Cython's attributes are never unset); and the C exchange
-# API table, as __dlpack_c_exchange_api__.
+# setup_once): what ExportableBase's type holds besides Cython's methods:
+# __dlpack__ (above); Python's state as members that raise AttributeError
+# while unset and are unset by del, as a Python slot is; the C exchange API.
 cdef bint exportable_set_up = False
 
 cdef int set_up_exportable() except -1:
@@ -949,18 +897,15 @@ cdef int set_up_exportable() except -1:
     dlpack_method.ml_name = "__dlpack__"
     dlpack_method.ml_meth = <PyCFunction><void *>exportable_dlpack
     dlpack_method.ml_flags = METH_FASTCALL | METH_KEYWORDS
-    dlpack_method.ml_doc = DLPACK_DOC
+    dlpack_method.ml_doc = dlpack_doc
     tp_dict["__dlpack__"] = take(PyDescr_NewMethod(tp, &dlpack_method))
-    member(0, "_x", X_OFFSET)
-    member(1, "_readonly", READONLY_OFFSET)
-    member(2, "_floor", FLOOR_OFFSET)
-    member(3, "_source", SOURCE_OFFSET)
-    member(4, "_device", DEVICE_OFFSET)
-    member(5, "_request", REQUEST_OFFSET)
-    member(6, "_held", HELD_OFFSET)
-    member(7, "_reported", REPORTED_OFFSET)
-    for i in range(8):
-        tp_dict[exportable_members[i].name.decode()] = take(PyDescr_NewMember(tp, &exportable_members[i]))
+    for i in range(N_MEMBERS):
+        exportable_members[i].name = <bytes>MEMBER_NAMES[i]  # a constant of the module: never freed
+        exportable_members[i].type = T_OBJECT_EX
+        exportable_members[i].offset = X_OFFSET + i * sizeof(PyObject *)
+        exportable_members[i].flags = 0
+        exportable_members[i].doc = NULL
+        tp_dict[MEMBER_NAMES[i].decode()] = take(PyDescr_NewMember(tp, &exportable_members[i]))
     exportable_api.header.version.major = 1
     exportable_api.header.version.minor = 3
     exportable_api.header.prev_api = NULL
