@@ -155,7 +155,8 @@ def test_an_array_class_instead_of_an_array_gets_the_layers_error(entry, torch):
 
 @pytest.mark.parametrize("to, meant", [
     ("Torch", "Did you mean 'torch'?"), ("torhc", "Did you mean 'torch'?"), ("NumPy", "Did you mean 'numpy'?"),
-    ("", "Did you mean one of 'numpy', 'torch', 'cupy', 'jax', 'numba', 'paddle', 'tensorflow', 'mlx', 'array_api_strict'?"),
+    ("", "Did you mean one of 'numpy', 'torch', 'cupy', 'jax', 'numba', 'paddle', 'tensorflow', 'mlx', 'tvm_ffi', "
+     "'array_api_strict'?"),
     ("gpu_dlpack_test_nothing_like_it", None),
 ])
 def test_a_library_name_convert_cannot_import_gets_what_was_meant(to, meant):
