@@ -544,19 +544,21 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     c = _consumers.get(to) if type(to) is str else None
     if c is None:
         c = consumer_of(to)
-    required = _NOTHING_REQUIRED
     if require_alignment.__class__ is not int or require_alignment or require_contiguous is not False:
         _rules.check_requirements(require_alignment, require_contiguous)
-        required = (require_alignment, require_contiguous)
-    if required is not _NOTHING_REQUIRED or not (
+        return _convert(x, c, device, copy, stream, on_readonly, report, (require_alignment, require_contiguous))
+    if (
         device is None and copy is None and stream is None and report is False and type(x) is _ndarray
-        and type(on_readonly) is str and on_readonly in _faults.POLICIES and c.lands != "gpu" and c.plain(x)
-        and not _streams.in_block()
+        and type(on_readonly) is str and on_readonly in _POLICIES and c.plain(x) and not _streams.in_block()
     ):
-        return _convert(x, c, device, copy, stream, on_readonly, report, required)
-    if c.lands == "host":
-        return from_dlpack(x)
-    return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
+        if c.lands is None:
+            return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
+        if c.lands == "host":
+            return from_dlpack(x)
+    return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
+
+
+_POLICIES = frozenset(_faults.POLICIES)  # read on every call: a set of _faults' names
 
 
 _NOTHING_REQUIRED = (0, False)
