@@ -86,7 +86,7 @@ def run_demo() -> int:
         j = jax.numpy.arange(6.0)
 
         def jax_versioned():
-            return _describe_capsule(export(j, max_version=(1, 0))) + " (JAX gives legacy only)"
+            return _describe_capsule(export(j, max_version=(1, 0))) + " (JAX before 0.12 gives legacy only: adapted)"
 
         def numpy_to_jax():
             out = jax.dlpack.from_dlpack(wrap(a))
