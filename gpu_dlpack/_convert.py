@@ -563,12 +563,18 @@ _POLICIES = frozenset(_faults.POLICIES)  # read on every call: a set of _faults'
 
 _NOTHING_REQUIRED = (0, False)
 
+#: type -> its row's ``Chunks`` (None: an array of its own), read once per type.
+_CHUNKS: dict = {}
+
 
 def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     _faults.check_policy(on_readonly)
     t = type(x)
-    if (t.__module__ or "").startswith("dask.array") and t.__name__ == "Array" and hasattr(x, "map_blocks"):
-        return _convert_dask(x, c, device, copy, stream, on_readonly, report, required)
+    chunks = _CHUNKS.get(t, False)
+    if chunks is False:
+        chunks = _CHUNKS[t] = _peers.chunks_of(t)
+    if chunks is not None:
+        return _convert_chunks(x, chunks, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
     if copy is not True and device is None and "nested-import-deadlock" in c.faults and (
@@ -689,28 +695,25 @@ def _dtype_name(dtype) -> str:
         return "DLPack dtype (code={}, bits={}, lanes={})".format(*dtype)
 
 
-# -- dask arrays ------------------------------------------------------------------
+# -- lazy arrays of chunks (dask) ---------------------------------------------------
 
-def _convert_dask(x, c: Consumer, device, copy, stream, on_readonly, report, required):
-    """A dask array to ``c``: for a library dask holds chunks of (NumPy,
-    CuPy), a dask array over the same graph, each chunk converted lazily
-    by ``convert`` (zero-copy where the pair allows); for any other, the
-    computed array converted (dask cannot hold its arrays as chunks)."""
+def _convert_chunks(x, chunks, c: Consumer, device, copy, stream, on_readonly, report, required):
+    """A lazy array of chunks (``_peers.Chunks``) to ``c``: for a library
+    its chunks can be arrays of (dask's: NumPy, CuPy), a lazy array over
+    the same graph, each chunk converted by ``convert`` when computed
+    (zero-copy where the pair allows); for any other, the computed array
+    converted."""
     keywords = dict(device=device, copy=copy, stream=stream, on_readonly=on_readonly,
                     require_alignment=required[0], require_contiguous=required[1])
-    if c.name == "numpy":
-        meta: Any = np.empty((0,) * x.ndim, x.dtype)
-    elif c.name == "cupy":
-        import cupy
-
-        meta = cupy.empty((0,) * x.ndim, x.dtype)
-    else:
-        return convert(x.compute(), c.module, report=report, **keywords)
-    mapped = x.map_blocks(functools.partial(_chunk, c.module, keywords), dtype=x.dtype, meta=meta)
+    if c.name not in chunks.holds:
+        return convert(getattr(x, chunks.compute)(), c.module, report=report, **keywords)
+    # The chunks' type, told by an empty array of the consumer's (dask's meta).
+    meta = convert(np.empty((0,) * x.ndim, x.dtype), c.module)
+    mapped = getattr(x, chunks.map)(functools.partial(_chunk, c.module, keywords), dtype=x.dtype, meta=meta)
     if not report:
         return mapped
     return Conversion(mapped, c.name, c.version, None, None, False, (), (
-        f"a dask array: each chunk converted to {c.name} when computed",))
+        f"a lazy array of chunks: each chunk converted to {c.name} when computed",))
 
 
 def _chunk(module, keywords, block):

@@ -189,7 +189,7 @@ class Device:
         try:
             method = type(x).__dlpack_device__
         except AttributeError:
-            raise _errors.not_dlpack(x) from None
+            raise _errors.not_dlpack(x, _peers.chunks_of(type(x))) from None
         answer = method(x)
         try:
             if isinstance(answer, (str, bytes)):

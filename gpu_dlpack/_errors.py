@@ -307,7 +307,16 @@ def array_not_device(value) -> TypeError:
     )
 
 
-def not_dlpack(obj) -> NotDLPackError:
+def not_dlpack(obj, chunks=None) -> NotDLPackError:
+    """``chunks``: the ``_peers.Chunks`` of ``obj``'s library, where its
+    arrays are lazy arrays of chunks (dask's)."""
+    if chunks is not None:
+        return NotDLPackError(
+            f"{_named(obj)} is a lazy array of chunks, with no DLPack of its own: its "
+            f"values exist once computed. Compute it first (x.{chunks.compute}()) and pass "
+            "the result, or convert it with gpu_dlpack.convert(x, library), which for "
+            f"{' or '.join(chunks.holds)} converts each chunk as it is computed."
+        )
     if isinstance(obj, type):
         return NotDLPackError(
             f"{obj.__module__}.{obj.__qualname__} is a class, not an array: gpu_dlpack "

@@ -62,7 +62,7 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
         if not hasattr(type(x), "__dlpack__"):
             adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
             if adapted is None:
-                raise _errors.not_dlpack(x)
+                raise _errors.not_dlpack(x, _peers.chunks_of(type(x)))
             x, source = adapted, None
             continue
         values = resolved_views(x, copy)

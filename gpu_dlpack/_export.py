@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _dtypes, _errors, _exchange, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _dtypes, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._compiled import core
 from ._devices import CPU, Device
 from ._typing import Capsule, DeviceLike, StreamLike, Version
@@ -449,7 +449,7 @@ def python_wrap(x, readonly, min_version=None):
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
         adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
         if adapted is None:
-            raise _errors.not_dlpack(x)
+            raise _errors.not_dlpack(x, _peers.chunks_of(type(x)))
         x = adapted
     return Exportable(x, readonly, min_version)
 

@@ -158,7 +158,7 @@ def from_dlpack(
     except AttributeError:
         adapted = _protocols.producer(x)  # another array protocol
         if adapted is None:
-            raise _errors.not_dlpack(x) from None
+            raise _errors.not_dlpack(x, _peers.chunks_of(type(x))) from None
         return from_dlpack(adapted, device=device, copy=copy, stream=stream)
     try:
         try:

@@ -37,7 +37,10 @@ the package (a leaf: the device parser reads it too).
   measures them and reports what the table does not say;
 - ``export_faults``: what it gets wrong as a producer, by version (``Fault``
   rows, described in docs/guide/libraries.md): every export and import of
-  its arrays corrects them (``read_only``, ``views``, ``_devices.Device.of``).
+  its arrays corrects them (``read_only``, ``views``, ``_devices.Device.of``);
+- ``chunks``: its arrays are lazy arrays of chunks that other libraries
+  hold, with no DLPack of their own (dask's: ``Chunks``), which ``convert``
+  maps over and the errors of ``from_dlpack`` and ``wrap`` name.
 """
 
 from __future__ import annotations
@@ -82,6 +85,19 @@ class Devices(NamedTuple):
     rocm: Callable | None  # (device) -> whether its "gpu" is an AMD one; None: CuPy's build says
     says: str           # how a message names a kind it does not know
     name: str | None = None  # the name of their type; None: any type with the marks
+
+
+class Chunks(NamedTuple):
+    """A library's lazy arrays of chunks: ``map`` maps a function over the
+    chunks, lazily (``f, dtype=, meta=``: the chunks' type is ``meta``'s),
+    and ``compute`` makes the whole array; its chunks are arrays of the
+    libraries ``holds``. ``convert`` of such an array to one of those maps
+    ``convert`` over the chunks, and converts the computed array for any
+    other library."""
+
+    map: str
+    compute: str
+    holds: tuple
 
 
 class Fault(NamedTuple):
@@ -189,6 +205,7 @@ class Peer(NamedTuple):
     lands: str | None = None
     faults: tuple = ()
     export_faults: tuple = ()
+    chunks: Chunks | None = None
 
 
 def _torch_hip(device) -> bool:
@@ -357,6 +374,12 @@ PEERS = (
         "pyarrow", "pyarrow", array="Array", array_module="pyarrow", consumer=(),
         export_faults=(Fault("read-only-legacy-export", seen=("26.0.1",)),),
     ),
+    # dask arrays are lazy graphs of NumPy or CuPy chunks: no DLPack of their
+    # own, in either role.
+    Peer(
+        "dask", "dask", array="Array", array_module="dask.array", consumer=(),
+        chunks=Chunks("map_blocks", "compute", ("numpy", "cupy")),
+    ),
     # tvm-ffi imports with tvm_ffi.from_dlpack, asking __dlpack__() with no
     # keyword (legacy capsules); a READ_ONLY versioned capsule handed to it
     # comes back out writeable (np.from_dlpack of its Tensor).
@@ -390,6 +413,13 @@ def of_array_type(t) -> Peer | None:
             )):
                 return peer
     return None
+
+
+def chunks_of(t) -> Chunks | None:
+    """The ``Chunks`` of type ``t``'s library, where its arrays are lazy
+    arrays of chunks; else None."""
+    peer = of_array_type(t)
+    return None if peer is None else peer.chunks
 
 
 def export_faults_of(peer: Peer | None, version: str | None) -> frozenset:

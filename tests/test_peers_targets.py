@@ -125,3 +125,19 @@ def test_convert_to_tvm_ffi_copies_read_only_data_and_shares_the_rest():
     with pytest.raises(gpu_dlpack.ReadOnlyError):
         gpu_dlpack.convert(a, "tvm_ffi", copy=False)
     assert _values(done.array) == a.tolist()  # a tvm-ffi Tensor as a producer
+
+
+@pytest.mark.parametrize("call", ["from_dlpack", "wrap", "export", "Device.of"])
+def test_a_dask_array_handed_to_dlpack_is_told_to_compute_or_convert(da, call):
+    # No DLPack of its own: the error names the two ways its values go over.
+    d = da.from_array(np.arange(4.0), chunks=2)
+    fn = {"from_dlpack": gpu_dlpack.from_dlpack, "wrap": gpu_dlpack.wrap, "export": gpu_dlpack.export,
+          "Device.of": gpu_dlpack.Device.of}[call]
+    with pytest.raises(gpu_dlpack.NotDLPackError, match=r"lazy array of chunks.*x\.compute\(\).*gpu_dlpack\.convert"):
+        fn(d)
+
+
+def test_the_dask_row_says_what_convert_maps_over(da):
+    peer = _peers.of_array_type(type(da.from_array(np.arange(2.0))))
+    assert peer is not None and peer.name == "dask" and peer.consumer == ()
+    assert peer.chunks == _peers.Chunks("map_blocks", "compute", ("numpy", "cupy"))
