@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import gpu_dlpack
-from gpu_dlpack import _cli, _explain, doctor
+from gpu_dlpack import _cli, _explain, _peers, doctor
 
 SEVERITIES = {"failure", "refused", "hazard", "fixed", "note"}
 OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
@@ -125,7 +125,10 @@ def check_library(r):
     if r["producer"] is not None and r["producer"]["probed"]:
         answer = r["producer"]["device_answer"]
         assert answer is None or (len(answer) == 2 and _is(answer[0], int) and _is(answer[1], int, None))
-    for t in r["table"]:
+    # None: not installed, or no row of gpu_dlpack's table; [] a row with no fault for this version.
+    assert r["table"] is None or isinstance(r["table"], list)
+    assert r["table"] is not None or not r["installed"] or _peers.by_name(r["module"]) is None
+    for t in r["table"] or ():
         assert t["role"] in ("consumer", "producer") and _is(t["fault"], str) and _is(t["why"], str)
         assert t["state"] in ("holds", "no longer holds", "not measured")
     if not r["installed"]:
@@ -243,6 +246,53 @@ def test_every_row_of_the_table_for_the_installed_version_is_listed_and_judged(r
                            | {("producer", f) for f in _peers.export_faults_of(peer, r["version"])})
     assert listed[("consumer", "read-only-ignored")] == "holds"  # torch 2.13 and 2.14 ignore READ_ONLY
     assert "gpu_dlpack's table of peer faults, for the installed versions" in doctor.render(report)
+
+
+def test_every_installed_library_of_the_table_is_listed_each_fault_judged(report):
+    # Every row of gpu_dlpack's table whose library is installed is in the
+    # report, the ones with no fault for their version too ("none").
+    installed = {p.name for p in _peers.PEERS if importlib.util.find_spec(p.module) is not None}
+    listed = {_peers.by_name(r["module"]).name: r for r in report["libraries"]
+              if r["installed"] and _peers.by_name(r["module"]) is not None}
+    assert installed <= set(listed), installed - set(listed)
+    text = doctor.render(report)
+    table = text[text.index("gpu_dlpack's table of peer faults"):].split("\n\n")[0]
+    for name in installed:
+        r = listed[name]
+        peer = _peers.by_name(r["module"])
+        faults = set(_peers.active_faults(peer, r["version"])) | set(_peers.export_faults_of(peer, r["version"]))
+        assert {t["fault"] for t in r["table"]} == faults
+        assert any(line.split()[:1] == [name] for line in table.splitlines()), name
+        if not faults:
+            assert any(line.split()[:1] == [name] and "none for this version" in line for line in table.splitlines())
+
+
+def test_tvm_ffi_is_judged_by_what_it_asks_a_plain_producer(report):
+    # Through gpu_dlpack.wrap, tvm-ffi reads the C exchange API and gets a
+    # versioned capsule; of a producer with __dlpack__ alone it asks for a
+    # legacy one: its row "legacy-only" holds. Its Tensor takes no item
+    # assignment: the write goes through NumPy's import of it, which is
+    # writeable and reaches the read-only source ("read-only-ignored").
+    pytest.importorskip("tvm_ffi")
+    r = row(report, "tvm_ffi")
+    cons = r["consumer"]
+    assert cons["asks"] == {} and "max_version" in cons["sends"]
+    assert cons["read_only"]["honoured"] is False and "export is writeable" in cons["read_only"]["detail"]
+    assert {t["fault"]: t["state"] for t in r["table"]} == {"legacy-only": "holds", "read-only-ignored": "holds"}
+    assert all(c["via"]["ok"] for c in host(report)["cells"] if c["consumer"] == "tvm_ffi")
+
+
+def test_pyarrow_and_dask_are_producers_only_with_their_rows(report):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("dask.array")
+    pa, d = row(report, "pyarrow"), row(report, "dask")
+    assert pa["consumer"]["reason"] == d["consumer"]["reason"] == "imports no DLPack"
+    assert pa["producer"]["probed"] and [(t["fault"], t["state"]) for t in pa["table"]] == [
+        ("read-only-legacy-export", "holds")]
+    assert all(c["via"]["ok"] or c["via"]["outcome"] == "refused"
+               for c in host(report)["cells"] if c["producer"] == "pyarrow")
+    assert not d["producer"]["probed"] and "lazy array of chunks" in d["producer"]["reason"]
+    assert d["table"] == []
 
 
 def test_a_row_the_probe_no_longer_finds_says_so():
@@ -503,7 +553,7 @@ def test_missing_library_gets_a_row():
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
                  "installed": False, "version": None, "error": "not installed", "producer": None,
-                 "consumer": None, "table": []}  # no version: no row of the table applies
+                 "consumer": None, "table": None}  # not installed: no row of the table applies
     check_schema(rep)
 
 

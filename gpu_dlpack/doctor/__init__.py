@@ -53,7 +53,8 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
         "consumer": {                                   # null when not imported
           "probed": bool, "reason": str | null,
           "call": str,                                  # "torch.from_dlpack"
-          "sends": {keyword: value} | null,             # non-None keywords it passed
+          "sends": {keyword: value} | null,             # non-None keywords it passed wrap()
+          "asks": {keyword: value} | null,              # ... and a producer with __dlpack__ alone
           "error": str | null,                          # importing host data failed
           "lands_on": str | null,                       # device of the result
           "zero_copy": bool | null,
@@ -69,10 +70,11 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
                      "gone": [FAULT]}       # in the table, judged by a probe, not measured
         }
       }],
-      # and per library (installed): every row of gpu_dlpack's table of
-      # peer faults for its version, in both roles, as it stands here:
+      # and per library: every row of gpu_dlpack's table of peer faults
+      # for its version, in both roles, as it stands here ([]: none for
+      # this version; null: not installed, or not in the table):
       #   "table": [{"role": "consumer" | "producer", "fault": FAULT,
-      #              "state": "holds" | "no longer holds" | "not measured", "why": str}]
+      #              "state": "holds" | "no longer holds" | "not measured", "why": str}] | null
       "matrices": [{
         "device": "cpu" | "cuda" | "rocm",
         "producers": [str], "consumers": [str],

@@ -197,13 +197,25 @@ def _fails(outcome) -> bool:
     return outcome.startswith(("raises", "aborts", "kills", "hangs", "wrong"))
 
 
+def _legacy_judged(cons: dict):
+    """Whether the consumer asks for versioned capsules: of a plain
+    producer (``asks``, what the table's row says), else of gpu_dlpack.wrap
+    (``sends``, through its C exchange API where it reads one); None where
+    it asked neither."""
+    asks = cons.get("asks")
+    if asks is not None:
+        return "max_version" in asks
+    sends = cons.get("sends")
+    return None if sends is None or cons.get("error") else "max_version" in sends
+
+
 def measured(cons: dict) -> tuple:
     """``(faults found, faults the probes could judge)`` from a consumer row."""
     sends, unaligned, strides = cons.get("sends"), cons.get("unaligned"), cons.get("strides") or {}
     # fault -> False where the consumer has it, True where not, None where no probe could say
     honours = {
         "read-only-ignored": (cons.get("read_only") or {}).get("honoured"),
-        "legacy-only": None if sends is None or cons.get("error") else "max_version" in sends,
+        "legacy-only": _legacy_judged(cons),
         "copy-shares": (cons.get("copy") or {}).get("copied"),
         "unaligned-copies": unaligned if isinstance(unaligned, bool) else None,
     }
@@ -247,15 +259,16 @@ def compare(row: dict) -> dict | None:
     }
 
 
-def table_rows(row: dict) -> list:
+def table_rows(row: dict) -> list | None:
     """Every row of gpu_dlpack's table (``_peers``) for the library's
-    installed version, in both roles, each as it stands measured here:
+    installed version (None: the library is not installed, or not in the
+    table), in both roles, each as it stands measured here:
     ``{"role", "fault", "state", "why"}``, the state ``holds`` (the probe
     found it), ``no longer holds`` (a probe judged it and did not find it:
     the layer still acts on it) or ``not measured`` (``why`` says why)."""
     peer = _peers.by_name(row["module"])
     if peer is None or not row.get("installed"):
-        return []
+        return None
     version = row.get("version")
     cons = row.get("consumer") or {}
     probed = cons.get("faults") is not None
@@ -314,6 +327,8 @@ _PRODUCER_PROBES = {
     "immutable-unflagged": (
         _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
     "device-id-none": (_device_id_none, "__dlpack_device__() of a host array", False),
+    "read-only-legacy-export": (
+        _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
 }
 
 
@@ -327,7 +342,9 @@ def _strides_seen(cons: dict) -> str:
 MEASURED = {
     "read-only-ignored": (
         lambda cons: (cons.get("read_only") or {}).get("detail") or "?", "a writeable copy of read-only data"),
-    "legacy-only": (lambda cons: f"it sends {cons.get('sends') or 'nothing'}", "writeable data"),
+    "legacy-only": (
+        lambda cons: f"it asks __dlpack__ of a plain producer for {cons.get('asks') or 'nothing'}"
+        if cons.get("asks") is not None else f"it sends {cons.get('sends') or 'nothing'}", "writeable data"),
     "copy-shares": (
         lambda cons: "copy=True gave memory shared with the source", "a copy made before the exchange"),
     "unaligned-copies": (

@@ -61,8 +61,8 @@ def _library_findings(row):
         if ro.get("honoured") is False:
             copy_call = f"{call}(gpu_dlpack.wrap(a), copy=True)" if copy.get("forwarded") else f"{call}(a.copy())"
             out.append(_hazard("consumer-ignores-read-only", name, consumer=name, copy_call=copy_call))
-        sends = cons.get("sends")
-        if sends is not None and "max_version" not in sends:
+        asks = cons.get("asks") or cons.get("sends")  # of a plain producer, else of wrap()
+        if asks is not None and "max_version" not in asks:
             out.append(_hazard("consumer-legacy-only", name, consumer=name, consumer_call_copy=f"{call}(a.copy())"))
         if copy.get("copied") is False and copy.get("error") is None:
             out.append(_hazard("consumer-copy-ignored", name, consumer=name))

@@ -14,13 +14,14 @@ from .._export import wrap
 from .._import import from_dlpack as gd_from_dlpack
 from ._measure import VALUES, _err, _host_values, _pointer, _quiet, _readonly_numpy, _sent
 from ._peers import _jax_devices, _peer_gpu_usable
-from ._probes import _write_through
+from ._probes import _no_dlpack, _write_through
 from ._verdicts import judge
 
 
-def _result(call, run, source, readonly_source=False, wrapper=None):
-    """Run one exchange and judge it: values, pointers, read-only writes, and
-    what the consumer asked of ``wrapper`` (where it was handed one)."""
+def _result(call, run, source, readonly_source=False, wrapper=None, expected=VALUES):
+    """Run one exchange and judge it: values (``expected``), pointers,
+    read-only writes, and what the consumer asked of ``wrapper`` (where it
+    was handed one)."""
     try:
         with _quiet():
             got = run()
@@ -29,7 +30,7 @@ def _result(call, run, source, readonly_source=False, wrapper=None):
     result = {"call": call, "outcome": None, "ok": False, "error": None, "explain": None,
               "request": _sent(getattr(wrapper, "last_request", None)), "hazards": []}
     values = _host_values(got)
-    if values is None or values.shape != VALUES.shape or not np.array_equal(values, VALUES):
+    if values is None or values.shape != expected.shape or not np.array_equal(values, expected):
         result["outcome"] = "wrong-values"
         return result
     shared = _pointer(got) == _pointer(source)
@@ -97,8 +98,9 @@ def _crashes_on(consumer, make) -> str | None:
     return f"not run: {consumer.peer.name} {_peers.FAULTS['gpu-import-crashes'][0]}"
 
 
-def exchange(producer_name, make, consumer, backend_consumer, readonly_source=False) -> dict:
-    """One producer-to-consumer exchange, directly and through gpu_dlpack."""
+def exchange(producer_name, make, consumer, backend_consumer, readonly_source=False, expected=VALUES) -> dict:
+    """One producer-to-consumer exchange, directly and through gpu_dlpack:
+    the consumer must hold ``expected``, the values ``make`` made."""
     call = consumer.row["consumer"]["call"]
     crashes = _crashes_on(consumer, make)
     if crashes is not None:
@@ -107,12 +109,12 @@ def exchange(producer_name, make, consumer, backend_consumer, readonly_source=Fa
         return {"producer": producer_name, "consumer": consumer.peer.name, "direct": direct, "via": dict(direct)}
     try:
         source, run, arg = _direct(consumer, make)
-        direct = _result(f"{call}({arg}{consumer.suffix})", run, source, readonly_source)
+        direct = _result(f"{call}({arg}{consumer.suffix})", run, source, readonly_source, None, expected)
     except Exception as exc:
         direct = _failed(f"{call}(x)", exc)
     try:
         source, run, via_call, wrapper = _through(consumer, make, backend_consumer)
-        via = _result(via_call, run, source, readonly_source, wrapper)
+        via = _result(via_call, run, source, readonly_source, wrapper, expected)
     except Exception as exc:
         via = _failed("gpu_dlpack", exc)
     judge(direct, via)
@@ -130,7 +132,7 @@ def _failed(call, exc, request=None, judged=False):
 
 
 def _makers(loaded, gpu):
-    """(row name, maker, read-only?) for every producer on the host or the
+    """(row name, maker, read-only?, values) for every producer on the host or the
     GPU, and (name, reason) for those skipped: a library whose arrays cannot
     be made here, or have no ``__dlpack__``, exchanges nothing."""
     makers, skipped = [], []
@@ -146,7 +148,7 @@ def _makers(loaded, gpu):
             prod = item.row.get("producer") or {}
             if prod.get("probed") and not Device(_device_tuple(prod.get("device"))).is_host_accessible:
                 continue
-            make = functools.partial(peer.host, module, VALUES)
+            make = functools.partial(peer.host, module, peer.values)
         else:
             continue
         try:
@@ -159,17 +161,17 @@ def _makers(loaded, gpu):
         # Interface (Numba's device arrays): gpu_dlpack takes each.
         if not (hasattr(type(sample), "__dlpack__") or hasattr(sample, "__dlpack__")
                 or hasattr(sample, "__cuda_array_interface__")):
-            skipped.append({"producer": peer.name, "reason": f"{type(sample).__name__} has no __dlpack__"})
+            skipped.append({"producer": peer.name, "reason": _no_dlpack(sample)})
             continue
-        makers.append((peer.name, make, False))
+        makers.append((peer.name, make, False, VALUES if gpu else peer.values))
         if peer.name == "jax":
             spread = _jax_sharded_maker(module, gpu)
             if spread is not None:
-                makers.append(("jax (sharded)", spread, False))
+                makers.append(("jax (sharded)", spread, False, VALUES))
         if peer.name == "numpy" and not gpu:
-            makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True))
+            makers.append(("numpy (read-only)", functools.partial(_readonly_numpy, None, VALUES), True, VALUES))
         if peer.name == "cupy" and gpu and _has_managed_memory(module):
-            makers.append(("cupy (managed)", functools.partial(_managed_cupy, module, VALUES), False))
+            makers.append(("cupy (managed)", functools.partial(_managed_cupy, module, VALUES), False, VALUES))
     return makers, skipped
 
 
@@ -236,7 +238,8 @@ def matrix(loaded, gpu=False) -> dict | None:
             device = Device.of(makers[0][1]()).type.name.lower()
         except Exception:
             device = "gpu"
-    cells = [exchange(name, make, c, c.peer.name == backend, ro) for name, make, ro in makers for c in consumers]
+    cells = [exchange(name, make, c, c.peer.name == backend, ro, values)
+             for name, make, ro, values in makers for c in consumers]
     return {
         "device": device,
         "producers": [m[0] for m in makers],

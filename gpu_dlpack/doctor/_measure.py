@@ -83,7 +83,9 @@ def _host_values(x):
         return np.from_dlpack(x, device="cpu", copy=True)
     except Exception:
         pass
-    for attempt in (lambda: x.get(), lambda: x.cpu().numpy(), lambda: np.asarray(x)):
+    # np.from_dlpack(x).copy(): a producer that refuses copy=True (tvm-ffi).
+    for attempt in (lambda: np.from_dlpack(x).copy(), lambda: x.get(), lambda: x.cpu().numpy(),
+                    lambda: np.asarray(x)):
         try:
             return np.asarray(attempt())
         except Exception:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .._backends import cupy_backend
-from ._measure import _aligned, _quiet, _readonly_numpy
+from ._measure import VALUES, _aligned, _quiet, _readonly_numpy
 
 
 def _jax_devices(m, platform_name):
@@ -36,6 +36,12 @@ class Peer:
     submodules: tuple = ()
     always: bool = True                   # a row even when not installed
     host_consumer: bool = True            # its from_dlpack of host data lands on the host
+    flat: bool = False                    # its arrays have one dimension: made of VALUES.ravel()
+
+    @property
+    def values(self):
+        """The values its host arrays are made of, and must arrive as."""
+        return VALUES.ravel() if self.flat else VALUES
 
 
 PEERS = (
@@ -80,6 +86,11 @@ PEERS = (
         always=False,
     ),
     Peer("mlx", "mlx.core", host=lambda m, a: m.array(a), always=False),
+    Peer("tvm_ffi", "tvm_ffi", host=lambda m, a: m.from_dlpack(_aligned(a)), always=False),
+    # Producers only: pyarrow's arrays, and dask's lazy arrays (no DLPack of
+    # their own: the table says how convert takes them).
+    Peer("pyarrow", "pyarrow", consumer=(), host=lambda m, a: m.array(a), always=False, flat=True),
+    Peer("dask", "dask.array", consumer=(), host=lambda m, a: m.from_array(a), always=False),
     Peer("dpnp", "dpnp", host=lambda m, a: m.asarray(a), always=False, host_consumer=False),
     Peer("dpctl", "dpctl.tensor", host=lambda m, a: m.asarray(a), always=False, host_consumer=False),
 )

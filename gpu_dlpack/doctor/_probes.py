@@ -8,7 +8,9 @@ import importlib.metadata
 import os
 import sys
 
-from .. import _capsule
+import numpy as np
+
+from .. import _capsule, _peers
 from .._devices import Device
 from .._export import wrap
 from ._measure import (VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _readonly_numpy, _resolve,
@@ -41,6 +43,16 @@ def _native_stderr_silenced():
 
 
 # -- producers ---------------------------------------------------------------
+
+
+def _no_dlpack(x) -> str:
+    """Why an array of a library is no DLPack producer."""
+    chunks = _peers.chunks_of(type(x))
+    if chunks is not None:
+        return (f"{type(x).__name__} is a lazy array of chunks, with no __dlpack__: gpu_dlpack.convert "
+                f"maps over its chunks for {' or '.join(chunks.holds)}, and converts x.{chunks.compute}() "
+                "for any other library")
+    return f"{type(x).__name__} has no __dlpack__"
 
 
 def _accepts(x, keyword, value):
@@ -79,7 +91,7 @@ def probe_producer(peer, module, gpu=False) -> dict:
         out["reason"] = "its arrays live on a GPU, and none is usable"
         return out
     try:
-        x = make(module, VALUES)
+        x = make(module, VALUES if gpu else peer.values)
     except Exception as exc:
         out["reason"] = f"could not make an array: {_err(exc)}"
         return out
@@ -90,7 +102,7 @@ def probe_producer(peer, module, gpu=False) -> dict:
         elif hasattr(x, "__dlpack__"):
             out["reason"] = f"{type(x).__name__} forwards __dlpack__ through its instance: {takes}"
         else:
-            out["reason"] = f"{type(x).__name__} has no __dlpack__"
+            out["reason"] = _no_dlpack(x)
         return out
     out["probed"] = True
     try:
@@ -159,16 +171,56 @@ def _producer_copy(x):
 
 
 def _write_through(out, source):
-    """Write into an import of read-only ``source``: (honoured, detail)."""
+    """Write into an import of read-only ``source``: (honoured, detail).
+    An array that takes no item assignment (tvm-ffi's Tensor) is written
+    through NumPy's import of it, where that is writeable."""
     index = (0,) * len(source.shape)
     before = source[index].item()
     try:
         out[index] = before + 41  # a Python scalar: every library takes one
     except Exception as exc:
-        return True, f"refuses writes ({type(exc).__name__})"
+        refused = f"refuses writes ({type(exc).__name__})"
+        try:
+            view = np.from_dlpack(out)
+        except Exception:
+            return True, refused
+        if not view.flags.writeable:
+            return True, refused + "; its export says READ_ONLY"
+        view[index] = before + 41
+        if source[index].item() != before:
+            return False, "its export is writeable, and a write through it reaches the read-only source"
+        return True, "the write went to a copy"
     if source[index].item() != before:
         return False, "writes into the read-only source"
     return True, "the write went to a copy"
+
+
+class _Asked:
+    """A producer with ``__dlpack__`` alone (no C exchange API, which
+    gpu_dlpack.wrap offers): what a consumer asks of such a producer."""
+
+    def __init__(self, a):
+        self._a = a
+        self.asked = None
+
+    def __dlpack__(self, **kwargs):
+        if self.asked is None:
+            self.asked = kwargs
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def _asks(fn):
+    """The keywords ``fn`` first passes to a plain producer's ``__dlpack__``
+    (None: it asked nothing, or failed before)."""
+    p = _Asked(_aligned(VALUES))
+    try:
+        fn(p)
+    except Exception:
+        pass
+    return _sent(p.asked)
 
 
 @_quiet()
@@ -176,6 +228,9 @@ def probe_consumer(peer, module) -> dict:
     fn, path = _resolve(module, peer.consumer)
     call = f"{peer.module}.{path}" if path else None
     out = {"probed": False, "reason": None, "call": call}
+    if not peer.consumer:
+        out["reason"] = "imports no DLPack"
+        return out
     if fn is None:
         out["reason"] = "no from_dlpack found (looked for " + ", ".join(peer.consumer) + ")"
         return out
@@ -193,6 +248,7 @@ def probe_consumer(peer, module) -> dict:
         except Exception:
             out["lands_on"] = None
         out["zero_copy"] = _pointer(got) == src.ctypes.data
+    out["asks"] = _asks(fn)
     out["unaligned"] = _consumer_unaligned(fn)
     out["copy"] = _consumer_copy(fn)
     out["read_only"] = _consumer_read_only(fn)

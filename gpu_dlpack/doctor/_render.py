@@ -181,11 +181,17 @@ def render(report) -> str:
 
 
 def _table_lines(report):
-    """Every row of gpu_dlpack's table of peer faults for the installed
-    versions, both roles, and whether it still holds here."""
+    """Every row of gpu_dlpack's table of peers for the installed
+    versions: each fault, both roles, and whether it still holds here; a
+    library of the table with none for its version says so."""
     rows = [["library", "version", "role", "fault", "here"]]
     for row in report["libraries"]:
-        for r in row.get("table") or ():
+        table = row.get("table")
+        if table is None:  # not a row of the table, or not installed
+            continue
+        if not table:
+            rows.append([row["name"], row["version"] or "-", "both", "none for this version", "-"])
+        for r in table:
             rows.append([row["name"], row["version"] or "-", r["role"], r["fault"],
                          r["state"] + (f": {r['why']}" if r["state"] == "not measured" else "")])
     if len(rows) == 1:
