@@ -216,7 +216,7 @@ def dtype_of(lib, a) -> str:
     if lib == "tensorflow":
         return a.dtype.name
     if lib == "pyarrow":
-        return np.dtype(a.type.to_pandas_dtype()).name
+        return a.to_numpy(zero_copy_only=False).dtype.name  # (to_pandas_dtype needs pandas before pyarrow 26)
     if lib == "dask":
         return a.dtype.name
     if lib == "paddle":  # str(paddle.uint16) says bfloat16: compare the dtypes themselves
