@@ -19,12 +19,11 @@ from .interpreter import ROOT
 
 cases = counter_fixture("property cases generated: pairs")
 
-# The main interpreter's environment, the one with every peer (TensorFlow
-# and PaddlePaddle are installed there only): the pairs run there, in the
-# test command's suite; the other environments (the NumPy floor, the other
-# CPythons) run the rest of the suite.
+# The environments of the claimed CPythons have every peer (the pairs run
+# in each; off the main interpreter with fewer examples a pair,
+# scripts/matrix.sh); the NumPy floor's has none but NumPy.
 pytestmark = pytest.mark.skipif(not P.installed("tensorflow"), reason=(
-    "the pairs run in the main interpreter's environment, which has every peer (TensorFlow among them)"))
+    "the pairs run in the environments of the claimed CPythons, which have every peer (TensorFlow among them)"))
 
 
 def pair_test(selected):
