@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import gpu_dlpack
-from gpu_dlpack import _peers
+from gpu_dlpack import _faults, _peers
 
 from .test_properties import values
 
@@ -389,6 +389,14 @@ def check(cases, producer, consumer, path, name, layout, seed, copy):
             return
     assert got_dtype == name, f"{label} {path}: dtype {got_dtype} for {name}"
     assert shape_of(y) == want_shape, f"{label} {path}: shape {shape_of(y)} for {want_shape}"
+    if path == "wrap" and host_bytes(consumer, y) != want and "c-order-only" in _active(consumer):
+        # JAX before 0.8 reads a layout other than C order in place as if C
+        # order where the data is aligned (it copies unaligned data right):
+        # wrap does not know its consumer; convert makes a C-order copy.
+        v = gpu_dlpack.view(src)
+        assert not _faults.is_c_order(v.shape, v.strides), f"{label} wrap: values differ, in C order"
+        cases[f"{label} wrap: read as C order by the consumer (peer fault; convert copies)"] += 1
+        return
     assert host_bytes(consumer, y) == want, f"{label} {path}: values differ"
     at = start(consumer, y)
     if at is not None and region is not None:
