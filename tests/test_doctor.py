@@ -279,6 +279,8 @@ def test_tvm_ffi_is_judged_by_what_it_asks_a_plain_producer(report):
     assert cons["asks"] == {} and "max_version" in cons["sends"]
     assert cons["read_only"]["honoured"] is False and "export is writeable" in cons["read_only"]["detail"]
     assert {t["fault"]: t["state"] for t in r["table"]} == {"legacy-only": "holds", "read-only-ignored": "holds"}
+    # ... and the direct path's finding says so too (an empty request is a legacy one).
+    assert any(f.get("hazard") == "consumer-legacy-only" and f["subject"] == "tvm_ffi" for f in report["findings"])
     assert all(c["via"]["ok"] for c in host(report)["cells"] if c["consumer"] == "tvm_ffi")
 
 

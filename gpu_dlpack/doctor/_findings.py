@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import _capsule, _explain
 from .._peers import FAULTS
-from ._faults import MEASURED
+from ._faults import MEASURED, _legacy_judged
 from ._verdicts import is_unjustified_refusal, rule_of, rule_text
 
 
@@ -61,8 +61,7 @@ def _library_findings(row):
         if ro.get("honoured") is False:
             copy_call = f"{call}(gpu_dlpack.wrap(a), copy=True)" if copy.get("forwarded") else f"{call}(a.copy())"
             out.append(_hazard("consumer-ignores-read-only", name, consumer=name, copy_call=copy_call))
-        asks = cons.get("asks") or cons.get("sends")  # of a plain producer, else of wrap()
-        if asks is not None and "max_version" not in asks:
+        if _legacy_judged(cons) is False:  # asked a plain producer (else wrap) for no version
             out.append(_hazard("consumer-legacy-only", name, consumer=name, consumer_call_copy=f"{call}(a.copy())"))
         if copy.get("copied") is False and copy.get("error") is None:
             out.append(_hazard("consumer-copy-ignored", name, consumer=name))
