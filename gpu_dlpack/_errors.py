@@ -457,6 +457,15 @@ def no_dlpack_memory(obj) -> NotImplementedError:
     )
 
 
+def dlpack_memory_names_no_memory(producer, memory) -> TypeError:
+    what = "itself" if memory is producer else f"{_named(memory)}, whose dlpack_memory() leads back to it"
+    return TypeError(
+        f"{type(producer).__name__}.dlpack_memory() returned {what}: a gpu_dlpack.Producer that speaks no "
+        "other array protocol names no memory. Return the memory to export: any DLPack array, an object "
+        "with __array_interface__ or the buffer protocol, or gpu_dlpack.from_pointer(ptr, shape, dtype, owner=...)."
+    )
+
+
 def bad_pointer_type(name, value, expected) -> TypeError:
     return TypeError(
         f"from_pointer: {name} must be {expected}; got {type(value).__name__} {value!r}. "

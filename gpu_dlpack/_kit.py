@@ -139,8 +139,41 @@ class Producer:
 
 
 def _exportable(producer) -> Exportable:
+    """What ``producer.dlpack_memory()`` names, as `wrap` serves it. A
+    Producer that speaks no protocol but this mixin's names its memory by
+    its own ``dlpack_memory()`` only: that is followed, and a chain of them
+    that comes back to where it started (a hook returning its own object)
+    names no memory at all (TypeError, not an endless recursion)."""
     memory = producer.dlpack_memory()
+    seen = None
+    while isinstance(memory, Producer) and _mixin_only(memory):
+        if seen is None:
+            seen = {id(producer)}
+        if id(memory) in seen:
+            raise _errors.dlpack_memory_names_no_memory(producer, memory)
+        seen.add(id(memory))
+        memory = memory.dlpack_memory()
     return memory if type(memory) is Exportable else wrap(memory)
+
+
+_MIXIN = ("__dlpack__", "__dlpack_device__", "__array_interface__")
+
+
+def _mixin_only(memory) -> bool:
+    """Whether a Producer's every array protocol is this mixin's (its type
+    defines none of its own, no CUDA Array Interface, no buffer)."""
+    t = type(memory)
+    if any(getattr(t, name, None) is not getattr(Producer, name) for name in _MIXIN):
+        return False
+    if getattr(t, "__cuda_array_interface__", None) is not None:
+        return False
+    try:
+        memoryview(memory)
+    except TypeError:
+        return True
+    except Exception:  # it claims the buffer protocol
+        return False
+    return False
 
 
 def _held_interface(exportable, interface) -> dict:

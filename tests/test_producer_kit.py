@@ -449,6 +449,53 @@ def test_a_hook_naming_the_object_itself_answers_with_its_other_protocol(torch):
     assert torch.from_dlpack(p).data_ptr() == p.data.ctypes.data
 
 
+class NamesItself(gpu_dlpack.Producer):
+    """The hook names the object itself, which speaks no protocol but the mixin's."""
+
+    def dlpack_memory(self):
+        return self
+
+
+class NamesTheOther(gpu_dlpack.Producer):
+    """Two producers whose hooks name each other."""
+
+    def __init__(self):
+        self.other = None
+
+    def dlpack_memory(self):
+        return self.other
+
+
+@pytest.mark.parametrize("cycle", ["itself", "each other"])
+@pytest.mark.parametrize("how", ["export", "view", "convert", "wrap", "numpy", "device"])
+def test_a_hook_that_names_no_memory_but_itself_is_a_type_error_not_a_recursion(cycle, how):
+    if cycle == "itself":
+        x = NamesItself()
+    else:
+        x, y = NamesTheOther(), NamesTheOther()
+        x.other, y.other = y, x
+    call = {
+        "export": lambda: gpu_dlpack.export(x, max_version=(1, 0)),
+        "view": lambda: gpu_dlpack.view(x),
+        "convert": lambda: gpu_dlpack.convert(x, "numpy"),
+        "wrap": lambda: gpu_dlpack.wrap(x).__dlpack__(max_version=(1, 0)),
+        "numpy": lambda: np.from_dlpack(x),
+        "device": lambda: x.__dlpack_device__(),
+    }[how]
+    with pytest.raises(TypeError, match=r"dlpack_memory\(\) returned .*names no memory. Return the memory") as err:
+        call()
+    assert len(traceback.format_exception(err.value)) < 80  # not thousands of lines of recursion
+
+
+def test_a_hook_naming_a_producer_that_names_memory_exports_that_memory():
+    a = np.arange(4.0)
+    inner = NamesTheOther()
+    inner.other = a
+    outer = NamesTheOther()
+    outer.other = inner
+    assert gpu_dlpack.from_dlpack(outer).ctypes.data == a.ctypes.data
+
+
 def test_a_forwarding_proxy_that_exports_itself_is_one_clear_error():
     class Proxy:
         def __getattr__(self, name):
