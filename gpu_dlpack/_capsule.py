@@ -342,6 +342,14 @@ def _layout_words(fault: int, data: int, offset: int, shape: tuple, strides, ite
     )
 
 
+def _check_layout(fault, data, offset, shape, strides, bits, lanes) -> None:
+    """BufferError in words when the core's layout_fault found a fault: the
+    one check of every import, of ``inspect`` and of ``view``."""
+    if fault:
+        itemsize = max(1, (bits * lanes + 7) >> 3)
+        raise _errors.malformed(_layout_words(fault, data, offset, shape, strides, itemsize))
+
+
 def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
     """What the core's ``checked`` refuses: a capsule it cannot take
     (``_not_taken``'s words), another major version, a tensor no importer
@@ -353,9 +361,7 @@ def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
         if versioned and major != 1:
             raise _errors.unsupported_major(major)
         _check_readable(ndim, shape_p, dt, di)
-        if fault:
-            itemsize = max(1, (bits * lanes + 7) >> 3)
-            raise _errors.malformed(_layout_words(fault, data, offset, shape, strides, itemsize))
+        _check_layout(fault, data, offset, shape, strides, bits, lanes)
         if check_dtype is not None:
             check_dtype(code, bits, lanes)
     except BufferError:
@@ -366,14 +372,16 @@ def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
 
 def _read(capsule) -> CapsuleInfo:
     """What the core's ``read`` will not read, in words: another major
-    version, an ndim out of range, a NULL shape, no DLPack device."""
-    versioned, fields, shape, strides, _fault = snapshot(capsule)
+    version, an ndim out of range, a NULL shape, no DLPack device, a layout
+    no importer can hold (the checks of an import, in its order)."""
+    versioned, fields, shape, strides, fault = snapshot(capsule)
     major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
     if versioned and major != 1:
         # Another major version may lay the struct out differently: only
         # the version and flags words are safe to read.
         raise _errors.unreadable_major((major, minor))
     _check_readable(ndim, shape_p, dt, di)
+    _check_layout(fault, data, offset, shape, strides, bits, lanes)
     return CapsuleInfo(
         name=VERSIONED if versioned else LEGACY,
         versioned=versioned,

@@ -11,17 +11,19 @@ case it died on. The child checks, per case and entry point:
 - the refusal is one of the standard's exception types;
 - a call that raised left the capsule either untouched (its name unchanged,
   its deleter not run: refused before the claim) or taken and freed at once
-  (``used_*``, the deleter run once); ``inspect`` never takes it;
+  (``used_*``, the deleter run once); ``inspect`` and ``view`` never take it;
+- a capsule the import refuses as malformed (or of another major version)
+  ``inspect`` and ``view`` refuse too, a malformed one in the same words;
 - once everything is dropped, every deleter ran exactly once (NULL
   deleters: never), and none ran on a tensor already freed;
 - an accepted tensor is the struct's: ``inspect`` reads every field as it
-  was written; an array, a tensor and the import of a capsule passed on
+  was written, ``view`` its address (data plus byte offset), shape and dtype; an array, a tensor and the import of a capsule passed on
   have the struct's shape and item size, an array over the fuzzer's buffer
   starts where the struct's data and byte offset say, and where the struct
   lies inside the buffer the values are the bytes it describes.
 
 The entry points: ``from_dlpack`` of the capsule and of a producer giving it
-(with ``copy=True`` where the data is real), ``inspect``, ``export`` at the
+(with ``copy=True`` where the data is real), ``inspect``, ``view``, ``export`` at the
 case's ``max_version``, the adaptation to each other kind, ``wrap`` consumed
 by NumPy, gpu_dlpack and torch, and a producer with a host test
 (``capsules.HostProducer``, told to the layer as JAX is) imported, exported
@@ -60,7 +62,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUFFER = 1 << 16  # bytes of real memory a case's data may point into
 
 ENTRIES = (
-    "import", "import producer", "inspect", "export", "wrap numpy", "wrap gpu_dlpack", "copy", "torch",
+    "import", "import producer", "inspect", "view", "export", "wrap numpy", "wrap gpu_dlpack", "copy", "torch",
     # the adaptation between capsule kinds, each way, whatever the case asks
     "adapt versioned", "adapt legacy",
     # a producer with a host test, whose capsules the compiled core asks for
@@ -344,6 +346,9 @@ def _summary(env, v):
         return ["array", list(v.shape), list(v.strides), v.dtype.str, at, v.flags.writeable]
     if env.torch is not None and isinstance(v, env.torch.Tensor):
         return ["tensor", list(v.shape), list(v.stride()), str(v.dtype), env.rel(v.data_ptr())]
+    if isinstance(v, g.ArrayView):
+        return ["view", env.rel(v.ptr), list(v.shape), list(v.strides), list(v.dl_dtype), list(v.device.dlpack),
+                v.readonly]
     if isinstance(v, g.CapsuleInfo):
         return ["info", v.name, v.version, v.flags, list(v.device.dlpack), list(v.dl_dtype), list(v.shape),
                 None if v.strides is None else list(v.strides), v.byte_offset, env.rel(v.data)]
@@ -367,6 +372,8 @@ def _call(env, entry, cap, case):
         return g.from_dlpack(capsules.Producer(cap, device=device))
     if entry == "inspect":
         return g.inspect(cap)
+    if entry == "view":
+        return g.view(cap)
     if entry == "export":
         return g.export(capsules.Producer(cap, device=device), max_version=mv)
     if entry == "wrap numpy":
@@ -438,8 +445,8 @@ def run_case(env, case, entries, keep):
                                        f"{name_before!r}) with {calls} deleter calls")
         else:
             result["ok"] = _summary(env, value)
-            if entry == "inspect" and (rec.calls or capsules.capsule_name(cap) != name_before):
-                result["violation"] = "inspect took the capsule"
+            if entry in ("inspect", "view") and (rec.calls or capsules.capsule_name(cap) != name_before):
+                result["violation"] = f"{entry} took the capsule"
             wrong = _not_the_struct(env, case, kw, value, is_backed)
             if wrong:
                 result["violation"] = wrong
@@ -447,6 +454,19 @@ def run_case(env, case, entries, keep):
         out[entry] = result
         keep.append((entry, rec, int(kw["deleter"])))
         del cap
+    # What the import refuses as malformed or of another major version,
+    # inspect and view refuse too: a malformed tensor in the import's words.
+    refused = out.get("import", {}).get("error")
+    if refused and refused[0] == "BufferError" and (
+            refused[1].startswith("malformed DLPack tensor") or "capsule; gpu_dlpack reads major version 1" in refused[1]):
+        for entry in ("inspect", "view"):
+            got = out.get(entry)
+            if got is None or "violation" in got:
+                continue
+            same = got.get("error") == refused if refused[1].startswith("malformed") else (
+                (got.get("error") or [None])[0] == "BufferError")
+            if not same:
+                got["violation"] = f"the import refused with {refused}, {entry} gave {got.get('error') or got.get('ok')}"
     return out
 
 
@@ -483,6 +503,10 @@ def _not_the_struct(env, case, kw, value, is_backed):
     np, g = env.np, env.g
     ndim = kw["ndim"]
     shape = list(kw["shape"][:ndim])
+    if isinstance(value, g.ArrayView):  # view: where the first element is, the shape, the dtype
+        read = [value.ptr, list(value.shape), list(value.dl_dtype), list(value.device.dlpack)]
+        written = [(env.address(case["data"]) or 0) + kw["byte_offset"], shape, list(kw["dtype"]), list(kw["device"])]
+        return None if read == written else f"view read {read}, not the struct's {written}"
     if isinstance(value, g.CapsuleInfo):  # inspect: every field as written
         strides = None if kw.get("null_strides") else list(kw["strides"][:ndim])
         read = [value.versioned, value.version, value.flags, list(value.device.dlpack), list(value.dl_dtype),

@@ -6,6 +6,7 @@ a Python frame; and that gpu_dlpack does not import without it.
 
 import ctypes
 import dataclasses
+import gc
 import os
 import subprocess
 import sys
@@ -147,6 +148,60 @@ def test_the_exchange_api_of_wrap_gives_an_owned_versioned_tensor():
     assert w.last_request == {"stream": None, "max_version": gpu_dlpack.DLPACK_VERSION, "dl_device": None, "copy": None}
     deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(out.value + 16).value)
     deleter(out.value)
+
+
+def test_the_exchange_api_of_wrap_releases_a_tensor_it_was_handed_when_memory_runs_out():
+    # managed_tensor_to_py_object_no_sync steals the tensor (dlpack.h): when
+    # the n-th allocation fails, for each n until the call succeeds, the
+    # MemoryError comes with the tensor released (the source's reference
+    # it held given back), never lost.
+    _testcapi = pytest.importorskip("_testcapi")
+    x = np.arange(5.0)
+    w = gpu_dlpack.wrap(x)
+    table = (ctypes.c_void_p * 7).from_address(_api(w))
+    from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(table[3])
+    to_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))(table[4])
+    gpu_dlpack.from_dlpack(w)  # whatever the first import makes once
+    base = sys.getrefcount(x)
+    rc = None
+    failures = 0
+    for n in range(400):
+        m, out = ctypes.c_void_p(), ctypes.c_void_p()
+        assert from_py(w, ctypes.byref(m)) == 0 and sys.getrefcount(x) > base
+        tensor, where = m.value, ctypes.byref(out)
+        _testcapi.set_nomemory(n, n + 1)
+        raised_in = None
+        try:
+            rc = to_py(tensor, where)
+        except ctypes.ArgumentError:  # ctypes ran out before the call: the tensor is still ours
+            rc = -1
+        except MemoryError as exc:
+            rc, tb = None, exc.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            raised_in = tb.tb_frame.f_code.co_name
+            del exc, tb
+        finally:
+            _testcapi.remove_mem_hooks()
+        if rc == -1:
+            ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(tensor + 16).value)(tensor)
+            continue
+        if rc == 0:
+            break
+        gc.collect()
+        if "exportable_to_py" in raised_in or "owning_capsule" in raised_in:
+            # the call's own allocations (the capsule that owns the tensor),
+            # not those of the import it hands the capsule to
+            failures += 1
+            assert sys.getrefcount(x) == base, f"allocation {n} failed and the tensor was not released"
+    assert failures and rc == 0
+    got = ctypes.cast(out.value, ctypes.py_object).value
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(got))  # the reference the call gave
+    assert got.tolist() == x.tolist() and got.ctypes.data == x.ctypes.data
+    held = sys.getrefcount(x)
+    del got
+    gc.collect()
+    assert sys.getrefcount(x) == held - 1  # the array's tensor, freed with it
 
 
 def test_the_exchange_api_of_wrap_names_no_stream_for_the_cpu_and_allocates_nothing():

@@ -32,7 +32,7 @@ def test_crafted_capsules_are_refused_or_taken_cleanly(figures):
     assert not report["violations"], describe(report)
     # The cases reached every entry point (copy and torch: where they apply).
     drawn = report["cases"]
-    always = ("import", "inspect", "export", "adapt versioned", "adapt legacy", "import host-tested",
+    always = ("import", "inspect", "view", "export", "adapt versioned", "adapt legacy", "import host-tested",
               "export host-tested", "wrap host-tested")
     assert drawn >= CASES * 9 // 10 and all(report["runs"].get(e) == drawn for e in always)
 

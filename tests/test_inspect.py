@@ -101,3 +101,49 @@ def test_inspect_is_inspect_capsule_and_a_star_import_leaves_the_standard_librar
     names = {"inspect": stdlib_inspect}
     exec("from gpu_dlpack import *", names)
     assert names["inspect"] is stdlib_inspect and names["inspect_capsule"] is gpu_dlpack.inspect_capsule
+
+
+def test_a_new_assigned_to_the_record_class_neither_crashes_nor_changes_the_record():
+    # The core makes the record with CapsuleFields' own constructor: a
+    # __new__ a user puts on the Python class (which may return anything)
+    # is never what the core casts and writes into.
+    from .interpreter import run_python
+
+    done = run_python(
+        "import numpy as np, gpu_dlpack as gd\n"
+        "gd.CapsuleInfo.__new__ = lambda cls, *a, **k: None\n"
+        "info = gd.inspect(np.arange(3.0).__dlpack__())\n"
+        "print(type(info).__name__, info.shape, gd.view(np.arange(2.0).__dlpack__()).shape)\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["CapsuleInfo", "(3,)", "(2,)"]
+
+
+def test_an_interrupt_while_inspect_makes_the_device_is_raised():
+    # Only the layer's refusal of a pair as no device is read as "no device"
+    # (and worded by the Python read); a KeyboardInterrupt raised while the
+    # Device is made goes through, once, and the next read gives the record.
+    from .interpreter import run_python
+
+    done = run_python(
+        "import sys, numpy as np, gpu_dlpack as gd\n"
+        "from gpu_dlpack import _devices\n"
+        "sys.path.insert(0, '.')\n"
+        "from tests.capsules import make\n"
+        "make_device = _devices.Device._make.__func__\n"
+        "armed = [True]\n"
+        "def interrupted(cls, dtype, index):\n"
+        "    if armed and index == 40:\n"
+        "        armed.pop()\n"
+        "        raise KeyboardInterrupt\n"
+        "    return make_device(cls, dtype, index)\n"
+        "_devices.Device._make = classmethod(interrupted)\n"
+        "cap, rec = make(device=(4, 40))\n"
+        "try:\n"
+        "    gd.inspect(cap)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+        "print(gd.inspect(cap).device)\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["interrupted", "opencl:40"]

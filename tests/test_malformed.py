@@ -276,10 +276,12 @@ def test_a_shape_whose_extents_overflow_is_never_handed_to_torch(torch, fed):
         assert rec.calls == 1
 
 
-# What inspect refuses (the text its message must hold): what it cannot read
-# without trusting a field it cannot check (a major version it does not know,
-# ndim, a NULL shape, a device that is no DLPack device). Every other field
-# is shown as the producer wrote it: that is what inspect is for.
+# What inspect and view refuse (the text the message must hold): what they
+# cannot read without trusting a field they cannot check (a major version
+# they do not know, ndim, a NULL shape, a device that is no DLPack device),
+# and a layout no importer can hold, refused in the words of the import (a
+# caller trusting the pointer read would read whatever is there). Every
+# other field is shown as the producer wrote it: that is what inspect is for.
 INSPECT_REFUSES = {
     "versioned major 0": "holds DLPack 0.8",
     "versioned major 2": "holds DLPack 2.0",
@@ -298,6 +300,12 @@ INSPECT_REFUSES = {
     "device type -1": r"\(device_type=-1, device_id=0\)",
     "device id -1": r"\(device_type=1, device_id=-1\)",
     "legacy device type 6": r"\(device_type=6, device_id=0\)",
+    # the layout faults, each in the words of its import
+    **{case: IMPORT_SAYS[case] for case in (
+        "NULL data, 6 elements", "NULL data, shape (2, 3)", "legacy NULL data", "0-d, NULL data",
+        "0-d, NULL data, byte_offset 4096", "legacy 0-d, NULL data", "shape (2**62, 4, 0)",
+        "legacy shape (2**62, 4, 0), NULL strides")},
+    "negative shape": _says_malformed("the shape (-6,) has a negative dimension"),
 }
 
 
@@ -319,18 +327,26 @@ def _as_written(kw, rec):
     )
 
 
+@pytest.mark.parametrize("entry", ["inspect", "view"])
 @pytest.mark.parametrize("case", {**MALFORMED, **UNREACHABLE}, ids=list({**MALFORMED, **UNREACHABLE}))
-def test_inspect_of_a_malformed_capsule_reads_it_as_written_or_refuses_and_never_takes_it(case, fed):
-    fed["inspect"] += 1
+def test_inspect_of_a_malformed_capsule_reads_it_as_written_or_refuses_and_never_takes_it(case, entry, fed):
+    fed[entry] += 1
     kw = {**MALFORMED, **UNREACHABLE}[case]
     cap, rec = make(**kw)
+    read = {"inspect": gpu_dlpack.inspect, "view": gpu_dlpack.view}[entry]
     if case in INSPECT_REFUSES:
         with pytest.raises(BufferError, match=INSPECT_REFUSES[case]):
-            gpu_dlpack.inspect(cap)
-    else:
-        info = gpu_dlpack.inspect(cap)
+            read(cap)
+    elif entry == "inspect":
+        info = read(cap)
         shown = {field: getattr(info, field) for field in _as_written(kw, rec)}
         assert shown == _as_written(kw, rec)
+    else:
+        written = _as_written(kw, rec)
+        v = read(cap)
+        assert (v.ptr, v.shape, v.dl_dtype, v.device) == (
+            written["data"] + written["byte_offset"], written["shape"], written["dl_dtype"], written["device"])
+        del v  # it keeps the capsule (exporting_obj)
     assert rec.calls == 0
     assert capsule_name(cap) == ("dltensor_versioned" if kw.get("versioned", True) else "dltensor")
     del cap
@@ -447,6 +463,15 @@ LAYOUT_EDGES = {
 def test_the_layout_check_holds_at_each_bound_of_the_address_space(case, versioned):
     kw, says = LAYOUT_EDGES[case]
     cap, rec = make(**kw, device=(4, 0), versioned=versioned)
+    # inspect and view read what an import holds and refuse, in its words,
+    # what it refuses as malformed; neither takes the capsule.
+    for read in (gpu_dlpack.inspect, gpu_dlpack.view):
+        if says == _NO_BACKEND:
+            assert read(cap).shape == kw["shape"] if "shape" in kw else read(cap).shape == ()
+        else:
+            with pytest.raises(BufferError, match=says):
+                read(cap)
+    assert rec.calls == 0 and capsule_name(cap) == ("dltensor_versioned" if versioned else "dltensor")
     with pytest.raises(BufferError, match=says):
         gpu_dlpack.from_dlpack(cap)
     assert rec.calls == 1

@@ -827,9 +827,11 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
 
 
 cdef int exportable_to_py(DLManagedTensorVersioned *m, void **out) except -1:
-    # An owned tensor becomes what gpu_dlpack.from_dlpack makes of it.
+    # An owned tensor becomes what gpu_dlpack.from_dlpack makes of it. The
+    # function steals the tensor (dlpack.h): out of memory for its capsule,
+    # it is released before the MemoryError is raised.
     cdef PyObject *a[1]
-    capsule = take(new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor))
+    capsule = owning_capsule(m)
     a[0] = <PyObject *>capsule
     r = take(delegate_raw("from_dlpack", a, 1))
     Py_INCREF(r)  # the consumer's reference

@@ -16,7 +16,9 @@ from dlpack cimport DLTensor, DLDataType, DLPackVersion, MAX_NDIM
 
 cdef inline object device_of(int32_t type, int32_t id):
     """The Device of (type, id), made by Python once per pair and kept (a
-    Device is immutable); None when Python refuses it."""
+    Device is immutable); None when Python refuses it as no device (its
+    ValueError or TypeError). Anything else it raises (an interrupt, a
+    MemoryError) is raised."""
     if type < 0 or type >= 64 or not ((state.device_types >> type) & 1) or id < 0:
         return None
     cdef PyObject **slot = &state.devices[type][id] if id < 16 else NULL
@@ -24,7 +26,7 @@ cdef inline object device_of(int32_t type, int32_t id):
         return <object>slot[0]
     try:
         device = (<object>state.device_class)((type, id))
-    except BaseException:  # refused: the Python read says why
+    except (ValueError, TypeError):  # refused: the Python read says why
         return None
     if slot != NULL:
         Py_INCREF(device)
@@ -145,9 +147,18 @@ cdef inline object read_info(object capsule):
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
         return hand_back(b"read", (capsule,))
-    # The record made by its type's tp_new (Cython's, which sets the fields
-    # to None), without parsing arguments, then filled in place.
-    cdef CapsuleFields info = <CapsuleFields>state.info_type.tp_new(<type>state.info_type, <PyObject *>(), NULL)
+    # The layout check of every import, on the copy: a tensor no importer
+    # can hold is refused here too (the Python read words it).
+    t.shape = shape
+    t.strides = NULL if t.strides == NULL else strides
+    if layout_fault(t):
+        return hand_back(b"read", (capsule,))
+    # The record made by CapsuleFields' own tp_new (Cython's, which sets the
+    # fields to None) for the record type, without parsing arguments, then
+    # filled in place: never the type's own slot, which a __new__ assigned
+    # to the Python class replaces and which may return anything.
+    cdef CapsuleFields info = <CapsuleFields>(<PyTypeObject *>CapsuleFields).tp_new(
+        <type>state.info_type, <PyObject *>(), NULL)
     info.name = <object>(state.str_versioned if versioned else state.str_legacy)
     info.versioned = versioned != 0
     info.version = version_of(head.v.version) if versioned else None
