@@ -231,6 +231,11 @@ class _NamesNoMemory(gpu_dlpack.Producer):
     pass
 
 
+class _NamesItself(gpu_dlpack.Producer):
+    def dlpack_memory(self):
+        return self
+
+
 class _BadCudaStream:
     def __cuda_stream__(self):
         return "stream"
@@ -285,6 +290,7 @@ REAL_MESSAGES = {
     "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
     "gpu_dlpack-exports-itself": lambda: raised(lambda: np.from_dlpack(_ExportsItself())),
     "gpu_dlpack-no-dlpack-memory": lambda: raised(lambda: np.from_dlpack(_NamesNoMemory())),
+    "gpu_dlpack-dlpack-memory-names-no-memory": lambda: raised(lambda: np.from_dlpack(_NamesItself())),
     "gpu_dlpack-bad-pointer-type": lambda: raised(lambda: gpu_dlpack.from_pointer("0x10", (3,), np.float32)),
     "gpu_dlpack-bad-pointer-argument": lambda: raised(
         lambda: gpu_dlpack.from_pointer(16, (2, 3), np.float32, strides=(12, 4, 1))
@@ -1126,6 +1132,7 @@ BUILDER_ARGS = {
     "exports_itself": (object(),),
     "buffer_refused": (object(), BufferError("pybind11_getbuffer(): Internal error")),
     "no_dlpack_memory": (object(),),
+    "dlpack_memory_names_no_memory": (object(), object()),
     "bad_pointer_type": ("ptr", "0x10", "an int"),
     "bad_pointer_argument": ("strides", (12, 4, 1), "there is one per dimension of (2, 3)"),
 }
