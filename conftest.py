@@ -50,6 +50,14 @@ if SIMCUDA:  # CuPy's pool tells the checker what it takes back (on the main thr
     _simcuda.watch_pool()
 
 
+def pytest_itemcollected(item):
+    # Under pytest-xdist (--dist loadgroup), the tests marked serial run on
+    # one worker, one after another: never beside each other. (Marked as
+    # each is collected: xdist reads the groups in its own modifyitems.)
+    if item.get_closest_marker("serial") is not None:
+        item.add_marker(pytest.mark.xdist_group("serial"))
+
+
 def pytest_collection_modifyitems(config, items):
     if _OLD_NUMPY:
         for item in items:
@@ -71,12 +79,33 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_sessionfinish(session, exitstatus):
     """On the simulated CUDA: a report outside any test (at collection, or
-    of work a test left queued) fails the run too."""
+    of work a test left queued) fails the run too. An xdist worker hands
+    the figures its modules reported (tests/figures.py) to the controller."""
+    if hasattr(session.config, "workeroutput"):
+        from tests.figures import WORKER_LINES
+
+        session.config.workeroutput["gpu_dlpack_figures"] = session.config.stash.get(WORKER_LINES, [])
     if SIMCUDA:
         reports = _simcuda.take_reports()
         if reports:
             print("\nthe simulated CUDA's checker reported outside the tests:\n" + "\n".join(reports))
             session.exitstatus = 1
+
+
+_FIGURES: list = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: the figures a worker reported."""
+    _FIGURES.extend(getattr(node, "workeroutput", {}).get("gpu_dlpack_figures", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _FIGURES:
+        terminalreporter.write_line("")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)
@@ -175,3 +204,4 @@ def pytest_runtest_makereport(item, call):
     report.outcome = "skipped"
     report.longrepr = (str(raiser), call.excinfo.traceback[-1].lineno + 1,
                        "Skipped: the test builds its capsule with NumPy 2.1's __dlpack__ keywords")
+

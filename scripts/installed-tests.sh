@@ -47,6 +47,14 @@ if place(os.path.dirname(_core.__file__)) != where:
 print(f"installed-tests: gpu_dlpack {gpu_dlpack.__version__} from {where}, its core {os.path.basename(_core.__file__)}")
 PY
 echo "installed-tests: the suite on the installed wheel" >&2
-GPU_DLPACK_EXPECT_CORE=1 "$py" -m pytest tests -p no:cacheprovider -q \
-  --ignore=tests/test_docs.py --ignore=tests/test_packaging.py --ignore=tests/test_workflows.py \
-  --ignore=tests/test_gpu_ci.py "$@"
+args=(--ignore=tests/test_docs.py --ignore=tests/test_packaging.py --ignore=tests/test_workflows.py
+      --ignore=tests/test_gpu_ci.py "$@")
+export GPU_DLPACK_EXPECT_CORE=1
+if [ -f scripts/_passes.sh ] && "$py" -c "import xdist" 2>/dev/null; then
+  # on every core, then the tests marked serial alone (cibuildwheel's
+  # test-requires bring pytest-xdist)
+  source scripts/_passes.sh
+  passes "" "$py" -m pytest tests -p no:cacheprovider -q -- "${args[@]}"
+else
+  "$py" -m pytest tests -p no:cacheprovider -q "${args[@]}"
+fi

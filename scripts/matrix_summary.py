@@ -40,8 +40,13 @@ def main(folder: str) -> int:
     rows, bad = [], []
     for name in sorted(names, key=lambda n: (tuple(int(p) for p in metas[n]["python"].split(".")[:2]), n)):
         meta = metas[name]
+        # The run's passes (scripts/_passes.sh): NAME.xml, and NAME-serial.xml
+        # where the tests marked serial ran apart.
         xml_path = os.path.join(folder, name + ".xml")
         counts = _counts(xml_path) if os.path.exists(xml_path) else None
+        serial_path = os.path.join(folder, name + "-serial.xml")
+        if counts is not None and os.path.exists(serial_path):
+            counts = {k: v + _counts(serial_path)[k] for k, v in counts.items()}
         if counts is None or counts["failed"]:
             bad.append(name)
         peers = [meta["peers"].get(p) or "-" for p in PEERS]

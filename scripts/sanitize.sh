@@ -70,13 +70,15 @@ sanitized() {
   )
 }
 
+source "$root/scripts/_passes.sh"
 if [ "$#" -gt 0 ]; then
   step "the tests asked for"
   sanitized python -m pytest -q -p no:cacheprovider --capture=sys "$@"
 elif [ "$quick" = 1 ]; then
   step "the tests of what the layer accepts and frees, 1,000 fuzz cases, 300 reentrancy cases"
-  GPU_DLPACK_FUZZ_CASES=1000 GPU_DLPACK_REENTRANCY_CASES=300 sanitized python -m pytest -q -p no:cacheprovider \
-    --capture=sys tests/test_malformed.py \
+  # In two passes (scripts/_passes.sh): on every core, then the serial tests.
+  GPU_DLPACK_FUZZ_CASES=1000 GPU_DLPACK_REENTRANCY_CASES=300 passes "" sanitized python -m pytest -q \
+    -p no:cacheprovider --capture=sys -- tests/test_malformed.py \
     tests/test_core.py tests/test_reliability.py tests/test_threads.py tests/test_inspect.py \
     tests/test_bad_arguments.py tests/test_import_rules.py tests/test_export_rules.py tests/test_fuzz.py \
     tests/test_reentrancy.py tests/test_producer_kit.py::test_a_hook_that_names_no_memory_but_itself_is_a_type_error_not_a_recursion \

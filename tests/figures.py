@@ -2,7 +2,9 @@
 
 Each module keeps a Counter and prints it once its tests are done, on the
 terminal (also under -q and with output captured), so a run shows what it
-covered.
+covered. Under pytest-xdist a worker has no terminal: it hands its lines to
+the controller (``workeroutput``, read by the root conftest), which prints
+them with the run's summary.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from __future__ import annotations
 import collections
 
 import pytest
+
+
+#: The lines an xdist worker's modules reported, for its controller.
+WORKER_LINES = pytest.StashKey[list]()
 
 
 class Figures(collections.Counter):
@@ -33,6 +39,9 @@ def counter_fixture(title):
         text = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
         lines = [f"[{title}] {text} (total {sum(counts.values())})"]
         lines += [f"[{title}] {note}" for note in counts.notes]
+        if hasattr(request.config, "workerinput"):  # an xdist worker: the controller prints them
+            request.config.stash.setdefault(WORKER_LINES, []).extend(lines)
+            return
         plugins = request.config.pluginmanager
         reporter = plugins.get_plugin("terminalreporter")
         capture = plugins.get_plugin("capturemanager")

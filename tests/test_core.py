@@ -150,6 +150,7 @@ def test_the_exchange_api_of_wrap_gives_an_owned_versioned_tensor():
     deleter(out.value)
 
 
+@pytest.mark.serial  # allocation failures
 def test_the_exchange_api_of_wrap_releases_a_tensor_it_was_handed_when_memory_runs_out():
     # managed_tensor_to_py_object_no_sync steals the tensor (dlpack.h): when
     # the n-th allocation fails, for each n until the call succeeds, the

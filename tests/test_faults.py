@@ -36,6 +36,10 @@ from gpu_dlpack import _capsule
 from . import faults
 from .figures import counter_fixture
 
+# Allocation failures, forks and timed signals: run apart, in a process
+# without pytest-xdist's thread (pyproject.toml's markers).
+pytestmark = pytest.mark.serial
+
 figures = counter_fixture("faults")
 
 KINDS = faults.kinds_here()

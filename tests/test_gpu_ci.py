@@ -53,6 +53,7 @@ LAST_RUN = {"benchmarks": [
     ]], "machine_info": {}, "commit_info": {"id": "0123456789ab"}, "datetime": "2026-11-30T12:00:00"}
 
 
+@pytest.mark.serial  # its verdict reads a benchmark's ratio to its peer, timed here
 def test_without_a_gpu_the_job_says_nothing_ran_and_only_reads_the_run_it_compares_with(tmp_path):
     pytest.importorskip("pytest_benchmark")
     if os.environ.get("GPU_DLPACK_TEST_HIDE"):

@@ -33,6 +33,10 @@ from . import capsules
 from .figures import counter_fixture
 from .helpers import refcount, released
 
+# Resident size read over long soaks: run apart, in a process without
+# pytest-xdist's thread (pyproject.toml's markers).
+pytestmark = pytest.mark.serial
+
 figures = counter_fixture("leaks")
 
 CYCLES = int(os.environ.get("GPU_DLPACK_LEAK_CYCLES", "100000"))

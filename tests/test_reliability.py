@@ -266,6 +266,7 @@ def test_a_capsule_handed_over_and_dropped_unconsumed_is_freed_once_by_a_c_destr
     assert rec.calls == 1
 
 
+@pytest.mark.serial  # allocation failures
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
 def test_a_capsule_whose_hand_over_runs_out_of_memory_stays_its_producers(versioned):
     # The n-th allocation of the move fails, for each n until one succeeds:
