@@ -6,8 +6,9 @@
 # for each other CPython that pyproject.toml's classifiers claim, in
 # .venv-py3.X (made from requirements/test-py3.X.txt, the newest NumPy,
 # JAX and, where it has a build here, torch that it admits):
-#   1. the compiled core built in place for that interpreter;
-#   2. the suite on it (the run fails if it is not the one loaded).
+#   1. the compiled core built in place for that interpreter (scripts/_envs.sh);
+#   2. the suite on it (the run fails if it is not the one loaded), in two
+#      passes (scripts/_passes.sh: on every core, then the serial tests).
 # The long sweeps are shortened there (the knobs below): they run in full on
 # the main interpreter. A claimed CPython that this machine lacks is a
 # failure under CI=true, and a skip, said, elsewhere. Each run writes its
@@ -17,36 +18,27 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
-source "$here/_pythons.sh"
+source "$here/_envs.sh"
 main=$(main_python_version)
 versions=("$@")
 if [ ${#versions[@]} -eq 0 ]; then
   mapfile -t versions < <(claimed_pythons | grep -v -x "$main")
 fi
-# Shorter sweeps off the main interpreter (the defaults, and the main runs'
-# figures, are in docs/internals/testing.md).
-export GPU_DLPACK_FUZZ_CASES="${GPU_DLPACK_FUZZ_CASES:-300}"
-export GPU_DLPACK_SOAK_INTERRUPTS="${GPU_DLPACK_SOAK_INTERRUPTS:-300}"
-export GPU_DLPACK_LEAK_CYCLES="${GPU_DLPACK_LEAK_CYCLES:-20000}"
-export GPU_DLPACK_THREAD_CYCLES="${GPU_DLPACK_THREAD_CYCLES:-500}"
-export GPU_DLPACK_FAULT_STRIDE="${GPU_DLPACK_FAULT_STRIDE:-4}"
-export GPU_DLPACK_PAIR_EXAMPLES="${GPU_DLPACK_PAIR_EXAMPLES:-15}"
+# Shorter sweeps off the main interpreter (scripts/_passes.sh; the figures
+# of both forms are in docs/internals/testing.md).
+source "$here/_passes.sh"
+short_sweeps
 missing=() failed=()
 for v in "${versions[@]}"; do
-  py=$(python_for "$v")
-  if [ -z "$py" ]; then
+  if [ -z "$(python_for "$v")" ]; then
     missing+=("$v")
     echo "matrix: CPython $v is claimed but not on this machine" >&2
     continue
   fi
   # Each run goes on whatever the one before gave: the summary shows them all.
-  (
-    export PYTHON=$py GPU_DLPACK_VENV="$root/.venv-py$v"
-    source "$here/_venv.sh"
-    echo "matrix: CPython $v: the compiled core" >&2
-    python setup.py -q build_ext --inplace >/dev/null
-    bash "$here/suite.sh" "py$v" -q -p no:cacheprovider
-  ) || failed+=("$v")
+  # A process of its own: set -e holds in it (not in a subshell left of ||).
+  bash -c 'set -euo pipefail; source "$1/_envs.sh"; use_env "py$2"; bash "$1/suite.sh" "py$2" -q -p no:cacheprovider' \
+    _ "$here" "$v" || failed+=("$v")
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "matrix: the suite failed under CPython ${failed[*]}" >&2

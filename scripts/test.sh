@@ -1,5 +1,15 @@
 #!/usr/bin/env bash
-# The test command: scripts/test.sh [pytest args for the main runs]
+# The test command: scripts/test.sh [--quick] [pytest args for the main runs]
+#
+# Every suite runs on every core of the machine, in two passes
+# (scripts/_passes.sh: pytest-xdist, then the tests marked serial alone),
+# and the environments besides .venv are made in the background while the
+# first steps run (scripts/envs.sh), so that the whole command fits its
+# budget: docs/internals/testing.md gives it and the wall time of each step.
+#
+# --quick, the loop for a change (at most 5 minutes): steps 2 and 5 only,
+# with the sweeps in the short form the other interpreters run, no other
+# environment made; the whole command before a change lands.
 #
 # In .venv, CPython 3.11, the main interpreter (made on the first run from
 # requirements/test-py3.11.txt, pinned by scripts/lock.sh from pyproject.toml's
@@ -7,7 +17,9 @@
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
 #   2. the compiled core built in place (gpu_dlpack/_core.pyx and the files
-#      of gpu_dlpack/core/ it includes), which every later step runs on;
+#      of gpu_dlpack/core/ it includes), which every later step runs on; then
+#      the other environments start being made, in the background
+#      (scripts/envs.sh, logged to build/envs.log);
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]), and
 #      mypy --strict on a user's script of the whole API (tests/typing_usage.py);
@@ -34,8 +46,7 @@
 # In .venv-numpy-2.2 (numpy 2.2.6, with ml_dtypes, pytest and hypothesis; no
 # other peer): NumPy 2.1 to 2.3 leave a C-contiguous array's strides out of
 # their versioned capsules, which the layer hands on as DLPack 1.2:
-#   9b. the suite (on the core built in step 2; two to three minutes,
-#       making the environment included).
+#   9b. the suite (on the core built in step 2).
 # 10. The release artefacts: build, twine check, the sdist refused at its
 #    build where no compiler works, the wheel tested in a fresh venv
 #    (scripts/release-check.sh, about a minute).
@@ -44,21 +55,57 @@
 #    with the newest NumPy, JAX and (3.13) torch it admits: the core built
 #    for it and the suite once, the long sweeps shortened. A claimed CPython
 #    missing here fails the run under CI=true.
-# Each suite runs once per interpreter. At the end, whether it passed or
-# not, the summary of every suite run (interpreter, peers, counts:
-# scripts/matrix_summary.py).
-# Stops at the first step that fails. About 26 minutes from a fresh clone on
-# a quiet 2-core machine, every environment made on the way
-# (docs/internals/testing.md).
+# Each suite run is recorded (scripts/suite.sh). At the end, whether it
+# passed or not, the wall time of each step and the summary of every suite
+# run (interpreter, peers, counts: scripts/matrix_summary.py). Stops at the
+# first step that fails.
+started=$(date +%s)
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-step() { echo "== scripts/test.sh: $*" >&2; }
+source scripts/_passes.sh
+names=("0. the main environment (.venv)") starts=("$started") envs_pid=""
+step() { names+=("$*"); starts+=("$(date +%s)"); echo "== scripts/test.sh: $*" >&2; }
+step_times() {
+  # The wall time of each step, to the next step's start (the last: to now).
+  local i n=${#names[@]} now next
+  now=$(date +%s)
+  echo "== scripts/test.sh: wall time of each step, $((now - started)) s in all (the budget: docs/internals/testing.md)" >&2
+  for ((i = 0; i < n; i++)); do
+    next=$now
+    ((i + 1 < n)) && next=${starts[i + 1]}
+    printf '  %5d s  %s\n' "$((next - starts[i]))" "${names[i]%% (*}" >&2
+  done
+}
+finish() {
+  local status=$?
+  [ -z "$envs_pid" ] || kill -- "-$envs_pid" 2>/dev/null || true  # a run that stopped early
+  step_times
+  [ "$quick" = 1 ] || python scripts/matrix_summary.py >&2 || true
+  return "$status"
+}
+trap finish EXIT
+if [ "$quick" = 1 ]; then
+  export GPU_DLPACK_RESULTS="$root/build/quick"
+  rm -rf "$GPU_DLPACK_RESULTS"
+  step "2. the compiled core"
+  python setup.py -q build_ext --inplace
+  step "5. the suite, its sweeps in the short form (--quick)"
+  short_sweeps
+  bash scripts/suite.sh quick -q -p no:cacheprovider "$@"
+  exit 0
+fi
 rm -rf build/matrix
-trap 'python scripts/matrix_summary.py >&2 || true' EXIT
 step "1. peers installed"
-python -c "import torch, jax, cupy, ml_dtypes, array_api_strict, numba, tvm_ffi, mypy"
+python -c "import torch, jax, cupy, ml_dtypes, array_api_strict, numba, tvm_ffi, mypy, xdist"
 step "2. the compiled core"
 python -c "import setuptools" 2>/dev/null || python -m pip install -q setuptools  # not in 3.12+ venvs
 python setup.py -q build_ext --inplace
+# The other environments, made while the next steps run; waited for at step 9.
+mkdir -p build
+# (setsid: a process group of its own, ended whole if the run stops early.)
+setsid bash scripts/envs.sh >build/envs.log 2>&1 &
+envs_pid=$!
 step "3. benchmarks once, bench/steps.py"
 python -m pytest bench --benchmark-disable -q || [ $? -eq 5 ]  # 5: none collected
 python bench/steps.py --repeat 1 --number 10 >/dev/null
@@ -75,24 +122,31 @@ step "6. the gpu tests on the simulated CUDA (scripts/gpu-sim.sh), and the bugs 
 bash scripts/gpu-sim.sh
 bash scripts/inject-bugs.sh
 step "7. the suite without the optional peers"
-GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba,tvm_ffi python -m pytest tests -q
+(
+  short_sweeps
+  GPU_DLPACK_TEST_HIDE=cupy,torch,jax,ml_dtypes,array_api_strict,numba,tvm_ffi bash scripts/suite.sh py3.11-no-peers -q
+)
 step "8. the core under ASan and UBSan (scripts/sanitize.sh --quick)"
 bash scripts/sanitize.sh --quick
-step "9. the suite on the NumPy floor"
+step "9. the other environments made (scripts/envs.sh, build/envs.log)"
+rc=0
+wait "$envs_pid" || rc=$?
+envs_pid=""
+cat build/envs.log >&2
+[ "$rc" -eq 0 ] || { echo "scripts/envs.sh failed ($rc): build/envs.log above" >&2; exit "$rc"; }
+step "9a. the suite on the NumPy floor"
 (
-  export GPU_DLPACK_VENV="$root/.venv-numpy-floor" GPU_DLPACK_LOCK="" GPU_DLPACK_EXTRAS=bf16
-  export GPU_DLPACK_PIP="numpy==1.26.4 pytest hypothesis"
-  source scripts/_venv.sh
-  python -c 'import numpy; assert numpy.__version__ == "1.26.4", numpy.__version__'
-  python -m pytest tests -q
+  source scripts/_envs.sh
+  use_env numpy-floor
+  short_sweeps
+  bash scripts/suite.sh numpy-floor -q
 )
 step "9b. the suite under NumPy 2.2"
 (
-  export GPU_DLPACK_VENV="$root/.venv-numpy-2.2" GPU_DLPACK_LOCK="" GPU_DLPACK_EXTRAS=bf16
-  export GPU_DLPACK_PIP="numpy==2.2.6 pytest hypothesis"
-  source scripts/_venv.sh
-  python -c 'import numpy; assert numpy.__version__ == "2.2.6", numpy.__version__'
-  GPU_DLPACK_EXPECT_CORE=1 python -m pytest tests -q
+  source scripts/_envs.sh
+  use_env numpy-2.2
+  short_sweeps
+  bash scripts/suite.sh numpy-2.2 -q
 )
 step "10. the release artefacts (scripts/release-check.sh)"
 bash scripts/release-check.sh
