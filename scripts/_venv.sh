@@ -9,6 +9,9 @@
 #   GPU_DLPACK_EXTRAS  the package's own extras (e.g. bf16)
 #   GPU_DLPACK_GROUPS  more of pyproject.toml's dependency groups (e.g. mutation)
 #   GPU_DLPACK_PIP     more requirements (e.g. "numpy==1.26.4 pytest")
+#   GPU_DLPACK_CONSTRAIN  non-empty: what is installed is held to the versions
+#                      of requirements/test-py3.X.txt of that interpreter
+#                      (pip's -c), without installing the rest of it
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py="${PYTHON:-python3}"
@@ -26,12 +29,15 @@ fi
 extras="${GPU_DLPACK_EXTRAS:-}"
 groups="${GPU_DLPACK_GROUPS:-}"
 pins="${GPU_DLPACK_PIP:-}"
-stamp="$venv/.gpu_dlpack-$( (cat "$root/pyproject.toml" ${lock:+"$lock"}; echo "$extras|$groups|$pins") | sha1sum | cut -c1-12)"
+constraints=""
+[ -z "${GPU_DLPACK_CONSTRAIN:-}" ] || constraints="$root/requirements/test-py$version.txt"
+stamp="$venv/.gpu_dlpack-$( (cat "$root/pyproject.toml" ${lock:+"$lock"} ${constraints:+"$constraints"}; echo "$extras|$groups|$pins") | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "installing gpu_dlpack${extras:+[$extras]} into $venv${lock:+ from ${lock#"$root"/}} (first run takes a few minutes)" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip  # 25.1+ reads dependency groups
   args=(-e "$root${extras:+[$extras]}")
   [ -z "$lock" ] || args+=(-r "$lock")
+  [ -z "$constraints" ] || args+=(-c "$constraints")
   for g in ${groups//,/ }; do args+=(--group "$root/pyproject.toml:$g"); done
   # shellcheck disable=SC2086  # the pins are separate words
   "$venv/bin/python" -m pip install -q "${args[@]}" $pins
