@@ -16,10 +16,14 @@
 # `test` dependency group):
 #   1. the peers the suite checks against are installed (else their tests
 #      would only skip);
+#   1b. the two NumPy environments (below), made now: their editable
+#      installs build this interpreter's core in place, which no step may be
+#      loading then;
 #   2. the compiled core built in place (gpu_dlpack/_core.pyx and the files
 #      of gpu_dlpack/core/ it includes), which every later step runs on; then
-#      the other environments start being made, in the background
-#      (scripts/envs.sh, logged to build/envs.log);
+#      the other CPythons' environments start being made, in the background
+#      (scripts/envs.sh, logged to build/envs.log; each builds its own
+#      interpreter's core);
 #   3. each benchmark once, and bench/steps.py, as smoke tests (they never rot);
 #   4. mypy on the public API (pyproject.toml's [tool.mypy]), and
 #      mypy --strict on a user's script of the whole API (tests/typing_usage.py);
@@ -98,13 +102,21 @@ fi
 rm -rf build/matrix
 step "1. peers installed"
 python -c "import torch, jax, cupy, ml_dtypes, array_api_strict, numba, tvm_ffi, mypy, xdist"
+step "1b. the NumPy environments (scripts/envs.sh)"
+# Made before the core is built, not beside the steps that load it: each
+# installs the package in editable mode, which builds CPython 3.11's core
+# in place again, the file every later step of this interpreter loads.
+mkdir -p build
+bash scripts/envs.sh numpy-floor numpy-2.2 >build/envs-numpy.log 2>&1 ||
+  { grep -v "^WARNING: Location" build/envs-numpy.log | tail -n 60 >&2; exit 1; }
 step "2. the compiled core"
 python -c "import setuptools" 2>/dev/null || python -m pip install -q setuptools  # not in 3.12+ venvs
 python setup.py -q build_ext --inplace
-# The other environments, made while the next steps run; waited for at step 9.
-mkdir -p build
-# (setsid: a process group of its own, ended whole if the run stops early.)
-setsid bash scripts/envs.sh >build/envs.log 2>&1 &
+# The other CPythons' environments, made while the next steps run (each
+# builds its own interpreter's core, a file of its own); waited for at
+# step 9. (setsid: a process group of its own, ended whole if the run stops.)
+mapfile -t others < <(source scripts/_envs.sh && env_names | grep "^py")
+setsid bash scripts/envs.sh "${others[@]}" >build/envs.log 2>&1 &
 envs_pid=$!
 step "3. benchmarks once, bench/steps.py"
 python -m pytest bench --benchmark-disable -q || [ $? -eq 5 ]  # 5: none collected
@@ -128,12 +140,17 @@ step "7. the suite without the optional peers"
 )
 step "8. the core under ASan and UBSan (scripts/sanitize.sh --quick)"
 bash scripts/sanitize.sh --quick
-step "9. the other environments made (scripts/envs.sh, build/envs.log)"
+step "9. the other CPythons' environments made (scripts/envs.sh, build/envs.log)"
 rc=0
 wait "$envs_pid" || rc=$?
 envs_pid=""
-cat build/envs.log >&2
-[ "$rc" -eq 0 ] || { echo "scripts/envs.sh failed ($rc): build/envs.log above" >&2; exit "$rc"; }
+# (pip's notes on this machine's index configuration left out)
+if [ "$rc" -ne 0 ]; then
+  grep -v "^WARNING: Location" build/envs.log | tail -n 60 >&2
+  echo "scripts/envs.sh failed ($rc): the end of build/envs.log above" >&2
+  exit "$rc"
+fi
+grep "^envs: " build/envs.log >&2 || true
 step "9a. the suite on the NumPy floor"
 (
   source scripts/_envs.sh
