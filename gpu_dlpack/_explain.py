@@ -112,17 +112,23 @@ class Match:
     excerpt: str
 
     @property
+    def _fields(self) -> dict:
+        # A group the text did not give (a message quoted without its
+        # optional tail) is shown as <name>, never as an unfilled {name}.
+        return {**{name: f"<{name}>" for name in self.entry.pattern.groupindex}, **self.groups}
+
+    @property
     def meaning(self) -> str:
-        return fill(self.entry.meaning, self.groups)
+        return fill(self.entry.meaning, self._fields)
 
     @property
     def remedies(self) -> list:
-        return [fill(r, self.groups) for r in self.entry.remedies]
+        return [fill(r, self._fields) for r in self.entry.remedies]
 
     @property
     def avoid(self) -> dict:
         """The gpu_dlpack call that avoids the error, with its example, filled."""
-        return {k: fill(v, self.groups) for k, v in self.entry.avoid.items()}
+        return {k: fill(v, self._fields) for k, v in self.entry.avoid.items()}
 
     @property
     def id(self) -> str:

@@ -1167,3 +1167,22 @@ def test_the_floor_remedy_serves_the_one_consumer_and_leaves_the_process_floor(e
     assert gpu_dlpack.MIN_DLPACK_VERSION == before == (0, 5)
     with pytest.raises(BufferError, match="below"):
         OldConsumer.from_dlpack(gpu_dlpack.wrap(names["j"]))
+
+
+@pytest.mark.parametrize("text, groups", [
+    # the seed's message as users quote it: its tail left out
+    ("BufferError: JAX does not support any version below (0, 5)", {"floor": "0, 5"}),
+    ("BufferError: JAX does not support any version below (0, 5) but version (...) was requested.",
+     {"floor": "0, 5"}),
+    ("BufferError: JAX does not support any version below (0, 5) but version ((0, 4)) was requested.",
+     {"floor": "0, 5", "major": "0", "minor": "4"}),
+    ("JAX does not support any version below (0, 5) but version (0, 4) was requested",
+     {"floor": "0, 5", "major": "0", "minor": "4"}),
+])
+def test_the_seed_message_is_explained_with_or_without_its_tail(text, groups):
+    (m,) = [m for m in gpu_dlpack.explain(text) if m.id == "jax-version-floor"]
+    assert m.groups == groups
+    # What the text did not give is named, never left as an unfilled field.
+    shown = " ".join([m.meaning, *m.remedies, *m.avoid.values()])
+    assert "{major}" not in shown and "{minor}" not in shown
+    assert ("<major>" in shown) == ("major" not in groups)
