@@ -334,12 +334,22 @@ def not_dlpack(obj, chunks=None) -> NotDLPackError:
 
 # -- exchange rules ---------------------------------------------------------
 
-def readonly_legacy() -> ReadOnlyError:
+def readonly_legacy(askers=()) -> ReadOnlyError:
+    # askers: the loaded libraries whose from_dlpack asks for legacy capsules
+    # itself (_peers.legacy_askers): their caller can neither ask for a
+    # versioned capsule nor have the copy made, and converts instead.
+    through = ""
+    if askers:
+        names = ", ".join(askers)
+        through = (
+            f" If a library's from_dlpack made the request ({names} asks for legacy capsules itself), "
+            f"convert instead: gpu_dlpack.convert(x, {askers[0]!r}) gives it the data in a form it can hold."
+        )
     return ReadOnlyError(
         "cannot export a read-only array as a legacy 'dltensor' capsule: that "
         "format cannot say the data must not be written. Remedies: ask for a "
         "versioned capsule with max_version=(1, 0), or pass copy=True to export "
-        "a writeable copy."
+        "a writeable copy." + through
     )
 
 

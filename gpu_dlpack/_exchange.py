@@ -297,7 +297,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     if not want_versioned:
         if read_only:
             _capsule.discard(capsule, versioned)
-            raise _errors.readonly_legacy()
+            raise _errors.readonly_legacy(_peers.legacy_askers())
         if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
             return core.rebuild(capsule, versioned, header, False, False)
         return capsule

@@ -509,6 +509,19 @@ def active_faults(peer: Peer | None, version: str | None) -> frozenset:
     return _in_range(peer.faults, version)
 
 
+def legacy_askers() -> tuple:
+    """The names of the loaded libraries (already imported: none is imported
+    here) whose ``from_dlpack`` asks for legacy capsules only, at their
+    installed version: a consumer that makes the request itself, so that
+    its caller cannot ask for a versioned capsule instead."""
+    found = []
+    for peer in PEERS:
+        module = sys.modules.get(peer.module)
+        if module is not None and "legacy-only" in active_faults(peer, getattr(module, "__version__", None)):
+            found.append(peer.name)
+    return tuple(found)
+
+
 def _in_range(faults, version) -> frozenset:
     have = release(version)
     return frozenset(fault.id for fault in faults if not have or (

@@ -18,7 +18,7 @@ import mmap
 
 import numpy as np
 
-from . import _capsule, _dtypes, _errors, _handoff, _rules, _streams
+from . import _capsule, _dtypes, _errors, _handoff, _peers, _rules, _streams
 from ._producer import ask_instance, asking
 from ._backends import cupy_backend, numpy_backend
 from ._devices import CPU, Device, DLDeviceType, cupy_is_rocm
@@ -241,7 +241,7 @@ class Lent:
             _handoff.handoff(waits_on, consumer, self.device.index)
         versioned = max_version is not None and max_version[0] >= 1
         if info["readonly"] and not versioned:
-            raise _errors.readonly_legacy()
+            raise _errors.readonly_legacy(_peers.legacy_askers())
         view = self._view
         if view is None:
             view = self._view = host_array(info, self.obj)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import _errors, _versions
+from . import _errors, _peers, _versions
 from ._devices import CPU, Device, DLDeviceType, HOST_ACCESSIBLE
 
 _T = DLDeviceType
@@ -140,7 +140,7 @@ def plan_export(
         needs_copy = True
     read_only = not needs_copy and readonly is not False
     if not versioned and not needs_copy and readonly is True:
-        raise _errors.readonly_legacy()
+        raise _errors.readonly_legacy(_peers.legacy_askers())
     if max_version is not None:
         _versions.check_describable(max_version, code, target.type)
     if bits < 8 and (not versioned or max_version < _versions.SUBBYTE_PADDED_SINCE):

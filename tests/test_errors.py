@@ -167,3 +167,24 @@ def test_a_library_name_convert_cannot_import_gets_what_was_meant(to, meant):
     assert message.startswith(f"convert(x, {to!r}): no module named {to!r} can be imported here")
     assert (meant in message) if meant else ("Did you mean" not in message), message
     assert gpu_dlpack.explain(info.value)[0].id == "gpu_dlpack-convert-not-importable"
+
+
+def test_a_read_only_legacy_refusal_names_convert_for_a_consumer_that_asks_for_legacy_capsules_itself(jax):
+    # JAX before 0.12 asks for legacy capsules itself: its caller can neither
+    # ask for a versioned capsule nor pass copy=True, so the refusal names
+    # what the caller can do, convert(x, "jax"), and that works.
+    from gpu_dlpack import _errors, _peers
+
+    assert "convert" not in str(_errors.readonly_legacy())
+    legacy = "legacy-only" in _peers.active_faults(_peers.by_name("jax"), jax.__version__)
+    assert ("jax" in _peers.legacy_askers()) == legacy
+    readonly = np.arange(3.0)
+    readonly.flags.writeable = False
+    for x in (jax.numpy.arange(3.0), readonly):
+        if not legacy:  # JAX 0.12 and later ask for a versioned capsule: no refusal
+            assert jax.dlpack.from_dlpack(gpu_dlpack.wrap(x)).tolist() == [0.0, 1.0, 2.0]
+            continue
+        with pytest.raises(gpu_dlpack.ReadOnlyError, match=r"jax asks for legacy capsules itself\), convert "
+                           r"instead: gpu_dlpack\.convert\(x, 'jax'\)"):
+            jax.dlpack.from_dlpack(gpu_dlpack.wrap(x))
+        assert gpu_dlpack.convert(x, "jax").tolist() == [0.0, 1.0, 2.0]

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .. import _capsule, _dtypes, _errors
+from .. import _capsule, _dtypes, _errors, _peers
 from .._versions import DLPACK_VERSION
 from . import _old_numpy
 
@@ -99,7 +99,7 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
             flags |= _capsule.IS_COPIED
         if not plan.versioned:
             if plan.read_only:
-                raise _errors.readonly_legacy()
+                raise _errors.readonly_legacy(_peers.legacy_askers())
             capsule = view.__dlpack__()
             if dtype.carrier is not None:
                 _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
