@@ -536,11 +536,17 @@ def subinterpreter() -> ImportError:
     )
 
 
-def core_not_loaded(module, exc) -> ImportError:
+def core_not_loaded(module, exc, shadowed=None) -> ImportError:
+    # shadowed: where an installed gpu_dlpack lies that this one hides.
+    hides = "" if shadowed is None else (
+        f" This gpu_dlpack was imported from a folder on sys.path before the one installed at {shadowed} "
+        "(Python started in a clone's root imports the clone): start Python from another folder to use "
+        "the installed one, or build the core in the clone."
+    )
     return ImportError(
         f"gpu_dlpack's compiled core ({module}) is not built or does not load here ({exc}), and "
-        "gpu_dlpack has no other implementation. Install a wheel built for this platform and Python, "
-        "which carries the core (docs/install.md lists them), or build it from source, which needs a C "
+        "gpu_dlpack has no other implementation." + hides + " Install a wheel built for this platform and "
+        "Python, which carries the core (docs/install.md lists them), or build it from source, which needs a C "
         "compiler and the Python headers: pip install . in a clone (python setup.py build_ext --inplace "
         "to use the clone where it is)."
     )

@@ -60,3 +60,21 @@ def test_this_interpreter_is_one_the_package_claims():
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
         claimed = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', f.read())
     assert "%d.%d" % sys.version_info[:2] in claimed, claimed
+
+
+def test_a_source_tree_without_its_core_says_it_hides_the_installed_package(tmp_path):
+    # Python started in a clone's root imports the clone: when its core is
+    # not built, the ImportError says which installed gpu_dlpack it hides.
+    import shutil
+
+    import gpu_dlpack
+
+    installed = os.path.dirname(os.path.realpath(gpu_dlpack.__file__))
+    shutil.copytree(installed, tmp_path / "gpu_dlpack",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__", "_core.c"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", "import gpu_dlpack"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"before the one installed at {installed} (Python started in a clone's root" in done.stderr, done.stderr
+    assert "No module named 'gpu_dlpack._core'" in done.stderr
