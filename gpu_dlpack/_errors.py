@@ -340,10 +340,12 @@ def readonly_legacy(askers=()) -> ReadOnlyError:
     # versioned capsule nor have the copy made, and converts instead.
     through = ""
     if askers:
-        names = ", ".join(askers)
+        who = (f"{askers[0]} asks for legacy capsules itself" if len(askers) == 1 else
+               f"{', '.join(askers[:-1])} and {askers[-1]} ask for legacy capsules themselves")
+        calls = " or ".join(f"gpu_dlpack.convert(x, {name!r})" for name in askers)
         through = (
-            f" If a library's from_dlpack made the request ({names} asks for legacy capsules itself), "
-            f"convert instead: gpu_dlpack.convert(x, {askers[0]!r}) gives it the data in a form it can hold."
+            f" If a library's from_dlpack made the request ({who}), convert instead: {calls} gives it "
+            "the data in a form it can hold."
         )
     return ReadOnlyError(
         "cannot export a read-only array as a legacy 'dltensor' capsule: that "
