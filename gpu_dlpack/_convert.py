@@ -587,6 +587,14 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             return result
         why = f"handed over as a {c.name} tensor, not by DLPack: {c.name} {_peers.FAULTS['nested-import-deadlock'][0]}"
         return Conversion(result, c.name, c.version, False, None, False, ("nested-import-deadlock",), (why,))
+    if (copy is not True and device is None and required is _NOTHING_REQUIRED and _peers.export_facts(t).read_only
+            and getattr(_peers.of_array_type(t), "name", "") == c.name):
+        # An immutable array of the consumer's own library (JAX's): any
+        # exchange would give the consumer this array again, or a copy.
+        if not report:
+            return x
+        why = f"returned as it is: a {c.name} array, and {c.name}'s arrays are immutable"
+        return Conversion(x, c.name, c.version, False, None, False, (), (why,))
     target = None if device is None else Device(device)
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
     served: Any = None  # a Served wherever the consumer imports from it or a report reads it

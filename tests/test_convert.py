@@ -690,3 +690,17 @@ def test_the_guide_lists_every_producer_fault_of_the_table():
     for libs, fault in re.findall(r"^\| ([\w, ]+) \| `([\w-]+)`", section, re.M):
         rows |= {(lib.strip(), fault) for lib in libs.split(",")}
     assert rows == {(p.name, f.id) for p in _peers.PEERS for f in p.export_faults}
+
+
+def test_an_immutable_jax_array_converted_to_jax_is_returned_as_it_is(jax):
+    j = jax.numpy.arange(4.0)
+    assert gpu_dlpack.convert(j, "jax") is j
+    done = gpu_dlpack.convert(j, "jax", report=True)
+    assert done.array is j and done.copied is False and done.reasons == (
+        "returned as it is: a jax array, and jax's arrays are immutable",)
+    # What asks for a copy still gets one.
+    copied = gpu_dlpack.convert(j, "jax", copy=True)
+    assert copied is not j and copied.tolist() == j.tolist()
+    # Another library's array is exchanged, as before.
+    a = np.arange(4.0)
+    assert gpu_dlpack.convert(a, "jax").tolist() == a.tolist()
