@@ -25,8 +25,10 @@ def _shadowed() -> str | None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rest = [p for p in sys.path if os.path.realpath(os.path.abspath(p or os.curdir)) != os.path.realpath(here)]
     spec = PathFinder.find_spec(__package__, rest)
-    found = None if spec is None or not spec.submodule_search_locations else list(spec.submodule_search_locations)[0]
-    return None if found is None or os.path.realpath(found) == os.path.realpath(os.path.join(here, __package__)) else found
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = os.path.realpath(list(spec.submodule_search_locations)[0])
+    return None if found == os.path.realpath(os.path.join(here, __package__)) else found
 
 
 try:
