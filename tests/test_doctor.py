@@ -817,3 +817,24 @@ def test_the_address_of_a_read_only_numpy_import_is_read():
     got = np.from_dlpack(gpu_dlpack.wrap(src))
     assert _measure._pointer(got) == got.ctypes.data == src.ctypes.data
     assert _probes._consumer_unaligned(np.from_dlpack) is True
+
+
+def test_the_doctors_child_probes_keep_jax_on_the_cpu(monkeypatch):
+    # A child cannot open an accelerator the parent holds (a TPU, libtpu's
+    # lock file): it probes host memory with JAX on the CPU, whatever the
+    # parent's JAX_PLATFORMS.
+    import subprocess
+
+    from gpu_dlpack.doctor import _faults
+
+    seen = {}
+
+    def popen(args, **kwargs):
+        seen.update(kwargs["env"])
+        raise OSError("not started")
+
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(OSError, match="not started"):
+        _faults._spawn([])
+    assert seen["JAX_PLATFORMS"] == "cpu"

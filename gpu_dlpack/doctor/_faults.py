@@ -91,7 +91,11 @@ _CODE = "import json, sys; from gpu_dlpack.doctor._faults import _child; _child(
 
 
 def _spawn(units: list):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    # The child probes host memory only: JAX is kept on the CPU there, off
+    # an accelerator the parent may hold (a TPU is one process's at a time:
+    # libtpu's lock file), so that no finding comes from the child failing
+    # to open it.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JAX_PLATFORMS="cpu")
     return subprocess.Popen(
         [sys.executable, "-c", _CODE, json.dumps(units)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True, env=env,
