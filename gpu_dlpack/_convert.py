@@ -602,7 +602,19 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         # Where gpu_dlpack lands the data (NumPy, CuPy; Numba over CuPy), its
         # from_dlpack asks for the caller's device, copy and stream.
         asked = (target, copy, handle) if c.lands is None else (None, None, None)
-        served = Served(x, c, *asked, on_readonly, required)
+        try:
+            served = Served(x, c, *asked, on_readonly, required)
+        except BufferError:
+            hosted = _hosted_by_its_producer(x, copy)
+            if hosted is None:
+                raise
+            result = _convert(hosted, c, device, None, stream, on_readonly, report, required)
+            if not report:
+                return result
+            why = ("copied to the host by its producer: it does not say where its data is (an accelerator "
+                   "DLPack cannot reach), and gpu_dlpack copied that copy, writeable, for the consumer")
+            return Conversion(result.array, result.library, result.version, True, "gpu_dlpack",
+                              result.shared_readonly, result.faults, (why, *result.reasons))
     if c.lands is not None:
         where = target
         if c.lands == "gpu":
@@ -646,6 +658,20 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
                 raise served.refused from None  # the layer's own refusal, whatever the consumer made of it
             raise
     return _reported(result, c, served.record if served is not None else None, copy, report)
+
+
+def _hosted_by_its_producer(x, copy):
+    """A writeable host copy of ``x`` whose producer does not say where its
+    data is (JAX's ``__dlpack_device__`` on a TPU refuses), made by asking
+    it for the host (``from_dlpack``'s ``device="cpu"``); None when ``x``
+    names its device (the refusal was another one)."""
+    try:
+        Device.of(x)
+    except BufferError:
+        return from_dlpack(x, device=CPU, copy=True if copy is not False else False)
+    except Exception:
+        return None
+    return None
 
 
 def _reported(result, c: Consumer, record, copy, report):

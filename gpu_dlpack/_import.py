@@ -163,9 +163,9 @@ def from_dlpack(
     try:
         try:
             source = Device.of(x)  # a producer that answers no device is named
-        except BufferError:
+        except BufferError as refused:
             if not _shards.spread(x):
-                raise
+                return _host_copy(x, device, copy, stream, refused)
             # Spread over several devices: its replica on the device asked for
             # (zero-copy where the rules allow), else one gather onto that device.
             target = None if device is None else Device(device)
@@ -297,6 +297,27 @@ def host_refused_import(x, error):
 # unknown quality needs. type -> the NumPy dtypes, or None.
 _DIRECT: dict = {}
 _np_from_dlpack = np.from_dlpack
+
+
+def _host_copy(x, device, copy, stream, refused):
+    """``x`` whose ``__dlpack_device__`` refused (``refused``: JAX's on a
+    TPU, whose memory DLPack cannot reach): where the caller asked for the
+    host, the producer is asked for a copy there (``dl_device=(1, 0)``, as
+    ``numpy.from_dlpack(x, device="cpu")`` asks), imported as any capsule;
+    else the producer's refusal."""
+    target = None if device is None else Device(device)
+    if target != CPU and not (target is None and copy is True):
+        # Asked for nothing that needs the host: the producer's refusal as
+        # it is, alike on every entry (explain's entry for JAX's gives the
+        # remedy, device="cpu").
+        raise refused
+    if copy is False:
+        raise _errors.copy_forbidden("the device its producer does not name", CPU,
+                                     "the producer copies its data to the host") from refused
+    capsule, _ = request(x, max_version=_versions.DLPACK_VERSION, dl_device=CPU.dlpack, copy=True)
+    # A copy the producer made at this request: imported as any capsule (a
+    # legacy one read-only unless the caller asked for a copy of it too).
+    return _from_capsule(capsule, CPU, copy, stream)
 
 
 def _from_capsule(capsule, device, copy, stream):

@@ -469,3 +469,34 @@ class KeywordDeviceProducer:
 
     def __dlpack_device__(self):
         return self.device
+
+
+class AcceleratorProducer:
+    """A producer of an array on an accelerator DLPack cannot reach, as JAX
+    0.10.2's arrays on a TPU v5e behave (measured there: docs/internals/
+    testing.md, "The TPU check"): ``__dlpack_device__`` raises BufferError
+    naming the platform; ``__dlpack__`` raises JAX's runtime error (a
+    RuntimeError) unless asked for ``dl_device=(1, 0)``, where it copies the
+    data to the host and answers a legacy capsule of the copy, whatever
+    ``max_version`` asks; with ``copy=False`` there it raises ValueError. It
+    records each request."""
+
+    def __init__(self, values=None):
+        self.values = np.arange(6.0).reshape(2, 3) if values is None else np.asarray(values)
+        self.requests = []
+        self.copies = []
+
+    def __dlpack_device__(self):
+        raise BufferError("__dlpack__ device only supported for CPU and GPU, got platform: tpu")
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.requests.append({"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy})
+        if dl_device is None or tuple(int(v) for v in dl_device) != (1, 0):
+            raise RuntimeError("INVALID_ARGUMENT: Device TPU_0(process=0,(0,0,0,0)) cannot be used as a DLPack device.")
+        if copy is False:
+            raise ValueError("Specified device=CpuDevice(id=0) which requires a copy since the source device is "
+                             "TpuDevice(id=0), however copy=False. Set copy=True or copy=None to perform the "
+                             "requested operation.")
+        host = self.values.copy()
+        self.copies.append(host)
+        return host.__dlpack__()

@@ -1,0 +1,87 @@
+"""Arrays on an accelerator DLPack cannot reach: a producer whose
+``__dlpack_device__`` refuses (JAX's arrays on a TPU), stood in for by
+``tests.capsules.AcceleratorProducer``, which behaves as JAX 0.10.2 on a TPU
+v5e was measured to (docs/internals/testing.md, "The TPU check";
+``scripts/tpu-check.sh`` runs the same on the real chip). Asked for the host,
+the layer asks the producer for a copy there (``dl_device=(1, 0)``); asked
+for nothing, it refuses with that remedy."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+
+from .capsules import AcceleratorProducer
+
+VALUES = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+@pytest.mark.parametrize("how", [dict(device="cpu"), dict(copy=True), dict(device="cpu", copy=True),
+                                 dict(device=(1, 0))])
+def test_asked_for_the_host_the_producer_is_asked_for_a_copy_there(how):
+    p = AcceleratorProducer()
+    a = gpu_dlpack.from_dlpack(p, **how)
+    assert a.tolist() == VALUES and len(p.copies) == 1
+    assert p.requests[-1]["dl_device"] == (1, 0) and p.requests[-1]["copy"] is True
+    # The producer's copy comes in a legacy capsule, which cannot say its
+    # data may be written: read-only, unless a copy was asked for, which is
+    # the layer's own, writeable.
+    if how.get("copy"):
+        assert a.flags.writeable and a.ctypes.data != p.copies[-1].ctypes.data
+    else:
+        assert not a.flags.writeable and a.ctypes.data == p.copies[-1].ctypes.data
+
+
+def test_asked_for_nothing_the_producers_refusal_goes_on_and_explain_gives_the_host_remedy():
+    # As on every other entry (export, wrap): the producer's own refusal.
+    p = AcceleratorProducer()
+    with pytest.raises(BufferError, match=r"^__dlpack__ device only supported for CPU and GPU, got platform: "
+                       r"tpu$") as err:
+        gpu_dlpack.from_dlpack(p)
+    assert not p.requests  # nothing was asked of the producer
+    (m,) = gpu_dlpack.explain(err.value)
+    assert m.id == "jax-platform-unsupported" and "gpu_dlpack.from_dlpack(j, device='cpu')" in m.remedies[0]
+
+
+def test_copy_false_to_the_host_is_refused_before_the_producer_is_asked():
+    p = AcceleratorProducer()
+    with pytest.raises(gpu_dlpack.CopyRequiredError, match="needs a copy"):
+        gpu_dlpack.from_dlpack(p, device="cpu", copy=False)
+    assert not p.requests
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "array_api_strict"])
+def test_convert_brings_it_to_any_host_library_through_the_producers_host_copy(to, torch, xp_strict):
+    p = AcceleratorProducer()
+    done = gpu_dlpack.convert(p, to, report=True)
+    assert [[float(v) for v in row] for row in np.asarray(done.array).tolist()] == VALUES
+    assert p.requests and all(r["dl_device"] == (1, 0) for r in p.requests)
+    if to != "numpy":
+        assert done.copied and done.reasons[0].startswith("copied to the host by its producer")
+        # A writeable copy of the layer's, never a writeable view of the
+        # producer's read-only copy.
+        copy = p.copies[-1]
+        assert all(np.asarray(done.array).ctypes.data != c.ctypes.data for c in [copy])
+    del done
+    gc.collect()
+
+
+def test_convert_with_copy_false_is_refused(torch):
+    with pytest.raises(gpu_dlpack.CopyRequiredError):
+        gpu_dlpack.convert(AcceleratorProducer(), "torch", copy=False)
+
+
+def test_a_refusal_of_another_kind_is_not_taken_for_an_unnamed_device(torch):
+    class Broken:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise BufferError("the producer's own refusal")
+
+    with pytest.raises(BufferError, match="the producer's own refusal"):
+        gpu_dlpack.from_dlpack(Broken())
+    with pytest.raises(BufferError, match="the producer's own refusal"):
+        gpu_dlpack.convert(Broken(), "torch")
