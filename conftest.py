@@ -50,14 +50,6 @@ if SIMCUDA:  # CuPy's pool tells the checker what it takes back (on the main thr
     _simcuda.watch_pool()
 
 
-def pytest_itemcollected(item):
-    # Under pytest-xdist (--dist loadgroup), the tests marked serial run on
-    # one worker, one after another: never beside each other. (Marked as
-    # each is collected: xdist reads the groups in its own modifyitems.)
-    if item.get_closest_marker("serial") is not None:
-        item.add_marker(pytest.mark.xdist_group("serial"))
-
-
 def pytest_collection_modifyitems(config, items):
     if _OLD_NUMPY:
         for item in items:

@@ -668,7 +668,7 @@ def _hosted_by_its_producer(x, copy):
     try:
         Device.of(x)
     except BufferError:
-        return from_dlpack(x, device=CPU, copy=True if copy is not False else False)
+        return from_dlpack(x, device=CPU, copy=copy is not False)
     except Exception:
         return None
     return None
