@@ -161,3 +161,21 @@ def jax_x64(jax, on):
     import jax.experimental
 
     return jax.experimental.enable_x64() if on else jax.experimental.disable_x64()
+
+
+def without_peers(env=None) -> dict:
+    """The environment of a child ``python -m gpu_dlpack`` that runs with
+    NumPy alone: every other library of ``_peers`` hidden from import
+    (tests/hide), for a test of what the command does with its output,
+    which probing every peer (15 to 25 s a doctor) would only slow."""
+    import os
+
+    from gpu_dlpack import _peers
+
+    env = dict(os.environ if env is None else env)
+    hide = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hide")
+    hidden = [n for n in env.get("GPU_DLPACK_TEST_HIDE", "").split(",") if n]
+    hidden += [peer.module for peer in _peers.PEERS if peer.module != "numpy"]
+    env["GPU_DLPACK_TEST_HIDE"] = ",".join(dict.fromkeys(hidden))
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [hide, *env.get("PYTHONPATH", "").split(os.pathsep)])))
+    return env
