@@ -55,7 +55,6 @@ check_platform(sys.byteorder, sys.maxsize)
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 _MAX_NDIM = 64
-_DEVICE_TYPES = frozenset(int(t) for t in DLDeviceType)
 
 
 @dataclass(frozen=True, init=False)
@@ -308,7 +307,7 @@ def _check_readable(ndim: int, shape_p: int, device_type: int, device_id: int) -
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    if device_type not in _DEVICE_TYPES or device_id < 0:
+    if device_type < 1 or device_id < 0:  # from 1 up, every type is a device (DLDeviceType)
         raise _errors.malformed(f"no DLPack device is (device_type={device_type}, device_id={device_id})")
 
 

@@ -149,25 +149,21 @@ def set_dtypes(known, numpy_dtypes, plain):
     told |= TOLD_DTYPES
 
 
-def set_devices(device_types, host_types, cpu_device, device_class):
-    """The devices: the device types, the host ones, the CPU, the Device class.
+def set_devices(host_types, cpu_device, device_class):
+    """The devices: the host ones, the CPU, the Device class (every device
+    type from 1 up is a device).
 
-    device_types: the DLPack device types (_devices.DLDeviceType);
     host_types: those whose memory the core's NumPy imports take;
     cpu_device: the CPU as a Device; device_class: what makes the Device of
     a (type, id) pair."""
     global told
-    cdef uint64_t types = 0, host = 0
+    cdef uint64_t host = 0
     cdef int t, i
-    for t in device_types:
-        if 0 <= t < 64:
-            types |= 1ULL << t
     for t in host_types:
         if 0 <= t < 64:
             host |= 1ULL << t
     cpu_dlpack = cpu_device.dlpack
-    state.device_types = types
-    state.host_types = host & types
+    state.host_types = host
     _hold(&state.cpu_device, cpu_device)
     _hold(&state.cpu_dlpack, cpu_dlpack)
     _hold(&state.device_class, device_class)

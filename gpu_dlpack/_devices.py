@@ -20,13 +20,18 @@ from ._typing import DeviceLike
 class DLDeviceType(enum.IntEnum):
     """DLPack ``DLDeviceType`` codes, as ``dlpack.h`` numbers them.
 
-    An ``enum.IntEnum``: each member is the int DLPack uses.
+    An ``enum.IntEnum``: each member is the int DLPack uses. DLPack adds
+    device types without a new version (adding to an enum keeps its ABI),
+    so every code from 1 to 2**31 - 1 is a device type: one ``dlpack.h``
+    does not name yet is a member named by its number.
 
     Examples
     --------
     >>> from gpu_dlpack import DLDeviceType
-    >>> DLDeviceType.CUDA == 2, DLDeviceType(13).name
-    (True, 'CUDA_MANAGED')
+    >>> DLDeviceType.CUDA == 2, DLDeviceType(13).name, DLDeviceType(19).name
+    (True, 'CUDA_MANAGED', 'TPU')
+    >>> DLDeviceType(40).name, DLDeviceType(40) == 40
+    ('40', True)
     """
 
     CPU = 1
@@ -45,6 +50,20 @@ class DLDeviceType(enum.IntEnum):
     HEXAGON = 16
     MAIA = 17
     TRN = 18
+    TPU = 19
+    TPU_HOST = 20
+    ASCEND = 21
+
+    @classmethod
+    def _missing_(cls, value):
+        # A code no release of dlpack.h here names: a member named by its
+        # number, made once. Not a code: 0, negatives, past an int32.
+        if type(value) is not int or not 0 < value <= 2**31 - 1:
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = str(value)
+        member._value_ = value
+        return cls._value2member_map_.setdefault(value, member)
 
 
 #: Memory the host can read and write directly: an array here can become a
@@ -74,7 +93,7 @@ for _t in DLDeviceType:
 
 _FORMS = (
     "'cpu', 'cuda', 'cuda:N', 'rocm:N', 'cuda_host', 'cuda_managed', 'rocm_host', "
-    "any DLDeviceType name in lower case (with ':N'), a (device_type, device_id) "
+    "any DLDeviceType name in lower case or number (with ':N'), a (device_type, device_id) "
     "tuple such as (2, 0), a DLDeviceType, a torch.device, a cupy.cuda.Device, "
     "a JAX device or an array-api-strict Device"
 )
@@ -269,6 +288,11 @@ def _from_tuple(spec):
 def _from_string(spec):
     name, sep, rest = spec.strip().lower().partition(":")
     types = _NAMES.get(name)
+    if types is None and name.isdigit() and name.isascii():
+        try:  # a device type named by its number: '40:0'
+            types = (DLDeviceType(int(name)),) * 2
+        except ValueError:
+            pass
     if types is None:
         raise _errors.bad_device(spec, _FORMS)
     dtype = types[1] if types[0] != types[1] and cupy_is_rocm() else types[0]
@@ -306,6 +330,8 @@ def _from_peer(dev, form):
     if named is None:
         raise _errors.bad_device(dev, _FORMS + f" ({form.says} {kind!r} has no DLPack type)")
     index = next((i for i in (getattr(dev, name, None) for name in form.index) if i is not None), 0)
+    if named not in ("gpu", "rocm"):
+        return DLDeviceType[named.upper()], int(index)
     rocm = named == "rocm" or (cupy_is_rocm() if form.rocm is None else form.rocm(dev))
     return (DLDeviceType.ROCM if rocm else DLDeviceType.CUDA), int(index)
 

@@ -23,7 +23,7 @@ CODE_NAMES = {
     6: "bool", 7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz",
     10: "float8_e4m3fn", 11: "float8_e4m3fnuz", 12: "float8_e5m2",
     13: "float8_e5m2fnuz", 14: "float8_e8m0fnu", 15: "float6_e2m3fn",
-    16: "float6_e3m2fn", 17: "float4_e2m1fn",
+    16: "float6_e3m2fn", 17: "float4_e2m1fn", 18: "bcomplex",
 }
 
 # ml_dtypes name -> (code, bits). Bits below 8 are stored one per byte
@@ -31,7 +31,7 @@ CODE_NAMES = {
 # names of their DLPack codes, with their bits in the name.
 ML_DTYPES = {
     "bfloat16": (BFLOAT, 16),
-    **{name: (code, int(name[5])) for code, name in CODE_NAMES.items() if code > BOOL},
+    **{name: (code, int(name[5])) for code, name in CODE_NAMES.items() if code > BOOL and name.startswith("float")},
     "int4": (INT, 4),
     "uint4": (UINT, 4),
     "int2": (INT, 2),

@@ -371,11 +371,30 @@ def unreachable(source, target, why="") -> DeviceUnreachableError:
     )
 
 
-def no_backend(device) -> DeviceUnreachableError:
+def no_backend(device, gpu: bool = True) -> DeviceUnreachableError:
+    """No backend here holds arrays on ``device``; ``gpu``: a GPU's memory
+    (CuPy would), else another accelerator's (a TPU, Vulkan), which only
+    its own library reaches."""
+    if not gpu:
+        return DeviceUnreachableError(
+            f"no backend can hold an array on {device}: gpu_dlpack moves the memory of the CPU and of "
+            "CUDA and ROCm GPUs only. Ask the array's own library for a copy on the host, then exchange "
+            "that: gpu_dlpack.from_dlpack(x, device='cpu') or numpy.from_dlpack(x, device='cpu') ask "
+            "its producer for one (x.__dlpack__(dl_device=(1, 0))); JAX's jax.device_get(x) makes one. "
+            "To put data there, hand it to a library that places it itself: convert(x, 'jax', "
+            "device=jax.devices()[0])."
+        )
     return DeviceUnreachableError(
         f"no backend can hold an array on {device}: gpu_dlpack needs CuPy and a "
         f"working GPU for that. Install the CuPy that fits your GPU (pip install {_CUPY_WHEELS}; "
         "from a gpu_dlpack clone, pip install '.[cuda12]' does the same), or ask for device='cpu'."
+    )
+
+
+def placed_by_consumer(device, library) -> DeviceUnreachableError:
+    return DeviceUnreachableError(
+        f"gpu_dlpack cannot place an array on {device}, but {library} can: pass {library}'s own device object "
+        f"as device= (for JAX, one of jax.devices()), and {library} places the data there."
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import _errors, _peers, _versions
-from ._devices import CPU, Device, DLDeviceType, HOST_ACCESSIBLE
+from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, HOST_ACCESSIBLE
 
 _T = DLDeviceType
 
@@ -134,7 +134,8 @@ def plan_export(
     if not zero_copy(source, target, addressable):
         check_move(source, target)
         if not can_copy_to(source, target):
-            raise _errors.no_backend(target if target.type != _T.CPU else source)
+            far = target if target.type != _T.CPU else source
+            raise _errors.no_backend(far, far.type in DEVICE_ACCESSIBLE)
         if copy is False:
             raise _errors.copy_forbidden(source, target, "the data is not addressable there")
         needs_copy = True

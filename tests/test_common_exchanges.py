@@ -292,7 +292,7 @@ def test_import_passes_on_a_producers_buffer_error():
         gpu_dlpack.from_dlpack(p)
 
 
-@pytest.mark.parametrize("device", [(True, 0), (1, False), (1, 0.0), (1, -1), (99, 0), (1,)])
+@pytest.mark.parametrize("device", [(True, 0), (1, False), (1, 0.0), (1, -1), (0, 0), (1,)])
 def test_import_refuses_a_device_that_is_not_a_dlpack_device(device):
     with pytest.raises(ValueError, match=r"__dlpack_device__\(\) returned .+, which names no DLPack device"):
         gpu_dlpack.from_dlpack(_Producer(device=device))
@@ -348,7 +348,7 @@ def test_a_device_pair_reads_the_same_each_time(pair, dlpack):
         assert gpu_dlpack.Device(pair).dlpack == dlpack
 
 
-@pytest.mark.parametrize("pair", [(True, 0), (1, False), (1, 0.0), (1, -1), (99, 0)])
+@pytest.mark.parametrize("pair", [(True, 0), (1, False), (1, 0.0), (1, -1), (0, 0)])
 def test_a_pair_that_names_no_device_is_refused_each_time(pair):
     gpu_dlpack.Device((1, 0))
     for _ in range(2):

@@ -11,12 +11,32 @@ from gpu_dlpack import _devices
 SPEC_TYPES = {
     "CPU": 1, "CUDA": 2, "CUDA_HOST": 3, "OPENCL": 4, "VULKAN": 7, "METAL": 8, "VPI": 9,
     "ROCM": 10, "ROCM_HOST": 11, "EXT_DEV": 12, "CUDA_MANAGED": 13, "ONEAPI": 14,
-    "WEBGPU": 15, "HEXAGON": 16, "MAIA": 17, "TRN": 18,
+    "WEBGPU": 15, "HEXAGON": 16, "MAIA": 17, "TRN": 18, "TPU": 19, "TPU_HOST": 20, "ASCEND": 21,
 }
 
 
 def test_device_type_enum_has_every_spec_type():
     assert {t.name: int(t) for t in DLDeviceType} == SPEC_TYPES
+
+
+@pytest.mark.parametrize("code", [5, 6, 22, 40, 2**31 - 1])
+def test_a_device_type_dlpack_h_does_not_name_yet_is_a_device_named_by_its_number(code):
+    # DLPack adds device types within a version (TPU, TPU_HOST and ASCEND
+    # came with the minor version unchanged): each code from 1 up is one.
+    t = DLDeviceType(code)
+    assert isinstance(t, DLDeviceType) and t == code and t.name == str(code)
+    assert DLDeviceType(code) is t
+    d = Device((code, 2))
+    assert d.type is t and d.dlpack == (code, 2) and str(d) == f"{code}:2"
+    assert Device(str(d)) == d and Device(f"{code}:2") == d
+    assert pickle.loads(pickle.dumps(d)) == d
+    assert not d.is_host_accessible
+    assert t not in list(DLDeviceType)  # the named members stay the ones dlpack.h names
+
+
+def test_the_tpu_is_dlpacks_tpu_type():
+    assert Device((19, 0)) == Device("tpu:0") == Device("tpu") and str(Device((19, 0))) == "tpu:0"
+    assert Device((20, 0)).type is DLDeviceType.TPU_HOST and Device("ascend:1").dlpack == (21, 1)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +78,9 @@ def test_device_is_immutable_hashable_and_picklable():
     assert d != Device("cuda:0") and d != (2, 1)
 
 
-@pytest.mark.parametrize("bad", ["tpu", "cuda:x", "cuda:-1", "cpu:1", "", (99, 0), (2,), (2, -1), (True, 0)])
+@pytest.mark.parametrize(
+    "bad", ["xpu", "cuda:x", "cuda:-1", "cpu:1", "", (0, 0), (-1, 0), (2**31, 0), "0:0", "-3:0", (2,), (2, -1), (True, 0)]
+)
 def test_a_bad_device_is_a_value_error_listing_the_accepted_forms(bad):
     with pytest.raises(ValueError, match="Accepted forms: 'cpu', 'cuda', 'cuda:N'"):
         Device(bad)

@@ -63,6 +63,7 @@ def test_the_exchanges_raise_the_class_of_their_cause(torch, jax):
         (lambda: gpu_dlpack.export(a, dl_device=(7, 0)), gpu_dlpack.DeviceUnreachableError),  # Vulkan
         (lambda: gpu_dlpack.export(a, dl_device=(1, 3)), gpu_dlpack.DeviceUnreachableError),
         (lambda: gpu_dlpack.export(a, dl_device=(99, 0)), gpu_dlpack.DeviceUnreachableError),
+        (lambda: gpu_dlpack.export(a, dl_device=(0, 0)), gpu_dlpack.DeviceUnreachableError),
         (lambda: gpu_dlpack.from_dlpack(a, device="vulkan"), gpu_dlpack.DeviceUnreachableError),
         (lambda: gpu_dlpack.export(a, stream=3), gpu_dlpack.InvalidStreamError),
         (lambda: gpu_dlpack.from_dlpack(torch.arange(3), stream=3), gpu_dlpack.InvalidStreamError),

@@ -361,9 +361,17 @@ def test_an_unreachable_device_is_a_buffer_error_naming_it(dl_device, name, torc
             export(x, max_version=(1, 0), dl_device=dl_device)
 
 
-def test_a_device_that_does_not_exist_is_a_buffer_error():
+@pytest.mark.parametrize("bad", [(0, 0), (-2, 0), (2**31, 0)])
+def test_a_device_that_does_not_exist_is_a_buffer_error(bad):
     with pytest.raises(BufferError, match="names no DLPack device"):
-        export(np.arange(3), dl_device=(99, 0))
+        export(np.arange(3), dl_device=bad)
+
+
+@pytest.mark.parametrize("device, name", [((19, 0), "tpu:0"), ((21, 2), "ascend:2"), ((99, 0), "99:0")])
+def test_a_device_no_backend_here_reaches_is_named_with_the_remedy(device, name):
+    # Every code from 1 up is a DLPack device type, named or not yet.
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"^cannot move an array from cpu to {name}. "):
+        export(np.arange(3), dl_device=device)
 
 
 @pytest.mark.parametrize("bad", [b"cpu", 1, 1.0])

@@ -100,6 +100,10 @@ def test_an_unsupported_device_is_a_buffer_error():
     with pytest.raises(BufferError, match="CuPy and a working GPU"):
         from_dlpack(np.arange(3), device="cuda:0")
     with pytest.raises(ValueError, match="Accepted forms"):
+        from_dlpack(np.arange(3), device="xpu")
+    # A device DLPack names that no backend here reaches: what to do instead.
+    with pytest.raises(BufferError, match="^no backend can hold an array on tpu:0: gpu_dlpack moves the memory of "
+                       "the CPU and of CUDA and ROCm GPUs only. Ask the array's own library for a copy on the host"):
         from_dlpack(np.arange(3), device="tpu")
 
 

@@ -257,7 +257,7 @@ def test_refused_capsule_cycles_call_every_deleter_once(figures):
     a = np.arange(64.0)
     calls_before, stray_before = capsules.total_calls, capsules.stray_calls
     n = CYCLES // 10
-    bad = [dict(version=(2, 0)), dict(dtype=(2, 64, 2)), dict(device=(99, 0)), dict(data=0)]
+    bad = [dict(version=(2, 0)), dict(dtype=(2, 64, 2)), dict(device=(0, 0)), dict(data=0)]
     for i in range(n):
         cap, _ = capsules.make(a, **bad[i % 4])
         try:

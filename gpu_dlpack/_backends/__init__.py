@@ -7,7 +7,7 @@ array or a device to its backend.
 from __future__ import annotations
 
 from .. import _errors, _handoff
-from .._devices import CPU, Device, DLDeviceType, host_tested
+from .._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, host_tested
 from . import cupy as cupy_backend
 from . import numpy as numpy_backend
 from ._reach import addressable, can_copy
@@ -58,4 +58,4 @@ def for_device(device: Device):
     _handoff.check_not_forked()  # a forked child of a GPU process: a clear refusal, not a hang
     if cupy_gpus.serves(device):
         return cupy_backend
-    raise _errors.no_backend(device)
+    raise _errors.no_backend(device, device.type in DEVICE_ACCESSIBLE)

@@ -151,7 +151,7 @@ cdef inline bint device_from_tuple(object d, DLDevice *device) noexcept:
     if PyErr_Occurred():
         PyErr_Clear()
         return 0
-    if dt < 0 or dt >= 64 or not ((state.device_types >> dt) & 1) or di < 0 or di > INT32_MAX:
+    if dt < 1 or dt > INT32_MAX or di < 0 or di > INT32_MAX:
         return 0
     device.device_type = <int32_t>dt
     device.device_id = <int32_t>di

@@ -88,15 +88,21 @@ cdef inline bint major_one(void *ptr, int versioned) noexcept:
 
 
 cdef inline bint well_formed(DLTensor *t) noexcept:
-    """Whether the tensor is well-formed (what _capsule._checked checks)."""
+    """Whether the tensor is well-formed (what _capsule._checked checks):
+    every device type from 1 up is a device (DLPack adds them within a
+    version)."""
     if t.ndim < 0 or t.ndim > MAX_NDIM:
         return False
     if t.ndim and t.shape == NULL:
         return False
-    if (t.device.device_type < 0 or t.device.device_type >= 64 or
-            not ((state.device_types >> t.device.device_type) & 1) or t.device.device_id < 0):
+    if t.device.device_type < 1 or t.device.device_id < 0:
         return False
     return layout_fault(t) == 0
+
+
+cdef inline bint host_type(int32_t device_type) noexcept:
+    """Whether the core's NumPy imports take memory of this device type."""
+    return 0 < device_type < 64 and (state.host_types >> device_type) & 1
 
 
 cdef inline void run_deleter(void *ptr, int versioned) noexcept:

@@ -302,7 +302,7 @@ cdef bint host_plain(void *ptr, int versioned) noexcept:
     cdef DLTensor *t = tensor_of(ptr, versioned)
     if not major_one(ptr, versioned) or (versioned and (<DLManagedTensorVersioned *>ptr).flags & ~FLAG_READ_ONLY):
         return False
-    if not numpy_holds(t) or not ((state.host_types >> t.device.device_type) & 1):
+    if not numpy_holds(t) or not host_type(t.device.device_type):
         return False
     cdef int i
     if t.strides != NULL:
@@ -411,8 +411,7 @@ cdef object core_import_host(object x):
         if e.api.dltensor_from_py_object_no_sync(<void *>x, &view) != 0:
             PyErr_Clear()
             return None
-        if (view.device.device_type < 0 or view.device.device_type >= 64 or
-                not ((state.host_types >> view.device.device_type) & 1)):
+        if not host_type(view.device.device_type):
             return None
     cdef DLManagedTensorVersioned *m = NULL
     if e.api.managed_tensor_from_py_object_no_sync(<void *>x, &m) != 0 or m == NULL:

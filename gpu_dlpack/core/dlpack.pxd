@@ -64,8 +64,7 @@ cdef struct CoreState:
     # what Python tells the core (the set_* setters of _core.pyx)
     PyObject *py_impl              # dict: name -> the Python implementation
     PyTypeObject *header_type      # _capsule.Header (a tuple subclass)
-    uint64_t device_types          # bit t: t is a DLPack device type
-    uint64_t host_types            # bit t: host-readable memory
+    uint64_t host_types            # bit t (below 64): host-readable memory
     uint64_t known_dtypes[32]      # [code]: bit b-1 set when (code, b bits) is exchanged
     uint32_t known_128             # bit code: (code, 128 bits) is exchanged
     PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL

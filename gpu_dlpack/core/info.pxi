@@ -19,9 +19,9 @@ cdef inline object device_of(int32_t type, int32_t id):
     Device is immutable); None when Python refuses it as no device (its
     ValueError or TypeError). Anything else it raises (an interrupt, a
     MemoryError) is raised."""
-    if type < 0 or type >= 64 or not ((state.device_types >> type) & 1) or id < 0:
+    if type < 1 or id < 0:
         return None
-    cdef PyObject **slot = &state.devices[type][id] if id < 16 else NULL
+    cdef PyObject **slot = &state.devices[type][id] if type < 64 and id < 16 else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
     try:
