@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
 import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _rules, _streams, _versions
-from ._devices import CPU, Device, DLDeviceType, cupy_is_rocm, known_on_host
+from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, cupy_is_rocm, known_on_host
 from ._export import export, wrap
 from ._import import from_dlpack
 from ._typing import DeviceLike, StreamLike
@@ -596,6 +596,9 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         why = f"returned as it is: a {c.name} array, and {c.name}'s arrays are immutable"
         return Conversion(x, c.name, c.version, False, None, False, (), (why,))
     target = None if device is None else Device(device)
+    placed = _placed_by_consumer(c, device, target)
+    if placed:
+        target = None  # the data goes over where it is; the consumer places it
     handle = stream if stream is None or type(stream) is int else _streams.handle_of(stream)
     served: Any = None  # a Served wherever the consumer imports from it or a report reads it
     if c.lands is None or c.lands == "gpu" or report:
@@ -652,12 +655,28 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
                 raise _errors.unreachable(here, c.name, f"{c.name} {c.version or ''} has no GPU, and it "
                                           "crashes the process on GPU data rather than raise")
         try:
-            result = c.call(served.__dlpack__(max_version=c.asks) if c.capsule_only else served)
+            result = c.call(served.__dlpack__(max_version=c.asks) if c.capsule_only else served, **placed)
         except Exception:
             if served.refused is not None:
                 raise served.refused from None  # the layer's own refusal, whatever the consumer made of it
             raise
     return _reported(result, c, served.record if served is not None else None, copy, report)
+
+
+def _placed_by_consumer(c: Consumer, device, target) -> dict:
+    """The keyword by which the consumer places its import on ``device``
+    (JAX's ``device=`` a TPU) where that is a device the layer does not
+    reach and ``device`` is the consumer's own device object (its row's
+    ``Devices.places``); {} where the layer places the data itself."""
+    if target is None or c.lands is not None or target.type is DLDeviceType.CPU or target.type in DEVICE_ACCESSIBLE:
+        return {}
+    peer = _peers.by_name(c.name)
+    own = None if peer is None else peer.devices
+    if own is None or own.places is None:
+        return {}
+    if _peers.device_form(device) is not own:
+        raise _errors.placed_by_consumer(target, c.name)
+    return {own.places: device}
 
 
 def _hosted_by_its_producer(x, copy):

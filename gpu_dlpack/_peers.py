@@ -80,11 +80,17 @@ class Devices(NamedTuple):
     module: str | None  # the module their type comes from (a prefix); None: any with the marks
     marks: tuple        # attributes every such object has
     kind: str | None    # the attribute naming its kind of device; None: every one is of kinds[None]
-    kinds: dict         # kind (lower case) -> "cpu", "gpu" or "rocm"; other kinds have no DLPack type
+    kinds: dict         # kind (lower case) -> "cpu", "gpu", "rocm" or another DLDeviceType name in lower
+                        # case ("tpu"); other kinds have no DLPack type
     index: tuple        # attributes holding a GPU's index, the first that is not None (else 0)
     rocm: Callable | None  # (device) -> whether its "gpu" is an AMD one; None: CuPy's build says
     says: str           # how a message names a kind it does not know
     name: str | None = None  # the name of their type; None: any type with the marks
+    # The keyword by which the library's own from_dlpack takes such an object
+    # and puts the import there (JAX's device=): convert to a device the
+    # layer cannot reach (a TPU) hands the data over where it is, and the
+    # library places it. None: the layer places it, or no device is reached.
+    places: str | None = None
 
 
 class Chunks(NamedTuple):
@@ -275,8 +281,8 @@ PEERS = (
         # (_arrays makes a list of new arrays: 50 ns).
         host_test=HostTest("platform", "cpu", "_arrays"),
         devices=Devices(
-            None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm"},
-            ("local_hardware_id", "id"), _jax_rocm, "JAX platform",
+            None, ("platform", "id"), "platform", {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "rocm", "tpu": "tpu"},
+            ("local_hardware_id", "id"), _jax_rocm, "JAX platform", places="device",
         ),
         consumer=("dlpack.from_dlpack",), submodules=("jax.dlpack",),
         # Measured on each release from 0.6.2 (the newest for CPython 3.10)

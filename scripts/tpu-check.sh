@@ -49,6 +49,9 @@ try:
     entry("convert(x, 'torch')", lambda: gpu_dlpack.convert(x, "torch"))
 except ImportError:
     print("  convert(x, 'torch')                            not run: torch is not installed here")
+print(f"  {'Device(jax.devices()[0])':<46} {gpu_dlpack.Device(tpu[0])!r}")
+entry("convert(a, 'jax', device=tpu)", lambda: gpu_dlpack.convert(np.array(want, np.float32), "jax", device=tpu[0]))
+entry("convert(x, 'jax')  (x itself)", lambda: gpu_dlpack.convert(x, "jax"))
 entry("jnp.from_dlpack(wrap(a), device=tpu)", lambda: jnp.from_dlpack(gpu_dlpack.wrap(np.array(want, np.float32)),
                                                                       device=tpu[0]))
 PY

@@ -85,3 +85,88 @@ def test_a_refusal_of_another_kind_is_not_taken_for_an_unnamed_device(torch):
         gpu_dlpack.from_dlpack(Broken())
     with pytest.raises(BufferError, match="the producer's own refusal"):
         gpu_dlpack.convert(Broken(), "torch")
+
+
+# -- the other way: an array onto the TPU ------------------------------------------
+
+
+class TpuDevice:
+    """Shaped as a jaxlib Device on a TPU v5e, as the JAX row reads one
+    (platform, id, local_hardware_id): measured, jax.devices()[0] there."""
+
+    platform = "tpu"
+    id = 0
+    local_hardware_id = 0
+    device_kind = "TPU v5 lite"
+
+
+def test_a_jax_tpu_device_is_dlpacks_tpu():
+    assert gpu_dlpack.Device(TpuDevice()) == gpu_dlpack.Device("tpu:0") == gpu_dlpack.Device((19, 0))
+
+
+@pytest.fixture
+def jax_placing(jax, monkeypatch):
+    """jax.dlpack.from_dlpack recording what it is handed; the TPU device it
+    is asked for is JAX's to reach (on the host, there is none), so the import
+    is left on the CPU, where JAX first puts it before a move."""
+    import jax.dlpack
+
+    real, seen = jax.dlpack.from_dlpack, []
+
+    def from_dlpack(x, device=None, copy=None):
+        seen.append(dict(device=device, where=x.__dlpack_device__(), copy=copy))
+        return real(x, copy=copy) if device is not None else real(x)
+
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", from_dlpack)
+    return seen
+
+
+def test_convert_to_jax_on_a_tpu_hands_the_host_data_over_and_jax_places_it(jax_placing):
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    tpu = TpuDevice()
+    j = gpu_dlpack.convert(a, "jax", device=tpu)
+    assert np.asarray(j).tolist() == VALUES
+    assert [(s["device"], s["where"]) for s in jax_placing] == [(tpu, (1, 0))]
+
+
+def test_convert_to_a_tpu_named_otherwise_says_to_pass_the_librarys_device(jax_placing):
+    a = np.arange(6.0, dtype=np.float32)
+    for name in ("tpu:0", (19, 0)):
+        with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=r"^gpu_dlpack cannot place an array on tpu:0, "
+                           r"but jax can: pass jax's own device object as device="):
+            gpu_dlpack.convert(a, "jax", device=name)
+    # A library that places nothing itself: no backend here reaches a TPU.
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=r"^no backend can hold an array on tpu:0: "
+                       r"gpu_dlpack moves the memory of the CPU and of CUDA and ROCm GPUs only"):
+        gpu_dlpack.convert(a, "numpy", device=TpuDevice())
+    assert not jax_placing
+
+
+def test_the_doctor_lists_an_accelerator_and_the_exchanges_that_reach_it(jax, jax_placing):
+    # JAX as it is on a TPU machine: its devices a TPU, an array put there
+    # behaving as one on the chip (the stand-in producer).
+    from gpu_dlpack.doctor import _platform
+
+    class JaxOnATpu:
+        def devices(self):
+            return [jax.devices("cpu")[0], TpuDevice()]
+
+        def device_put(self, a, device):
+            return AcceleratorProducer(a)
+
+        def device_get(self, x):
+            return jax.device_get(x)
+
+    (acc,) = _platform._accelerators(JaxOnATpu())
+    assert (acc["library"], acc["dlpack"]) == ("jax", [19, 0])
+    assert [(e["call"], e["ok"]) for e in acc["exchanges"]] == [
+        ("from_dlpack(x, device='cpu')", True), ("convert(x, 'numpy')", True),
+        ("convert(a, 'jax', device=device)", True)]
+    assert all(e["detail"].startswith("values equal") for e in acc["exchanges"])
+    # On this machine: JAX's devices are its CPU's, and no accelerator is listed.
+    assert _platform._accelerators(jax) == []
+    from gpu_dlpack.doctor import _render
+
+    text = "\n".join(_render._accelerator_lines([acc]))
+    assert text.startswith("  Accelerator ") and "(DLPack (19, 0)), which DLPack does not reach:" in text
+    assert "ok   convert(a, 'jax', device=device): values equal, on " in text

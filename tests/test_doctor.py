@@ -21,6 +21,8 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _cli, _explain, _peers, doctor
 
+from .helpers import without_peers
+
 SEVERITIES = {"failure", "refused", "hazard", "fixed", "note"}
 OUTCOMES = {"zero-copy", "copied", "refused", "error", "wrong-values"}
 
@@ -92,6 +94,11 @@ def check_schema(doc):
         assert _is(gpu["torch"]["cuda_available"], bool) and _is(gpu["torch"]["device_count"], int)
     if gpu["jax"] is not None:
         assert _is(gpu["jax"]["backend"], str) and all(_is(d, str) for d in gpu["jax"]["devices"])
+    for acc in p["accelerators"]:
+        assert _is(acc["library"], str) and _is(acc["device"], str)
+        assert acc["dlpack"] is None or (len(acc["dlpack"]) == 2 and all(_is(v, int) for v in acc["dlpack"]))
+        for e in acc["exchanges"]:
+            assert _is(e["call"], str) and _is(e["ok"], bool) and _is(e["detail"], str)
     for r in doc["libraries"]:
         check_library(r)
     for m in doc["matrices"]:
@@ -648,7 +655,9 @@ def test_cli_doctor_json(capsys):
 
 def test_python_m_gpu_dlpack_doctor():
     root = os.path.dirname(os.path.dirname(os.path.abspath(gpu_dlpack.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + sys.path))
+    # The entry point, its text and its status; the probes of every peer are
+    # the report fixture's (in this process) and test_cli_pipe's (a child).
+    env = without_peers(dict(os.environ, PYTHONPATH=os.pathsep.join([root] + sys.path)))
     done = subprocess.run(
         [sys.executable, "-m", "gpu_dlpack", "doctor"], capture_output=True, text=True, env=env, timeout=300
     )

@@ -331,6 +331,8 @@ REAL_MESSAGES = {
     "gpu_dlpack-device-mismatch": lambda: raised(lambda: gpu_dlpack.export(_SaysCpuGivesPinned())),
     "gpu_dlpack-host-device-id": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(1, 1))),
     "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
+    "gpu_dlpack-no-backend-accelerator": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="tpu")),
+    "gpu_dlpack-placed-by-consumer": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), "jax", device="tpu:0")),
     "gpu_dlpack-bad-stream-object": lambda: raised(lambda: gpu_dlpack.use_stream("default").__enter__()),
     "gpu_dlpack-readonly-to-writeable": lambda: raised(
         lambda: _rules.readonly_import_copies(gpu_dlpack.Device("cuda:0"), True, False)
@@ -462,6 +464,11 @@ REAL_MESSAGES = {
         "BufferError: __dlpack__ device only supported for CPU and GPU, got platform: tpu"
         if (_release_of("jax") or (0,)) < (0, 12)
         else "BufferError: __dlpack__ device only supported for CPU, GPU and TPU pinned host, got platform: tpu"
+    ),
+    # On a TPU (measured with JAX 0.10.2 on a TPU v5e: "The TPU check").
+    "jax-device-not-dlpack": lambda: (
+        "jaxlib._jax.JaxRuntimeError: INVALID_ARGUMENT: Device TPU_0(process=0,(0,0,0,0)) cannot be used as a "
+        "DLPack device."
     ),
     "gpu_dlpack-spread-needs-copy": lambda: raised(lambda: gpu_dlpack.from_dlpack(_sharded_jax(), copy=False)),
     "gpu_dlpack-spread-not-addressable": lambda: raised(
@@ -1079,6 +1086,7 @@ BUILDER_ARGS = {
     "copy_forbidden": ("cuda:0", "cpu", "the data is not addressable there"),
     "unreachable": ("cpu", "cuda:0"),
     "no_backend": ("cuda:0",),
+    "placed_by_consumer": ("tpu:0", "jax"),
     "producer_refused": (_an_instance_of("lib.Array"), RuntimeError("device lost")),
     "producer_not_a_capsule": (_an_instance_of("lib.Array"), None),
     "producer_bad_device": ("lib.Array", "cpu"),

@@ -32,7 +32,12 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
           "torch": {"cuda_available": bool, "cuda_version": str | null,
                     "hip_version": str | null, "device_count": int} | null,
           "jax": {"backend": str, "devices": [str]} | null
-        }
+        },
+        "accelerators": [{                # devices DLPack does not reach (a JAX TPU)
+          "library": str, "device": str,
+          "dlpack": [int, int] | null,    # its DLPack device, where one names it
+          "exchanges": [{"call": str, "ok": bool, "detail": str}]
+        }]
       },
       "libraries": [{
         "name": str, "module": str, "installed": bool,

@@ -1,4 +1,6 @@
-"""The platform: Python, the GPU, and what CuPy, PyTorch and JAX see of it."""
+"""The platform: Python, the GPU, what CuPy, PyTorch and JAX see of it,
+and the accelerators DLPack does not reach (JAX's TPUs), with the exchanges
+that reach them."""
 
 from __future__ import annotations
 
@@ -6,6 +8,9 @@ import importlib.metadata
 import platform
 import sys
 
+import numpy as np
+
+from .. import _convert, _devices, _import
 from .._backends import cupy_backend
 from ._measure import _err, _origin, _quiet
 
@@ -94,6 +99,50 @@ def _capture(cupy, runtime, hip) -> str:
     return "yes: cupy.cuda.Stream.begin_capture; exchanges under capture are checked by cudaStreamIsCapturing"
 
 
+#: The platforms of JAX devices the layer reaches by DLPack itself.
+_REACHED = ("cpu", "gpu", "cuda", "rocm")
+
+
+def _accelerators(jax) -> list:
+    """The JAX devices of accelerators DLPack does not reach (a TPU), and
+    which exchanges reach them: a small array on each, through each entry."""
+    found = []
+    try:
+        devices = [d for d in jax.devices() if str(d.platform).lower() not in _REACHED]
+    except Exception:  # no backend usable: the jax line says why
+        return found
+    for d in devices:
+        try:
+            dlpack = list(_devices.Device(d).dlpack)
+        except Exception:
+            dlpack = None
+        entry = {"library": "jax", "device": str(d), "dlpack": dlpack, "exchanges": []}
+        want = np.arange(4.0, dtype=np.float32)
+        try:
+            x = jax.device_put(want, d)
+        except Exception as exc:
+            entry["exchanges"].append({"call": "jax.device_put(a, device)", "ok": False, "detail": _err(exc)})
+            found.append(entry)
+            continue
+        calls = (
+            ("from_dlpack(x, device='cpu')", lambda: _import.from_dlpack(x, device="cpu")),
+            ("convert(x, 'numpy')", lambda: _convert.convert(x, "numpy")),
+            ("convert(a, 'jax', device=device)", lambda: _convert.convert(want, "jax", device=d)),
+        )
+        for call, run in calls:
+            try:
+                got = run()
+                values = np.asarray(jax.device_get(got) if hasattr(got, "devices") else got)
+                on = sorted(str(v) for v in got.devices()) if hasattr(got, "devices") else ["host"]
+                ok = values.tolist() == want.tolist()
+                detail = f"{'values equal' if ok else 'values differ'}, on {', '.join(on)}"
+            except Exception as exc:
+                ok, detail = False, _err(exc)
+            entry["exchanges"].append({"call": call, "ok": ok, "detail": detail})
+        found.append(entry)
+    return found
+
+
 def probe_platform() -> dict:
     gpu = {"usable": False, "backend": None, "reason": None, "nvidia_driver": _nvidia_driver(),
            "cupy": None, "devices": [], "torch": None, "jax": None}
@@ -120,6 +169,7 @@ def probe_platform() -> dict:
                 gpu["jax"] = {"backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
             except Exception as exc:
                 gpu["jax"] = {"backend": "unusable", "devices": [], "error": _err(exc)}
+        accelerators = [] if jax is None else _accelerators(jax)
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -127,4 +177,5 @@ def probe_platform() -> dict:
         "os": platform.platform(),
         "machine": platform.machine(),
         "gpu": gpu,
+        "accelerators": accelerators,
     }

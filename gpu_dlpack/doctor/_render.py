@@ -117,6 +117,7 @@ def render(report) -> str:
     if "runtime" in g:
         lines.append(f"  Runtime {g['runtime']}")
     lines += _gpu_lines(p["gpu"])
+    lines += _accelerator_lines(p.get("accelerators", ()))
     lines += ["", "Producers: x.__dlpack__() / x.__dlpack__(max_version=(1, 0))"]
     rows = [["library", "version", "capsules", "floor", "keywords taken", "read-only data", "copy=True", "device"]]
     for row in report["libraries"]:
@@ -219,6 +220,17 @@ def _fault_lines(report):
     if len(rows) == 1:
         return []
     return ["", "Consumer faults: measured, and in gpu_dlpack's table for the installed version"] + _table(rows)
+
+
+def _accelerator_lines(accelerators):
+    lines = []
+    for acc in accelerators:
+        named = f" (DLPack {tuple(acc['dlpack'])})" if acc["dlpack"] else ""
+        lines.append(f"  Accelerator {acc['device']} of {acc['library']}{named}, which DLPack does not reach:")
+        for e in acc["exchanges"]:
+            lines += _explain.wrap_text(f"{'ok  ' if e['ok'] else 'FAIL'} {e['call']}: {e['detail']}",
+                                        "          ", "               ", 100)
+    return lines
 
 
 def _gpu_lines(gpu):
