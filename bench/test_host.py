@@ -239,6 +239,15 @@ def test_import_jax(measure, j):
     assert out.ctypes.data == pointer(j) and not out.flags.writeable
 
 
+@_bench("import a jax array")
+def test_convert_jax_to_numpy(measure, j):
+    out = measure(
+        lambda: gpu_dlpack.convert(j, "numpy"), "gpu_dlpack.convert(j, 'numpy')",
+        role="gpu_dlpack", peer="np.from_dlpack(j)", target=1.1,
+    )
+    assert out.ctypes.data == pointer(j) and not out.flags.writeable
+
+
 # --- adapters: a legacy-only producer (JAX) to versioned consumers ----------
 
 @_bench("export a jax array, versioned")

@@ -548,13 +548,21 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         _rules.check_requirements(require_alignment, require_contiguous)
         return _convert(x, c, device, copy, stream, on_readonly, report, (require_alignment, require_contiguous))
     if (
-        device is None and copy is None and stream is None and report is False and type(x) is _ndarray
-        and type(on_readonly) is str and on_readonly in _POLICIES and c.plain(x) and not _streams.in_block()
+        device is None and copy is None and stream is None and report is False
+        and type(on_readonly) is str and on_readonly in _POLICIES and not _streams.in_block()
     ):
-        if c.lands is None:
-            return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
-        if c.lands == "host":
-            return from_dlpack(x)
+        if type(x) is _ndarray:
+            if c.plain(x):
+                if c.lands is None:
+                    return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
+                if c.lands == "host":
+                    return from_dlpack(x)
+        elif c.lands == "host" and _CHUNKS.get(type(x), False) is None:
+            # Another library's array (a JAX array, a torch tensor) to a
+            # library gpu_dlpack lands on the host: its import to the CPU, as
+            # the general path makes it, once the type is known to be no lazy
+            # array of chunks (the core takes data already there at once).
+            return from_dlpack(x, device=CPU)
     return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
 
 

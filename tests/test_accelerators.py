@@ -118,6 +118,10 @@ def jax_placing(jax, monkeypatch):
         return real(x, copy=copy) if device is not None else real(x)
 
     monkeypatch.setattr(jax.dlpack, "from_dlpack", from_dlpack)
+    # convert reads a consumer once: the one it keeps calls the recorder.
+    from gpu_dlpack import _convert
+
+    monkeypatch.setitem(_convert._consumers, "jax", _convert.consumer_of("jax")._replace(call=from_dlpack))
     return seen
 
 

@@ -536,3 +536,24 @@ def test_a_requirement_that_is_no_requirement_is_refused(kw, error):
     assert isinstance(info.value, gpu_dlpack.GpuDlpackError)
     with pytest.raises(error):
         gpu_dlpack.convert(np.arange(3.0), "numpy", **kw)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "numpy strided", "numpy read-only", "jax", "torch"])
+def test_device_cpu_for_data_on_the_cpu_is_the_plain_import(lib, request):
+    # The core takes device=CPU (the CPU's Device: convert's landing on the
+    # host asks for it) as it takes no device, for data on the CPU: the same
+    # memory, flags, dtype and shape as the plain import, and as "cpu".
+    if lib.startswith("numpy"):
+        x = np.arange(12.0)[::2] if lib == "numpy strided" else np.arange(6.0)
+        if lib == "numpy read-only":
+            x.flags.writeable = False
+    else:
+        mod = request.getfixturevalue(lib)
+        x = mod.numpy.arange(6.0) if lib == "jax" else mod.arange(6.0)
+    plain = from_dlpack(x)
+    for device in (gpu_dlpack.Device("cpu"), "cpu", (1, 0)):
+        got = from_dlpack(x, device=device)
+        assert type(got) is np.ndarray and got.ctypes.data == plain.ctypes.data == pointer(x)
+        assert (got.flags.writeable, got.dtype, got.shape, got.strides) == (
+            plain.flags.writeable, plain.dtype, plain.shape, plain.strides)
+        assert got.tolist() == plain.tolist()

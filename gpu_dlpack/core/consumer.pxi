@@ -19,7 +19,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint32_t, uintptr_t
 
 from dlpack cimport (
-    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY, MAX_NDIM,
+    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY, MAX_NDIM, kDLCPU,
 )
 
 # The C API where a failure is answered on the spot (cleared, handed on, or
@@ -352,7 +352,7 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
     return arr
 
 
-cdef object capsule_import(object x, ImportEntry *e):
+cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
     """from_dlpack(x) of a producer with a host test (JAX): its capsule for the
     request the Python path makes, imported here when it is the plain case,
     else handed to _import.host_capsule with x (an error it raised to
@@ -373,7 +373,8 @@ cdef object capsule_import(object x, ImportEntry *e):
         return owned(delegate_raw("host_refused_import", args, 2))
     cdef int versioned
     cdef void *ptr = unconsumed(capsule, &versioned)
-    cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) else NULL
+    cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) and (
+        not cpu_only or tensor_of(ptr, versioned).device.device_type == kDLCPU) else NULL
     cdef PyObject *arr
     if got != NULL and got == ptr:
         arr = ndarray_of(ptr, versioned)
@@ -391,9 +392,11 @@ cdef object capsule_import(object x, ImportEntry *e):
     return owned(arr)
 
 
-cdef object core_import_host(object x):
+cdef object core_import_host(object x, bint cpu_only=False):
     """import_host(x): x as a NumPy array through its type's C exchange API,
-    or None when the exchange is not the plain one Python was told about."""
+    or None when the exchange is not the plain one Python was told about.
+    cpu_only (from_dlpack's device=CPU): the data must be the CPU's (pinned
+    and managed memory take the general path)."""
     configured()
     if state.numpy_api == NULL:
         return None
@@ -403,7 +406,7 @@ cdef object core_import_host(object x):
     if <PyObject *>e == <PyObject *>None:
         return None
     if e.api == NULL:
-        return capsule_import(x, e)
+        return capsule_import(x, e, cpu_only)
     cdef DLTensor view
     if e.api.dltensor_from_py_object_no_sync != NULL:
         # Where the data is, without an owned export: device memory takes
@@ -411,14 +414,15 @@ cdef object core_import_host(object x):
         if e.api.dltensor_from_py_object_no_sync(<void *>x, &view) != 0:
             PyErr_Clear()
             return None
-        if not host_type(view.device.device_type):
+        if not host_type(view.device.device_type) or (cpu_only and view.device.device_type != kDLCPU):
             return None
     cdef DLManagedTensorVersioned *m = NULL
     if e.api.managed_tensor_from_py_object_no_sync(<void *>x, &m) != 0 or m == NULL:
         PyErr_Clear()
         return None
     cdef PyObject *arr = NULL
-    if guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) and host_plain(m, 1):
+    if (guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) and host_plain(m, 1) and
+            (not cpu_only or m.dl_tensor.device.device_type == kDLCPU)):
         arr = ndarray_of(m, 1)
     if arr == NULL:  # not the plain case: freed, and the general path says why
         PyErr_Clear()

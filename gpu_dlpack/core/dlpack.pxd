@@ -43,6 +43,7 @@ cdef struct DLManagedTensorVersioned:
 
 cdef enum:
     FLAG_READ_ONLY = 1
+    kDLCPU = 1  # dlpack.h's device type of the CPU's memory
     MAX_NDIM = 64  # the most dimensions the core reads (a constant: it sizes arrays)
 
 cdef struct DLPackExchangeAPIHeader:

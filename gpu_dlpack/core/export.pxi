@@ -131,20 +131,27 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
 
 
 # from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
-# x, the view of a NumPy array, or the core's import of a producer it was told
+# x (or device=CPU, the CPU's Device, for data on the CPU: the same import),
+# the view of a NumPy array, or the core's import of a producer it was told
 # about (core_import_host); every other case the Python function. (The view is
 # a C reference, as it comes: a Cython local would cost a reference count.)
 cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
     cdef PyObject *got
+    cdef bint to_cpu = False
     if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.numpy_api == NULL or
-            state.plain_dtypes == NULL or not plain_keywords(args + 1, kwnames, KW_IMPORT, NULL)):
+            state.plain_dtypes == NULL):
         return handed_back(self, args, nargsf, kwnames)
+    if not plain_keywords(args + 1, kwnames, KW_IMPORT, NULL):
+        to_cpu = (state.cpu_device != NULL and PyTuple_GET_SIZE(<object>kwnames) == 1 and args[1] == state.cpu_device
+                  and PyUnicode_CompareWithASCIIString(<object>PyTuple_GET_ITEM(<object>kwnames, 0), "device") == 0)
+        if not to_cpu:
+            return handed_back(self, args, nargsf, kwnames)
     if args[0].ob_type == state.ndarray_type:
         got = numpy_view(args[0])
         if got != NULL or PyErr_Occurred() != NULL:
             return take(got)
         return handed_back(self, args, nargsf, kwnames)
-    imported = core_import_host(<object>args[0])
+    imported = core_import_host(<object>args[0], to_cpu)
     if imported is not None:
         return imported
     return handed_back(self, args, nargsf, kwnames)
