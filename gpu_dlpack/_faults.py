@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import _errors
+from . import _errors, _rules
 from ._peers import ALIGNMENT, FAULTS
 
 #: What ``convert(..., on_readonly=...)`` takes, the default first.
@@ -90,19 +90,6 @@ def is_compact(shape, strides) -> bool:
     return True
 
 
-def is_c_order(shape, strides) -> bool:
-    """Whether the layout is C order: each axis longer than one steps over
-    the lengths after it. None (C order by definition) is."""
-    if strides is None or 0 in shape:
-        return True
-    expect = 1
-    for n, stride in zip(reversed(shape), reversed(strides)):
-        if n != 1 and stride != expect:
-            return False
-        expect *= n
-    return True
-
-
 #: The layout faults, in the order they are acted on: (fault, whether a
 #: layout of ``(shape, strides)`` has it, what its copy is called, whether
 #: any compact copy, made for an earlier fault, already serves it).
@@ -111,7 +98,7 @@ _LAYOUT_FAULTS = (
     ("negative-strides-anywhere", lambda shape, strides: strides is not None and min(strides, default=0) < 0,
      "copied", True),
     ("non-compact-strides", lambda shape, strides: not is_compact(shape, strides), "copied", False),
-    ("c-order-only", lambda shape, strides: not is_c_order(shape, strides), "copied in C order", True),
+    ("c-order-only", lambda shape, strides: not _rules.c_order(shape, strides), "copied in C order", True),
 )
 
 

@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import gpu_dlpack
-from gpu_dlpack import _faults, _peers
+from gpu_dlpack import _peers, _rules
 
 from .test_properties import values
 
@@ -394,7 +394,7 @@ def check(cases, producer, consumer, path, name, layout, seed, copy):
         # order where the data is aligned (it copies unaligned data right):
         # wrap does not know its consumer; convert makes a C-order copy.
         v = gpu_dlpack.view(src)
-        assert not _faults.is_c_order(v.shape, v.strides), f"{label} wrap: values differ, in C order"
+        assert not _rules.c_order(v.shape, v.strides), f"{label} wrap: values differ, in C order"
         cases[f"{label} wrap: read as C order by the consumer (peer fault; convert copies)"] += 1
         return
     assert host_bytes(consumer, y) == want, f"{label} {path}: values differ"
