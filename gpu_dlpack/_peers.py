@@ -212,6 +212,12 @@ class Peer(NamedTuple):
     faults: tuple = ()
     export_faults: tuple = ()
     chunks: Chunks | None = None
+    # (hook, plain): the method by which a subclass of its array type may run
+    # code of its own on every operation, and the names (qualified) of the
+    # implementations that keep it a plain array. A subclass with another
+    # (torch's ReadOnlyTensorWrapper refuses every attribute but DLPack's) is
+    # no array of this row: it is read through the DLPack protocol alone.
+    subclass_hook: tuple | None = None
 
 
 def _torch_hip(device) -> bool:
@@ -252,6 +258,9 @@ PEERS = (
             "torch", ("type",), "type", {"cpu": "cpu", "cuda": "gpu"}, ("index",), _torch_hip,
             "torch device type",
         ),
+        # nn.Parameter disables the hook (plain); 2.14's ReadOnlyTensorWrapper
+        # refuses every operation but __dlpack__ and __dlpack_device__.
+        subclass_hook=("__torch_function__", ("Tensor.__torch_function__", "_disabled_torch_function_impl")),
         faults=(
             # Before 2.9 torch asked for legacy capsules; since, it reads
             # versioned ones and ignores their READ_ONLY flag.
@@ -417,8 +426,18 @@ def of_array_type(t) -> Peer | None:
             if module == peer.module or (home is not None and module is not None and (
                 module == home or module.startswith(home + ".")
             )):
-                return peer
+                return peer if c is t or _plain_subclass(t, peer.subclass_hook) else None
     return None
+
+
+def _plain_subclass(t, hook) -> bool:
+    """Whether subclass ``t`` keeps its row's hook (``Peer.subclass_hook``)
+    plain: every operation is its base type's."""
+    if hook is None:
+        return True
+    method = getattr(t, hook[0], None)
+    method = getattr(method, "__func__", method)
+    return getattr(method, "__qualname__", None) in hook[1]
 
 
 def chunks_of(t) -> Chunks | None:

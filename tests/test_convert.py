@@ -704,3 +704,58 @@ def test_an_immutable_jax_array_converted_to_jax_is_returned_as_it_is(jax):
     # Another library's array is exchanged, as before.
     a = np.arange(4.0)
     assert gpu_dlpack.convert(a, "jax").tolist() == a.tolist()
+
+
+# -- a torch subclass that answers DLPack alone -----------------------------------
+
+
+def _dlpack_only_subclass(torch):
+    """torch 2.14's ReadOnlyTensorWrapper where torch has it; before, a
+    subclass made as it is (its __torch_function__ refuses every operation
+    but __dlpack__ and __dlpack_device__; only its read-only export is
+    2.14's own)."""
+    real = getattr(torch.utils.dlpack, "ReadOnlyTensorWrapper", None)
+    if real is not None:
+        return real, True
+
+    class DLPackOnly(torch.Tensor):
+        _ALLOWED = frozenset({torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__})
+
+        @staticmethod
+        def __new__(cls, tensor):
+            return tensor.as_subclass(cls)
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func in cls._ALLOWED:
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **(kwargs or {}))
+            raise RuntimeError(f"{cls.__name__} only supports DLPack export")
+
+    return DLPackOnly, False
+
+
+def test_a_torch_subclass_that_answers_dlpack_alone_is_read_through_dlpack(torch):
+    # Its attributes (is_cpu, dtype, requires_grad) raise: the torch row's
+    # cheap reads do not apply to it, and each entry reads it as a producer.
+    wrapper, read_only = _dlpack_only_subclass(torch)
+    assert _peers.of_array_type(wrapper) is None
+    assert _peers.of_array_type(torch.nn.Parameter).name == _peers.of_array_type(torch.Tensor).name == "torch"
+    t = torch.arange(6.0)
+    w = wrapper(t)
+    with pytest.raises(RuntimeError):
+        w.is_cpu
+    for a in (gpu_dlpack.from_dlpack(w), gpu_dlpack.from_dlpack(w, device="cpu"), gpu_dlpack.convert(w, "numpy"),
+              np.from_dlpack(gpu_dlpack.wrap(w))):
+        assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and a.ctypes.data == t.data_ptr()
+        assert a.flags.writeable is not read_only  # 2.14's wrapper exports READ_ONLY
+    copied = gpu_dlpack.from_dlpack(w, copy=True)
+    assert copied.flags.writeable and copied.ctypes.data != t.data_ptr()
+    done = gpu_dlpack.convert(w, "torch", report=True)
+    assert done.array.tolist() == t.tolist()
+    if read_only:
+        # torch (2.14.1) still imports READ_ONLY data writeable: a copy.
+        assert done.copied_by == "gpu_dlpack" and done.array.data_ptr() != t.data_ptr()
+        assert gpu_dlpack.inspect(gpu_dlpack.export(w, max_version=(1, 0))).flags & gpu_dlpack.FLAG_READ_ONLY
+        with pytest.raises(gpu_dlpack.ReadOnlyError):
+            gpu_dlpack.export(w)
