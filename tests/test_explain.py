@@ -332,7 +332,9 @@ REAL_MESSAGES = {
     "gpu_dlpack-host-device-id": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(1, 1))),
     "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
     "gpu_dlpack-no-backend-accelerator": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="tpu")),
-    "gpu_dlpack-placed-by-consumer": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), "jax", device="tpu:0")),
+    "gpu_dlpack-placed-by-consumer": lambda: raised(
+        lambda: gpu_dlpack.convert(np.arange(3.0), _jax().__name__, device="tpu:0")
+    ),
     "gpu_dlpack-bad-stream-object": lambda: raised(lambda: gpu_dlpack.use_stream("default").__enter__()),
     "gpu_dlpack-readonly-to-writeable": lambda: raised(
         lambda: _rules.readonly_import_copies(gpu_dlpack.Device("cuda:0"), True, False)
