@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _dtypes, _errors
 from ._compiled import core
-from ._devices import Device, DLDeviceType
+from ._devices import Device
 
 LEGACY = "dltensor"
 VERSIONED = "dltensor_versioned"
@@ -307,7 +307,7 @@ def _check_readable(ndim: int, shape_p: int, device_type: int, device_id: int) -
         raise _errors.malformed(f"ndim={ndim}")
     if ndim and not shape_p:
         raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    if device_type < 1 or device_id < 0:  # from 1 up, every type is a device (DLDeviceType)
+    if device_type < 1 or device_id < 0:  # from 1 up, every type is a device (_devices.DLDeviceType)
         raise _errors.malformed(f"no DLPack device is (device_type={device_type}, device_id={device_id})")
 
 
