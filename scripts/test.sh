@@ -66,6 +66,19 @@
 started=$(date +%s)
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+# Disk: a run from a fresh clone leaves about 21 GB of environments and
+# builds (.venv 4.7 GB, .venv-py3.13 8.8 GB with torch's CUDA build) and
+# needs a few GB more while pip unpacks; refused at once where that is
+# not free, not after minutes with pip's "No space left on device".
+disk_need_gb=24
+if [ "$quick" = 0 ] && [ ! -d "$(dirname "${BASH_SOURCE[0]}")/../.venv-py3.13" ]; then
+  disk_free_gb=$(($(df -Pk "$(dirname "${BASH_SOURCE[0]}")/.." | awk 'NR == 2 { print $4 }') / 1048576))
+  if [ "$disk_free_gb" -lt "$disk_need_gb" ]; then
+    echo "scripts/test.sh: the test command needs about $disk_need_gb GB free for the environments it makes;" \
+      "$disk_free_gb GB are free on this clone's disk. Free some space (or run --quick, which makes .venv alone)." >&2
+    exit 1
+  fi
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 source scripts/_passes.sh
 names=("0. the main environment (.venv)") starts=("$started") envs_pid=""
