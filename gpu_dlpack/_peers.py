@@ -392,7 +392,7 @@ PEERS = (
     # dask arrays are lazy graphs of NumPy or CuPy chunks: no DLPack of their
     # own, in either role.
     Peer(
-        "dask", "dask", array="Array", array_module="dask.array", consumer=(),
+        "dask", "dask", array="Array", array_module="dask.array", consumer=(), submodules=("dask.array",),
         chunks=Chunks("map_blocks", "compute", ("numpy", "cupy")),
     ),
     # tvm-ffi imports with tvm_ffi.from_dlpack, asking __dlpack__() with no

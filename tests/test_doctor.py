@@ -7,8 +7,9 @@ written to a temporary directory: a library that fails to import, one whose
 arrays fail to export, one whose from_dlpack fails.
 """
 
-import importlib.util
+import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -556,8 +557,35 @@ def test_a_refusal_by_a_rule_that_exists_to_refuse_names_the_rule(report, jax):
     assert f["severity"] == "refused" and "rule 5 (Read-only)" in f["problem"]
 
 
+def test_the_doctor_finds_each_library_where_convert_does():
+    # One table says where a library lives and where its from_dlpack is
+    # (gpu_dlpack._peers): the doctor's peers say only how to make arrays,
+    # and probe the very function convert hands arrays to.
+    from gpu_dlpack import _convert, _peers
+    from gpu_dlpack.doctor._probes import _resolve
+
+    checked = 0
+    for peer in doctor.PEERS:
+        if peer.where is not None:  # a library with no row (dpnp, dpctl)
+            assert _peers.by_name(peer.name) is None, peer.name
+            continue
+        row_ = _peers.by_name(peer.name)
+        assert (peer.module, peer.consumer, peer.submodules) == (row_.module, row_.consumer, row_.submodules)
+        if row_.lands is not None or not row_.consumer or importlib.util.find_spec(row_.module) is None:
+            continue  # gpu_dlpack lands NumPy and CuPy itself; pyarrow and dask take none
+        try:
+            module = importlib.import_module(peer.module)
+        except Exception:  # installed, but broken here: the doctor says so
+            continue
+        for sub in peer.submodules:
+            importlib.import_module(sub)
+        assert _resolve(module, peer.consumer)[0] is _convert.consumer_of(peer.name).call, peer.name
+        checked += 1
+    assert checked >= 3  # torch, jax and array-api-strict, in the main environment
+
+
 def test_missing_library_gets_a_row():
-    absent = doctor.Peer("doctor_test_not_installed_anywhere", "doctor_test_not_installed_anywhere")
+    absent = doctor.generic_peer("doctor_test_not_installed_anywhere")
     rep = doctor.run(peers=[doctor.PEERS[0], absent])
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
@@ -570,7 +598,7 @@ def test_the_tables_keep_their_columns_when_a_library_is_missing():
     # A row of a library that is not installed has a name and a reason: its
     # name, longer than any installed one's, widens the first column of
     # every table it is in, and each column starts where its heading does.
-    absent = doctor.Peer("doctor_test_not_installed_anywhere", "doctor_test_not_installed_anywhere")
+    absent = doctor.generic_peer("doctor_test_not_installed_anywhere")
     text = doctor.render(doctor.run(peers=[doctor.PEERS[0], absent]))
     for heading in ("Producers:", "Consumers:"):
         table = text[text.index(heading):].split("\n\n")[0].splitlines()[1:]

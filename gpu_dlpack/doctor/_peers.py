@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import _peers as _table
 from .._backends import cupy_backend
 from ._measure import VALUES, _aligned, _quiet, _readonly_numpy
 
@@ -24,19 +25,43 @@ def _tf_host(m, a):
 
 @dataclass(frozen=True)
 class Peer:
-    """How to reach one array library: nothing here says how it behaves."""
+    """How the doctor makes arrays of one library. Where the library lives
+    and where its ``from_dlpack`` is are its row's in gpu_dlpack's table
+    (``gpu_dlpack._peers``, by name), which ``convert`` reads too; a library
+    without a row (``generic_peer``) gives them in ``where``."""
 
     name: str
-    module: str
-    consumer: tuple = ("from_dlpack",)   # where its from_dlpack lives, first found wins
     host: Callable | None = None          # (module, ndarray) -> array in host memory
     readonly: Callable | None = None      # (module, ndarray) -> read-only host array
     gpu: Callable | None = None           # (module, ndarray) -> array on the GPU
     gpu_usable: Callable | None = None    # module -> bool
-    submodules: tuple = ()
     always: bool = True                   # a row even when not installed
     host_consumer: bool = True            # its from_dlpack of host data lands on the host
     flat: bool = False                    # its arrays have one dimension: made of VALUES.ravel()
+    where: tuple | None = None            # (module, consumer, submodules) where no row says them
+
+    def _where(self) -> tuple:
+        if self.where is not None:
+            return self.where
+        row = _table.by_name(self.name)
+        if row is None:
+            raise LookupError(f"the doctor's peer {self.name!r} has no row in gpu_dlpack._peers")
+        return row.module, row.consumer, row.submodules
+
+    @property
+    def module(self) -> str:
+        """The module imported (the library's top-level one)."""
+        return self._where()[0]
+
+    @property
+    def consumer(self) -> tuple:
+        """Where its ``from_dlpack`` lives, relative to ``module``: the first found."""
+        return self._where()[1]
+
+    @property
+    def submodules(self) -> tuple:
+        """The modules imported with it, where its functions live."""
+        return self._where()[2]
 
     @property
     def values(self):
@@ -45,54 +70,50 @@ class Peer:
 
 
 PEERS = (
-    Peer("numpy", "numpy", host=lambda m, a: _aligned(a), readonly=_readonly_numpy),
+    Peer("numpy", host=lambda m, a: _aligned(a), readonly=_readonly_numpy),
     Peer(
-        "torch", "torch",
+        "torch",
         host=lambda m, a: m.from_numpy(_aligned(a)),
         gpu=lambda m, a: m.as_tensor(a, device="cuda"),
         gpu_usable=lambda m: bool(m.cuda.is_available()),
     ),
     Peer(
-        "jax", "jax", consumer=("dlpack.from_dlpack",), submodules=("jax.dlpack", "jax.numpy"),
+        "jax",
         host=lambda m, a: m.device_put(a, _jax_devices(m, "cpu")[0]),
         gpu=lambda m, a: m.device_put(a, _jax_devices(m, "gpu")[0]),
         gpu_usable=lambda m: bool(_jax_devices(m, "gpu")),
     ),
     Peer(
-        "cupy", "cupy", gpu=lambda m, a: m.asarray(a), gpu_usable=lambda m: cupy_backend.device_count() > 0,
+        "cupy", gpu=lambda m, a: m.asarray(a), gpu_usable=lambda m: cupy_backend.device_count() > 0,
         host_consumer=False,
     ),
     Peer(
-        "array_api_strict", "array_api_strict",
+        "array_api_strict",
         host=lambda m, a: m.asarray(_aligned(a)),
         readonly=lambda m, a: m.asarray(_readonly_numpy(None, a)),
     ),
+    # Numba's device arrays speak the CUDA Array Interface, in and out.
     Peer(
-        # Numba's device arrays speak the CUDA Array Interface, in and out.
-        "numba", "numba", consumer=("cuda.from_dlpack", "from_dlpack", "cuda.as_cuda_array"),
-        submodules=("numba.cuda",),
-        gpu=lambda m, a: m.cuda.to_device(a), gpu_usable=lambda m: bool(m.cuda.is_available()),
+        "numba", gpu=lambda m, a: m.cuda.to_device(a), gpu_usable=lambda m: bool(m.cuda.is_available()),
         host_consumer=False,
     ),
     # Other DLPack speakers: probed only when installed.
     # Paddle before TensorFlow: Paddle 3.3.1 imported after TensorFlow 2.21
     # crashes the process (SIGSEGV); the other order works.
-    Peer(
-        "paddle", "paddle", consumer=("utils.dlpack.from_dlpack", "from_dlpack"),
-        host=lambda m, a: m.to_tensor(a, place=m.CPUPlace()), always=False,
-    ),
-    Peer(
-        "tensorflow", "tensorflow", consumer=("experimental.dlpack.from_dlpack",), host=_tf_host,
-        always=False,
-    ),
-    Peer("mlx", "mlx.core", host=lambda m, a: m.array(a), always=False),
-    Peer("tvm_ffi", "tvm_ffi", host=lambda m, a: m.from_dlpack(_aligned(a)), always=False),
+    Peer("paddle", host=lambda m, a: m.to_tensor(a, place=m.CPUPlace()), always=False),
+    Peer("tensorflow", host=_tf_host, always=False),
+    Peer("mlx", host=lambda m, a: m.core.array(a), always=False),
+    Peer("tvm_ffi", host=lambda m, a: m.from_dlpack(_aligned(a)), always=False),
     # Producers only: pyarrow's arrays, and dask's lazy arrays (no DLPack of
     # their own: the table says how convert takes them).
-    Peer("pyarrow", "pyarrow", consumer=(), host=lambda m, a: m.array(a), always=False, flat=True),
-    Peer("dask", "dask.array", consumer=(), host=lambda m, a: m.from_array(a), always=False),
-    Peer("dpnp", "dpnp", host=lambda m, a: m.asarray(a), always=False, host_consumer=False),
-    Peer("dpctl", "dpctl.tensor", host=lambda m, a: m.asarray(a), always=False, host_consumer=False),
+    Peer("pyarrow", host=lambda m, a: m.array(a), always=False, flat=True),
+    Peer("dask", host=lambda m, a: m.array.from_array(a), always=False),
+    # SYCL libraries (oneAPI devices), in no row of the table: probed as any
+    # library would be, since nothing here can measure them.
+    Peer("dpnp", host=lambda m, a: m.asarray(a), always=False, host_consumer=False,
+         where=("dpnp", ("from_dlpack",), ())),
+    Peer("dpctl", host=lambda m, a: m.asarray(a), always=False, host_consumer=False,
+         where=("dpctl.tensor", ("from_dlpack",), ())),
 )
 
 
@@ -107,8 +128,8 @@ def _generic_host(m, a):
 def generic_peer(module: str) -> Peer:
     """A peer for any importable module (``gpu-dlpack doctor --library``)."""
     return Peer(
-        module, module, consumer=("from_dlpack", "dlpack.from_dlpack", "utils.dlpack.from_dlpack"),
-        host=_generic_host,
+        module, host=_generic_host,
+        where=(module, ("from_dlpack", "dlpack.from_dlpack", "utils.dlpack.from_dlpack"), ()),
     )
 
 
