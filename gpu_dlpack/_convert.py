@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
 import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _rules, _streams, _versions
-from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, cupy_is_rocm, known_on_host
+from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, cupy_is_rocm, known_on_host, types
 from ._export import export, wrap
 from ._import import from_dlpack
 from ._typing import DeviceLike, StreamLike
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 _ndarray = np.ndarray
 _VERSION = _versions.DLPACK_VERSION
-_GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM, DLDeviceType.CUDA_MANAGED})
+_GPU_TYPES = types(array="cupy")
 
 OnReadOnly = Literal["copy", "share", "refuse"]
 #: The libraries ``convert`` knows by name (its type checkers' view of ``to``:

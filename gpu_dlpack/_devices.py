@@ -11,7 +11,7 @@ import enum
 import functools
 import importlib.util
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _errors, _peers
 from ._typing import DeviceLike
@@ -66,17 +66,45 @@ class DLDeviceType(enum.IntEnum):
         return cls._value2member_map_.setdefault(value, member)
 
 
+class Memory(NamedTuple):
+    """What a kind of memory is, for every rule that asks: the one table of
+    device kinds, from which each set of device types is derived
+    (``types``)."""
+
+    stack: str | None  # the GPU runtime that serves it: "cuda" or "rocm"; None: the host alone
+    host: bool         # the host reads and writes it in place (no copy to a NumPy array)
+    gpu: bool          # a GPU reads and writes it in place (cuda.core's is_device_accessible)
+    indexed: bool      # one GPU's memory, named by its index (the others say 0: one address space)
+    array: str         # what holds an import to it: "numpy" or "cupy" (CuPy arrays are always writeable)
+
+
+_T = DLDeviceType
+
+#: The memory gpu_dlpack moves, by device type; the others it names and reads
+#: the capsules of, and refuses to import (``no_backend``).
+MEMORY = {
+    _T.CPU: Memory(None, host=True, gpu=False, indexed=False, array="numpy"),
+    _T.CUDA: Memory("cuda", host=False, gpu=True, indexed=True, array="cupy"),
+    _T.CUDA_HOST: Memory("cuda", host=True, gpu=True, indexed=False, array="numpy"),  # pinned
+    _T.CUDA_MANAGED: Memory("cuda", host=True, gpu=True, indexed=False, array="cupy"),
+    _T.ROCM: Memory("rocm", host=False, gpu=True, indexed=True, array="cupy"),
+    _T.ROCM_HOST: Memory("rocm", host=True, gpu=True, indexed=False, array="numpy"),  # pinned
+}
+
+
+def types(**want) -> frozenset:
+    """The device types whose ``Memory`` has each field as given:
+    ``types(host=True)``, ``types(stack="cuda", array="cupy")``."""
+    return frozenset(t for t, m in MEMORY.items() if all(getattr(m, k) == v for k, v in want.items()))
+
+
 #: Memory the host can read and write directly: an array here can become a
 #: NumPy array without a copy. One address space: its device id is always 0.
-HOST_ACCESSIBLE = frozenset(
-    {DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED}
-)
+HOST_ACCESSIBLE = types(host=True)
 
-#: Memory a GPU reads and writes in place (cuda.core's ``is_device_accessible``):
-#: GPU memory, and the pinned and managed memory a GPU maps.
-DEVICE_ACCESSIBLE = frozenset(
-    {DLDeviceType.CUDA, DLDeviceType.CUDA_HOST, DLDeviceType.CUDA_MANAGED, DLDeviceType.ROCM, DLDeviceType.ROCM_HOST}
-)
+#: Memory a GPU reads and writes in place: GPU memory, and the pinned and
+#: managed memory a GPU maps.
+DEVICE_ACCESSIBLE = types(gpu=True)
 
 # Name -> (CUDA-build type, ROCm-build type): the names with a ROCm twin and
 # the aliases; every type's own name (in lower case) maps to it on both builds.

@@ -25,7 +25,7 @@ from . import (
 )
 from ._backends import cupy_backend, numpy_backend
 from ._compiled import core
-from ._devices import CPU, Device, DLDeviceType, host_tested
+from ._devices import CPU, Device, host_tested, types
 from ._producer import AskedAgain, answer_after, gave_legacy, request
 
 _ndarray = np.ndarray
@@ -156,7 +156,7 @@ def gather(x, target: Device, copy, stream):
     return out
 
 
-_GPU_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
+_GPU_TYPES = types(indexed=True)  # one GPU's memory (pinned and managed: the host gather)
 
 
 def export_numpy(x, readonly=False, stream=None, max_version=_versions.DLPACK_VERSION, dl_device=None, copy=None,

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _backends, _dtypes, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._compiled import core
-from ._devices import CPU, Device
+from ._devices import CPU, Device, types
 from ._typing import Capsule, DeviceLike, StreamLike, Version
 
 _ndarray = np.ndarray
@@ -460,5 +460,5 @@ wrap = functools.update_wrapper(core.Exporter(wrap, 1), wrap)
 
 
 _CPU_DLPACK = CPU.dlpack
-_CUDA_INTERFACE_TYPES = frozenset({2, 13})  # CUDA and CUDA_MANAGED memory
+_CUDA_INTERFACE_TYPES = types(stack="cuda", array="cupy")  # CUDA and CUDA_MANAGED memory
 _REQUEST_KEYS = ("stream", "max_version", "dl_device", "copy")

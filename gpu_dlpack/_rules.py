@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import _errors, _peers, _versions
-from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, HOST_ACCESSIBLE
+from ._devices import CPU, DEVICE_ACCESSIBLE, MEMORY, Device, DLDeviceType, HOST_ACCESSIBLE, types
 
 _T = DLDeviceType
 
@@ -27,24 +27,21 @@ ZERO_COPY_MOVES = frozenset((src, _T.CPU) for src in HOST_ACCESSIBLE)
 # which the backend reports from the hardware: pinned host memory (mapped into
 # every GPU under unified addressing), managed memory, and pageable host memory
 # on systems whose GPUs use the host's page tables (ATS, as on Grace Hopper).
-MAPPED_MOVES = frozenset({
-    (_T.CUDA_HOST, _T.CUDA), (_T.CUDA_MANAGED, _T.CUDA), (_T.CPU, _T.CUDA),
-    (_T.ROCM_HOST, _T.ROCM), (_T.CPU, _T.ROCM),
-})
+MAPPED_MOVES = frozenset(
+    (src, dst) for dst in types(indexed=True) for src in HOST_ACCESSIBLE
+    if MEMORY[src].stack in (None, MEMORY[dst].stack)
+)
 
 # Moves a copy can make, given a backend for each end: any host-readable
 # memory to the CPU, and every move among the memory kinds of one GPU stack
 # (host, device, pinned, managed): host-to-device, device-to-host, and
 # device-to-device, including peer copies between two GPUs.
-_CUDA_STACK = (_T.CPU, _T.CUDA, _T.CUDA_HOST, _T.CUDA_MANAGED)
-_ROCM_STACK = (_T.CPU, _T.ROCM, _T.ROCM_HOST)
-COPY_MOVES = ZERO_COPY_MOVES | frozenset(
-    (src, dst) for stack in (_CUDA_STACK, _ROCM_STACK) for src in stack for dst in stack
-)
+_STACKS = [types(stack=None) | types(stack=s) for s in ("cuda", "rocm")]
+COPY_MOVES = ZERO_COPY_MOVES | frozenset((src, dst) for stack in _STACKS for src in stack for dst in stack)
 
 # Device types whose arrays cannot be read-only (CuPy arrays are always
 # writeable): a READ_ONLY capsule that lands there must be copied.
-ALWAYS_WRITEABLE = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED})
+ALWAYS_WRITEABLE = types(array="cupy")
 
 
 class Plan(NamedTuple):

@@ -29,17 +29,13 @@ CUDA_RULES = {None: LEGACY_DEFAULT, -1: NO_SYNC, 1: LEGACY_DEFAULT, 2: PER_THREA
 ROCM_RULES = {None: DEFAULT, -1: NO_SYNC, 0: DEFAULT, ABOVE_2: HANDLE}
 HOST_RULES = {None: "no stream (host memory)", -1: NO_SYNC}
 
-RULES = {
-    DLDeviceType.CUDA: CUDA_RULES,
-    DLDeviceType.CUDA_HOST: CUDA_RULES,
-    DLDeviceType.CUDA_MANAGED: CUDA_RULES,
-    DLDeviceType.ROCM: ROCM_RULES,
-    DLDeviceType.ROCM_HOST: ROCM_RULES,
-}
+# By the runtime that serves the memory (``_devices.MEMORY``); host memory
+# has no stream.
+RULES = {t: {"cuda": CUDA_RULES, "rocm": ROCM_RULES}[m.stack] for t, m in _devices.MEMORY.items() if m.stack}
 
 # CUDA 0 is ambiguous (legacy or per-thread default?). Older PyTorch sends
 # it, so it is accepted as the legacy default stream, with a warning.
-_CUDA_ZERO = {DLDeviceType.CUDA, DLDeviceType.CUDA_HOST, DLDeviceType.CUDA_MANAGED}
+_CUDA_ZERO = _devices.types(stack="cuda")
 
 
 def rules_for(device_type):
@@ -110,14 +106,14 @@ def resolve(stream, device_type) -> int:
 # -- copies the host may read at once -----------------------------------------
 
 #: Memory of one GPU, named by its index (pinned and managed memory say 0).
-INDEXED_TYPES = frozenset({DLDeviceType.CUDA, DLDeviceType.ROCM})
+INDEXED_TYPES = _devices.types(indexed=True)
 #: Pinned and managed memory: read by the host or by a GPU.
-_HOST_READABLE = frozenset({DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST, DLDeviceType.CUDA_MANAGED})
+_HOST_READABLE = _devices.types(host=True, gpu=True)
 
 #: Import targets whose results are NumPy arrays (host memory, read by the
 #: host at once): a copy into them is complete when ``from_dlpack`` returns.
 #: Other results are CuPy arrays, ordered on the consumer's stream.
-HOST_RESULTS = frozenset({DLDeviceType.CPU, DLDeviceType.CUDA_HOST, DLDeviceType.ROCM_HOST})
+HOST_RESULTS = _devices.types(array="numpy")
 
 
 def finishes_before_return(target_type, stream, copied=True) -> bool:

@@ -82,8 +82,7 @@ def install() -> None:
     )
     # The NumPy array an import makes: CPU and pinned memory only (managed
     # memory takes the general path, which knows its device).
-    host = {_devices.DLDeviceType.CPU, _devices.DLDeviceType.CUDA_HOST, _devices.DLDeviceType.ROCM_HOST}
-    core.set_devices(host & _devices.HOST_ACCESSIBLE, _devices.CPU, _devices.Device)
+    core.set_devices(_devices.types(array="numpy"), _devices.CPU, _devices.Device)
     # NumPy's C API table lives in the extension module of its C functions
     # (_multiarray_umath, which moved between NumPy 1 and 2).
     numpy_api = getattr(np.frompyfunc.__self__, "_ARRAY_API", None)

@@ -12,18 +12,15 @@ import sys
 import weakref
 
 from ... import _handoff, _streams
-from ..._devices import Device, DLDeviceType, cupy_is_rocm
+from ..._devices import Device, DLDeviceType, cupy_is_rocm, types
 from ..._streams import INDEXED_TYPES
 
 _T = DLDeviceType
 
-_BUILD_TYPES = {
-    False: frozenset({_T.CUDA, _T.CUDA_MANAGED, _T.CUDA_HOST}),
-    True: frozenset({_T.ROCM, _T.ROCM_HOST}),
-}
+_BUILD_TYPES = {False: types(stack="cuda"), True: types(stack="rocm")}  # by cupy_is_rocm()
 #: Memory a CuPy array holds; the other GPU types are pinned host memory,
 #: which lands in NumPy arrays.
-DEVICE_TYPES = frozenset({_T.CUDA, _T.ROCM, _T.CUDA_MANAGED})
+DEVICE_TYPES = types(array="cupy")
 
 
 def owns(x) -> bool:
