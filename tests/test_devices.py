@@ -139,3 +139,56 @@ def test_host_accessible_device_types():
     assert Device("cpu").is_host_accessible and Device("cuda_host").is_host_accessible
     assert Device("cuda_managed").is_host_accessible
     assert not Device("cuda:0").is_host_accessible and not Device("rocm:0").is_host_accessible
+
+
+def test_serving_a_new_device_type_on_the_host_is_one_row_of_the_table(tmp_path):
+    # Where the change goes (docs/internals/layout.md): one row of
+    # _devices.MEMORY. Two copies of the package, one with TPU host memory
+    # added there as host memory: it imports a TPU_HOST capsule zero-copy
+    # as NumPy (from_dlpack, device="cpu", convert), which the other refuses.
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import gpu_dlpack
+
+    row = '    _T.ROCM_HOST: Memory("rocm", host=True, gpu=True, indexed=False, array="numpy"),  # pinned\n'
+    new = '    _T.TPU_HOST: Memory(None, host=True, gpu=False, indexed=False, array="numpy"),\n'
+    script = """
+import numpy as np
+import gpu_dlpack
+from tests import capsules
+
+a = np.arange(6.0)
+try:
+    x = gpu_dlpack.from_dlpack(capsules.make(a, device=(20, 0))[0])
+except BufferError as exc:
+    print("refused:", exc)
+    raise SystemExit(0)
+assert type(x) is np.ndarray and x.ctypes.data == a.ctypes.data and x.tolist() == a.tolist()
+p = capsules.Producer(capsules.make(a, device=(20, 0))[0], device=(20, 0))
+assert gpu_dlpack.from_dlpack(p, device="cpu").ctypes.data == a.ctypes.data
+assert gpu_dlpack.Device("tpu_host").is_host_accessible
+c = gpu_dlpack.convert(capsules.Producer(capsules.make(a, device=(20, 0))[0], device=(20, 0)), "numpy")
+assert c.ctypes.data == a.ctypes.data
+print("served")
+"""
+    root = Path(__file__).resolve().parent.parent
+    said = {}
+    for served in (False, True):
+        home = tmp_path / str(served)
+        pkg = home / "gpu_dlpack"
+        shutil.copytree(Path(gpu_dlpack.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.c"))
+        src = (pkg / "_devices.py").read_text()
+        assert row in src
+        if served:
+            (pkg / "_devices.py").write_text(src.replace(row, row + new))
+        env = {**os.environ, "PYTHONPATH": f"{home}{os.pathsep}{root}"}
+        done = subprocess.run([sys.executable, "-c", script], cwd=home, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        said[served] = done.stdout.strip()
+    assert said[True] == "served"
+    assert said[False].startswith("refused: no backend can hold an array on tpu_host:0"), said[False]

@@ -875,3 +875,55 @@ def test_the_doctors_child_probes_keep_jax_on_the_cpu(monkeypatch):
     with pytest.raises(OSError, match="not started"):
         _faults._spawn([])
     assert seen["JAX_PLATFORMS"] == "cpu"
+
+
+def test_a_peer_library_added_in_its_one_place_is_picked_up_everywhere(libdir, monkeypatch):
+    # "Add a peer library" (docs/internals/layout.md): its row in
+    # gpu_dlpack._peers, which convert, from_dlpack and the doctor read; and,
+    # for the doctor to make arrays of it, a doctor.Peer saying how.
+    from gpu_dlpack import _peers
+
+    name = libdir("doctor_test_standin", """
+        import numpy as np
+
+        __version__ = "1.0"
+
+        class Array:
+            def __init__(self, a):
+                self.a = a
+
+            def __dlpack__(self, **kw):
+                return self.a.__dlpack__(**kw)
+
+            def __dlpack_device__(self):
+                return self.a.__dlpack_device__()
+
+        def asarray(a):
+            return Array(np.asarray(a))
+
+        def from_dlpack(x, **kw):
+            return Array(np.from_dlpack(x, **kw))
+    """)
+    lib = importlib.import_module(name)
+    row_ = _peers.Peer(name, name, array="Array", faults=(_peers.Fault("negative-strides"),),
+                       export_faults=(_peers.Fault("immutable-unflagged"),))
+    monkeypatch.setattr(_peers, "PEERS", _peers.PEERS + (row_,))
+
+    # convert: the row's consumer fault is acted on (the library's own import
+    # would take the negative stride in place).
+    src = np.arange(6.0)[::-1]
+    assert np.from_dlpack(src).ctypes.data == src.ctypes.data
+    done = gpu_dlpack.convert(src, name, report=True)
+    assert type(done.array) is lib.Array and done.faults == ("negative-strides",) and done.copied
+    assert done.array.a.tolist() == src.tolist() and done.array.a.strides == (8,)
+    # from_dlpack: the row's producer fault (its arrays are immutable, their
+    # capsules say writeable) makes the import read-only.
+    x = lib.asarray(np.arange(3.0))
+    assert np.from_dlpack(x).flags.writeable
+    got = gpu_dlpack.from_dlpack(x)
+    assert got.ctypes.data == x.a.ctypes.data and not got.flags.writeable
+    # the doctor: the row's faults, for the installed version, in its report.
+    rep = doctor.run(peers=[doctor.PEERS[0], doctor.Peer(name, host=lambda m, a: m.asarray(a))])
+    listed = {(t["role"], t["fault"]) for t in row(rep, name)["table"]}
+    assert listed == {("consumer", "negative-strides"), ("producer", "immutable-unflagged")}
+    check_schema(rep)

@@ -28,6 +28,9 @@ from . import _old_numpy
 _ASK = (1, 0)  # NumPy produces 1.0; the capsule is relabelled DLPACK_VERSION
 _STAMP = _capsule.version_word(DLPACK_VERSION)
 _ndarray_dlpack = np.ndarray.__dlpack__
+# The device types numpy.from_dlpack imports (the CPU, pinned and managed
+# memory; numpy/_core/src/multiarray/dlpack.c).
+_NUMPY_NAMES = frozenset({1, 3, 11, 13})
 
 
 class _Handoff:
@@ -166,11 +169,21 @@ def consume(capsule, versioned, header) -> np.ndarray:
         except (RuntimeError, TypeError, ValueError) as exc:
             raise _errors.numpy_refused(exc) from exc
     else:
+        # Host memory of a type NumPy does not name is imported labelled as
+        # the CPU's, the producer's label put back at once (its deleter may
+        # read it).
+        device = (header.device_type, header.device_id)
+        relabel = header.device_type not in _NUMPY_NAMES
+        if relabel:
+            _capsule.set_device(header.ptr, versioned, 1, 0)
         try:
-            arr = np.from_dlpack(_Handoff(capsule, (header.device_type, header.device_id)))
+            arr = np.from_dlpack(_Handoff(capsule, (1, 0) if relabel else device))
         except (BufferError, RuntimeError, TypeError, ValueError) as exc:
             # NumPy 2.5 raises BufferError where earlier ones raise RuntimeError.
             raise _errors.numpy_refused(exc) from exc
+        finally:
+            if relabel:
+                _capsule.set_device(header.ptr, versioned, *device)
     if dtype.carrier is not None:
         arr = arr.view(dtype.numpy)
     return arr
