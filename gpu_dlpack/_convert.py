@@ -66,6 +66,8 @@ class Consumer(NamedTuple):
     capsules: bool = False   # straight through as the rules' capsule, not a wrapper
     asks: tuple | None = None  # ...asked for this max_version, as the consumer asks
     capsule_only: bool = False  # it takes a capsule only, in every case (TensorFlow)
+    wraps_landed: bool = False  # ``call`` takes the array gpu_dlpack lands (Numba)
+    itself: str | None = None   # the method handing it one of its own arrays (``_peers``)
 
     def active(self) -> frozenset:
         """Its faults now: those a setting turns off left out (JAX's x64)."""
@@ -188,7 +190,7 @@ def _read_consumer(to) -> Consumer:
     asks = None if not capsules or "legacy-only" in faults else peer.asks
     return Consumer(
         peer.name, module, version, call, peer.lands, faults, _plain_test(faults), switches, capsules, asks,
-        peer.capsule_only,
+        peer.capsule_only, peer.wraps_landed, peer.itself,
     )
 
 
@@ -232,7 +234,7 @@ def _version_of(top: str, module: ModuleType) -> str | None:
 
 
 def _from_dlpack_of(module, name, peer) -> Callable:
-    if peer is not None and peer.lands is not None and peer.name != "numba":
+    if peer is not None and peer.lands is not None and not peer.wraps_landed:
         return from_dlpack  # gpu_dlpack lands in NumPy and CuPy itself
     own = getattr(module, "from_dlpack", None)
     if callable(own) and (peer is None or peer.module != name or peer.consumer == ("from_dlpack",)):
@@ -585,12 +587,12 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         return _convert_chunks(x, chunks, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
-    if copy is not True and device is None and "nested-import-deadlock" in c.faults and (
+    if copy is not True and device is None and c.itself is not None and "nested-import-deadlock" in c.faults and (
             getattr(_peers.of_array_type(t), "name", "") == c.name):
         # The consumer's own tensor goes over as a tensor: imported by DLPack,
         # it could become an import of an import, which it deadlocks freeing
         # (a copy, made apart from the source, cannot).
-        result = x.detach()
+        result = getattr(x, c.itself)()
         if not report:
             return result
         why = f"handed over as a {c.name} tensor, not by DLPack: {c.name} {_peers.FAULTS['nested-import-deadlock'][0]}"
@@ -650,18 +652,15 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         if required is not _NOTHING_REQUIRED:
             keywords = {"require_alignment": required[0], "require_contiguous": required[1]}
         result = from_dlpack(served if served is not None else x, device=where, copy=copy, stream=stream, **keywords)
-        if c.name == "numba":
+        if c.wraps_landed:
             result = c.call(result)
     else:
         if target is not None and target.dlpack != served._w.__dlpack_device__():
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
             _backends.for_device(target)
-        if "gpu-import-crashes" in c.faults and "gpu-import-crashes" in c.active():
-            here = Device(served.__dlpack_device__())
-            if here.type is not DLDeviceType.CPU:  # refused here: the consumer would crash the process
-                raise _errors.unreachable(here, c.name, f"{c.name} {c.version or ''} has no GPU, and it "
-                                          "crashes the process on GPU data rather than raise")
+        if c.faults & _faults.BEFORE_CALL:
+            _faults.before_call(c.name, c.version, c.active(), Device(served.__dlpack_device__()))
         try:
             result = c.call(served.__dlpack__(max_version=c.asks) if c.capsule_only else served, **placed)
         except Exception:

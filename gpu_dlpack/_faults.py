@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import _errors, _rules
+from ._devices import DLDeviceType
 from ._peers import ALIGNMENT, FAULTS
 
 #: What ``convert(..., on_readonly=...)`` takes, the default first.
@@ -51,6 +52,19 @@ class Fix(NamedTuple):
 
 
 PLAIN = Fix(False, False, False, (), ())
+
+#: Faults judged before the consumer is called, on where the data is: it
+#: reads the producer's device first, and would not live to raise.
+BEFORE_CALL = frozenset({"gpu-import-crashes"})
+
+
+def before_call(consumer: str, version: str | None, faults: frozenset, device) -> None:
+    """Raises ``DeviceUnreachableError`` where the consumer (``faults``: its
+    active ones) would crash the process on data on ``device`` rather than
+    raise."""
+    if "gpu-import-crashes" in faults and device.type is not DLDeviceType.CPU:
+        raise _errors.unreachable(device, consumer, f"{consumer} {version or ''} has no GPU, and it "
+                                  "crashes the process on GPU data rather than raise")
 
 
 def for_landing(faults: frozenset, lands: str | None) -> frozenset:

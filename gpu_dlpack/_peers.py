@@ -218,6 +218,12 @@ class Peer(NamedTuple):
     # (torch's ReadOnlyTensorWrapper refuses every attribute but DLPack's) is
     # no array of this row: it is read through the DLPack protocol alone.
     subclass_hook: tuple | None = None
+    # Where gpu_dlpack lands the data (``lands``): its consumer is called on
+    # the array landed (Numba's as_cuda_array over a CuPy array), not skipped.
+    wraps_landed: bool = False
+    # The method by which one of its own arrays is handed to it without an
+    # exchange (Paddle's detach: "nested-import-deadlock").
+    itself: str | None = None
 
 
 def _torch_hip(device) -> bool:
@@ -322,11 +328,11 @@ PEERS = (
     # Numba's device arrays take the CUDA Array Interface, and cannot be
     # read-only (numba.cuda.as_cuda_array ignores its readonly flag).
     Peer(
-        "numba", "numba", consumer=("cuda.as_cuda_array",), submodules=("numba.cuda",), lands="gpu",
+        "numba", "numba", consumer=("cuda.as_cuda_array",), submodules=("numba.cuda",), lands="gpu", wraps_landed=True,
         faults=(Fault("always-writeable", seen=("numba-cuda 0.30.4",)),),
     ),
     Peer(
-        "paddle", "paddle", array="Tensor",
+        "paddle", "paddle", array="Tensor", itself="detach",
         # Like torch's, its C exchange API exports tensors that require grad,
         # which its __dlpack__ refuses (requires_grad: not stop_gradient).
         exchange=Exchange(("requires_grad",), (), ()),
