@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .. import _capsule, _dtypes, _errors, _peers
+from .._devices import HOST_ACCESSIBLE
 from .._versions import DLPACK_VERSION
 from . import _old_numpy
 
@@ -169,11 +170,11 @@ def consume(capsule, versioned, header) -> np.ndarray:
         except (RuntimeError, TypeError, ValueError) as exc:
             raise _errors.numpy_refused(exc) from exc
     else:
-        # Host memory of a type NumPy does not name is imported labelled as
-        # the CPU's, the producer's label put back at once (its deleter may
-        # read it).
+        # Host memory (_devices.MEMORY) of a type NumPy does not name is
+        # imported labelled as the CPU's, the producer's label put back at
+        # once (its deleter may read it); other memory NumPy refuses.
         device = (header.device_type, header.device_id)
-        relabel = header.device_type not in _NUMPY_NAMES
+        relabel = header.device_type not in _NUMPY_NAMES and header.device_type in HOST_ACCESSIBLE
         if relabel:
             _capsule.set_device(header.ptr, versioned, 1, 0)
         try:
