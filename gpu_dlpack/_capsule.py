@@ -2,10 +2,9 @@
 little-endian: other interpreters are refused at import). Mechanism only:
 ``_rules`` decides whether an exchange may happen.
 
-The compiled core does the work, by the names the layer calls. What stays
-here is what the core returns (``Header``, ``CapsuleInfo``) and the general
-path it hands back to (a capsule it will not take, a value that fits no
-field, in the layer's words).
+The compiled core does the work, by the names the layer calls, and raises
+what it refuses in the layer's words (``_errors``' factories). What stays
+here is what the core returns (``Header``, ``CapsuleInfo``).
 
 Floor: mechanism, over the loaded core and the leaves.
 """
@@ -17,7 +16,7 @@ import struct
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,7 +53,6 @@ check_platform(sys.byteorder, sys.maxsize)
 
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
-_MAX_NDIM = 64
 
 
 @dataclass(frozen=True, init=False)
@@ -215,7 +213,7 @@ class Owner:
 # or the capsule's critical section on a free-threaded build, held): of
 # several threads handed one capsule exactly one takes it, and an interrupt
 # cannot land between a claim and the hand-over of the tensor. What each
-# refuses is worded by its function in GENERAL below.
+# refuses the core raises, worded by _errors (not_taken, capsule_fault...).
 
 #: True for an unconsumed versioned capsule, False for a legacy one.
 kind = core.kind
@@ -228,7 +226,6 @@ pointer = core.pointer
 checked = core.checked
 #: ``discard(capsule, versioned)``: claim the capsule and run its deleter once.
 discard = core.discard
-snapshot = core.snapshot
 #: ``read(capsule)``: the ``CapsuleInfo`` of an unconsumed capsule (inspect).
 read = core.read
 #: ``stamp_version(capsule, version_word(version))``, into a capsule NumPy has just made.
@@ -273,155 +270,3 @@ def handover(capsule):
     versioned = kind(capsule)
     return versioned, move(capsule, versioned)
 
-
-# -- the general path: what the core hands back ---------------------------------
-# The core runs every call it can; a capsule it will not take (not a capsule,
-# another name, a tensor no importer can hold, another major version) and a
-# call it was not made for come back to these functions, by the primitive's
-# name, which say why in the layer's words (``GENERAL``, told to the core by
-# ``_wiring``). They read a capsule through ``snapshot``.
-
-
-def _kind(obj, name) -> NoReturn:
-    # What the core's kind read as the name (bytes, None for NULL) of
-    # anything but an unconsumed DLPack capsule.
-    if type(obj) is not CapsuleType:
-        raise _errors.not_a_capsule(obj)
-    name = None if name is None else name.decode(errors="replace")
-    if name in (USED_LEGACY, USED_VERSIONED):
-        raise _errors.consumed(name)
-    raise _errors.bad_capsule_name(name)
-
-
-def _not_taken(capsule, versioned=None, destructor=None) -> NoReturn:
-    # What the name now is (discard, move, snapshot): not a capsule,
-    # consumed, another name (kind's errors), the other kind, or the kind
-    # asked for that was not renamed.
-    if kind(capsule) == versioned:
-        raise _errors.malformed("the capsule could not be renamed")
-    raise _errors.malformed("the capsule changed kind while it was read")
-
-
-def _check_readable(ndim: int, shape_p: int, device_type: int, device_id: int) -> None:
-    if not 0 <= ndim <= _MAX_NDIM:
-        raise _errors.malformed(f"ndim={ndim}")
-    if ndim and not shape_p:
-        raise _errors.malformed(f"shape is NULL with ndim={ndim}")
-    if device_type < 1 or device_id < 0:  # from 1 up, every type is a device (_devices.DLDeviceType)
-        raise _errors.malformed(f"no DLPack device is (device_type={device_type}, device_id={device_id})")
-
-
-def _layout_words(fault: int, data: int, offset: int, shape: tuple, strides, itemsize: int) -> str:
-    """What the core's layout_fault found (1 to 5, in the order it checks),
-    in words: no importer can hold such a tensor (a negative dimension is
-    what numpy.from_dlpack refuses; a tensor without elements is checked as
-    if each zero extent were one, and a step is a byte stride, an int64, to
-    NumPy, CuPy and the array interfaces, even where no extent takes it)."""
-    if fault == 1:
-        return f"the shape {shape} has a negative dimension"
-    if fault == 2:
-        return f"data is NULL but the shape {shape} has elements" if shape else "data is NULL but a 0-d tensor has one element"
-    if fault == 3 and 0 in shape:
-        return (
-            f"the extents other than 0 of the shape {shape} of {itemsize}-byte elements multiply to "
-            "more than 2**63 - 1 bytes"
-        )
-    if fault == 3:
-        return f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes"
-    if fault == 4 and strides is not None:
-        return f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
-    if fault == 4:
-        return (
-            f"the shape {shape} at data {data:#x} + byte_offset {offset} reaches past the end of the "
-            "64-bit address space"
-        )
-    return (
-        f"the strides {strides} of the shape {shape} are steps of {itemsize}-byte elements "
-        "that no int64 byte count holds"
-    )
-
-
-def _check_layout(fault, data, offset, shape, strides, bits, lanes) -> None:
-    """BufferError in words when the core's layout_fault found a fault: the
-    one check of every import, of ``inspect`` and of ``view``."""
-    if fault:
-        itemsize = max(1, (bits * lanes + 7) >> 3)
-        raise _errors.malformed(_layout_words(fault, data, offset, shape, strides, itemsize))
-
-
-def _checked(capsule, likely_versioned: bool = True, check_dtype=None):
-    """What the core's ``checked`` refuses: a capsule it cannot take
-    (``_not_taken``'s words), another major version, a tensor no importer
-    can hold; the refused capsule is discarded."""
-    versioned, fields, shape, strides, fault = snapshot(capsule)
-    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
-    try:
-        ptr = pointer(capsule, versioned)
-        if versioned and major != 1:
-            raise _errors.unsupported_major(major)
-        _check_readable(ndim, shape_p, dt, di)
-        _check_layout(fault, data, offset, shape, strides, bits, lanes)
-        if check_dtype is not None:
-            check_dtype(code, bits, lanes)
-    except BufferError:
-        discard(capsule, versioned)
-        raise
-    return versioned, Header(ptr, major, minor, flags, dt, di, code, bits, lanes, ndim, strides_p)
-
-
-def _read(capsule) -> CapsuleInfo:
-    """What the core's ``read`` will not read, in words: another major
-    version, an ndim out of range, a NULL shape, no DLPack device, a layout
-    no importer can hold (the checks of an import, in its order)."""
-    versioned, fields, shape, strides, fault = snapshot(capsule)
-    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
-    if versioned and major != 1:
-        # Another major version may lay the struct out differently: only
-        # the version and flags words are safe to read.
-        raise _errors.unreadable_major((major, minor))
-    _check_readable(ndim, shape_p, dt, di)
-    _check_layout(fault, data, offset, shape, strides, bits, lanes)
-    return CapsuleInfo(
-        name=VERSIONED if versioned else LEGACY,
-        versioned=versioned,
-        version=(major, minor) if versioned else None,
-        flags=flags,
-        device=Device((dt, di)),
-        dl_dtype=(code, bits, lanes),
-        shape=shape,
-        strides=strides,
-        byte_offset=offset,
-        data=data,
-    )
-
-
-def _stamp_version(capsule, word):
-    if not kind(capsule):
-        raise _errors.malformed("a legacy capsule has no version to stamp")
-    ptr = pointer(capsule, True)
-    if ptr & 7:
-        raise _errors.malformed(f"DLManagedTensorVersioned at {ptr:#x} is not 8-byte aligned")
-    raise TypeError(f"a version word is an int, not {type(word).__name__}")
-
-
-def _not_written(ptr, value):
-    # The core writes flags or a version (two uint32s) at a versioned
-    # tensor's address; anything else is a call it was not made for.
-    raise ValueError(f"no {value!r} is written at {ptr!r}: a versioned tensor's address and its flags or version")
-
-
-def _not_set(ptr, versioned, first, second):
-    # The core writes a dtype (code and bits, two uint8s) or a device (two
-    # int32s) at a tensor's address; anything else is a call it was not made for.
-    raise ValueError(
-        f"no ({first!r}, {second!r}) is written at {ptr!r}: a tensor's address and its dtype's code and bits "
-        "(uint8s) or its device (int32s)"
-    )
-
-
-#: The general path of each primitive, by the name the core hands back to.
-GENERAL = {
-    "discard": _not_taken, "move": _not_taken, "snapshot": _not_taken, "checked": _checked,
-    "read": _read, "stamp_version": _stamp_version, "set_flags": _not_written, "set_version": _not_written,
-    "kind": _kind, "set_dtype": _not_set, "set_device": _not_set,
-}

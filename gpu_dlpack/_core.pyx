@@ -74,6 +74,11 @@ cdef PyObject *delegate_raw(const char *name, PyObject **args, Py_ssize_t nargs)
     return r
 
 
+cdef object layer_error(str factory, tuple args):
+    """The layer's error made by _errors' `factory` (its words), to raise."""
+    return (<dict>state.errors)[factory](*args)
+
+
 cdef object delegate(const char *name, PyObject **args, Py_ssize_t nargs):
     """delegate_raw's answer as Cython holds it: NULL raises the error set."""
     cdef PyObject *r = delegate_raw(name, args, nargs)
@@ -226,14 +231,15 @@ def set_versions(versions):
 
 
 def set_python(dict impl not None, learn_import, exportable_fallback, type exportable_class not None,
-               type header_type not None, type capsule_info not None):
+               type header_type not None, type capsule_info not None, dict errors not None):
     """The Python side, last: the core is configured once this has run.
 
     impl: the Python implementation of every case the core hands back, by
     name; learn_import: what the core may do with a producer type (its
     import plan); exportable_fallback: the general Exportable.__dlpack__;
     exportable_class: gpu_dlpack.Exportable; header_type: _capsule.Header;
-    capsule_info: _capsule.CapsuleInfo."""
+    capsule_info: _capsule.CapsuleInfo; errors: vars(_errors), whose
+    factories word every error the core raises in the layer's words."""
     if told != TOLD_ALL:
         raise RuntimeError("set_python comes last: set_dtypes, set_devices, set_numpy and set_versions first")
     if not issubclass(exportable_class, ExportableBase):
@@ -246,6 +252,7 @@ def set_python(dict impl not None, learn_import, exportable_fallback, type expor
     _hold(&state.learn_import, learn_import)
     _hold(&state.exportable_fallback, exportable_fallback)
     _hold(&state.import_types, {})
+    _hold(&state.errors, errors)
     document_dlpack(exportable_fallback)
     # Last: the core counts as configured once everything above is set.
     _hold(&state.py_impl, impl)

@@ -596,6 +596,68 @@ def malformed(what) -> BufferError:
     return BufferError(f"malformed DLPack tensor: {what}.")
 
 
+def not_taken(kind_now, versioned) -> BufferError:
+    """The core could not claim an unconsumed capsule (discard, move,
+    snapshot): ``kind_now`` what its name now says (True: versioned), which
+    is the kind asked for (``versioned``) where it could not be renamed."""
+    if kind_now == versioned:
+        return malformed("the capsule could not be renamed")
+    return malformed("the capsule changed kind while it was read")
+
+
+def capsule_fault(snapshot, max_ndim: int, importing: bool) -> BufferError | None:
+    """What the core found wrong in a capsule it would not read or import
+    (``importing``), in words, from its ``snapshot`` (``_core.snapshot``),
+    in the order of the checks of an import: another major version, an
+    ndim out of range, a NULL shape, no DLPack device, a layout no importer
+    can hold. None where none is."""
+    versioned, fields, shape, strides, fault = snapshot
+    major, minor, flags, data, dt, di, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
+    if versioned and major != 1:
+        # Another major version may lay the struct out differently: only
+        # the version and flags words are safe to read.
+        return unsupported_major(major) if importing else unreadable_major((major, minor))
+    if not 0 <= ndim <= max_ndim:
+        return malformed(f"ndim={ndim}")
+    if ndim and not shape_p:
+        return malformed(f"shape is NULL with ndim={ndim}")
+    if dt < 1 or di < 0:  # from 1 up, every type is a device (_devices.DLDeviceType)
+        return malformed(f"no DLPack device is (device_type={dt}, device_id={di})")
+    if fault:
+        return malformed(_layout_words(fault, data, offset, shape, strides, max(1, (bits * lanes + 7) >> 3)))
+    return None
+
+
+def _layout_words(fault: int, data: int, offset: int, shape: tuple, strides, itemsize: int) -> str:
+    """What the core's layout_fault found (1 to 5, in the order it checks),
+    in words: no importer can hold such a tensor (a negative dimension is
+    what numpy.from_dlpack refuses; a tensor without elements is checked as
+    if each zero extent were one, and a step is a byte stride, an int64, to
+    NumPy, CuPy and the array interfaces, even where no extent takes it)."""
+    if fault == 1:
+        return f"the shape {shape} has a negative dimension"
+    if fault == 2:
+        return f"data is NULL but the shape {shape} has elements" if shape else "data is NULL but a 0-d tensor has one element"
+    if fault == 3 and 0 in shape:
+        return (
+            f"the extents other than 0 of the shape {shape} of {itemsize}-byte elements multiply to "
+            "more than 2**63 - 1 bytes"
+        )
+    if fault == 3:
+        return f"the shape {shape} of {itemsize}-byte elements holds more than 2**63 - 1 bytes"
+    if fault == 4 and strides is not None:
+        return f"the strides {strides} of the shape {shape} reach outside the 64-bit address space"
+    if fault == 4:
+        return (
+            f"the shape {shape} at data {data:#x} + byte_offset {offset} reaches past the end of the "
+            "64-bit address space"
+        )
+    return (
+        f"the strides {strides} of the shape {shape} are steps of {itemsize}-byte elements "
+        "that no int64 byte count holds"
+    )
+
+
 def unsupported_dtype(code, bits, lanes, why) -> BufferError:
     return BufferError(
         f"cannot exchange DLPack dtype (code={code}, bits={bits}, lanes={lanes}): {why}."

@@ -251,11 +251,15 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
     return backend.aligned_copy(out, alignment, stream)
 
 
-def host_capsule(x, capsule=None):
+def host_capsule(x, capsule=None, error=None):
     """The common import: host memory of a foreign producer, no copy.
     ``capsule``: what ``x`` answered to ``__dlpack__(max_version=DLPACK_VERSION)``
     (the compiled core hands here every answer it does not import itself),
-    or None to ask it now."""
+    or None to ask it now; ``error``: the error ``x`` raised to the core's
+    request instead, gone on from as the Python path does (the producer is
+    not asked the same again)."""
+    if error is not None:
+        capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION)
     if capsule is None:
         if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
             capsule = _exchange.export_numpy(x)  # NumPy before 2.1: the layer's versioned capsule
@@ -281,14 +285,6 @@ def host_capsule(x, capsule=None):
     elif not header.flags & _capsule.READ_ONLY and _peers.export_facts(type(x)).read_only:
         _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)  # its arrays are immutable
     return _land_on_host(capsule, versioned, header, False)
-
-
-def host_refused_import(x, error):
-    """``host_capsule`` from the error host producer ``x`` raised to the
-    compiled core's request: it goes on as the Python path does, without
-    asking the producer the same again."""
-    capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION)
-    return host_capsule(x, capsule)
 
 
 # Producers whose host capsules NumPy's own importer reads exactly as the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _capsule, _devices, _dtypes, _exchange, _export, _import, _peers, _streams, _versions
+from . import _capsule, _devices, _dtypes, _errors, _exchange, _export, _import, _peers, _streams, _versions
 from ._backends import numpy as numpy_backend
 from ._devices import Device
 from ._compiled import core
@@ -101,16 +101,14 @@ def install() -> None:
         numpy_backend.STRIDES_AFTER_SHAPE,
     )
     core.set_versions(_versions)
-    impl = dict(_capsule.GENERAL)
-    impl.update(
+    impl = dict(
         wrap=_export.python_wrap,
         check_known=_dtypes.check_known,
         from_dlpack=_import.from_dlpack,
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,
-        host_refused_import=_import.host_refused_import,
         host_export=_exchange.host_export,
         rebuild=_exchange.python_rebuild,
     )
     core.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
-                    _capsule.CapsuleInfo)
+                    _capsule.CapsuleInfo, vars(_errors))

@@ -1098,6 +1098,8 @@ BUILDER_ARGS = {
     "unsupported_major": (2,),
     "unreadable_major": ((2, 0),),
     "malformed": ("ndim=-1",),
+    "not_taken": (True, True),
+    "capsule_fault": ((True, (1, 0, 0, 0, 1, 0, -1, 2, 64, 1, 0, 0, 0), None, None, 0), 64, True),
     "unsupported_platform": ("big-endian, 32-bit",),
     "subinterpreter": (),
     "gil_disabled": ("3.13.0",),

@@ -394,7 +394,7 @@ for name, call in calls.items():
         print(name, "refused" if "not configured" in str(exc) else exc)
 print("Exporter:", core.Exporter(lambda x, **kw: "python")(a))  # hands every call to Python
 try:  # the Python side is told last: before the tables, it is refused, and nothing runs yet
-    core.set_python({}, None, None, core.ExportableBase, tuple, type)
+    core.set_python({}, None, None, core.ExportableBase, tuple, type, {})
     print("set_python first: taken")
 except RuntimeError as exc:
     print("set_python first:", exc)

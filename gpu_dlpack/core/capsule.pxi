@@ -88,7 +88,7 @@ cdef inline bint major_one(void *ptr, int versioned) noexcept:
 
 
 cdef inline bint well_formed(DLTensor *t) noexcept:
-    """Whether the tensor is well-formed (what _capsule._checked checks):
+    """Whether the tensor is well-formed (what _errors.capsule_fault words):
     every device type from 1 up is a device (DLPack adds them within a
     version)."""
     if t.ndim < 0 or t.ndim > MAX_NDIM:
@@ -137,16 +137,44 @@ cdef inline void drop_keeping_error(PyObject *o) noexcept:
     PyErr_Restore(et, ev, tb)
 
 
-# -- the hand-back to Python: every case the core does not run --------------------
+# -- the hand-back to Python: the cases the core does not run (core.md) ------------
 
 cdef object hand_back(const char *name, tuple args):
-    """The Python function of a case the core does not run, by its name
-    (_capsule.GENERAL), called with args (at most six)."""
+    """The Python function of a case the core does not run, by its name,
+    called with args (at most six)."""
     cdef PyObject *argv[6]
     cdef Py_ssize_t i
     for i in range(len(args)):
         argv[i] = PyTuple_GET_ITEM(args, i)
     return delegate(name, argv, len(args))
+
+
+# -- the refusals: what is wrong, in the layer's words (_errors' factories) --------
+
+cdef object name_refused(object obj, object raw):
+    """The error of anything but an unconsumed DLPack capsule: not a
+    capsule, a consumed one, another name (raw: its name as bytes, None
+    for NULL)."""
+    if not PyCapsule_CheckExact(obj):
+        return layer_error("not_a_capsule", (obj,))
+    name = None if raw is None else (<bytes>raw).decode(errors="replace")
+    if name == "used_dltensor" or name == "used_dltensor_versioned":
+        return layer_error("consumed", (name,))
+    return layer_error("bad_capsule_name", (name,))
+
+
+cdef object not_taken(object capsule, object versioned):
+    """The error of a claim that failed (discard, move, snapshot): what the
+    name now is (kind's errors), else that it could not be renamed or
+    changed kind meanwhile."""
+    return layer_error("not_taken", (kind(capsule), versioned))
+
+
+cdef object capsule_fault(object capsule, bint importing):
+    """The error of a capsule the core will not read or import, from its
+    snapshot (which raises what its name is wrong for)."""
+    err = layer_error("capsule_fault", (snapshot(capsule), MAX_NDIM, importing))
+    return err if err is not None else layer_error("malformed", ("the capsule changed while it was read",))
 
 
 cdef int raise_pending() except -1:
@@ -256,7 +284,9 @@ def checked(capsule, likely=True, check_dtype=None, /):
     cdef int versioned
     cdef void *ptr = unconsumed(<PyObject *>capsule, &versioned)
     if ptr == NULL or not major_one(ptr, versioned) or not well_formed(tensor_of(ptr, versioned)):
-        return hand_back(b"checked", (capsule, likely, check_dtype))  # words the error, discards
+        err = capsule_fault(capsule, True)
+        discard(capsule, kind(capsule))
+        raise err
     cdef DLTensor *t = tensor_of(ptr, versioned)
     # Read before the dtype check runs Python code, as the Python checked()
     # does: meanwhile another thread may consume the capsule and free the
@@ -319,7 +349,7 @@ def discard(capsule, versioned, /):
     cdef bint v = versioned
     cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
-        return hand_back(b"discard", (capsule, versioned))
+        raise not_taken(capsule, versioned)
     release_tensor(ptr, v)
 
 
@@ -356,7 +386,7 @@ def move(capsule, versioned, destructor, /):
     # not such a capsule: the new one owns nothing and goes.
     out = None
     PyErr_Clear()
-    return hand_back(b"move", (capsule, versioned, destructor))
+    raise not_taken(capsule, versioned)
 
 
 # -- reading ---------------------------------------------------------------------
@@ -404,13 +434,13 @@ cdef inline tuple int64s(const int64_t *values, int n):
 @cython.embedsignature.format("clinic")
 def snapshot(capsule, /):
     """(versioned, fields, shape, strides, layout fault) of an unconsumed capsule, copied in one step."""
-    # For _capsule's general path, which words what is wrong: fields
+    # For _errors.capsule_fault, which words what is wrong: fields
     # (major, minor, flags, data, device_type, device_id, ndim, code, bits,
     # lanes, shape pointer, strides pointer, byte_offset), a legacy tensor's
     # version None and flags 0, as laid out in major version 1; the shape
     # and strides None where copy_unconsumed could not read them (strides
     # also where NULL), else with the copy's layout_fault. Anything but an
-    # unconsumed capsule goes to the Python snapshot() (it raises what is wrong).
+    # unconsumed capsule raises what its name is wrong for.
     configured()
     cdef CapsuleHead head
     cdef int64_t shape[MAX_NDIM]
@@ -418,7 +448,7 @@ def snapshot(capsule, /):
     cdef int versioned
     cdef bint readable
     if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL:
-        return hand_back(b"snapshot", (capsule,))
+        raise not_taken(capsule, None)
     cdef DLTensor *t = tensor_of(&head, versioned)
     version = (head.v.version.major, head.v.version.minor, head.v.flags) if versioned else (None, None, 0)
     fields = version + (PyLong_FromVoidPtr(t.data), t.device.device_type, t.device.device_id, t.ndim, t.dtype.code,
@@ -439,13 +469,37 @@ def stamp_version(capsule, word, /):
     """Write the version word into a versioned capsule."""
     configured()
     if not isinstance(word, int):
-        return hand_back(b"stamp_version", (capsule, word))
+        raise stamp_refused(capsule, word)
     cdef uint64_t w = PyLong_AsUnsignedLongLong(word)
     cdef void *ptr = pointer_or_null(<PyObject *>capsule, VERSIONED)
     if ptr == NULL or (<uintptr_t>ptr & 7):
         PyErr_Clear()
-        return hand_back(b"stamp_version", (capsule, word))
+        raise stamp_refused(capsule, word)
     (<uint64_t *>ptr)[0] = w
+
+
+cdef object stamp_refused(object capsule, object word):
+    if not kind(capsule):
+        return layer_error("malformed", ("a legacy capsule has no version to stamp",))
+    ptr = pointer(capsule, True)
+    if ptr & 7:
+        return layer_error("malformed", (f"DLManagedTensorVersioned at {ptr:#x} is not 8-byte aligned",))
+    return TypeError(f"a version word is an int, not {type(word).__name__}")
+
+
+cdef object not_written(object ptr, object value):
+    # The core writes flags or a version (two uint32s) at a versioned
+    # tensor's address; anything else is a call it was not made for.
+    return ValueError(f"no {value!r} is written at {ptr!r}: a versioned tensor's address and its flags or version")
+
+
+cdef object not_set(object ptr, object first, object second):
+    # The core writes a dtype (code and bits, two uint8s) or a device (two
+    # int32s) at a tensor's address; anything else is a call it was not made for.
+    return ValueError(
+        f"no ({first!r}, {second!r}) is written at {ptr!r}: a tensor's address and its dtype's code and bits "
+        "(uint8s) or its device (int32s)"
+    )
 
 
 @cython.embedsignature.format("clinic")
@@ -456,7 +510,7 @@ def set_flags(ptr, flags, /):
     if PyErr_Occurred():
         raise_pending()
     if m == NULL:
-        return hand_back(b"set_flags", (ptr, flags))
+        raise not_written(ptr, flags)
     m.flags = f
 
 
@@ -464,13 +518,13 @@ def set_flags(ptr, flags, /):
 def set_version(ptr, version, /):
     """Write a versioned tensor's version."""
     if type(version) is not tuple or len(<tuple>version) != 2:
-        return hand_back(b"set_version", (ptr, version))
+        raise not_written(ptr, version)
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
     cdef unsigned long major = as_ulong((<tuple>version)[0])
     cdef unsigned long minor = as_ulong((<tuple>version)[1])
     if PyErr_Occurred() or m == NULL or major > UINT32_MAX or minor > UINT32_MAX:
         PyErr_Clear()
-        return hand_back(b"set_version", (ptr, version))
+        raise not_written(ptr, version)
     m.version.major = <uint32_t>major
     m.version.minor = <uint32_t>minor
 
@@ -512,13 +566,13 @@ def kept_capsule(ptr, keep, /):
 # What Python reads of a capsule by its name, and writes into a tensor the
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
 # leave out), with no Python code run in between; a refusal writes nothing
-# and hands back to _capsule's words.
+# and raises what is wrong.
 
 @cython.embedsignature.format("clinic")
 def kind(capsule, /):
     """True for an unconsumed versioned capsule, False for a legacy one."""
     # The name is read once, in one step: what any other name means (a
-    # consumed capsule, not DLPack, not a capsule) is _capsule._kind's words.
+    # consumed capsule, not DLPack, not a capsule) is name_refused's error.
     cdef int versioned
     cdef const char *name
     raw = None
@@ -531,7 +585,7 @@ def kind(capsule, /):
     if versioned >= 0:
         return versioned != 0
     PyErr_Clear()
-    return hand_back(b"kind", (capsule, raw))
+    raise name_refused(capsule, raw)
 
 
 @cython.embedsignature.format("clinic")
@@ -556,7 +610,7 @@ def set_dtype(ptr, versioned, code, bits, /):
     cdef unsigned long b = as_ulong(bits)
     if PyErr_Occurred() or p == NULL or v < 0 or c > 255 or b > 255:
         PyErr_Clear()
-        return hand_back(b"set_dtype", (ptr, versioned, code, bits))
+        raise not_set(ptr, code, bits)
     cdef DLTensor *t = tensor_of(p, v)
     t.dtype.code = <uint8_t>c
     t.dtype.bits = <uint8_t>b
@@ -573,7 +627,7 @@ def set_device(ptr, versioned, device_type, device_id, /):
     if (PyErr_Occurred() or p == NULL or v < 0 or not INT32_MIN <= dt <= INT32_MAX or
             not INT32_MIN <= di <= INT32_MAX):
         PyErr_Clear()
-        return hand_back(b"set_device", (ptr, versioned, device_type, device_id))
+        raise not_set(ptr, device_type, device_id)
     cdef DLTensor *t = tensor_of(p, v)
     t.device.device_type = <int32_t>dt
     t.device.device_id = <int32_t>di

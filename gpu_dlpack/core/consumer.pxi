@@ -355,22 +355,23 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
 cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
     """from_dlpack(x) of a producer with a host test (JAX): its capsule for the
     request the Python path makes, imported here when it is the plain case,
-    else handed to _import.host_capsule with x (an error it raised to
-    _import.host_refused_import). None when the test fails (an array over
+    else handed to _import.host_capsule with x (or the error x raised
+    instead). None when the test fails (an array over
     several devices among them: the general path gathers it)."""
     if not state.numpy_layout:
         return None  # the Python import, which older NumPy's rules shape
     if not host_test(e, <PyObject *>x):
         return None
-    cdef PyObject *args[2]
+    cdef PyObject *args[3]
     args[0] = <PyObject *>x
     cdef PyObject *capsule = ask_capsule(<PyObject *>x, 1)
     if capsule == NULL:
         # The producer's error goes on as the Python path's would: never
         # dropped, and the producer never asked the same again.
         error = owned(taken_error())
-        args[1] = <PyObject *>error
-        return owned(delegate_raw("host_refused_import", args, 2))
+        args[1] = <PyObject *>None
+        args[2] = <PyObject *>error
+        return owned(delegate_raw("host_capsule", args, 3))
     cdef int versioned
     cdef void *ptr = unconsumed(capsule, &versioned)
     cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) and (

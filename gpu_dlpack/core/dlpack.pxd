@@ -64,6 +64,7 @@ cdef struct DLPackExchangeAPI:
 cdef struct CoreState:
     # what Python tells the core (the set_* setters of _core.pyx)
     PyObject *py_impl              # dict: name -> the Python implementation
+    PyObject *errors               # vars(_errors): the layer's errors, each made by its factory
     PyTypeObject *header_type      # _capsule.Header (a tuple subclass)
     uint64_t host_types            # bit t (below 64): host-readable memory
     uint64_t known_dtypes[32]      # [code]: bit b-1 set when (code, b bits) is exchanged

@@ -135,24 +135,25 @@ cdef inline bint info_type_fits(PyTypeObject *tp) noexcept:
 cdef inline object read_info(object capsule):
     if (state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL or
             not info_type_fits(state.info_type)):
-        return hand_back(b"read", (capsule,))  # refused before set_python
+        configured()
+        raise layer_error("malformed", ("the capsule's record type was not told",))
     cdef CapsuleHead head
     cdef int64_t shape[MAX_NDIM]
     cdef int64_t strides[MAX_NDIM]
     cdef int versioned
     cdef bint readable
     if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL or not readable:
-        return hand_back(b"read", (capsule,))  # raises what is wrong
+        raise capsule_fault(capsule, False)  # what is wrong
     cdef DLTensor *t = tensor_of(&head, versioned)
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
-        return hand_back(b"read", (capsule,))
+        raise capsule_fault(capsule, False)
     # The layout check of every import, on the copy: a tensor no importer
     # can hold is refused here too (the Python read words it).
     t.shape = shape
     t.strides = NULL if t.strides == NULL else strides
     if layout_fault(t):
-        return hand_back(b"read", (capsule,))
+        raise capsule_fault(capsule, False)
     # The record made by CapsuleFields' own tp_new (Cython's, which sets the
     # fields to None) for the record type, without parsing arguments, then
     # filled in place: never the type's own slot, which a __new__ assigned
