@@ -559,7 +559,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
                     return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
                 if c.lands == "host":
                     return from_dlpack(x)
-        elif c.lands == "host" and _CHUNKS.get(type(x), False) is None:
+        elif c.lands == "host" and (seen := _profiles.get(type(x))) is not None and seen.chunks is None:
             # Another library's array (a JAX array, a torch tensor) to a
             # library gpu_dlpack lands on the host: its import to the CPU, as
             # the general path makes it, once the type is known to be no lazy
@@ -573,22 +573,19 @@ _POLICIES = frozenset(_faults.POLICIES)  # read on every call: a set of _faults'
 
 _NOTHING_REQUIRED = (0, False)
 
-#: type -> its row's ``Chunks`` (None: an array of its own), read once per type.
-_CHUNKS: dict = {}
+_profiles = _peers._PROFILES  # type -> its Profile, once read
 
 
 def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
     _faults.check_policy(on_readonly)
     t = type(x)
-    chunks = _CHUNKS.get(t, False)
-    if chunks is False:
-        chunks = _CHUNKS[t] = _peers.chunks_of(t)
-    if chunks is not None:
-        return _convert_chunks(x, chunks, c, device, copy, stream, on_readonly, report, required)
+    profile = _peers.profile(t)
+    if profile.chunks is not None:
+        return _convert_chunks(x, profile.chunks, c, device, copy, stream, on_readonly, report, required)
     if copy is not None and copy is not True and copy is not False:
         raise _errors.bad_copy(copy)
     if copy is not True and device is None and c.itself is not None and "nested-import-deadlock" in c.faults and (
-            getattr(_peers.of_array_type(t), "name", "") == c.name):
+            getattr(profile.peer, "name", "") == c.name):
         # The consumer's own tensor goes over as a tensor: imported by DLPack,
         # it could become an import of an import, which it deadlocks freeing
         # (a copy, made apart from the source, cannot).
@@ -597,8 +594,8 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             return result
         why = f"handed over as a {c.name} tensor, not by DLPack: {c.name} {_peers.FAULTS['nested-import-deadlock'][0]}"
         return Conversion(result, c.name, c.version, False, None, False, ("nested-import-deadlock",), (why,))
-    if (copy is not True and device is None and required is _NOTHING_REQUIRED and _peers.export_facts(t).read_only
-            and getattr(_peers.of_array_type(t), "name", "") == c.name):
+    if (copy is not True and device is None and required is _NOTHING_REQUIRED and profile.export.read_only
+            and getattr(profile.peer, "name", "") == c.name):
         # An immutable array of the consumer's own library (JAX's): any
         # exchange would give the consumer this array again, or a copy.
         if not report:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import functools
 import importlib.util
-import operator
 from typing import Any, NamedTuple
 
 from . import _errors, _peers
@@ -381,53 +380,18 @@ def _cpu_without_id(x, answer) -> bool:
         return False
 
 
-def _host_test(t, attribute: bool):
-    """The cheap host test of array type ``t`` from its row in ``_peers``:
-    its ``on_host`` attribute (where ``attribute``), else its ``host_test``;
-    None: ask ``__dlpack_device__``."""
-    peer = _peers.of_array_type(t)
-    if peer is None:
-        return None
-    if attribute and peer.on_host is not None:
-        return operator.attrgetter(peer.on_host)
-    return None if peer.host_test is None else functools.partial(_passes, peer.host_test)
-
-
-def _passes(test, x) -> bool:
-    """Whether ``x`` passes its library's host test (``_peers.HostTest``);
-    False when the test cannot say (``__dlpack_device__`` is then asked)."""
-    try:
-        # The pieces first, as JAX's __dlpack_device__ reads them: platform()
-        # of a deleted JAX array (whose pieces are None) crashes the process.
-        return len(getattr(x, test.pieces)) == 1 and getattr(x, test.method)() == test.answer
-    except Exception:
-        return False
-
-
-_CPU_TESTS: dict = {}  # type -> its host test, or None
-_HOST_TESTS: dict = {}  # type -> its on_host attribute or host test, or None
-
-
 def host_tested(x) -> bool:
     """True when ``x`` passes its library's host test (``_peers.HostTest``):
     memory of the CPU on one device, known without ``__dlpack_device__``.
     An export and a wrap of such an array read its device so, as its
     import does (``known_on_host``), and as the compiled core reads it on
     each of the three."""
-    t = type(x)
-    try:
-        test = _CPU_TESTS[t]
-    except KeyError:
-        test = _CPU_TESTS[t] = _host_test(t, attribute=False)
+    test = _peers.profile(type(x)).cpu_test
     return test is not None and test(x) is True
 
 
 def known_on_host(x) -> bool:
     """True when ``x`` is cheaply known to hold host memory (CPU, pinned or
     managed); False means unknown: ask ``__dlpack_device__``."""
-    t = type(x)
-    try:
-        test = _HOST_TESTS[t]
-    except KeyError:
-        test = _HOST_TESTS[t] = _host_test(t, attribute=True)
+    test = _peers.profile(type(x)).host_test
     return test is not None and test(x) is True

@@ -109,7 +109,7 @@ def _export(x, readonly, stream, max_version, dl_device, copy, source=None):
     return capsule
 
 
-_export_facts = _peers._EXPORT_FACTS  # type -> ExportFacts, once read
+_profiles = _peers._PROFILES  # type -> its Profile, once read
 
 _id = id
 _PLAIN = _dtypes.PLAIN
@@ -120,7 +120,7 @@ def resolved_views(x, copy):
     negative and conjugate bits) resolved: a new array holding the values
     its capsule would not carry; ``x`` itself where it holds none.
     ``copy=False`` forbids that copy (``CopyRequiredError``)."""
-    views = (_export_facts.get(type(x)) or _peers.export_facts(type(x))).views
+    views = (_profiles.get(type(x)) or _peers.profile(type(x))).export.views
     for view in views:
         try:
             if getattr(x, view.test)() is not True:

@@ -13,7 +13,6 @@ Floor: the two directions, beside ``_export``: neither imports the other.
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any
 
 import numpy as np
@@ -264,16 +263,11 @@ def host_capsule(x, capsule=None, error=None):
         if not numpy_backend.VERSIONED_NUMPY and numpy_backend.owns(x):
             capsule = _exchange.export_numpy(x)  # NumPy before 2.1: the layer's versioned capsule
         else:
-            t = type(x)
-            try:
-                dtypes = _DIRECT[t]
-            except KeyError:
-                peer = _peers.of_array_type(t)
-                dtypes = None  # NumPy < 2.1 asks for legacy capsules: read-only arrays
-                if numpy_backend.VERSIONED_NUMPY and peer is not None and peer.numpy_reads:
-                    library = importlib.import_module(peer.module)  # loaded already: t is its type
-                    dtypes = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
-                _DIRECT[t] = dtypes
+            # The dtypes NumPy's own importer reads exactly as the rules say,
+            # of the row's producer: straight to numpy.from_dlpack, which
+            # skips the checks a producer of unknown quality needs (NumPy
+            # before 2.1 asks for legacy capsules: read-only arrays).
+            dtypes = _peers.profile(type(x)).numpy_reads if numpy_backend.VERSIONED_NUMPY else None
             if dtypes is not None and x.dtype in dtypes:
                 return _np_from_dlpack(x)
             capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
@@ -287,11 +281,6 @@ def host_capsule(x, capsule=None, error=None):
     return _land_on_host(capsule, versioned, header, False)
 
 
-# Producers whose host capsules NumPy's own importer reads exactly as the
-# rules say, for the dtypes their rows in _peers name: their common import
-# goes straight to numpy.from_dlpack, which skips the checks a producer of
-# unknown quality needs. type -> the NumPy dtypes, or None.
-_DIRECT: dict = {}
 _np_from_dlpack = np.from_dlpack
 
 

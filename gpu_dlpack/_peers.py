@@ -45,6 +45,8 @@ the package (a leaf: the device parser reads it too).
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 import sys
 from typing import Callable, NamedTuple
@@ -449,8 +451,7 @@ def _plain_subclass(t, hook) -> bool:
 def chunks_of(t) -> Chunks | None:
     """The ``Chunks`` of type ``t``'s library, where its arrays are lazy
     arrays of chunks; else None."""
-    peer = of_array_type(t)
-    return None if peer is None else peer.chunks
+    return profile(t).chunks
 
 
 def export_faults_of(peer: Peer | None, version: str | None) -> frozenset:
@@ -468,27 +469,74 @@ class ExportFacts(NamedTuple):
 
 
 NO_EXPORT_FAULTS = ExportFacts(False, (), False)
-_EXPORT_FACTS: dict = {}
 
 
-def export_facts(t) -> ExportFacts:
-    """The export facts of producer type ``t`` (read once per type, from
-    its row and the version of its library, loaded already since ``t`` is
-    one of its types)."""
-    facts = _EXPORT_FACTS.get(t)
-    if facts is not None:
-        return facts
+class Profile(NamedTuple):
+    """What the layer reads of a producer type from its library's row, once
+    per type (``profile``), and passes down: the one cache of such facts."""
+
+    peer: Peer | None          # its row (``of_array_type``)
+    chunks: Chunks | None      # how to take its arrays, lazy arrays of chunks (dask)
+    export: ExportFacts        # what every export and import of its arrays corrects
+    cpu_test: Callable | None  # (x) -> its ``HostTest``: memory of the CPU, on one device
+    host_test: Callable | None  # (x) -> its ``on_host`` attribute (host memory), else ``cpu_test``
+    numpy_reads: frozenset | None  # the dtypes numpy.from_dlpack reads exactly, of its arrays
+
+
+_PROFILES: dict = {}
+
+
+def profile(t) -> Profile:
+    """The ``Profile`` of producer type ``t``, read once per type from its
+    row and the version of its library (loaded already: ``t`` is one of its
+    types). ``forget`` drops them all."""
+    found = _PROFILES.get(t)
+    if found is None:
+        found = _profile(t)
+        if len(_PROFILES) < 1024:
+            _PROFILES[t] = found
+    return found
+
+
+def forget() -> None:
+    """Drop every type's ``Profile`` (after a change to ``PEERS``)."""
+    _PROFILES.clear()
+
+
+def _profile(t) -> Profile:
     peer = of_array_type(t)
+    if peer is None:
+        return Profile(None, None, NO_EXPORT_FAULTS, None, None, None)
+    library = sys.modules.get(peer.module)
     facts = NO_EXPORT_FAULTS
-    if peer is not None and peer.export_faults:
-        version = getattr(sys.modules.get(peer.module), "__version__", None)
+    if peer.export_faults:
+        version = getattr(library, "__version__", None)
         found = export_faults_of(peer, None if version is None else str(version))
         facts = ExportFacts(
             bool(found & READ_ONLY_ARRAYS), tuple(VIEWS[f] for f in VIEWS if f in found), "device-id-none" in found,
         )
-    if len(_EXPORT_FACTS) < 1024:
-        _EXPORT_FACTS[t] = facts
-    return facts
+    cpu_test = None if peer.host_test is None else functools.partial(_passes, peer.host_test)
+    host_test = cpu_test if peer.on_host is None else operator.attrgetter(peer.on_host)
+    reads = None
+    if peer.numpy_reads and library is not None:
+        reads = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
+    return Profile(peer, peer.chunks, facts, cpu_test, host_test, reads)
+
+
+def _passes(test, x) -> bool:
+    """Whether ``x`` passes its library's host test (``HostTest``); False
+    when the test cannot say (``__dlpack_device__`` is then asked)."""
+    try:
+        # The pieces first, as JAX's __dlpack_device__ reads them: platform()
+        # of a deleted JAX array (whose pieces are None) crashes the process.
+        return len(getattr(x, test.pieces)) == 1 and getattr(x, test.method)() == test.answer
+    except Exception:
+        return False
+
+
+def export_facts(t) -> ExportFacts:
+    """The export facts of producer type ``t`` (its ``Profile``'s)."""
+    return profile(t).export
 
 
 def owns_type(t) -> bool:

@@ -19,12 +19,21 @@ from ._devices import Device
 from ._compiled import core
 
 #: Whether producers' C exchange APIs are read (False: their __dlpack__ is
-#: always asked). Call ``core.forget()`` after a change.
+#: always asked). Call ``forget()`` after a change.
 EXCHANGE_API = True
 #: Whether the core asks the producers with a host test in ``_peers`` (JAX)
 #: for their capsules itself (False: the Python path does). Call
-#: ``core.forget()`` after a change.
+#: ``forget()`` after a change.
 CAPSULES = True
+
+
+def forget() -> None:
+    """The one invalidation of what is read once per producer type: after a
+    change to ``_peers.PEERS``, ``EXCHANGE_API`` or ``CAPSULES``, each
+    type's ``_peers.Profile`` and the compiled core's import plan are read
+    again at its next exchange."""
+    _peers.forget()
+    core.forget()
 
 
 def _import_plan(t):

@@ -380,7 +380,6 @@ def test_a_numpy_array_of_an_ml_dtypes_type_imports_zero_copy(step, ml_dtypes):
 def test_torch_tensors_reach_numpy_zero_copy_whether_numpy_can_read_them_or_not(torch, ml_dtypes, monkeypatch):
     from gpu_dlpack import _import
 
-    monkeypatch.setattr(_import, "_DIRECT", {})  # which path a torch.Tensor takes is decided afresh
     t = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)  # NumPy alone refuses it
     out = from_dlpack(t)
     assert out.dtype == ml_dtypes.bfloat16 and pointer(out) == t.data_ptr() and out.flags.writeable

@@ -31,10 +31,7 @@ OLD_NUMPY = not numpy_backend.VERSIONED_NUMPY
 @pytest.fixture
 def old_numpy(monkeypatch):
     """The NumPy backend as on NumPy < 2.1, whatever NumPy is installed."""
-    from gpu_dlpack import _import
-
     monkeypatch.setattr(numpy_backend, "VERSIONED_NUMPY", False)
-    monkeypatch.setattr(_import, "_DIRECT", {})  # what goes straight to numpy.from_dlpack
 
 
 LAYOUTS = {
@@ -132,15 +129,17 @@ def test_pytorch_reads_the_built_capsule_zero_copy(old_numpy, torch):
     assert t.tolist() == a.tolist()
 
 
-def test_a_torch_tensor_imports_writeable_and_zero_copy(old_numpy, torch):
+def test_a_torch_tensor_imports_writeable_and_zero_copy(old_numpy, torch, monkeypatch):
     # Not through NumPy's own from_dlpack, which asks for a legacy capsule
     # (and so makes a read-only array) before NumPy 2.1.
     from gpu_dlpack import _import
 
+    sent = []
+    monkeypatch.setattr(_import, "_np_from_dlpack", lambda x: sent.append(x) or np.from_dlpack(x))
     t = torch.arange(4.0)
-    a = gpu_dlpack.from_dlpack(t)
-    assert a.flags.writeable and a.ctypes.data == t.data_ptr()
-    assert _import._DIRECT.get(type(t)) is None  # not sent to numpy.from_dlpack (the core may take it first)
+    for a in (gpu_dlpack.from_dlpack(t), _import.host_capsule(t)):  # the host capsule: the core may take t first
+        assert a.flags.writeable and a.ctypes.data == t.data_ptr()
+    assert sent == []
 
 
 def test_numpy_reads_the_built_capsule(old_numpy):
