@@ -16,6 +16,10 @@
 # still needs a GPU skips, with why
 # (docs/internals/testing.md lists it).
 #
+# Then the tests of streams, copies and captures again, with the hand-off and
+# the copies made by CuPy's Python calls (GPU_DLPACK_SIMCUDA_UNBOUND=1: the
+# path where the core is not bound to CuPy's runtime).
+#
 # The short form (scripts/test.sh runs it) soaks the leak test 2,000 times and
 # runs a quarter of the property examples; --long runs them in full. Exits as
 # pytest did: non-zero when a test fails.
@@ -32,3 +36,10 @@ export GPU_DLPACK_SIMCUDA=1 JAX_PLATFORMS=cpu
 mapfile -t files < <(grep -l "mark\.gpu" tests/test_*.py)
 echo "== scripts/gpu-sim.sh: the gpu tests on the simulated CUDA" >&2
 python -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider "$@"
+# Again, the stream hand-off, the copies and the capture checks as CuPy's
+# Python calls, the path the layer takes where the compiled core is not
+# bound to CuPy's runtime module (an entry whose C signature differs): the
+# tests of streams, copies and captures.
+echo "== scripts/gpu-sim.sh: the same, as CuPy's Python calls (the core not bound)" >&2
+GPU_DLPACK_SIMCUDA_UNBOUND=1 python -m pytest tests/test_gpu.py tests/test_gpu_stream_order.py \
+  tests/test_gpu_reliability.py tests/test_capture.py tests/test_copies.py -m gpu -q -p no:cacheprovider "$@"

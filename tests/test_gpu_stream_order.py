@@ -94,3 +94,14 @@ def test_an_import_through_a_producers_exchange_api_waits_for_its_current_work_s
     y.data.copy_from_device_async(g.data, g.nbytes, consumer)
     consumer.synchronize()
     assert np.array_equal(y.get(stream=consumer), np.arange(n, dtype=np.float32))
+
+
+def test_the_runtime_calls_are_the_ones_this_pass_means(cp):
+    # scripts/gpu-sim.sh runs these tests twice: on the core's own CUDA
+    # calls, and (GPU_DLPACK_SIMCUDA_UNBOUND=1) on CuPy's Python calls.
+    from gpu_dlpack import _handoff
+
+    from conftest import UNBOUND
+
+    assert _handoff.core_bound(_handoff._runtime()) is not UNBOUND
+    assert _handoff.binding().startswith("none:" if UNBOUND else "CuPy's own runtime")

@@ -202,6 +202,42 @@ def test_managed_memory_where_a_gpu_lacks_concurrent_access_waits_for_every_gpu(
 
 @pytest.mark.gpu
 @sim_only
+@pytest.mark.parametrize("concurrent", [0, 1], ids=["without concurrent access", "with concurrent access"])
+def test_managed_memory_handed_to_the_host_under_capture_is_refused_before_anything_is_queued(cp, concurrent):
+    # Waiting for the host (a stream's synchronization, or every GPU's where
+    # the host may read managed memory only while no GPU runs work) would
+    # invalidate the capture: refused, nothing synchronized, the capture
+    # still valid.
+    from gpu_dlpack._backends.cupy import gpus
+
+    sim = simcuda.installed()
+    before = sim.set_attribute(89, 0, concurrent)
+    gpus._attribute.cache_clear()
+    try:
+        with cp.cuda.using_allocator(cp.cuda.malloc_managed):
+            m = gpu_arange(cp, 4.0)
+        cp.cuda.runtime.deviceSynchronize()
+        s = cp.cuda.Stream(non_blocking=True)
+        synchronized = sum(sim.calls("deviceSynchronize")), sum(sim.calls("streamSynchronize"))
+        with s:
+            s.begin_capture()
+            with pytest.raises(gpu_dlpack.CaptureError, match="CUDA graph capture"):
+                gpu_dlpack.export(m, max_version=(1, 0), dl_device=(1, 0))
+            assert s.is_capturing()
+            graph = s.end_capture()
+        assert (sum(sim.calls("deviceSynchronize")), sum(sim.calls("streamSynchronize"))) == synchronized
+        for _ in range(3):
+            graph.launch(stream=s)
+        s.synchronize()
+        a = gpu_dlpack.from_dlpack(gpu_dlpack.export(m, max_version=(1, 0), dl_device=(1, 0)))
+        assert a.ctypes.data == m.data.ptr and a.tolist() == [0, 1, 2, 3]  # outside the capture: as ever
+    finally:
+        sim.set_attribute(89, 0, before)
+        gpus._attribute.cache_clear()
+
+
+@pytest.mark.gpu
+@sim_only
 def test_an_array_of_the_second_gpu_hands_off_on_that_gpus_streams(cp):
     # The producer's stream and the pooled event are the second GPU's while
     # the first is current: an event recorded on another device's stream

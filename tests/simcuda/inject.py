@@ -33,14 +33,15 @@ def _copy_tree(where):
             shutil.copy2(src, dst)
 
 
-def _env():
+def _env(python_calls=False):
     return dict(os.environ, GPU_DLPACK_SIMCUDA="1", JAX_PLATFORMS="cpu",
+                GPU_DLPACK_SIMCUDA_UNBOUND="1" if python_calls else "0",
                 GPU_DLPACK_CPRODUCER_DIR=os.path.join(ROOT, "build", "tests"))
 
 
-def _pytest(where, tests):
+def _pytest(where, tests, python_calls=False):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
-                          cwd=where, env=_env(), capture_output=True, text=True, timeout=600)
+                          cwd=where, env=_env(python_calls), capture_output=True, text=True, timeout=600)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -60,7 +61,7 @@ def _verdict(rc, output):
 
 
 def _one(bug, where):
-    rc, output = _pytest(where, bug.tests)
+    rc, output = _pytest(where, bug.tests, bug.python_calls)
     caught, why = _verdict(rc, output)
     return bug, caught, why
 
@@ -98,11 +99,13 @@ def main(argv=None):
         clean = os.path.join(base, "clean")
         os.mkdir(clean)
         _copy_tree(clean)
-        tests = sorted({test for bug in bugs if not bug.unreachable for test in bug.tests})
-        rc, output = _pytest(clean, tests)
-        if rc != 0:
-            print(f"inject: without any bug, the tests fail:\n{output[-3000:]}")
-            return 1
+        for python_calls in (False, True):
+            tests = sorted({test for bug in bugs if not bug.unreachable and bug.python_calls == python_calls
+                            for test in bug.tests})
+            rc, output = _pytest(clean, tests, python_calls) if tests else (0, "")
+            if rc != 0:
+                print(f"inject: without any bug, the tests fail:\n{output[-3000:]}")
+                return 1
         with ThreadPoolExecutor(args.jobs) as pool:
             jobs = [pool.submit(_one, bug, _mutated_tree(bug, base)) for bug in bugs if not bug.unreachable]
             results = [job.result() for job in jobs]

@@ -144,6 +144,9 @@ def _before_host_access(source: Device, producer: int, gpu: int) -> None:
     without concurrent managed access (Windows, pre-Pascal and some
     virtualised GPUs: a host access while any kernel runs faults)."""
     if source.type == _T.CUDA_MANAGED and not _attribute("cudaDevAttrConcurrentManagedAccess", gpu):
+        # A device's synchronization invalidates a capture: refused first.
+        _handoff.refuse_under_capture("wait on the host for every GPU (managed memory the host may read only while "
+                                      "no GPU runs work)", producer, gpu)
         for device in range(device_count()):
             _handoff.synchronize_device(device)
     else:
