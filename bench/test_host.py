@@ -248,6 +248,22 @@ def test_convert_jax_to_numpy(measure, j):
     assert out.ctypes.data == pointer(j) and not out.flags.writeable
 
 
+@_bench("import a jax array, device='cpu'")
+def test_import_jax_to_cpu_peer(measure, j):
+    out = measure(lambda: np.from_dlpack(j, device="cpu"), "np.from_dlpack(j, device='cpu')")
+    assert out.ctypes.data == pointer(j)
+
+
+@_bench("import a jax array, device='cpu'")
+def test_import_jax_to_cpu(measure, j):
+    # The array API's way to ask for host data: the core's import, as for no device.
+    out = measure(
+        lambda: gpu_dlpack.from_dlpack(j, device="cpu"), "gpu_dlpack.from_dlpack(j, device='cpu')",
+        role="gpu_dlpack", peer="np.from_dlpack(j, device='cpu')", target=1.1,
+    )
+    assert out.ctypes.data == pointer(j) and not out.flags.writeable
+
+
 # --- adapters: a legacy-only producer (JAX) to versioned consumers ----------
 
 @_bench("export a jax array, versioned")

@@ -1,6 +1,7 @@
 """Importer rules: negotiation, capsule checks, ownership, read-only, zero-copy."""
 
 import gc
+import sys
 import weakref
 
 import numpy as np
@@ -550,8 +551,16 @@ def test_device_cpu_for_data_on_the_cpu_is_the_plain_import(lib, request):
         mod = request.getfixturevalue(lib)
         x = mod.numpy.arange(6.0) if lib == "jax" else mod.arange(6.0)
     plain = from_dlpack(x)
+    general = from_dlpack.__wrapped__.__code__  # the Python function: the general path
     for device in (gpu_dlpack.Device("cpu"), "cpu", (1, 0)):
-        got = from_dlpack(x, device=device)
+        entered = []
+        sys.setprofile(lambda frame, event, arg: event == "call" and entered.append(frame.f_code))
+        try:
+            got = from_dlpack(x, device=device)
+        finally:
+            sys.setprofile(None)
+        # The core's import, as for no device (a strided NumPy array: the general path for both).
+        assert (general in entered) is (lib == "numpy strided"), device
         assert type(got) is np.ndarray and got.ctypes.data == plain.ctypes.data == pointer(x)
         assert (got.flags.writeable, got.dtype, got.shape, got.strides) == (
             plain.flags.writeable, plain.dtype, plain.shape, plain.strides)

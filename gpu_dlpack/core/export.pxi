@@ -130,8 +130,35 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
     return PyObject_VectorcallMethod(state.str_view, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
 
 
+from cpython.long cimport PyLong_CheckExact
+from cpython.object cimport PyObject_RichCompareBool, Py_EQ
+from cpython.tuple cimport PyTuple_CheckExact
+from cpython.unicode cimport PyUnicode_CheckExact
+
+
+cdef bint names_cpu(PyObject *device) noexcept:
+    """Whether a device= names the CPU as every caller writes it: a Device
+    equal to the CPU's, "cpu", or (1, 0) of exact ints (any other form: the
+    Python path, which reads it as Device does)."""
+    if device == state.cpu_device:
+        return True
+    if state.device_class != NULL and <PyObject *>device.ob_type == state.device_class:
+        equal = PyObject_RichCompareBool(<object>device, <object>state.cpu_device, Py_EQ)
+        if equal < 0:
+            PyErr_Clear()
+        return equal == 1
+    if PyUnicode_CheckExact(<object>device):
+        return PyUnicode_CompareWithASCIIString(<object>device, "cpu") == 0
+    if not PyTuple_CheckExact(<object>device) or PyTuple_GET_SIZE(<object>device) != 2:
+        return False
+    cdef PyObject *kind = PyTuple_GET_ITEM(<object>device, 0)
+    cdef PyObject *index = PyTuple_GET_ITEM(<object>device, 1)
+    return (PyLong_CheckExact(<object>kind) and PyLong_CheckExact(<object>index) and
+            <object>kind == 1 and <object>index == 0)
+
+
 # from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
-# x (or device=CPU, the CPU's Device, for data on the CPU: the same import),
+# x (or device= the CPU, as names_cpu reads it, for data on the CPU: the same import),
 # the view of a NumPy array, or the core's import of a producer it was told
 # about (core_import_host); every other case the Python function. (The view is
 # a C reference, as it comes: a Cython local would cost a reference count.)
@@ -142,7 +169,7 @@ cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, P
             state.plain_dtypes == NULL):
         return handed_back(self, args, nargsf, kwnames)
     if not plain_keywords(args + 1, kwnames, KW_IMPORT, NULL):
-        to_cpu = (state.cpu_device != NULL and PyTuple_GET_SIZE(<object>kwnames) == 1 and args[1] == state.cpu_device
+        to_cpu = (state.cpu_device != NULL and PyTuple_GET_SIZE(<object>kwnames) == 1 and names_cpu(args[1])
                   and PyUnicode_CompareWithASCIIString(<object>PyTuple_GET_ITEM(<object>kwnames, 0), "device") == 0)
         if not to_cpu:
             return handed_back(self, args, nargsf, kwnames)
