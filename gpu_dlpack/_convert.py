@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
 import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _rules, _streams, _versions
+from ._compiled import core
 from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, cupy_is_rocm, known_on_host, types
 from ._export import export, wrap
 from ._import import from_dlpack
@@ -551,22 +552,32 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
         return _convert(x, c, device, copy, stream, on_readonly, report, (require_alignment, require_contiguous))
     if (
         device is None and copy is None and stream is None and report is False
-        and type(on_readonly) is str and on_readonly in _POLICIES and not _streams.in_block()
+        and type(on_readonly) is str and on_readonly in _POLICIES
     ):
+        # What the general path would do, at once: to a library gpu_dlpack
+        # lands on the host, the import to the CPU (within a use_stream
+        # block too: from_dlpack reads the block, as the general path's
+        # call does); to another, outside a block, the exchange.
         if type(x) is _ndarray:
             if c.plain(x):
-                if c.lands is None:
-                    return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
                 if c.lands == "host":
                     return from_dlpack(x)
+                if c.lands is None and not _streams.in_block():
+                    return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
         elif c.lands == "host" and (seen := _profiles.get(type(x))) is not None and seen.chunks is None:
-            # Another library's array (a JAX array, a torch tensor) to a
-            # library gpu_dlpack lands on the host: its import to the CPU, as
-            # the general path makes it, once the type is known to be no lazy
-            # array of chunks (the core takes data already there at once).
+            # Another library's array (a JAX array, a torch tensor), once
+            # its type is known to be no lazy array of chunks (the core
+            # takes data already on the CPU at once).
             return from_dlpack(x, device=CPU)
     return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
 
+
+# The plain cases of convert to a library gpu_dlpack lands on the host with
+# nothing to correct (NumPy: _wiring tells the core which) are made by the
+# core from the first call, as from_dlpack's; every other call is the
+# function above, which help(), inspect and mypy see.
+if not TYPE_CHECKING:
+    convert = functools.update_wrapper(core.Exporter(convert, 4), convert)
 
 _POLICIES = frozenset(_faults.POLICIES)  # read on every call: a set of _faults' names
 

@@ -258,6 +258,13 @@ def set_python(dict impl not None, learn_import, exportable_fallback, type expor
     _hold(&state.py_impl, impl)
 
 
+def set_convert(frozenset host_consumers not None):
+    """convert's policy, read at each call: the names of the libraries it
+    lands on the host with nothing to correct (their arrays are NumPy's),
+    whose plain cases the convert front makes."""
+    _hold(&state.host_consumers, host_consumers)
+
+
 def forget():
     """Forget what Python said of each producer type."""
     if state.import_types != NULL:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _capsule, _devices, _dtypes, _errors, _exchange, _export, _import, _peers, _streams, _versions
+from . import _capsule, _devices, _dtypes, _errors, _exchange, _export, _faults, _import, _peers, _streams, _versions
 from ._backends import numpy as numpy_backend
 from ._devices import Device
 from ._compiled import core
@@ -121,3 +121,10 @@ def install() -> None:
     )
     core.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
                     _capsule.CapsuleInfo, vars(_errors))
+    # The libraries convert lands on the host with nothing to correct, in
+    # any version (NumPy): the compiled front of gpu_dlpack.convert makes
+    # their plain cases.
+    core.set_convert(frozenset(
+        peer.name for peer in _peers.PEERS
+        if peer.lands == "host" and not _faults.for_landing(frozenset(f.id for f in peer.faults), peer.lands)
+    ))

@@ -147,7 +147,7 @@ def _looks(f):
 
 
 def test_the_public_functions_look_like_their_python_functions():
-    # export, wrap, from_dlpack and inspect are the core's fronts over the
+    # export, wrap, from_dlpack, inspect and convert are the core's fronts over the
     # Python functions: to help(), inspect, pydoc, pickle and a class body
     # they are those functions, as every other public function is itself.
     import pickle
@@ -167,7 +167,7 @@ def test_the_public_functions_look_like_their_python_functions():
         assert looks["names"][0] == name and looks["inspect"] == [True, True, False, True]
         assert looks["help"].startswith(f"Python Library Documentation: function {name} in module ")
         assert looks["binds"] == ["method", True] and pickle.loads(pickle.dumps(f)) is f
-    assert fronted == {"export", "wrap", "from_dlpack", "inspect_capsule"}
+    assert fronted == {"export", "wrap", "from_dlpack", "inspect_capsule", "convert"}
     # The signature, on one line or (pydoc from CPython 3.13) one parameter a line.
     signature = "".join(_looks(gpu_dlpack.export)["help"].splitlines()[2:12]).replace(" ", "")
     assert signature.startswith("export(x:'Any',/,*,stream:"), signature

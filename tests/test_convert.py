@@ -759,3 +759,35 @@ def test_a_torch_subclass_that_answers_dlpack_alone_is_read_through_dlpack(torch
         assert gpu_dlpack.inspect(gpu_dlpack.export(w, max_version=(1, 0))).flags & gpu_dlpack.FLAG_READ_ONLY
         with pytest.raises(gpu_dlpack.ReadOnlyError):
             gpu_dlpack.export(w)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "jax", "torch"])
+def test_convert_to_numpy_of_a_plain_array_is_made_by_the_compiled_front(lib, request):
+    # gpu_dlpack.convert(x, "numpy"), nothing else asked: what convert's
+    # Python function gives (from_dlpack's view of a NumPy array, the import
+    # of another library's CPU data), made in the core without entering it.
+    if lib == "numpy":
+        x = np.arange(6.0)
+    else:
+        mod = request.getfixturevalue(lib)
+        x = mod.numpy.arange(6.0) if lib == "jax" else mod.arange(6.0)
+    general = gpu_dlpack.convert.__wrapped__.__code__
+    entered = []
+    sys.setprofile(lambda frame, event, arg: event == "call" and entered.append(frame.f_code))
+    try:
+        got = gpu_dlpack.convert(x, "numpy")
+    finally:
+        sys.setprofile(None)
+    assert general not in entered
+    want = _convert.convert(x, "numpy")  # the Python function itself
+    assert type(got) is type(want) is np.ndarray and got.ctypes.data == want.ctypes.data
+    assert (got.flags.writeable, got.dtype, got.shape, got.strides) == (
+        want.flags.writeable, want.dtype, want.shape, want.strides)
+    # Anything else asked: the Python function.
+    entered.clear()
+    sys.setprofile(lambda frame, event, arg: event == "call" and entered.append(frame.f_code))
+    try:
+        gpu_dlpack.convert(x, "numpy", copy=True)
+    finally:
+        sys.setprofile(None)
+    assert general in entered

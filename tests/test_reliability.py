@@ -623,11 +623,12 @@ def test_managed_memory_reaches_the_host_as_the_gpu_allows(concurrent, monkeypat
     monkeypatch.setattr(cupy_gpus, "device_count", lambda: 2)
     monkeypatch.setattr(_handoff, "wait_host", lambda stream, gpu: waits.append(("stream", stream, gpu)))
     monkeypatch.setattr(_handoff, "synchronize_device", lambda gpu: waits.append(("device", gpu)))
+    monkeypatch.setattr(_handoff, "refuse_under_capture", lambda what, stream, gpu: waits.append(("capture", stream, gpu)))
     cupy_gpus._before_host_access(Device((13, 0)), 77, 1)
     if concurrent:
-        assert waits == [("stream", 77, 1)]
-    else:  # no host access while any kernel runs: every GPU is idle first
-        assert waits == [("device", 0), ("device", 1)]
+        assert waits == [("stream", 77, 1)]  # (wait_host refuses a capture itself)
+    else:  # no host access while any kernel runs: every GPU is idle first, outside a capture
+        assert waits == [("capture", 77, 1), ("device", 0), ("device", 1)]
     waits.clear()
     cupy_gpus._before_host_access(Device((2, 1)), 77, 1)
     assert waits == [("stream", 77, 1)]  # device memory: its stream only

@@ -92,6 +92,7 @@ cdef struct CoreState:
     int numpy_layout               # NumPy lays out imports and exports as the core does (2.4 and later)
     PyTypeObject *info_type        # _capsule.CapsuleInfo (inspect)
     PyObject *device_class         # _devices.Device
+    PyObject *host_consumers       # frozenset: the names convert lands on the host with nothing to correct
 
     # what the core keeps of it
     PyObject *devices[64][16]      # [type][id]: the Device, made once by device_class

@@ -132,6 +132,7 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
 
 from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport PyObject_RichCompareBool, Py_EQ
+from cpython.set cimport PySet_Contains
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_CheckExact
 
@@ -184,6 +185,32 @@ cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, P
     return handed_back(self, args, nargsf, kwnames)
 
 
+# convert(x, to): to a library gpu_dlpack lands on the host with nothing to
+# correct (state.host_consumers, set_convert: NumPy), what convert's Python
+# function makes of it where the core makes it (from_dlpack(x)'s view of a
+# NumPy array, from_dlpack(x, device=CPU)'s import of another); every other
+# call, the Python function.
+cdef object converter_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    cdef PyObject *got
+    if (PyVectorcall_NARGS(nargsf) != 2 or kwnames != NULL or state.host_consumers == NULL or
+            state.py_impl == NULL or state.numpy_api == NULL or state.plain_dtypes == NULL or
+            not PyUnicode_CheckExact(<object>args[1])):
+        return handed_back(self, args, nargsf, kwnames)
+    cdef int host = PySet_Contains(<object>state.host_consumers, <object>args[1])
+    if host != 1:
+        PyErr_Clear()
+        return handed_back(self, args, nargsf, kwnames)
+    if args[0].ob_type == state.ndarray_type:
+        got = numpy_view(args[0])
+        if got != NULL or PyErr_Occurred() != NULL:
+            return take(got)
+        return handed_back(self, args, nargsf, kwnames)
+    imported = core_import_host(<object>args[0], True)
+    if imported is not None:
+        return imported
+    return handed_back(self, args, nargsf, kwnames)
+
+
 # inspect(capsule): the core's read (which hands to the Python read every case
 # it does not read); any other call, the Python function.
 cdef object reader_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
@@ -197,6 +224,7 @@ cdef enum:
     EXPORTER_WRAP = 1
     EXPORTER_IMPORT = 2
     EXPORTER_INSPECT = 3
+    EXPORTER_CONVERT = 4
 
 
 # An Exporter is the Python function it fronts, to every reader: the same
@@ -209,17 +237,18 @@ cdef enum:
 @cython.final
 @cython.auto_pickle(False)
 cdef public class Exporter [object Exporter, type ExporterType]:  # public: its struct is named (below)
-    """export(), wrap(), from_dlpack() or inspect() with their plain cases in C."""
+    """export(), wrap(), from_dlpack(), inspect() or convert() with their plain cases in C."""
     cdef vectorcallfunc vectorcall  # the call of its kind (set_up_exporter)
     cdef object fallback            # the Python function
     cdef dict __dict__              # __doc__, __wrapped__...: functools.update_wrapper
 
     def __cinit__(self, fallback, int kind=EXPORTER_EXPORT, /):
-        if kind < EXPORTER_EXPORT or kind > EXPORTER_INSPECT:
-            raise ValueError(f"Exporter: no kind {kind} (0 export, 1 wrap, 2 from_dlpack, 3 inspect)")
+        if kind < EXPORTER_EXPORT or kind > EXPORTER_CONVERT:
+            raise ValueError(f"Exporter: no kind {kind} (0 export, 1 wrap, 2 from_dlpack, 3 inspect, 4 convert)")
         self.vectorcall = <vectorcallfunc>(wrapper_call if kind == EXPORTER_WRAP else
                                            importer_call if kind == EXPORTER_IMPORT else
                                            reader_call if kind == EXPORTER_INSPECT else
+                                           converter_call if kind == EXPORTER_CONVERT else
                                            exporter_call)
         self.fallback = fallback
 
