@@ -29,6 +29,10 @@ def _gpu_ci(out, baseline, **env):
     # with the suite's hidden peers (whose import hook also hides the
     # entry points pytest loads its plugins by).
     full.pop("GPU_DLPACK_TEST_HIDE", None)
+    # Nor as a pytest-xdist worker (this test runs on one): pytest-benchmark
+    # reads its variables and times nothing.
+    for name in [n for n in full if n.startswith("PYTEST_")]:
+        del full[name]
     hide = os.path.join(ROOT, "tests", "hide")
     full["PYTHONPATH"] = os.pathsep.join(p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p and p != hide)
     full.update(env)
@@ -39,21 +43,22 @@ def _gpu_ci(out, baseline, **env):
 
 
 # The benchmarks the job runs here, as the last run of main kept recorded
-# them: gpu_dlpack twice as fast against the same peer.
+# them: gpu_dlpack ten times as fast against the same peer, which no run of
+# these on any machine, however loaded, comes near (export is never faster
+# than the peer's own __dlpack__ it calls): a regression each time.
 GROUP = "export a numpy array, legacy"
 LAST_RUN = {"benchmarks": [
     {"group": GROUP, "name": name, "fullname": f"bench/test_host.py::{name}", "stats": {"median": median},
      "extra_info": info}
     for name, median, info in [
         ("test_export_legacy_numpy_peer", 100e-9, {"label": "x.__dlpack__()", "role": "peer"}),
-        ("test_export_legacy_numpy", 50e-9, {"label": "gpu_dlpack.export(x)", "role": "gpu_dlpack",
+        ("test_export_legacy_numpy", 10e-9, {"label": "gpu_dlpack.export(x)", "role": "gpu_dlpack",
                                              "peer": "x.__dlpack__()", "target": 2.0}),
-        ("test_export_legacy_numpy_wrapped", 50e-9, {"label": "w.__dlpack__(), w = wrap(x)",
+        ("test_export_legacy_numpy_wrapped", 10e-9, {"label": "w.__dlpack__(), w = wrap(x)",
                                                      "role": "gpu_dlpack", "peer": "x.__dlpack__()"}),
     ]], "machine_info": {}, "commit_info": {"id": "0123456789ab"}, "datetime": "2026-11-30T12:00:00"}
 
 
-@pytest.mark.serial  # its verdict reads a benchmark's ratio to its peer, timed here
 def test_without_a_gpu_the_job_says_nothing_ran_and_only_reads_the_run_it_compares_with(tmp_path):
     pytest.importorskip("pytest_benchmark")
     if os.environ.get("GPU_DLPACK_TEST_HIDE"):
