@@ -380,18 +380,23 @@ def _cpu_without_id(x, answer) -> bool:
         return False
 
 
+_profiles = _peers._PROFILES  # type -> its Profile, once read (a lookup, no call)
+
+
 def host_tested(x) -> bool:
     """True when ``x`` passes its library's host test (``_peers.HostTest``):
     memory of the CPU on one device, known without ``__dlpack_device__``.
     An export and a wrap of such an array read its device so, as its
     import does (``known_on_host``), and as the compiled core reads it on
     each of the three."""
-    test = _peers.profile(type(x)).cpu_test
+    t = type(x)
+    test = (_profiles.get(t) or _peers.profile(t)).cpu_test
     return test is not None and test(x) is True
 
 
 def known_on_host(x) -> bool:
     """True when ``x`` is cheaply known to hold host memory (CPU, pinned or
     managed); False means unknown: ask ``__dlpack_device__``."""
-    test = _peers.profile(type(x)).host_test
+    t = type(x)
+    test = (_profiles.get(t) or _peers.profile(t)).host_test
     return test is not None and test(x) is True
