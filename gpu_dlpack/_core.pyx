@@ -75,7 +75,11 @@ cdef PyObject *delegate_raw(const char *name, PyObject **args, Py_ssize_t nargs)
 
 
 cdef object layer_error(str factory, tuple args):
-    """The layer's error made by _errors' `factory` (its words), to raise."""
+    """The layer's error made by _errors' `factory` (its words), to raise;
+    the core's refusal to run unconfigured where _errors was never given
+    (the core loaded by its file, without the package)."""
+    if state.errors == NULL:
+        return RuntimeError(NOT_CONFIGURED.decode())
     return (<dict>state.errors)[factory](*args)
 
 

@@ -137,17 +137,15 @@ from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_CheckExact
 
 
-cdef bint names_cpu(PyObject *device) noexcept:
-    """Whether a device= names the CPU as every caller writes it: a Device
-    equal to the CPU's, "cpu", or (1, 0) of exact ints (any other form: the
-    Python path, which reads it as Device does)."""
+cdef int names_cpu(PyObject *device) except -1:
+    """1 where a device= names the CPU as every caller writes it: a Device
+    equal to the CPU's, "cpu", or (1, 0) of exact ints (any other form, 0:
+    the Python path, which reads it as Device does). An error of the
+    comparison (an interrupt in Device.__eq__) is raised, never dropped."""
     if device == state.cpu_device:
         return True
     if state.device_class != NULL and <PyObject *>device.ob_type == state.device_class:
-        equal = PyObject_RichCompareBool(<object>device, <object>state.cpu_device, Py_EQ)
-        if equal < 0:
-            PyErr_Clear()
-        return equal == 1
+        return PyObject_RichCompareBool(<object>device, <object>state.cpu_device, Py_EQ)
     if PyUnicode_CheckExact(<object>device):
         return PyUnicode_CompareWithASCIIString(<object>device, "cpu") == 0
     if not PyTuple_CheckExact(<object>device) or PyTuple_GET_SIZE(<object>device) != 2:

@@ -15,7 +15,7 @@ from cpython.object cimport PyObject_TypeCheck
 from cpython.pycapsule cimport PyCapsule_CheckExact
 from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
-from cpython.exc cimport PyErr_Clear, PyErr_Occurred
+from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches, PyErr_Occurred
 from cpython.dict cimport PyDict_GetItemString
 from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -292,7 +292,12 @@ cdef bint accepted_versioned(PyObject *max_version) noexcept:
 
 # 1 when the version policy accepts DLPACK_VERSION itself as max_version
 # under the floor in force: asked of _versions once per floor.
-cdef bint produced_accepted() noexcept:
+# 1 when the versions policy accepts the request of the C exchange API
+# (max_version=DLPACK_VERSION against the floor in force), 0 when it refuses
+# or cannot say (the general path then asks it again, and raises its
+# refusal), -1 with the error kept for what is no refusal (an interrupt,
+# SystemExit): never dropped here.
+cdef int produced_accepted() except -1:
     cdef PyObject *versions = state.versions_dict
     if not no_call_floor():
         return False
@@ -308,7 +313,10 @@ cdef bint produced_accepted() noexcept:
     cdef PyObject *r = PyObject_CallOneArg(found, state.produced_version)
     cdef bint ok = r == Py_True
     Py_XDECREF(r)
-    PyErr_Clear()  # refused: the general path raises it
+    if r == NULL:
+        if not PyErr_ExceptionMatches(Exception):
+            return -1
+        PyErr_Clear()  # refused: the general path raises it
     floor = <PyObject *>verdict.floor  # the one the check read (maybe just now)
     if ok and floor != <PyObject *>None:
         put(&state.produced_floor, floor)
