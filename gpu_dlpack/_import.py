@@ -187,8 +187,15 @@ def from_dlpack(
         # is moved by the producer, which is asked for the CPU.
         backend = _backends.for_array(x)
         foreign = backend is None or backend is numpy_backend
+        # NumPy's own capsule where NumPy makes the one the rules want (a
+        # versioned capsule of a plain dtype), else the layer's export of
+        # the array: NumPy before 2.1 makes only legacy capsules, which land
+        # read-only, and no NumPy before 2.5 exports the dtypes ml_dtypes
+        # adds (bfloat16, float8_e5m2 whose kind is "f"...), which DLPack
+        # describes and the layer exports as the plain import does.
+        layers = backend is numpy_backend and (not numpy_backend.VERSIONED_NUMPY or _id(x.dtype) not in _PLAIN)
         if not moves and copy is None and foreign:
-            return host_capsule(x)
+            return host_capsule(x, _exchange.export_numpy(x) if layers else None)
         ask = dict(
             max_version=_versions.DLPACK_VERSION,
             dl_device=CPU.dlpack if moves else None,
@@ -198,12 +205,7 @@ def from_dlpack(
             # An array of a backend (CuPy) is exported under the rules, not by
             # its library's own __dlpack__.
             capsule, full = backend.export_array(x, False, None, **ask), True
-        elif backend is numpy_backend and (not numpy_backend.VERSIONED_NUMPY or x.dtype.kind not in "biufc"):
-            # NumPy before 2.1 makes only legacy capsules, which land
-            # read-only: the layer's own export is the versioned one NumPy
-            # 2.1 makes (READ_ONLY only for read-only data). NumPy exports
-            # none of the dtypes ml_dtypes adds (bfloat16...) before 2.5:
-            # the layer's export does.
+        elif layers:
             capsule, full = _exchange.export_numpy(x), True
         else:
             capsule, full = request(x, **ask)

@@ -376,6 +376,29 @@ def test_a_numpy_array_of_an_ml_dtypes_type_imports_zero_copy(step, ml_dtypes):
     assert float(x[0]) == 8.0
 
 
+_CPU_FORMS = {
+    "none": {}, "'cpu'": {"device": "cpu"}, "(1, 0)": {"device": (1, 0)}, "Device": {"device": gpu_dlpack.Device("cpu")},
+    "copy=False": {"copy": False}, "copy=True": {"copy": True},
+}
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+@pytest.mark.parametrize("form", list(_CPU_FORMS))
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz"])
+def test_an_ml_dtypes_array_imports_alike_whatever_names_the_cpu(name, form, readonly, ml_dtypes):
+    # device="cpu" (and (1, 0), a Device, copy=False: float8_e5m2's kind is
+    # "f") asked NumPy's own __dlpack__, which exports no ml_dtypes type
+    # before NumPy 2.5: a BufferError where the plain import is a view.
+    x = np.array([1.5, -2.0, 3.0, 0.25], dtype=getattr(ml_dtypes, name))
+    x.flags.writeable = not readonly
+    kw = _CPU_FORMS[form]
+    copied = kw.get("copy") is True
+    for out in (from_dlpack(x, **kw), gpu_dlpack.convert(x, "numpy", **kw)):
+        assert out.dtype == x.dtype and out.tobytes() == x.tobytes() and out.shape == x.shape
+        assert (pointer(out) == pointer(x)) is not copied
+        assert out.flags.writeable is (copied or not readonly)
+
+
 # -- torch tensors NumPy reads alone, and the others --------------------------
 
 def test_torch_tensors_reach_numpy_zero_copy_whether_numpy_can_read_them_or_not(torch, ml_dtypes, monkeypatch):
