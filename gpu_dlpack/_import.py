@@ -210,6 +210,8 @@ def from_dlpack(
         else:
             capsule, full = request(x, **ask)
         versioned, header = _capsule.checked(capsule)
+        if versioned and not moves:
+            _as_its_row_says(x, header)
         if moves and not full:
             # An old producer could not move its data: a backend for its device does.
             backend = _backends.for_device(source)
@@ -278,9 +280,18 @@ def host_capsule(x, capsule=None, error=None):
     versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
     if not versioned:
         gave_legacy.add(type(x))
-    elif not header.flags & _capsule.READ_ONLY and _peers.export_facts(type(x)).read_only:
-        _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)  # its arrays are immutable
+    else:
+        _as_its_row_says(x, header)
     return _land_on_host(capsule, versioned, header, False)
+
+
+def _as_its_row_says(x, header):
+    """A versioned capsule of ``x``'s own memory made READ_ONLY where its
+    library's row says its arrays are read-only whatever their capsules
+    say (``_peers.READ_ONLY_ARRAYS``): on every path that lands it, as the
+    compiled core's import does (``_wiring``'s import plan)."""
+    if not header.flags & (_capsule.READ_ONLY | _capsule.IS_COPIED) and _peers.export_facts(type(x)).read_only:
+        _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)
 
 
 _np_from_dlpack = np.from_dlpack

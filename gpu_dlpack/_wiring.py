@@ -38,13 +38,15 @@ def forget() -> None:
 
 def _import_plan(t):
     """What the core may do with instances of producer type ``t`` without
-    asking Python: ``(api, attrs, methods, codes, host)``, or None.
+    asking Python: ``(api, attrs, methods, codes, host, read_only)``, or None.
 
     ``api`` is the type's DLPack C exchange API (None: not read), with its
     guards: attributes and methods (each asked of arrays of the dtype codes
     in its mask in ``codes``) that must be false for the plain exchange
     (``_peers.VIEWS``). ``host`` is the type's host test (``_peers.HostTest``)
-    where the core may ask the producer's ``__dlpack__`` itself."""
+    where the core may ask the producer's ``__dlpack__`` itself; ``read_only``
+    whether its arrays are read-only whatever its capsules say
+    (``_peers.ExportFacts.read_only``): the core imports them read-only."""
     peer = _peers.of_array_type(t) if isinstance(t, type) else None
     if peer is None:
         return None
@@ -62,7 +64,7 @@ def _import_plan(t):
     for view in _peers.export_facts(t).views:
         methods.append(view.test)
         codes.append(sum(1 << _CODES[kind] for kind in view.kinds) if view.kinds else every)
-    return api, guards.attrs, tuple(methods), tuple(codes), host
+    return api, guards.attrs, tuple(methods), tuple(codes), host, _peers.export_facts(t).read_only
 
 
 _CODES = {name: code for code, name in _dtypes.CODE_NAMES.items()}

@@ -399,6 +399,69 @@ def test_an_ml_dtypes_array_imports_alike_whatever_names_the_cpu(name, form, rea
         assert out.flags.writeable is (copied or not readonly)
 
 
+class ArrayImpl:
+    """Taken for JAX's array type by its name (its row: arrays immutable,
+    "immutable-unflagged"), whose versioned capsules do not say READ_ONLY:
+    no released JAX does both (0.10 exports legacy capsules, 0.12 flags
+    them), but the row is what the layer applies, on every path."""
+
+    def __init__(self):
+        self.a = np.arange(3.0)
+
+    @property
+    def _arrays(self):
+        return [self]
+
+    def platform(self):
+        return "cpu"
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+
+ArrayImpl.__module__ = "jaxlib.xla_extension"
+
+_READ_ONLY_ROW_IMPORTS = {
+    "from_dlpack": lambda x: from_dlpack(x), "device='cpu'": lambda x: from_dlpack(x, device="cpu"),
+    "Device": lambda x: from_dlpack(x, device=gpu_dlpack.Device("cpu:0")),
+    "copy=False": lambda x: from_dlpack(x, copy=False), "convert": lambda x: gpu_dlpack.convert(x, "numpy"),
+    "convert device='cpu'": lambda x: gpu_dlpack.convert(x, "numpy", device="cpu"),
+    "wrap": lambda x: np.from_dlpack(wrap(x)),
+}
+_READ_ONLY_ROW_EXPORTS = {
+    "export": lambda x: gpu_dlpack.export(x, max_version=(1, 0)),
+    "export copy=False": lambda x: gpu_dlpack.export(x, max_version=(1, 0), copy=False),
+    "wrap": lambda x: wrap(x).__dlpack__(max_version=(1, 0)),
+    "wrap stream": lambda x: wrap(x).__dlpack__(max_version=(1, 3), stream=None),
+}
+
+
+@pytest.mark.parametrize("entry", list(_READ_ONLY_ROW_IMPORTS))
+def test_a_producer_whose_row_says_its_arrays_are_immutable_imports_read_only_on_every_path(entry):
+    # The compiled core's import (from_dlpack(j), device='cpu', convert) and
+    # the general path's request (copy=False) handed such arrays over
+    # writeable; only the Python host import applied the row.
+    x = ArrayImpl()
+    out = _READ_ONLY_ROW_IMPORTS[entry](x)
+    assert pointer(out) == pointer(x.a) and out.tolist() == [0.0, 1.0, 2.0]
+    assert not out.flags.writeable
+    copied = from_dlpack(x, copy=True)
+    assert copied.flags.writeable and pointer(copied) != pointer(x.a)
+
+
+@pytest.mark.parametrize("entry", list(_READ_ONLY_ROW_EXPORTS))
+def test_a_producer_whose_row_says_its_arrays_are_immutable_exports_read_only(entry):
+    # The core passed on the producer's versioned capsule as it was.
+    x = ArrayImpl()
+    info = inspect(_READ_ONLY_ROW_EXPORTS[entry](x))
+    assert info.readonly and info.data == pointer(x.a)
+    with pytest.raises(gpu_dlpack.ReadOnlyError):
+        gpu_dlpack.export(x)  # legacy: cannot say it
+
+
 # -- torch tensors NumPy reads alone, and the others --------------------------
 
 def test_torch_tensors_reach_numpy_zero_copy_whether_numpy_can_read_them_or_not(torch, ml_dtypes, monkeypatch):

@@ -62,6 +62,7 @@ cdef struct ImportEntry:
     PyObject *host_method  # the host test (_peers.HostTest), or NULL: len() of ...
     PyObject *host_pieces  # ... this attribute is 1 (one device), and ...
     PyObject *host_answer  # ... method() answers this for host memory
+    bint read_only     # its arrays are read-only whatever its capsules say (_peers.READ_ONLY_ARRAYS)
 
 
 cdef inline int cleared() noexcept:
@@ -132,8 +133,9 @@ cdef object learned_entry(object producer_type):
     cdef PyObject *methods
     cdef PyObject *codes
     cdef PyObject *host
-    PyArg_ParseTuple(plan, "OO!O!O!O", &cap, <PyObject *>tuple, &attrs, <PyObject *>tuple, &methods,
-                     <PyObject *>tuple, &codes, &host)
+    cdef int read_only = 0
+    PyArg_ParseTuple(plan, "OO!O!O!Op", &cap, <PyObject *>tuple, &attrs, <PyObject *>tuple, &methods,
+                     <PyObject *>tuple, &codes, &host, &read_only)
     # One mask of dtype codes per method: the method is asked of arrays of those codes only.
     cdef uint32_t masks[GUARD_METHODS]
     cdef Py_ssize_t nm = PyTuple_GET_SIZE(<object>methods), i
@@ -172,6 +174,7 @@ cdef object learned_entry(object producer_type):
     e.host_method = hm
     e.host_answer = ha
     e.host_pieces = hp
+    e.read_only = read_only
     Py_XINCREF(hm)
     Py_XINCREF(ha)
     Py_XINCREF(hp)
@@ -312,10 +315,11 @@ cdef bint host_plain(void *ptr, int versioned) noexcept:
     return True
 
 
-cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
+cdef PyObject *ndarray_of(void *ptr, int versioned, bint read_only=False) noexcept:
     """A NumPy array over an owned tensor that host_plain() took: writeable
-    unless READ_ONLY or legacy (as numpy.from_dlpack makes legacy imports),
-    its base a capsule that frees the tensor once. NULL with an error set on
+    unless READ_ONLY, legacy (as numpy.from_dlpack makes legacy imports) or
+    read_only (its producer's arrays are, whatever its capsule says), its
+    base a capsule that frees the tensor once. NULL with an error set on
     failure (the caller still owns the tensor)."""
     cdef DLTensor *t = tensor_of(ptr, versioned)
     cdef int nbytes = bit_index(t.dtype.bits)
@@ -328,7 +332,8 @@ cdef PyObject *ndarray_of(void *ptr, int versioned) noexcept:
         shape[i] = <Py_ssize_t>t.shape[i]
         if t.strides != NULL:
             strides[i] = <Py_ssize_t>t.strides[i] * nbytes
-    cdef bint writeable = versioned and not ((<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY)
+    cdef bint writeable = versioned and not read_only and not (
+        (<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY)
     Py_INCREF(<object>descr)  # stolen
     cdef PyObject *arr = (<NewFromDescr_t>state.numpy_api[NEW_FROM_DESCR])(
         state.ndarray_type, descr, t.ndim, shape, byte_strides,
@@ -378,7 +383,7 @@ cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
         not cpu_only or tensor_of(ptr, versioned).device.device_type == kDLCPU) else NULL
     cdef PyObject *arr
     if got != NULL and got == ptr:
-        arr = ndarray_of(ptr, versioned)
+        arr = ndarray_of(ptr, versioned, e.read_only)
         if arr == NULL:
             release_tensor(ptr, versioned)  # taken: freed once, the error raised
     else:
@@ -424,7 +429,7 @@ cdef object core_import_host(object x, bint cpu_only=False):
     cdef PyObject *arr = NULL
     if (guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) and host_plain(m, 1) and
             (not cpu_only or m.dl_tensor.device.device_type == kDLCPU)):
-        arr = ndarray_of(m, 1)
+        arr = ndarray_of(m, 1, e.read_only)
     if arr == NULL:  # not the plain case: freed, and the general path says why
         PyErr_Clear()
         if m.deleter != NULL:

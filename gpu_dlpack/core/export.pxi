@@ -106,7 +106,7 @@ cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
     cdef ImportEntry *e = import_entry(x.ob_type, &hold)
     owner = take(hold)
     if is_entry(e) and e.api == NULL:  # a producer with a host test (JAX), on the host by it
-        return capsule_export(<object>x, <object>max_version, versioned) if host_test(e, x) > 0 else NOT_PLAIN
+        return capsule_export(<object>x, <object>max_version, versioned, e.read_only) if host_test(e, x) > 0 else NOT_PLAIN
     if versioned and is_entry(e) and exchange_on_cpu(e, x, False):
         m = exchange_export_of(<object>x, e)
         if m != NULL:

@@ -345,8 +345,10 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
 # producer on the host by its host test (JAX): its answer passed on where it
 # obeys the rules, adapted where it is of the other kind; any other answer, or
 # the error it raised, handed to _exchange.host_export (the producer is not
-# asked the same again, and the error is not dropped).
-cdef object capsule_export(object x, object max_version, bint versioned):
+# asked the same again, and the error is not dropped). read_only: its arrays
+# are read-only whatever its capsules say (the type's entry): a versioned
+# capsule passed on says READ_ONLY, as the Python path's does.
+cdef object capsule_export(object x, object max_version, bint versioned, bint read_only):
     cdef PyObject *a[4]
     cdef PyObject *out
     cdef DLDevice cpu
@@ -378,6 +380,8 @@ cdef object capsule_export(object x, object max_version, bint versioned):
     if (plain and kind and versioned and (t.strides != NULL or t.ndim == 0) and
             not ((<DLManagedTensorVersioned *>ptr).flags & ~FLAG_READ_ONLY)):
         (<uint64_t *>ptr)[0] = state.version_word  # versioned for versioned: stamped
+        if read_only:
+            (<DLManagedTensorVersioned *>ptr).flags |= FLAG_READ_ONLY
         return take(answer)
     if plain and not kind and versioned and adaptable(ptr, 0):
         # The data of a legacy capsule counts as read-only (rule 6), on the
@@ -751,7 +755,7 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
         return capsule
     if plan == PLAN_CAPSULE:
         put(&members(self).request, <PyObject *>request)  # also when the export raises, as in Python
-        return capsule_export(x, max_version, versioned)
+        return capsule_export(x, max_version, versioned, guards.read_only)
     if not versioned:
         return NOT_PLAIN
     # PLAN_EXCHANGE, asked for a versioned capsule
