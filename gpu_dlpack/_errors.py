@@ -975,6 +975,16 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
     )
 
 
+def consumer_without_gpu(consumer, version, device) -> DeviceUnreachableError:
+    who = f"{consumer} {version}" if version else consumer
+    return DeviceUnreachableError(
+        f"convert(x, {consumer!r}): the data is on {device}, and {who} cannot hold memory of {device} here "
+        f"(a build without GPU support, or no GPU it can use), so it was not called. Pass device='cpu' "
+        f"to have the data copied to the host first (gpu_dlpack.convert(x, {consumer!r}, device='cpu')), "
+        f"or install the build of {consumer} for this GPU."
+    )
+
+
 def doctor_library_not_importable(name, exc) -> ModuleNotFoundError:
     return _not_importable(f"gpu-dlpack doctor --library {name}", name, exc)
 

@@ -796,3 +796,47 @@ def test_convert_to_numpy_of_a_plain_array_is_made_by_the_compiled_front(lib, re
     finally:
         sys.setprofile(None)
     assert general in entered
+
+
+# -- consumers that cannot hold the data's memory ---------------------------------
+
+def _holds_gpu(library) -> bool:
+    """Whether ``library`` (imported) can hold GPU memory here, asked as a
+    user would, apart from the row the layer reads."""
+    if library.__name__ == "torch":
+        return bool(library.cuda.is_available())
+    try:
+        return bool(library.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize("library", ["torch", "jax"])
+@pytest.mark.parametrize("versioned", [True, False])
+def test_gpu_data_for_a_consumer_that_holds_no_gpu_memory_is_refused_before_it_is_called(library, versioned, request):
+    module = request.getfixturevalue(library)
+    if _holds_gpu(module):
+        pytest.skip(f"{library} holds GPU memory here")
+    from .capsules import DeviceProducer
+
+    p = DeviceProducer(versioned=versioned)
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"^convert\\(x, '{library}'\\): .*cuda:0") as err:
+        gpu_dlpack.convert(p, library)
+    assert not p.requests  # the consumer was not called: it would have asked the producer
+    (m,) = gpu_dlpack.explain(err.value)
+    assert m.id == "gpu_dlpack-consumer-no-gpu" and "device='cpu'" in m.remedies[0]
+
+
+def test_what_a_consumer_holds_is_asked_of_its_row_before_the_call():
+    # The row's probe decides, for GPU memory only: host data is never refused.
+    cuda, cpu = gpu_dlpack.Device("cuda:0"), gpu_dlpack.Device("cpu")
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match="lib 1.0 cannot hold memory of cuda:0 here"):
+        _faults.before_call("lib", "1.0", frozenset(), cuda, lambda: False)
+    _faults.before_call("lib", "1.0", frozenset(), cuda, lambda: True)
+    _faults.before_call("lib", "1.0", frozenset(), cpu, lambda: False)
+    _faults.before_call("lib", "1.0", frozenset(), cuda, None)  # not known: the consumer is called
+
+
+def test_the_rows_of_torch_and_jax_say_how_they_know_they_hold_gpu_memory():
+    assert _peers.by_name("torch").holds_gpu is not None and _peers.by_name("jax").holds_gpu is not None
+

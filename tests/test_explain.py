@@ -494,6 +494,7 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.convert(_unaligned_view(), _jax().__name__, copy=False)
     ),
     "gpu_dlpack-convert-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), _cupy().__name__)),
+    "gpu_dlpack-consumer-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(Producer(2), _torch().__name__)),
     "gpu_dlpack-convert-narrowing": lambda: raised(lambda: _without_x64(
         lambda: gpu_dlpack.convert(np.array([2**40]), _jax().__name__))),
     "gpu_dlpack-convert-float-narrowing": lambda: raised(
@@ -643,6 +644,7 @@ NEEDS_NO_GPU = {
     "cuda-runtime-unusable": _cupy_has_gpu,
     "gpu_dlpack-no-backend": _cupy_has_gpu,
     "gpu_dlpack-convert-no-gpu": _cupy_has_gpu,
+    "gpu_dlpack-consumer-no-gpu": _torch_has_cuda,
     "torch-no-cuda": _torch_has_cuda,
     "torch-no-driver": _torch_has_cuda,
     "jax-unknown-backend": _jax_has_gpu,
@@ -1135,6 +1137,7 @@ BUILDER_ARGS = {
     "consumer_copied": ("mlx",),
     "view_needs_copy": (_an_instance_of("torch.Tensor"), "the negative bit", "resolve_neg"),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
+    "consumer_without_gpu": ("torch", "2.13.0+cpu", __import__("gpu_dlpack").Device("cuda:0")),
     "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
     "bad_flag": ("readonly", 1),
     "bad_dl_device_type": (1,),
