@@ -770,8 +770,11 @@ def view_needs_copy(producer, what, resolve) -> CopyRequiredError:
 def device_mismatch(producer, said, got) -> BufferError:
     return BufferError(
         f"{_named(producer)}.__dlpack_device__ says its array is on {said}, but its capsule "
-        f"holds memory on {got}. The capsule was refused (its deleter was called); "
-        "the producer is at fault."
+        f"holds memory on {got}. The producer contradicts itself, and gpu_dlpack acts on neither "
+        "answer (a consumer chooses its stream and any copy by the device said, and reads the memory "
+        "the capsule names): the capsule was refused (its deleter was called). The producer is at "
+        "fault; where you know its capsule to be right, import the capsule itself: "
+        "gpu_dlpack.from_dlpack(x.__dlpack__()) reads the device from the capsule alone."
     )
 
 

@@ -188,7 +188,7 @@ def from_dlpack(
         backend = _backends.for_array(x)
         foreign = backend is None or backend is numpy_backend
         if not moves and copy is None and foreign:
-            return host_capsule(x)
+            return host_capsule(x, said=source)
         ask = dict(
             max_version=_versions.DLPACK_VERSION,
             dl_device=CPU.dlpack if moves else None,
@@ -212,7 +212,7 @@ def from_dlpack(
             # An old producer could not move its data: a backend for its device does.
             backend = _backends.for_device(source)
             return backend.to_host(backend.consume(capsule, versioned, header), copy)
-        return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+        return _land_on_host(capsule, versioned, header, needs_copy and not moves, x, None if moves else source)
     except AskedAgain as again:
         if again.producer is not x:
             raise
@@ -250,13 +250,14 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
     return backend.aligned_copy(out, alignment, stream)
 
 
-def host_capsule(x, capsule=None, error=None):
+def host_capsule(x, capsule=None, error=None, said=CPU):
     """The common import: host memory of a foreign producer, no copy.
     ``capsule``: what ``x`` answered to ``__dlpack__(max_version=DLPACK_VERSION)``
     (the compiled core hands here every answer it does not import itself),
     or None to ask it now; ``error``: the error ``x`` raised to the core's
     request instead, gone on from as the Python path does (the producer is
-    not asked the same again)."""
+    not asked the same again); ``said``: the host device ``x`` is known
+    to be on (its host test, or its ``__dlpack_device__``)."""
     if error is not None:
         capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION)
     if capsule is None:
@@ -278,7 +279,7 @@ def host_capsule(x, capsule=None, error=None):
         gave_legacy.add(type(x))
     elif not header.flags & _capsule.READ_ONLY and _peers.export_facts(type(x)).read_only:
         _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)  # its arrays are immutable
-    return _land_on_host(capsule, versioned, header, False)
+    return _land_on_host(capsule, versioned, header, False, x, said)
 
 
 _np_from_dlpack = np.from_dlpack
@@ -333,11 +334,15 @@ def _from_capsule(capsule, device, copy, stream):
         raise
 
 
-def _land_on_host(capsule, versioned, header, copy):
-    """A NumPy array over a checked capsule of host-readable memory."""
+def _land_on_host(capsule, versioned, header, copy, x=None, said=None):
+    """A NumPy array over a checked capsule of host-readable memory, which
+    producer ``x`` gave for the host device it ``said`` it is on, or (None)
+    for ``dl_device=(1, 0)``."""
     if header.device_type not in _HOST_TYPES:
         got = Device((header.device_type, header.device_id))
         _capsule.discard(capsule, versioned)
+        if said is not None:
+            raise _errors.device_mismatch(x, said, got)
         raise _errors.unreachable(got, CPU, "the producer ignored dl_device=(1, 0)")
     try:
         arr = numpy_backend.consume(capsule, versioned, header)

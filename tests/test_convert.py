@@ -840,3 +840,49 @@ def test_what_a_consumer_holds_is_asked_of_its_row_before_the_call():
 def test_the_rows_of_torch_and_jax_say_how_they_know_they_hold_gpu_memory():
     assert _peers.by_name("torch").holds_gpu is not None and _peers.by_name("jax").holds_gpu is not None
 
+
+# -- a producer that contradicts itself ----------------------------------------------
+
+def _disagreeing(said, gives):
+    from .capsules import KeywordDeviceProducer
+
+    return KeywordDeviceProducer(device=said, answers=gives)
+
+
+_EVERY_PATH = {
+    "from_dlpack": gpu_dlpack.from_dlpack,
+    "copy=True": lambda p: gpu_dlpack.from_dlpack(p, copy=True),
+    "wrap": lambda p: gpu_dlpack.wrap(p).__dlpack__(max_version=(1, 0)),
+    "export": gpu_dlpack.export,
+    "export legacy": lambda p: gpu_dlpack.export(p, max_version=None),
+    "view": gpu_dlpack.view,
+    "convert numpy": lambda p: gpu_dlpack.convert(p, "numpy"),
+    "convert torch": lambda p: gpu_dlpack.convert(p, "torch"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(_EVERY_PATH))
+def test_a_producer_whose_device_and_capsule_disagree_is_refused_by_name_on_every_path(path, torch):
+    # Said the CPU, gave a capsule of a GPU: every path asks it for its
+    # capsule, and every one names the contradiction.
+    p = _disagreeing((1, 0), (2, 0))
+    with pytest.raises(BufferError, match=r"__dlpack_device__ says its array is on cpu, but its capsule holds "
+                       r"memory on cuda:0") as err:
+        _EVERY_PATH[path](p)
+    assert isinstance(err.value, gpu_dlpack.GpuDlpackError)
+    assert all(r.calls == 1 for r in p.records)  # each capsule refused is freed
+    (m,) = gpu_dlpack.explain(err.value)
+    assert m.id == "gpu_dlpack-device-mismatch"
+
+
+@pytest.mark.parametrize("path", ["wrap", "export", "export legacy", "view"])
+def test_a_producer_that_says_a_gpu_and_gives_host_memory_is_refused_by_name(path, torch):
+    # Said cuda:0, gave a CPU capsule, asked for its own device: not the
+    # "cannot move from cuda:0 to cuda:0" of a move nobody asked for.
+    if not _no_gpu():
+        pytest.skip("a GPU is usable: the import paths reach the capsule there")
+    p = _disagreeing((2, 0), (1, 0))
+    with pytest.raises(BufferError, match=r"__dlpack_device__ says its array is on cuda:0, but its capsule "
+                       r"holds memory on cpu"):
+        _EVERY_PATH[path](p)
+    assert all(r.calls == 1 for r in p.records)
