@@ -767,6 +767,15 @@ def view_needs_copy(producer, what, resolve) -> CopyRequiredError:
 
 # -- producers that contradict themselves -----------------------------------
 
+def device_unnamed(producer, exc) -> BufferError:
+    return BufferError(
+        f"{_named(producer)}.__dlpack_device__ names no device ({type(exc).__name__}: {exc}): its array is "
+        "on a device its producer does not export through DLPack (JAX's on a TPU), so it cannot be taken "
+        "where it is. Ask for the host, where the producer copies it: gpu_dlpack.from_dlpack(x, "
+        "device='cpu'), or gpu_dlpack.convert(x, 'numpy') (or any library's name: 'torch', 'jax'...)."
+    )
+
+
 def device_mismatch(producer, said, got) -> BufferError:
     return BufferError(
         f"{_named(producer)}.__dlpack_device__ says its array is on {said}, but its capsule "

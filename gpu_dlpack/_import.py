@@ -286,16 +286,15 @@ _np_from_dlpack = np.from_dlpack
 
 
 def _host_copy(x, device, copy, stream, refused):
-    """``x`` whose ``__dlpack_device__`` refused (``refused``: JAX's on a
-    TPU, whose memory DLPack cannot reach): where the caller asked for the
-    host, the producer is asked for a copy there (``dl_device=(1, 0)``, as
-    ``numpy.from_dlpack(x, device="cpu")`` asks), imported as any capsule;
-    else the producer's refusal."""
+    """``x`` whose ``__dlpack_device__`` refused (``refused``: the layer's
+    refusal, JAX's on a TPU its cause, whose memory DLPack cannot reach):
+    where the caller asked for the host, the producer is asked for a copy
+    there (``dl_device=(1, 0)``, as ``numpy.from_dlpack(x, device="cpu")``
+    asks), imported as any capsule; else that refusal."""
     target = None if device is None else Device(device)
     if target != CPU and not (target is None and copy is True):
-        # Asked for nothing that needs the host: the producer's refusal as
-        # it is, alike on every entry (explain's entry for JAX's gives the
-        # remedy, device="cpu").
+        # Asked for nothing that needs the host: the refusal Device.of made,
+        # alike on every entry, which names the remedy (device="cpu").
         raise refused
     if copy is False:
         raise _errors.copy_forbidden("the device its producer does not name", CPU,

@@ -26,6 +26,7 @@ import gpu_dlpack
 from gpu_dlpack import _capsule, _cli, _errors, _explain, _peers, _rules, _streams
 from gpu_dlpack._devices import DLDeviceType
 
+from .capsules import AcceleratorProducer
 from .helpers import jax_x64
 
 
@@ -329,6 +330,7 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-unreachable": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(4, 0))),
     "gpu_dlpack-device-mismatch": lambda: raised(lambda: gpu_dlpack.export(_SaysCpuGivesPinned())),
+    "gpu_dlpack-device-unnamed": lambda: raised(lambda: gpu_dlpack.from_dlpack(AcceleratorProducer())),
     "gpu_dlpack-host-device-id": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(1, 1))),
     "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
     "gpu_dlpack-no-backend-accelerator": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="tpu")),
@@ -1118,6 +1120,8 @@ BUILDER_ARGS = {
     "capture_invalidated": (0x5A3C10, RuntimeError("the stream was capturing, but an error has invalidated the capture sequence")),
     "runtime_entry_differs": ("cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t)"),
     "device_mismatch": (_an_instance_of("lib.Array"), "cpu", "cuda:0"),
+    "device_unnamed": (_an_instance_of("jaxlib._jax.ArrayImpl"),
+                       BufferError("__dlpack__ device only supported for CPU and GPU, got platform: tpu")),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
     "bad_interface": ("__cuda_array_interface__", "it has no 'data'", {"shape": (3,)}),
     "masked_array": ("__array_interface__",),
