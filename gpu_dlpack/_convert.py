@@ -69,6 +69,7 @@ class Consumer(NamedTuple):
     capsule_only: bool = False  # it takes a capsule only, in every case (TensorFlow)
     wraps_landed: bool = False  # ``call`` takes the array gpu_dlpack lands (Numba)
     itself: str | None = None   # the method handing it one of its own arrays (``_peers``)
+    holds_gpu: Callable | None = None  # () -> whether it holds GPU memory here (its row's probe)
 
     def active(self) -> frozenset:
         """Its faults now: those a setting turns off left out (JAX's x64)."""
@@ -189,17 +190,31 @@ def _read_consumer(to) -> Consumer:
     capsules = peer.capsule_only or (
         peer.asks is not None and peer.lands is None and call is getattr(root, "from_dlpack", None))
     asks = None if not capsules or "legacy-only" in faults else peer.asks
+    holds_gpu = None if peer.holds_gpu is None else functools.partial(_answer, root, peer.holds_gpu)
     return Consumer(
         peer.name, module, version, call, peer.lands, faults, _plain_test(faults), switches, capsules, asks,
-        peer.capsule_only, peer.wraps_landed, peer.itself,
+        peer.capsule_only, peer.wraps_landed, peer.itself, holds_gpu,
     )
 
 
 def _read_setting(root, path):
+    obj = _read_attribute(root, path)
+    return bool(obj() if callable(obj) else obj)
+
+
+def _answer(root, probe: _peers.Probe) -> bool:
+    """The library's answer to its row's ``probe``: an exception is no."""
+    try:
+        return bool(_read_attribute(root, probe.path)(*probe.args))
+    except Exception:
+        return False
+
+
+def _read_attribute(root, path):
     obj = root
     for part in path.split("."):
         obj = getattr(obj, part)
-    return bool(obj() if callable(obj) else obj)
+    return obj
 
 
 def _meant(name: str) -> tuple[str, ...]:
@@ -667,8 +682,8 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
             # A move the layer makes: the consumer (which reads the device
             # first) is not called for a device nothing here can serve.
             _backends.for_device(target)
-        if c.faults & _faults.BEFORE_CALL:
-            _faults.before_call(c.name, c.version, c.active(), Device(served.__dlpack_device__()))
+        if c.faults & _faults.BEFORE_CALL or c.holds_gpu is not None:
+            _faults.before_call(c.name, c.version, c.active(), Device(served.__dlpack_device__()), c.holds_gpu)
         try:
             result = c.call(served.__dlpack__(max_version=c.asks) if c.capsule_only else served, **placed)
         except Exception:

@@ -223,7 +223,9 @@ class Device:
         NotDLPackError
             ``x`` has no ``__dlpack_device__``.
         BufferError
-            The producer reports something that is no device.
+            The producer reports something that is no device, or refuses to
+            name one (JAX on a TPU): the layer's refusal, which says how to
+            get the data, with the producer's error as its cause.
 
         Examples
         --------
@@ -236,7 +238,14 @@ class Device:
             method = type(x).__dlpack_device__
         except AttributeError:
             raise _errors.not_dlpack(x, _peers.chunks_of(type(x))) from None
-        answer = method(x)
+        try:
+            answer = method(x)
+        except _errors.GpuDlpackError:
+            raise
+        except BufferError as exc:
+            # The standard's refusal of a device its producer cannot export
+            # (JAX's on a TPU): the caller is told what gets the data.
+            raise _errors.device_unnamed(x, exc) from exc
         try:
             if isinstance(answer, (str, bytes)):
                 raise ValueError

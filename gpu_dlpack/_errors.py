@@ -767,11 +767,23 @@ def view_needs_copy(producer, what, resolve) -> CopyRequiredError:
 
 # -- producers that contradict themselves -----------------------------------
 
+def device_unnamed(producer, exc) -> BufferError:
+    return BufferError(
+        f"{_named(producer)}.__dlpack_device__ names no device ({type(exc).__name__}: {exc}): its array is "
+        "on a device its producer does not export through DLPack (JAX's on a TPU), so it cannot be taken "
+        "where it is. Ask for the host, where the producer copies it: gpu_dlpack.from_dlpack(x, "
+        "device='cpu'), or gpu_dlpack.convert(x, 'numpy') (or any library's name: 'torch', 'jax'...)."
+    )
+
+
 def device_mismatch(producer, said, got) -> BufferError:
     return BufferError(
         f"{_named(producer)}.__dlpack_device__ says its array is on {said}, but its capsule "
-        f"holds memory on {got}. The capsule was refused (its deleter was called); "
-        "the producer is at fault."
+        f"holds memory on {got}. The producer contradicts itself, and gpu_dlpack acts on neither "
+        "answer (a consumer chooses its stream and any copy by the device said, and reads the memory "
+        "the capsule names): the capsule was refused (its deleter was called). The producer is at "
+        "fault; where you know its capsule to be right, import the capsule itself: "
+        "gpu_dlpack.from_dlpack(x.__dlpack__()) reads the device from the capsule alone."
     )
 
 
@@ -972,6 +984,16 @@ def no_gpu_consumer(consumer, exc) -> DeviceUnreachableError:
         f"reach one here ({type(exc).__name__}: {exc}). Install the CuPy that fits your "
         f"GPU (pip install {_CUPY_WHEELS}) and check `gpu-dlpack doctor`, or convert to a "
         "host library ('numpy', 'torch', 'jax')."
+    )
+
+
+def consumer_without_gpu(consumer, version, device) -> DeviceUnreachableError:
+    who = f"{consumer} {version}" if version else consumer
+    return DeviceUnreachableError(
+        f"convert(x, {consumer!r}): the data is on {device}, and {who} cannot hold memory of {device} here "
+        f"(a build without GPU support, or no GPU it can use), so it was not called. Pass device='cpu' "
+        f"to have the data copied to the host first (gpu_dlpack.convert(x, {consumer!r}, device='cpu')), "
+        f"or install the build of {consumer} for this GPU."
     )
 
 

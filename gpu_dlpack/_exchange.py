@@ -212,10 +212,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
     )
     if ask_versioned and not versioned:
         gave_legacy.add(type(x))
-    # Host memory is one address space whatever the id (JAX numbers its CPU
-    # devices in capsules but says (1, 0) in __dlpack_device__): the type
-    # must match.
-    if header.device_type != source.type:
+    if not _rules.capsule_agrees(source, header.device_type, header.device_id):
         _capsule.discard(capsule, versioned)
         got = Device((header.device_type, header.device_id))
         raise _errors.device_mismatch(x, source, got)
@@ -277,6 +274,12 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     if want_versioned and not versioned:
         gave_legacy.add(type(x))
     got = Device((header.device_type, header.device_id))
+    if got != target and not (moves and got == source) and not _rules.capsule_agrees(
+            source, header.device_type, header.device_id):
+        # Neither where it said nor where it was asked to move: the producer
+        # contradicts itself (not a move nobody asked for).
+        _capsule.discard(capsule, versioned)
+        raise _errors.device_mismatch(x, source, got)
     if got != target or (copy and not full):
         # The producer gave its own memory where a move or a copy was asked:
         # the backend of its device makes them, from a zero-copy view of it.

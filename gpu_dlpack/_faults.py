@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import _errors, _rules
-from ._devices import DLDeviceType
+from ._devices import DLDeviceType, types
 from ._peers import ALIGNMENT, FAULTS
 
 #: What ``convert(..., on_readonly=...)`` takes, the default first.
@@ -57,14 +57,21 @@ PLAIN = Fix(False, False, False, (), ())
 #: reads the producer's device first, and would not live to raise.
 BEFORE_CALL = frozenset({"gpu-import-crashes"})
 
+#: The memory a consumer's row may say it cannot hold here (``_peers.Peer.holds_gpu``).
+_GPU_MEMORY = types(gpu=True, host=False)
 
-def before_call(consumer: str, version: str | None, faults: frozenset, device) -> None:
+
+def before_call(consumer: str, version: str | None, faults: frozenset, device, holds_gpu=None) -> None:
     """Raises ``DeviceUnreachableError`` where the consumer (``faults``: its
     active ones) would crash the process on data on ``device`` rather than
-    raise."""
+    raise, or where its build cannot hold that memory here (``holds_gpu``:
+    its row's probe, asked; None where the row has none): it would refuse
+    with an error of its own, which says nothing of the layer's remedy."""
     if "gpu-import-crashes" in faults and device.type is not DLDeviceType.CPU:
         raise _errors.unreachable(device, consumer, f"{consumer} {version or ''} has no GPU, and it "
                                   "crashes the process on GPU data rather than raise")
+    if holds_gpu is not None and device.type in _GPU_MEMORY and not holds_gpu():
+        raise _errors.consumer_without_gpu(consumer, version, device)
 
 
 def for_landing(faults: frozenset, lands: str | None) -> frozenset:

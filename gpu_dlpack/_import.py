@@ -195,7 +195,7 @@ def from_dlpack(
         # describes and the layer exports as the plain import does.
         layers = backend is numpy_backend and (not numpy_backend.VERSIONED_NUMPY or _id(x.dtype) not in _PLAIN)
         if not moves and copy is None and foreign:
-            return host_capsule(x, _exchange.export_numpy(x) if layers else None)
+            return host_capsule(x, _exchange.export_numpy(x) if layers else None, said=source)
         ask = dict(
             max_version=_versions.DLPACK_VERSION,
             dl_device=CPU.dlpack if moves else None,
@@ -216,7 +216,7 @@ def from_dlpack(
             # An old producer could not move its data: a backend for its device does.
             backend = _backends.for_device(source)
             return backend.to_host(backend.consume(capsule, versioned, header), copy)
-        return _land_on_host(capsule, versioned, header, needs_copy and not moves)
+        return _land_on_host(capsule, versioned, header, needs_copy and not moves, x, None if moves else source)
     except AskedAgain as again:
         if again.producer is not x:
             raise
@@ -254,13 +254,14 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
     return backend.aligned_copy(out, alignment, stream)
 
 
-def host_capsule(x, capsule=None, error=None):
+def host_capsule(x, capsule=None, error=None, said=CPU):
     """The common import: host memory of a foreign producer, no copy.
     ``capsule``: what ``x`` answered to ``__dlpack__(max_version=DLPACK_VERSION)``
     (the compiled core hands here every answer it does not import itself),
     or None to ask it now; ``error``: the error ``x`` raised to the core's
     request instead, gone on from as the Python path does (the producer is
-    not asked the same again)."""
+    not asked the same again); ``said``: the host device ``x`` is known
+    to be on (its host test, or its ``__dlpack_device__``)."""
     if error is not None:
         capsule, _ = answer_after(x, error, _versions.DLPACK_VERSION)
     if capsule is None:
@@ -282,7 +283,7 @@ def host_capsule(x, capsule=None, error=None):
         gave_legacy.add(type(x))
     else:
         _as_its_row_says(x, header)
-    return _land_on_host(capsule, versioned, header, False)
+    return _land_on_host(capsule, versioned, header, False, x, said)
 
 
 def _as_its_row_says(x, header):
@@ -298,16 +299,15 @@ _np_from_dlpack = np.from_dlpack
 
 
 def _host_copy(x, device, copy, stream, refused):
-    """``x`` whose ``__dlpack_device__`` refused (``refused``: JAX's on a
-    TPU, whose memory DLPack cannot reach): where the caller asked for the
-    host, the producer is asked for a copy there (``dl_device=(1, 0)``, as
-    ``numpy.from_dlpack(x, device="cpu")`` asks), imported as any capsule;
-    else the producer's refusal."""
+    """``x`` whose ``__dlpack_device__`` refused (``refused``: the layer's
+    refusal, JAX's on a TPU its cause, whose memory DLPack cannot reach):
+    where the caller asked for the host, the producer is asked for a copy
+    there (``dl_device=(1, 0)``, as ``numpy.from_dlpack(x, device="cpu")``
+    asks), imported as any capsule; else that refusal."""
     target = None if device is None else Device(device)
     if target != CPU and not (target is None and copy is True):
-        # Asked for nothing that needs the host: the producer's refusal as
-        # it is, alike on every entry (explain's entry for JAX's gives the
-        # remedy, device="cpu").
+        # Asked for nothing that needs the host: the refusal Device.of made,
+        # alike on every entry, which names the remedy (device="cpu").
         raise refused
     if copy is False:
         raise _errors.copy_forbidden("the device its producer does not name", CPU,
@@ -346,11 +346,15 @@ def _from_capsule(capsule, device, copy, stream):
         raise
 
 
-def _land_on_host(capsule, versioned, header, copy):
-    """A NumPy array over a checked capsule of host-readable memory."""
+def _land_on_host(capsule, versioned, header, copy, x=None, said=None):
+    """A NumPy array over a checked capsule of host-readable memory, which
+    producer ``x`` gave for the host device it ``said`` it is on, or (None)
+    for ``dl_device=(1, 0)``."""
     if header.device_type not in _HOST_TYPES:
         got = Device((header.device_type, header.device_id))
         _capsule.discard(capsule, versioned)
+        if said is not None:
+            raise _errors.device_mismatch(x, said, got)
         raise _errors.unreachable(got, CPU, "the producer ignored dl_device=(1, 0)")
     try:
         arr = numpy_backend.consume(capsule, versioned, header)

@@ -31,6 +31,9 @@ the package (a leaf: the device parser reads it too).
   (NumPy: ``gpu_dlpack.from_dlpack`` is the importer), ``"gpu"`` (CuPy, and
   Numba over it: CuPy arrays made by ``gpu_dlpack.from_dlpack``), None (its
   own ``from_dlpack`` imports);
+- ``holds_gpu``: how to ask whether its build holds GPU memory here
+  (``Probe``): ``convert`` refuses GPU data for it where it does not,
+  before it is called (``_faults.before_call``);
 - ``faults``: what it cannot honour as a consumer, by version (``Fault``
   rows, ids from ``FAULTS``): ``convert`` applies the remedy of each one
   active for the installed version (``_faults``), and ``gpu-dlpack doctor``
@@ -93,6 +96,16 @@ class Devices(NamedTuple):
     # layer cannot reach (a TPU) hands the data over where it is, and the
     # library places it. None: the layer places it, or no device is reached.
     places: str | None = None
+
+
+class Probe(NamedTuple):
+    """A question asked of a library where it runs: ``path``, an attribute
+    path from its module, called with ``args``. A true answer (a non-empty
+    list of devices) is yes; a false one, or any exception, is no (JAX's
+    ``devices("gpu")`` raises RuntimeError where it has no GPU backend)."""
+
+    path: str
+    args: tuple = ()
 
 
 class Chunks(NamedTuple):
@@ -226,6 +239,11 @@ class Peer(NamedTuple):
     # The method by which one of its own arrays is handed to it without an
     # exchange (Paddle's detach: "nested-import-deadlock").
     itself: str | None = None
+    # Whether its build, on this machine, holds memory of a GPU: convert
+    # asks before handing it GPU data, which a build without one refuses
+    # with an error of its own (torch's AssertionError, JAX's "Unknown
+    # backend cuda"). None: not known, and the consumer is called.
+    holds_gpu: Probe | None = None
 
 
 def _torch_hip(device) -> bool:
@@ -253,6 +271,8 @@ PEERS = (
         # torch.from_dlpack asks for (1, 0) (a legacy capsule before 2.9)
         # and takes a capsule itself: convert hands it the rules' capsule.
         asks=(1, 0),
+        # A CPU build asserts "Torch not compiled with CUDA enabled" on GPU data.
+        holds_gpu=Probe("cuda.is_available"),
         numpy_reads=(
             "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
             "complex64", "complex128", "uint16", "uint32", "uint64",
@@ -302,6 +322,9 @@ PEERS = (
             ("local_hardware_id", "id"), _jax_rocm, "JAX platform", places="device",
         ),
         consumer=("dlpack.from_dlpack",), submodules=("jax.dlpack",),
+        # A jaxlib without a GPU backend (or JAX_PLATFORMS without one)
+        # raises "Unknown backend cuda" on GPU data.
+        holds_gpu=Probe("devices", ("gpu",)),
         # Measured on each release from 0.6.2 (the newest for CPython 3.10)
         # to 0.12.0.1 (docs/internals/faults.md, "JAX by release").
         export_faults=(

@@ -93,6 +93,20 @@ def _host_id_zero(target: Device, asked) -> Device:
     return target
 
 
+def capsule_agrees(said: Device, device_type: int, device_id: int) -> bool:
+    """Whether a capsule on ``(device_type, device_id)``, asked for the
+    producer's own device, is where its ``__dlpack_device__`` said
+    (``said``). The report is the contract a consumer acts on (the stream
+    it hands over, the copy it asks for) and the capsule names the memory
+    itself: a producer whose two answers differ is refused, never read by
+    either one. Host memory is one address space, whatever id a producer
+    numbers it by (JAX's CPU devices): its type alone must agree."""
+    if device_type != said.type:
+        return False
+    memory = MEMORY.get(said.type)
+    return (memory is not None and not memory.indexed) or device_id == said.index
+
+
 def zero_copy(source: Device, target: Device, addressable=None) -> bool:
     """Whether data on ``source`` can be used on ``target`` without a copy.
     ``addressable(source, target)`` is the backend's word on the hardware for

@@ -34,15 +34,24 @@ def test_asked_for_the_host_the_producer_is_asked_for_a_copy_there(how):
         assert not a.flags.writeable and a.ctypes.data == p.copies[-1].ctypes.data
 
 
-def test_asked_for_nothing_the_producers_refusal_goes_on_and_explain_gives_the_host_remedy():
-    # As on every other entry (export, wrap): the producer's own refusal.
+@pytest.mark.parametrize("entry", ["from_dlpack", "wrap", "export", "view"])
+def test_asked_for_nothing_the_layer_refuses_with_the_host_remedy_and_the_producers_error_as_cause(entry):
+    # The same refusal on every entry, the producer's own error its cause:
+    # the caller is told how to get the data (its producer copies it to the host).
     p = AcceleratorProducer()
-    with pytest.raises(BufferError, match=r"^__dlpack__ device only supported for CPU and GPU, got platform: "
-                       r"tpu$") as err:
-        gpu_dlpack.from_dlpack(p)
-    assert not p.requests  # nothing was asked of the producer
-    (m,) = gpu_dlpack.explain(err.value)
-    assert m.id == "jax-platform-unsupported" and "gpu_dlpack.from_dlpack(j, device='cpu')" in m.remedies[0]
+    with pytest.raises(gpu_dlpack.GpuDlpackError) as err:
+        getattr(gpu_dlpack, entry)(p)
+    assert isinstance(err.value, BufferError) and not p.requests  # nothing was asked of the producer
+    message = str(err.value)
+    assert message.startswith("tests.capsules.AcceleratorProducer.__dlpack_device__ names no device")
+    assert "device='cpu'" in message and "convert(x, 'numpy')" in message
+    cause = err.value.__cause__
+    assert type(cause) is BufferError and str(cause) == (
+        "__dlpack__ device only supported for CPU and GPU, got platform: tpu")
+    # Explained as a traceback reads: the cause first, then the layer's refusal.
+    found = {m.id: m for m in gpu_dlpack.explain(err.value)}
+    assert set(found) == {"jax-platform-unsupported", "gpu_dlpack-device-unnamed"}
+    assert "device='cpu'" in found["gpu_dlpack-device-unnamed"].remedies[0]
 
 
 def test_copy_false_to_the_host_is_refused_before_the_producer_is_asked():

@@ -796,3 +796,93 @@ def test_convert_to_numpy_of_a_plain_array_is_made_by_the_compiled_front(lib, re
     finally:
         sys.setprofile(None)
     assert general in entered
+
+
+# -- consumers that cannot hold the data's memory ---------------------------------
+
+def _holds_gpu(library) -> bool:
+    """Whether ``library`` (imported) can hold GPU memory here, asked as a
+    user would, apart from the row the layer reads."""
+    if library.__name__ == "torch":
+        return bool(library.cuda.is_available())
+    try:
+        return bool(library.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize("library", ["torch", "jax"])
+@pytest.mark.parametrize("versioned", [True, False])
+def test_gpu_data_for_a_consumer_that_holds_no_gpu_memory_is_refused_before_it_is_called(library, versioned, request):
+    module = request.getfixturevalue(library)
+    if _holds_gpu(module):
+        pytest.skip(f"{library} holds GPU memory here")
+    from .capsules import DeviceProducer
+
+    p = DeviceProducer(versioned=versioned)
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"^convert\\(x, '{library}'\\): .*cuda:0") as err:
+        gpu_dlpack.convert(p, library)
+    assert not p.requests  # the consumer was not called: it would have asked the producer
+    (m,) = gpu_dlpack.explain(err.value)
+    assert m.id == "gpu_dlpack-consumer-no-gpu" and "device='cpu'" in m.remedies[0]
+
+
+def test_what_a_consumer_holds_is_asked_of_its_row_before_the_call():
+    # The row's probe decides, for GPU memory only: host data is never refused.
+    cuda, cpu = gpu_dlpack.Device("cuda:0"), gpu_dlpack.Device("cpu")
+    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match="lib 1.0 cannot hold memory of cuda:0 here"):
+        _faults.before_call("lib", "1.0", frozenset(), cuda, lambda: False)
+    _faults.before_call("lib", "1.0", frozenset(), cuda, lambda: True)
+    _faults.before_call("lib", "1.0", frozenset(), cpu, lambda: False)
+    _faults.before_call("lib", "1.0", frozenset(), cuda, None)  # not known: the consumer is called
+
+
+def test_the_rows_of_torch_and_jax_say_how_they_know_they_hold_gpu_memory():
+    assert _peers.by_name("torch").holds_gpu is not None and _peers.by_name("jax").holds_gpu is not None
+
+
+# -- a producer that contradicts itself ----------------------------------------------
+
+def _disagreeing(said, gives):
+    from .capsules import KeywordDeviceProducer
+
+    return KeywordDeviceProducer(device=said, answers=gives)
+
+
+_EVERY_PATH = {
+    "from_dlpack": gpu_dlpack.from_dlpack,
+    "copy=True": lambda p: gpu_dlpack.from_dlpack(p, copy=True),
+    "wrap": lambda p: gpu_dlpack.wrap(p).__dlpack__(max_version=(1, 0)),
+    "export": gpu_dlpack.export,
+    "export legacy": lambda p: gpu_dlpack.export(p, max_version=None),
+    "view": gpu_dlpack.view,
+    "convert numpy": lambda p: gpu_dlpack.convert(p, "numpy"),
+    "convert torch": lambda p: gpu_dlpack.convert(p, "torch"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(_EVERY_PATH))
+def test_a_producer_whose_device_and_capsule_disagree_is_refused_by_name_on_every_path(path, torch):
+    # Said the CPU, gave a capsule of a GPU: every path asks it for its
+    # capsule, and every one names the contradiction.
+    p = _disagreeing((1, 0), (2, 0))
+    with pytest.raises(BufferError, match=r"__dlpack_device__ says its array is on cpu, but its capsule holds "
+                       r"memory on cuda:0") as err:
+        _EVERY_PATH[path](p)
+    assert isinstance(err.value, gpu_dlpack.GpuDlpackError)
+    assert all(r.calls == 1 for r in p.records)  # each capsule refused is freed
+    (m,) = gpu_dlpack.explain(err.value)
+    assert m.id == "gpu_dlpack-device-mismatch"
+
+
+@pytest.mark.parametrize("path", ["wrap", "export", "export legacy", "view"])
+def test_a_producer_that_says_a_gpu_and_gives_host_memory_is_refused_by_name(path, torch):
+    # Said cuda:0, gave a CPU capsule, asked for its own device: not the
+    # "cannot move from cuda:0 to cuda:0" of a move nobody asked for.
+    if not _no_gpu():
+        pytest.skip("a GPU is usable: the import paths reach the capsule there")
+    p = _disagreeing((2, 0), (1, 0))
+    with pytest.raises(BufferError, match=r"__dlpack_device__ says its array is on cuda:0, but its capsule "
+                       r"holds memory on cpu"):
+        _EVERY_PATH[path](p)
+    assert all(r.calls == 1 for r in p.records)

@@ -26,6 +26,7 @@ import gpu_dlpack
 from gpu_dlpack import _capsule, _cli, _errors, _explain, _peers, _rules, _streams
 from gpu_dlpack._devices import DLDeviceType
 
+from .capsules import AcceleratorProducer
 from .helpers import jax_x64
 
 
@@ -329,6 +330,7 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-unreachable": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(4, 0))),
     "gpu_dlpack-device-mismatch": lambda: raised(lambda: gpu_dlpack.export(_SaysCpuGivesPinned())),
+    "gpu_dlpack-device-unnamed": lambda: raised(lambda: gpu_dlpack.from_dlpack(AcceleratorProducer())),
     "gpu_dlpack-host-device-id": lambda: raised(lambda: gpu_dlpack.export(np.arange(3), dl_device=(1, 1))),
     "gpu_dlpack-no-backend": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="cuda")),
     "gpu_dlpack-no-backend-accelerator": lambda: raised(lambda: gpu_dlpack.from_dlpack(np.arange(3), device="tpu")),
@@ -494,6 +496,7 @@ REAL_MESSAGES = {
         lambda: gpu_dlpack.convert(_unaligned_view(), _jax().__name__, copy=False)
     ),
     "gpu_dlpack-convert-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(np.arange(3.0), _cupy().__name__)),
+    "gpu_dlpack-consumer-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(Producer(2), _torch().__name__)),
     "gpu_dlpack-convert-narrowing": lambda: raised(lambda: _without_x64(
         lambda: gpu_dlpack.convert(np.array([2**40]), _jax().__name__))),
     "gpu_dlpack-convert-float-narrowing": lambda: raised(
@@ -643,6 +646,7 @@ NEEDS_NO_GPU = {
     "cuda-runtime-unusable": _cupy_has_gpu,
     "gpu_dlpack-no-backend": _cupy_has_gpu,
     "gpu_dlpack-convert-no-gpu": _cupy_has_gpu,
+    "gpu_dlpack-consumer-no-gpu": _torch_has_cuda,
     "torch-no-cuda": _torch_has_cuda,
     "torch-no-driver": _torch_has_cuda,
     "jax-unknown-backend": _jax_has_gpu,
@@ -1116,6 +1120,8 @@ BUILDER_ARGS = {
     "capture_invalidated": (0x5A3C10, RuntimeError("the stream was capturing, but an error has invalidated the capture sequence")),
     "runtime_entry_differs": ("cupy_backends.cuda.api.runtime", "eventRecord", None, "PyObject *(intptr_t)"),
     "device_mismatch": (_an_instance_of("lib.Array"), "cpu", "cuda:0"),
+    "device_unnamed": (_an_instance_of("jaxlib._jax.ArrayImpl"),
+                       BufferError("__dlpack__ device only supported for CPU and GPU, got platform: tpu")),
     "host_device_id": ((1, 1), __import__("gpu_dlpack").Device((1, 1))),
     "bad_interface": ("__cuda_array_interface__", "it has no 'data'", {"shape": (3,)}),
     "masked_array": ("__array_interface__",),
@@ -1135,6 +1141,7 @@ BUILDER_ARGS = {
     "consumer_copied": ("mlx",),
     "view_needs_copy": (_an_instance_of("torch.Tensor"), "the negative bit", "resolve_neg"),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),
+    "consumer_without_gpu": ("torch", "2.13.0+cpu", __import__("gpu_dlpack").Device("cuda:0")),
     "doctor_library_not_importable": ("typo", ModuleNotFoundError("No module named 'typo'")),
     "bad_flag": ("readonly", 1),
     "bad_dl_device_type": (1,),

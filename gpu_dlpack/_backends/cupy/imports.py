@@ -70,10 +70,9 @@ def import_to(x, source, target, copy, needs_copy, stream):
                 x, stream=ask, max_version=_versions.DLPACK_VERSION, copy=False if copy is False else None
             )
     versioned, header = _capsule.checked(capsule)
-    got = Device((header.device_type, header.device_id))
-    if got != source:
+    if not _rules.capsule_agrees(source, header.device_type, header.device_id):
         _capsule.discard(capsule, versioned)
-        raise _errors.unreachable(source, target, f"the producer gave memory on {got}")
+        raise _errors.device_mismatch(x, source, Device((header.device_type, header.device_id)))
     producer = ask if ask not in (None, -1) else None
     return _land(capsule, versioned, header, source, target, copy, needs_copy, stream, consumer, gpu, producer)
 
