@@ -10,13 +10,28 @@ from __future__ import annotations
 import enum
 import functools
 import importlib.util
+import operator
 from typing import Any, NamedTuple
 
 from . import _errors, _peers
 from ._typing import DeviceLike
 
 
-class DLDeviceType(enum.IntEnum):
+class _Codes(enum.EnumMeta):
+    """``DLDeviceType(value)`` takes an integer only (an int, or what has
+    ``__index__``: a NumPy integer), whichever codes were seen before: an
+    enum finds a float or string equal to a member's value among its
+    members, so 40.0 was refused until 40 had been made, and 2.0 was CUDA."""
+
+    def __call__(cls, value, *args, **kwargs):
+        if args or kwargs or type(value) is int or isinstance(value, cls):
+            return super().__call__(value, *args, **kwargs)
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            raise ValueError(f"{value!r} is not a valid {cls.__qualname__}")
+        return super().__call__(operator.index(value))
+
+
+class DLDeviceType(enum.IntEnum, metaclass=_Codes):
     """DLPack ``DLDeviceType`` codes, as ``dlpack.h`` numbers them.
 
     An ``enum.IntEnum``: each member is the int DLPack uses. DLPack adds
@@ -31,6 +46,10 @@ class DLDeviceType(enum.IntEnum):
     (True, 'CUDA_MANAGED', 'TPU')
     >>> DLDeviceType(40).name, DLDeviceType(40) == 40
     ('40', True)
+
+    Only integers are codes (a float or a string equal to one is not), and
+    a code no release names is made anew at each use, equal to the last
+    one, not kept: a process that reads many codes holds none of them.
     """
 
     CPU = 1
@@ -56,13 +75,15 @@ class DLDeviceType(enum.IntEnum):
     @classmethod
     def _missing_(cls, value):
         # A code no release of dlpack.h here names: a member named by its
-        # number, made once. Not a code: 0, negatives, past an int32.
+        # number, made for this use (equal and hashed as the int; not kept
+        # among the members, which would grow with every code ever read).
+        # Not a code: 0, negatives, past an int32.
         if type(value) is not int or not 0 < value <= 2**31 - 1:
             return None
         member = int.__new__(cls, value)
         member._name_ = str(value)
         member._value_ = value
-        return cls._value2member_map_.setdefault(value, member)
+        return member
 
 
 class Memory(NamedTuple):
@@ -183,9 +204,7 @@ class Device:
             # (device_type, device_id) as __dlpack_device__ gives it: every
             # import and export reads one. Equal pairs of ints parse alike
             # (a bool, equal to 0 or 1, does not parse: it is left out).
-            if type(spec) is tuple and len(spec) == 2 and type(spec[1]) is int and (
-                type(spec[0]) is not bool
-            ):
+            if type(spec) is tuple and len(spec) == 2 and type(spec[0]) is int and type(spec[1]) is int:
                 known = _BY_PAIR.get(spec)
                 if known is not None:
                     return known
@@ -312,10 +331,12 @@ def _check_index(index, spec):
 
 
 def _from_tuple(spec):
-    if len(spec) != 2 or isinstance(spec[0], bool) or isinstance(spec[1], bool):
+    # Integers only, as DLPack's pair is: a float or a string equal to a
+    # code is no device type (2.9 was read as CUDA, "40" as type 40).
+    if len(spec) != 2:
         raise _errors.bad_device(spec, _FORMS)
     try:
-        dtype = DLDeviceType(int(spec[0]))
+        dtype = DLDeviceType(spec[0])
     except (ValueError, TypeError):
         raise _errors.bad_device(spec, _FORMS) from None
     return dtype, _check_index(spec[1], spec)
@@ -336,10 +357,10 @@ def _from_string(spec):
         return dtype, 0
     if not rest.isdigit():
         raise _errors.bad_device(spec, _FORMS)
-    index = int(rest)
-    if dtype in HOST_ACCESSIBLE and index != 0:
-        raise _errors.bad_device(spec, _FORMS)
-    return dtype, index
+    # 'cpu:N' too: what str() prints of a pair of host memory with another
+    # id (JAX numbers its CPU devices), refused where a device is asked for
+    # by the rules, as the pair is (host memory has device id 0 only).
+    return dtype, int(rest)
 
 
 def _parse(spec):

@@ -133,7 +133,7 @@ GPU_ONLY_REFUSALS = [({"dl_device": (2, 0)}, BufferError, "cuda")]
 
 BAD_IMPORT = [
     ({"device": "nope"}, ValueError, "device"),
-    ({"device": "cpu:1"}, ValueError, "device"),
+    ({"device": "cpu:1"}, BufferError, "device id 0"),  # read as (1, 1) is, refused alike
     ({"device": "cuda:x"}, ValueError, "device"),
     ({"device": (0, 0)}, ValueError, "device"),
     ({"device": (1,)}, ValueError, "device"),
@@ -308,7 +308,7 @@ def test_the_floor_refuses_what_is_no_version_and_stays_as_it_was(floor, value):
 
 
 BAD_DEVICES = [
-    ("cuda:x", ValueError), ("", ValueError), ("cpu:1", ValueError), ("cuda:-1", ValueError),
+    ("cuda:x", ValueError), ("", ValueError), ("cuda:-1", ValueError), ((2.9, 0), ValueError), (("40", 0), ValueError),
     ("xpu", ValueError), ((1,), ValueError), ((1, 0, 0), ValueError), ((0, 0), ValueError), ((2**31, 0), ValueError),
     ((2, -1), ValueError), ((1, "0"), ValueError), ((True, 0), ValueError), (3.5, TypeError),
     (None, TypeError), (b"cpu", TypeError), (np.zeros(3), TypeError),

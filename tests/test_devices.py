@@ -25,13 +25,64 @@ def test_a_device_type_dlpack_h_does_not_name_yet_is_a_device_named_by_its_numbe
     # came with the minor version unchanged): each code from 1 up is one.
     t = DLDeviceType(code)
     assert isinstance(t, DLDeviceType) and t == code and t.name == str(code)
-    assert DLDeviceType(code) is t
+    # Equal, not the same object: an unnamed code is made at each use (kept,
+    # every code ever read would stay in the enum for the process's life).
+    assert DLDeviceType(code) == t and hash(DLDeviceType(code)) == hash(code) and repr(DLDeviceType(code)) == repr(t)
     d = Device((code, 2))
-    assert d.type is t and d.dlpack == (code, 2) and str(d) == f"{code}:2"
+    assert d.type == t and type(d.type) is DLDeviceType and d.dlpack == (code, 2) and str(d) == f"{code}:2"
     assert Device(str(d)) == d and Device(f"{code}:2") == d
     assert pickle.loads(pickle.dumps(d)) == d
     assert not d.is_host_accessible
     assert t not in list(DLDeviceType)  # the named members stay the ones dlpack.h names
+
+
+def test_device_type_codes_are_integers_whatever_was_seen_before():
+    # A float or a string equal to a code was refused in a fresh process and
+    # taken once that code had been made (the enum's own lookup by value), and
+    # 2.0 was always CUDA.
+    from .interpreter import run_python
+
+    done = run_python(
+        "from gpu_dlpack import DLDeviceType\n"
+        "def read(v):\n"
+        "    try:\n"
+        "        return repr(DLDeviceType(v))\n"
+        "    except ValueError:\n"
+        "        return 'refused'\n"
+        "print(read(40.0), read(2.0), read('2'), read(True))\n"
+        "DLDeviceType(40)\n"
+        "print(read(40.0), read(2.0), read('40'), read(False))\n"
+        "import numpy as np\n"
+        "print(read(np.int32(40)), read(np.int64(2)))\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "refused refused refused refused", "refused refused refused refused",
+        "<DLDeviceType.40: 40> <DLDeviceType.CUDA: 2>",
+    ]
+
+
+def test_device_type_codes_read_are_not_kept():
+    # Every code seen became a member for the life of the process (20,000
+    # codes: about 7 MB).
+    before = dict(DLDeviceType._value2member_map_)
+    for code in range(100, 20100):
+        assert DLDeviceType(code).name == str(code) and Device((code, 1)).dlpack == (code, 1)
+    assert DLDeviceType._value2member_map_ == before and len(_devices._BY_PAIR) <= 256
+
+
+@pytest.mark.parametrize("pair", [(1, 0), (1, 5), (3, 0), (3, 2), (13, 1), (2, 0), (2, 7), (10, 3), (19, 0), (40, 3)])
+def test_a_device_prints_what_parses_back_to_it(pair):
+    # Device((1, 5)) printed 'cpu:5', which Device() refused.
+    d = Device(pair)
+    assert Device(str(d)) == d and eval(repr(d), {"Device": Device}) == d and d.dlpack == pair
+
+
+@pytest.mark.parametrize("pair", [(2.9, 0), ("40", 0), ("2", 0), (2.0, 0), (2, 0.0), (np.float64(2), 0)])
+def test_a_pair_of_anything_but_integers_is_no_device(pair):
+    # (2.9, 0) was read as cuda:0, ("40", 0) as 40:0.
+    with pytest.raises(ValueError, match="cannot read a device"):
+        Device(pair)
 
 
 def test_the_tpu_is_dlpacks_tpu_type():
@@ -79,7 +130,7 @@ def test_device_is_immutable_hashable_and_picklable():
 
 
 @pytest.mark.parametrize(
-    "bad", ["xpu", "cuda:x", "cuda:-1", "cpu:1", "", (0, 0), (-1, 0), (2**31, 0), "0:0", "-3:0", (2,), (2, -1), (True, 0)]
+    "bad", ["xpu", "cuda:x", "cuda:-1", "cpu:x", "", (0, 0), (-1, 0), (2**31, 0), "0:0", "-3:0", (2,), (2, -1), (True, 0)]
 )
 def test_a_bad_device_is_a_value_error_listing_the_accepted_forms(bad):
     with pytest.raises(ValueError, match="Accepted forms: 'cpu', 'cuda', 'cuda:N'"):
