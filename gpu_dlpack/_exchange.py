@@ -25,7 +25,7 @@ from . import (
 )
 from ._backends import cupy_backend, numpy_backend
 from ._compiled import core
-from ._devices import CPU, Device, host_tested, types
+from ._devices import CPU, HOST_ACCESSIBLE, Device, host_tested, types
 from ._producer import AskedAgain, answer_after, gave_legacy, request
 
 _ndarray = np.ndarray
@@ -243,10 +243,12 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
             if plan.read_only and not flags & _capsule.READ_ONLY:
                 _capsule.set_flags(ptr, flags | _capsule.READ_ONLY)
         return capsule
-    if not plan.copy and not plan.moves and plan.versioned != versioned and plan.target.type == CPU.type:
-        # The other kind over the same memory, as NumPy's capsule says it
-        # (the CPU under any id a producer gives is NumPy's (1, 0)).
-        return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, CPU.dlpack)
+    if not plan.copy and not plan.moves and plan.versioned != versioned and plan.target.type in HOST_ACCESSIBLE:
+        # The other kind over the same memory, a struct relabelled (no GPU
+        # call: pinned and managed memory change kind without CuPy), on the
+        # device as the rules name it (host memory under any id a producer
+        # gives is device id 0: the CPU is NumPy's (1, 0)).
+        return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, plan.target.dlpack)
     arr = numpy_backend.consume(capsule, versioned, header)
     return export_numpy(arr, readonly, stream, max_version, dl_device, copy, plan)
 

@@ -652,3 +652,29 @@ def test_dl_device_takes_every_form_device_takes_elsewhere(torch):
         export(a, dl_device="cpux")
     with pytest.raises(TypeError, match=r"^dl_device must be None, a \(device_type, device_id\) tuple"):
         export(a, dl_device=1)
+
+
+@pytest.mark.parametrize("device", [(1, 0), (3, 0), (11, 0), (13, 0)], ids=["cpu", "cuda_host", "rocm_host", "managed"])
+@pytest.mark.parametrize("versioned", [True, False])
+def test_host_readable_capsules_change_kind_without_a_gpu(device, versioned):
+    # Pinned and managed capsules changed kind through their GPU's backend
+    # ("needs CuPy and a working GPU"), where the same struct operation on a
+    # CPU capsule needs none: the other kind is a struct over the same memory.
+    from .capsules import make
+
+    cap, rec = make(device=device, versioned=versioned)
+    out = gpu_dlpack.export(cap, max_version=None if versioned else (1, 0))
+    info = inspect(out)
+    assert info.versioned is not versioned and info.device == gpu_dlpack.Device(device)
+    assert info.data == rec.keep[0].ctypes.data  # the same memory
+    assert info.shape == (6,) and info.dl_dtype == (2, 64, 1)
+    # A legacy capsule cannot say its data may be written: versioned, READ_ONLY.
+    assert info.readonly is not versioned
+    assert rec.calls == 0
+    del out
+    assert rec.calls == 1
+    if versioned:  # read-only data as legacy: refused, and the capsule freed
+        cap, rec = make(device=device, flags=1)
+        with pytest.raises(gpu_dlpack.ReadOnlyError):
+            gpu_dlpack.export(cap, max_version=None)
+        assert rec.calls == 1
