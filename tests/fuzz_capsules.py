@@ -98,7 +98,10 @@ def strategy():
     device = st.one_of(
         st.just((1, 0)), st.just((1, 0)), st.just((1, 0)),
         st.sampled_from([(1, 1), (1, 5), (3, 0), (13, 0), (14, 0), (2, 0), (4, 0), (7, 0), (8, 0), (0, 0),
-                         (5, 0), (6, 0), (19, 0), (99, 0), (-1, 0), (1, -1), (2**31 - 1, 0)]),
+                         (5, 0), (6, 0), (19, 0), (99, 0), (-1, 0), (1, -1), (2**31 - 1, 0),
+                         (11, 0), (10, 0), (20, 0), (20, 1), (21, 0), (22, 0), (40, 3)]),
+        # Every code past those dlpack.h names here is a device type too.
+        st.tuples(st.integers(19, 2**31 - 1), st.sampled_from([0, 1, 7])),
     )
     data = st.one_of(
         st.tuples(st.just("buf"), st.sampled_from([0, 0, 8, 64, 1, 3, 4096, BUFFER // 2])),
