@@ -133,9 +133,7 @@ def from_dlpack(
         if type(x) is _ndarray:
             # NumPy into NumPy: a view is the zero-copy import, where DLPack
             # could describe it (strides in whole elements on every axis longer than 1).
-            if _id(x.dtype) in _PLAIN and (
-                x.flags.c_contiguous or all(s % x.itemsize == 0 or n == 1 for n, s in zip(x.shape, x.strides))
-            ):
+            if _id(x.dtype) in _PLAIN and (x.flags.c_contiguous or _whole_elements(x.shape, x.strides, x.itemsize)):
                 return x.view(_ndarray)
             # Through the exchange itself: zero-copy for what DLPack can
             # describe (ml_dtypes types), BufferError as NumPy gives for the
@@ -227,6 +225,14 @@ def from_dlpack(
 _id = id
 
 _PLAIN = _dtypes.PLAIN
+
+
+def _whole_elements(shape, strides, itemsize) -> bool:
+    """Whether DLPack can describe the layout: strides in whole elements on
+    every axis longer than 1. (A function of its own: a generator in
+    from_dlpack would close over x, which CPython 3.11 and 3.12 then leak
+    where the cell for it cannot be allocated at the call.)"""
+    return all(s % itemsize == 0 or n == 1 for n, s in zip(shape, strides))
 
 
 # Asked for nothing but x, the core imports the producers it was told about
