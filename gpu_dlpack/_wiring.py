@@ -44,7 +44,10 @@ def _import_plan(t):
     guards: attributes and methods (each asked of arrays of the dtype codes
     in its mask in ``codes``) that must be false for the plain exchange
     (``_peers.VIEWS``). ``host`` is the type's host test (``_peers.HostTest``)
-    where the core may ask the producer's ``__dlpack__`` itself."""
+    where the core may ask the producer's ``__dlpack__`` itself. Only a row's
+    array type and its plain subclasses have a plan: their methods, which
+    the core calls by name, are the row's own (``ExportFacts.readers``), and a
+    subclass with a hook of its own takes the general path."""
     peer = _peers.of_array_type(t) if isinstance(t, type) else None
     if peer is None:
         return None
