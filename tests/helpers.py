@@ -186,12 +186,18 @@ def without_peers(env=None) -> dict:
 
 def dlpack_only_subclass(torch):
     """``(type, read_only)``: torch 2.14's ReadOnlyTensorWrapper where torch
-    has it; before, a subclass made as it is (its __torch_function__ refuses
-    every operation but __dlpack__ and __dlpack_device__; only its read-only
-    export is 2.14's own)."""
+    has it; before, a subclass made as it is (``dlpack_only_type``: only its
+    read-only export is 2.14's own)."""
     real = getattr(torch.utils.dlpack, "ReadOnlyTensorWrapper", None)
     if real is not None:
         return real, True
+    return dlpack_only_type(torch), False
+
+
+def dlpack_only_type(torch):
+    """A subclass whose __torch_function__ refuses every operation but
+    __dlpack__ and __dlpack_device__, as torch 2.14's ReadOnlyTensorWrapper
+    does, and whose export is torch's own (writeable)."""
 
     class DLPackOnly(torch.Tensor):
         _ALLOWED = frozenset({torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__})
@@ -207,7 +213,7 @@ def dlpack_only_subclass(torch):
                     return func(*args, **(kwargs or {}))
             raise RuntimeError(f"{cls.__name__} only supports DLPack export")
 
-    return DLPackOnly, False
+    return DLPackOnly
 
 
 def counting_subclass(torch):
