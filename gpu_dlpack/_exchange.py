@@ -119,19 +119,21 @@ def resolved_views(x, copy):
     """``x`` with the views (``_peers.ExportFacts.views``) it holds unresolved (torch's
     negative and conjugate bits) resolved: a new array holding the values
     its capsule would not carry; ``x`` itself where it holds none.
-    ``copy=False`` forbids that copy (``CopyRequiredError``)."""
-    views = (_profiles.get(type(x)) or _peers.profile(type(x))).export.views
-    for view in views:
+    ``copy=False`` forbids that copy (``CopyRequiredError``). The bits are
+    read and resolved by the row's own methods (``ExportFacts.readers``), the
+    same for a subclass whose hook refuses them (torch's ReadOnlyTensorWrapper)."""
+    facts = (_profiles.get(type(x)) or _peers.profile(type(x))).export
+    for view, (test, _) in zip(facts.views, facts.readers):
         try:
-            if getattr(x, view.test)() is not True:
+            if test(x) is not True:
                 continue
         except Exception:  # the test cannot say: the export is the producer's as it is
             continue
         if copy is False:
             raise _errors.view_needs_copy(x, view.what, view.resolve)
-        for v in views:
-            if getattr(x, v.test)() is True:
-                x = getattr(x, v.resolve)()
+        for test, resolve in facts.readers:
+            if test(x) is True:
+                x = resolve(x)
         return x
     return x
 

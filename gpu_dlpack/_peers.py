@@ -191,7 +191,9 @@ READ_ONLY_ARRAYS = frozenset({"immutable-unflagged", "read-only-legacy-export"})
 class View(NamedTuple):
     """A lazy view of a producer's arrays that its capsules do not carry:
     ``test()`` true, the values are those of ``resolve()`` (a copy), and
-    only for arrays of the DLPack dtype kinds ``kinds`` (None: all)."""
+    only for arrays of the DLPack dtype kinds ``kinds`` (None: all). Both
+    are methods of the row's array type, called as its own on its
+    subclasses' arrays too (``ExportFacts.readers``)."""
 
     test: str
     resolve: str
@@ -204,6 +206,20 @@ VIEWS = {
     "negative-bit-unresolved": View("is_neg", "resolve_neg", "the negative bit"),
     "conjugate-bit-refused": View("is_conj", "resolve_conj", "the conjugate bit", ("complex",)),
 }
+
+
+class Hook(NamedTuple):
+    """How a subclass of a row's array type may run code of its own on
+    every operation: the ``method`` it overrides, the names (qualified) of
+    the implementations of it that keep the subclass a plain array
+    (``plain``), and where the library's switch is (``off``, a context
+    manager, by its path in the library) under which the array type's own
+    methods run on a subclass's instance without it."""
+
+    method: str
+    plain: tuple
+    off: str | None = None
+
 
 #: The alignment the "unaligned-copies" consumers import in place.
 ALIGNMENT = 64
@@ -227,12 +243,12 @@ class Peer(NamedTuple):
     faults: tuple = ()
     export_faults: tuple = ()
     chunks: Chunks | None = None
-    # (hook, plain): the method by which a subclass of its array type may run
-    # code of its own on every operation, and the names (qualified) of the
-    # implementations that keep it a plain array. A subclass with another
-    # (torch's ReadOnlyTensorWrapper refuses every attribute but DLPack's) is
-    # no array of this row: it is read through the DLPack protocol alone.
-    subclass_hook: tuple | None = None
+    # A subclass with a hook of its own (``Hook``: torch's ReadOnlyTensorWrapper
+    # refuses every attribute but DLPack's) is no array of this row: it is
+    # read through the DLPack protocol, but for the views its memory holds
+    # (``export_faults``), which the row's own methods read and resolve with
+    # the hook off, never running the subclass's code.
+    subclass_hook: Hook | None = None
     # Where gpu_dlpack lands the data (``lands``): its consumer is called on
     # the array landed (Numba's as_cuda_array over a CuPy array), not skipped.
     wraps_landed: bool = False
@@ -288,7 +304,10 @@ PEERS = (
         ),
         # nn.Parameter disables the hook (plain); 2.14's ReadOnlyTensorWrapper
         # refuses every operation but __dlpack__ and __dlpack_device__.
-        subclass_hook=("__torch_function__", ("Tensor.__torch_function__", "_disabled_torch_function_impl")),
+        subclass_hook=Hook(
+            "__torch_function__", ("Tensor.__torch_function__", "_disabled_torch_function_impl"),
+            "_C.DisableTorchFunctionSubclass",
+        ),
         faults=(
             # Before 2.9 torch asked for legacy capsules; since, it reads
             # versioned ones and ignores their READ_ONLY flag.
@@ -446,6 +465,13 @@ def of_array_type(t) -> Peer | None:
     """The row of the library whose array type ``t`` is, or of a subclass
     of it (``torch.nn.Parameter``; pyarrow's arrays, one class per type of
     value), or None. Read once per type by each caller, which keeps it."""
+    peer, base = _row_of(t)
+    return peer if base is t or (peer is not None and _plain_subclass(t, peer.subclass_hook)) else None
+
+
+def _row_of(t) -> tuple:
+    """``(row, array type)`` of the library whose array type ``t`` is or
+    derives from, whatever hook of its own ``t`` has; ``(None, None)``."""
     for c in getattr(t, "__mro__", (t,)):
         if c is object:
             break
@@ -457,8 +483,8 @@ def of_array_type(t) -> Peer | None:
             if module == peer.module or (home is not None and module is not None and (
                 module == home or module.startswith(home + ".")
             )):
-                return peer if c is t or _plain_subclass(t, peer.subclass_hook) else None
-    return None
+                return peer, c
+    return None, None
 
 
 def _plain_subclass(t, hook) -> bool:
@@ -466,9 +492,9 @@ def _plain_subclass(t, hook) -> bool:
     plain: every operation is its base type's."""
     if hook is None:
         return True
-    method = getattr(t, hook[0], None)
+    method = getattr(t, hook.method, None)
     method = getattr(method, "__func__", method)
-    return getattr(method, "__qualname__", None) in hook[1]
+    return getattr(method, "__qualname__", None) in hook.plain
 
 
 def chunks_of(t) -> Chunks | None:
@@ -489,6 +515,11 @@ class ExportFacts(NamedTuple):
     read_only: bool  # its arrays are read-only, whatever its capsules say
     views: tuple     # View rows: resolved (a copy) before any export
     device_id_none: bool  # __dlpack_device__ may answer (kDLCPU, None)
+    # One (test, resolve) per view: the row's array type's own methods,
+    # called on an array (x) -> result, under the library's switch of the
+    # hook where its type has one of its own: how ``views`` are read and
+    # resolved, the same way for the array type and every subclass.
+    readers: tuple = ()
 
 
 NO_EXPORT_FAULTS = ExportFacts(False, (), False)
@@ -527,23 +558,58 @@ def forget() -> None:
 
 
 def _profile(t) -> Profile:
-    peer = of_array_type(t)
+    peer, base = _row_of(t)
     if peer is None:
         return Profile(None, None, NO_EXPORT_FAULTS, None, None, None)
+    plain = base is t or _plain_subclass(t, peer.subclass_hook)
     library = sys.modules.get(peer.module)
     facts = NO_EXPORT_FAULTS
     if peer.export_faults:
         version = getattr(library, "__version__", None)
         found = export_faults_of(peer, None if version is None else str(version))
-        facts = ExportFacts(
-            bool(found & READ_ONLY_ARRAYS), tuple(VIEWS[f] for f in VIEWS if f in found), "device-id-none" in found,
-        )
+        # A view whose methods this version lacks is one it cannot hold.
+        views = tuple(VIEWS[f] for f in VIEWS if f in found and hasattr(base, VIEWS[f].test)
+                      and hasattr(base, VIEWS[f].resolve))
+        # A library without the switch (off not found) runs the hook: the
+        # subclass then answers for itself, as any producer does.
+        hook = peer.subclass_hook
+        off = None if plain or hook is None or hook.off is None else _attribute(library, hook.off)
+        readers = tuple((_own(base, v.test, off), _own(base, v.resolve, off)) for v in views)
+        facts = ExportFacts(bool(found & READ_ONLY_ARRAYS), views, "device-id-none" in found, readers)
+    if not plain:
+        # Its hook runs code of its own on every attribute: of the row, only
+        # the producer faults hold for it (the facts above: of its memory,
+        # and of the library's exporter its DLPack reaches); the rest is
+        # read through DLPack, as of any producer.
+        return Profile(None, None, facts, None, None, None)
     cpu_test = None if peer.host_test is None else functools.partial(_passes, peer.host_test)
     host_test = cpu_test if peer.on_host is None else operator.attrgetter(peer.on_host)
     reads = None
     if peer.numpy_reads and library is not None:
         reads = frozenset(getattr(library, n) for n in peer.numpy_reads if hasattr(library, n))
     return Profile(peer, peer.chunks, facts, cpu_test, host_test, reads)
+
+
+def _own(base, name, off) -> Callable:
+    """``base``'s own method ``name``, as (x) -> result: called under the
+    library's switch ``off`` of its subclasses' hook, where the type has one
+    of its own, so that a subclass's code never runs (torch's function
+    modes, the user's and not the subclass's, still do)."""
+    method = getattr(base, name)
+    return method if off is None else functools.partial(_switched_off, off, method)
+
+
+def _switched_off(off, method, x):
+    with off():
+        return method(x)
+
+
+def _attribute(library, path):
+    """The object at dotted ``path`` in module ``library``, or None."""
+    try:
+        return operator.attrgetter(path)(library)
+    except AttributeError:
+        return None
 
 
 def _passes(test, x) -> bool:

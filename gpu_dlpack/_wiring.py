@@ -46,7 +46,11 @@ def _import_plan(t):
     (``_peers.VIEWS``). ``host`` is the type's host test (``_peers.HostTest``)
     where the core may ask the producer's ``__dlpack__`` itself; ``read_only``
     whether its arrays are read-only whatever its capsules say
-    (``_peers.ExportFacts.read_only``): the core imports them read-only."""
+    (``_peers.ExportFacts.read_only``): the core imports them read-only.
+    Only a row's array type and its plain subclasses have a plan: their
+    methods, which the core calls by name, are the row's own
+    (``ExportFacts.readers``), and a subclass with a hook of its own takes
+    the general path."""
     peer = _peers.of_array_type(t) if isinstance(t, type) else None
     if peer is None:
         return None

@@ -179,3 +179,66 @@ def without_peers(env=None) -> dict:
     env["GPU_DLPACK_TEST_HIDE"] = ",".join(dict.fromkeys(hidden))
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [hide, *env.get("PYTHONPATH", "").split(os.pathsep)])))
     return env
+
+
+# -- torch subclasses with a __torch_function__ of their own ------------------
+
+
+def dlpack_only_subclass(torch):
+    """``(type, read_only)``: torch 2.14's ReadOnlyTensorWrapper where torch
+    has it; before, a subclass made as it is (``dlpack_only_type``: only its
+    read-only export is 2.14's own)."""
+    real = getattr(torch.utils.dlpack, "ReadOnlyTensorWrapper", None)
+    if real is not None:
+        return real, True
+    return dlpack_only_type(torch), False
+
+
+def dlpack_only_type(torch):
+    """A subclass whose __torch_function__ refuses every operation but
+    __dlpack__ and __dlpack_device__, as torch 2.14's ReadOnlyTensorWrapper
+    does, and whose export is torch's own (writeable)."""
+
+    class DLPackOnly(torch.Tensor):
+        _ALLOWED = frozenset({torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__})
+
+        @staticmethod
+        def __new__(cls, tensor):
+            return tensor.as_subclass(cls)
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func in cls._ALLOWED:
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **(kwargs or {}))
+            raise RuntimeError(f"{cls.__name__} only supports DLPack export")
+
+    return DLPackOnly
+
+
+def counting_subclass(torch):
+    """A subclass whose __torch_function__ runs every operation as torch's
+    and keeps the name of each in ``calls``: code of its own, which the
+    layer must not run but to ask for DLPack."""
+
+    class Counting(torch.Tensor):
+        calls: list = []
+
+        @staticmethod
+        def __new__(cls, tensor):
+            return tensor.as_subclass(cls)
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(getattr(func, "__name__", repr(func)))
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+    return Counting
+
+
+def base_tensor(torch, t):
+    """The plain tensor over a subclass's memory, made without running the
+    subclass's code (its data pointer, its values, read by the test)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return torch.Tensor.as_subclass(t, torch.Tensor)

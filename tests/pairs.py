@@ -6,8 +6,10 @@ own, those of TensorFlow or PaddlePaddle, which must not share one).
 A case is one producer's array (every dtype the library has: bool, signed
 and unsigned ints, float16/32/64, bfloat16, complex; 0-d to 8-d, empty
 included; negative, zero and stepped strides where the library has them;
-read-only sources) handed to one consumer with ``copy`` None, True or
-False. The oracle, the same for every pair:
+read-only sources; torch tensors inside a subclass with a
+``__torch_function__`` of its own that refuses all but DLPack, some holding
+a negative or conjugate view) handed to one consumer with ``copy`` None,
+True or False. The oracle, the same for every pair:
 
 - a result holds the producer's values bit for bit, with the producer's
   dtype;
@@ -28,6 +30,7 @@ the long form (200 per pair, random draws), run by hand.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import os
@@ -40,6 +43,7 @@ from hypothesis import strategies as st
 import gpu_dlpack
 from gpu_dlpack import _peers, _rules
 
+from .helpers import base_tensor, dlpack_only_type
 from .test_properties import values
 
 ml_dtypes = __import__("ml_dtypes")
@@ -62,7 +66,7 @@ _NARROW = [n for n in ALL if n not in ("int64", "uint64", "float64", "complex128
 
 #: The dtypes each library's arrays have (JAX without x64 has no 64-bit ones).
 DTYPES = {
-    "numpy": ALL, "dask": ALL, "torch": ALL, "jax_x64": ALL, "tensorflow": ALL,
+    "numpy": ALL, "dask": ALL, "torch": ALL, "torch_subclass": ALL, "jax_x64": ALL, "tensorflow": ALL,
     "jax": _NARROW,
     "array_api_strict": [n for n in ALL if n not in ("float16", "bfloat16")],
     "paddle": ALL,
@@ -71,10 +75,10 @@ DTYPES = {
 }
 #: Which layouts a producer's arrays can have: "any" (negative, zero and
 #: stepped strides), "positive" (torch: no negative strides), "compact".
-LAYOUTS = {"numpy": "any", "dask": "any", "array_api_strict": "any", "torch": "positive"}
-IMPORTS = {"jax_x64": "jax", "tensorflow": "tensorflow", "paddle": "paddle", "mlx": "mlx.core",
-           "array_api_strict": "array_api_strict", "dask": "dask.array", "pyarrow": "pyarrow"}
-PRODUCERS = ["numpy", "torch", "jax", "jax_x64", "tensorflow", "paddle", "mlx", "array_api_strict",
+LAYOUTS = {"numpy": "any", "dask": "any", "array_api_strict": "any", "torch": "positive", "torch_subclass": "positive"}
+IMPORTS = {"torch_subclass": "torch", "jax_x64": "jax", "tensorflow": "tensorflow", "paddle": "paddle",
+           "mlx": "mlx.core", "array_api_strict": "array_api_strict", "dask": "dask.array", "pyarrow": "pyarrow"}
+PRODUCERS = ["numpy", "torch", "torch_subclass", "jax", "jax_x64", "tensorflow", "paddle", "mlx", "array_api_strict",
              "pyarrow", "dask"]
 CONSUMERS = ["numpy", "torch", "jax", "jax_x64", "tensorflow", "paddle", "mlx", "array_api_strict"]
 APART = ("tensorflow", "paddle")
@@ -170,6 +174,8 @@ def produce(lib, rng, name, layout):
         chunks = (max(1, (x.shape[0] + 1) // 2),) + x.shape[1:] if x.ndim else ()
         return da.from_array(x, chunks=chunks), not x.flags.writeable, x
     c = np.ascontiguousarray(x)
+    if lib == "torch_subclass":
+        return _in_subclass(rng, produce("torch", rng, name, layout)[0]), False, None
     if lib == "torch":
         torch = _module(lib)
         base_shape = [n * s if s else 1 for n, s in zip(shape, steps)]
@@ -207,8 +213,40 @@ def produce(lib, rng, name, layout):
     raise AssertionError(lib)
 
 
+def _in_subclass(rng, t):
+    """``t`` inside a subclass whose __torch_function__ refuses all but
+    DLPack, as torch 2.14's ReadOnlyTensorWrapper does: as it is, or (two
+    draws of ``rng`` in three) as a view of the same layout with the
+    negative bit (signed and floating types) or the conjugate bit (complex
+    types) set, whose values are not its memory's."""
+    torch = _module("torch")
+    draw = int(rng.integers(3))
+    if draw == 2 and t.is_complex():
+        t = t.conj()
+    elif draw and (t.is_floating_point() or t.is_complex() or t.dtype in (
+            torch.int8, torch.int16, torch.int32, torch.int64)):
+        t = torch._neg_view(t)
+    return _subclass()(t)
+
+
+@functools.cache
+def _subclass():
+    # The tests' own, whatever torch's version: its export is writeable, as
+    # a tensor's (torch 2.14's wrapper is read-only: tests/test_convert.py).
+    return dlpack_only_type(_module("torch"))
+
+
+def readable(lib, a):
+    """``(lib, a)``, where the test reads a subclassed tensor as the plain
+    one over its memory (its subclass refuses every read but DLPack's)."""
+    if lib == "torch_subclass":
+        return "torch", base_tensor(_module("torch"), a)
+    return lib, a
+
+
 def dtype_of(lib, a) -> str:
     """The canonical name of an array's dtype."""
+    lib, a = readable(lib, a)
     if lib in ("numpy", "jax", "jax_x64"):
         return np.dtype(a.dtype).name
     if lib == "array_api_strict":
@@ -227,6 +265,7 @@ def dtype_of(lib, a) -> str:
 
 def host_bytes(lib, a) -> bytes:
     """An array's values, in C order, as bytes."""
+    lib, a = readable(lib, a)
     if lib == "torch":
         torch = _module("torch")
         if not a.numel():
@@ -273,26 +312,36 @@ def span(lib, a, numpy_source=None):
     or unreadable."""
     if lib == "dask":
         a, lib = numpy_source, "numpy"
-    try:
-        v = gpu_dlpack.view(a)
-    except Exception:
+    v = _memory(lib, a)
+    if v is None or not all(v[1]):
         return None
-    if not all(v.shape):
-        return None
-    item = v.dtype.itemsize if v.dtype is not None else (v.dl_dtype[1] // 8)
-    strides = v.strides if v.strides is not None else tuple(
-        int(np.prod(v.shape[i + 1:], dtype=np.int64)) for i in range(len(v.shape)))
-    lo = v.ptr + sum(s * (n - 1) * item for s, n in zip(strides, v.shape) if s < 0)
-    hi = v.ptr + sum(s * (n - 1) * item for s, n in zip(strides, v.shape) if s > 0) + item - 1
+    ptr, shape, strides, item = v
+    lo = ptr + sum(s * (n - 1) * item for s, n in zip(strides, shape) if s < 0)
+    hi = ptr + sum(s * (n - 1) * item for s, n in zip(strides, shape) if s > 0) + item - 1
     return lo, hi
 
 
 def start(lib, a):
+    v = _memory(lib, a)
+    return v[0] if v is not None and all(v[1]) else None
+
+
+def _memory(lib, a):
+    """(address, shape, strides in elements, item size) of an array's own
+    memory, or None when unreadable. A subclassed tensor's is read through
+    torch: ``gpu_dlpack.view`` describes the copy that resolves its negative
+    or conjugate bit, freed at once."""
+    if lib == "torch_subclass":
+        t = base_tensor(_module("torch"), a)
+        return t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.element_size()
     try:
         v = gpu_dlpack.view(a)
     except Exception:
         return None
-    return v.ptr if all(v.shape) else None
+    item = v.dtype.itemsize if v.dtype is not None else (v.dl_dtype[1] // 8)
+    strides = v.strides if v.strides is not None else tuple(
+        int(np.prod(v.shape[i + 1:], dtype=np.int64)) for i in range(len(v.shape)))
+    return v.ptr, tuple(v.shape), tuple(strides), item
 
 
 def convert_target(lib):
@@ -346,7 +395,7 @@ def check(cases, producer, consumer, path, name, layout, seed, copy):
         cases[f"{label}: not a {name} array of {producer}"] += 1
         return
     src, readonly, numpy_source = made
-    want, want_shape = host_bytes(producer, src), shape_of(src)
+    want, want_shape = host_bytes(producer, src), shape_of(readable(producer, src)[1])
     region = span(producer, src, numpy_source)
     first = start(producer if numpy_source is None else "numpy", src if numpy_source is None else numpy_source)
     try:

@@ -18,7 +18,7 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _capsule, _convert, _faults, _peers
 
-from .helpers import gpu_arange, jax_x64
+from .helpers import dlpack_only_subclass, gpu_arange, jax_x64
 
 
 def readonly(a):
@@ -709,36 +709,10 @@ def test_an_immutable_jax_array_converted_to_jax_is_returned_as_it_is(jax):
 # -- a torch subclass that answers DLPack alone -----------------------------------
 
 
-def _dlpack_only_subclass(torch):
-    """torch 2.14's ReadOnlyTensorWrapper where torch has it; before, a
-    subclass made as it is (its __torch_function__ refuses every operation
-    but __dlpack__ and __dlpack_device__; only its read-only export is
-    2.14's own)."""
-    real = getattr(torch.utils.dlpack, "ReadOnlyTensorWrapper", None)
-    if real is not None:
-        return real, True
-
-    class DLPackOnly(torch.Tensor):
-        _ALLOWED = frozenset({torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__})
-
-        @staticmethod
-        def __new__(cls, tensor):
-            return tensor.as_subclass(cls)
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if func in cls._ALLOWED:
-                with torch._C.DisableTorchFunctionSubclass():
-                    return func(*args, **(kwargs or {}))
-            raise RuntimeError(f"{cls.__name__} only supports DLPack export")
-
-    return DLPackOnly, False
-
-
 def test_a_torch_subclass_that_answers_dlpack_alone_is_read_through_dlpack(torch):
     # Its attributes (is_cpu, dtype, requires_grad) raise: the torch row's
     # cheap reads do not apply to it, and each entry reads it as a producer.
-    wrapper, read_only = _dlpack_only_subclass(torch)
+    wrapper, read_only = dlpack_only_subclass(torch)
     assert _peers.of_array_type(wrapper) is None
     assert _peers.of_array_type(torch.nn.Parameter).name == _peers.of_array_type(torch.Tensor).name == "torch"
     t = torch.arange(6.0)

@@ -4,7 +4,9 @@ through the layer: ``from_dlpack``, ``convert``, ``wrap`` to any consumer and
 
 - torch exports a tensor with the negative bit set without its sign, and
   refuses one with the conjugate bit: the layer resolves the view (a copy,
-  flagged IS_COPIED) or, for ``copy=False``, refuses it.
+  flagged IS_COPIED) or, for ``copy=False``, refuses it. So it does for a
+  view inside a subclass with a ``__torch_function__`` of its own (torch's
+  ReadOnlyTensorWrapper), whose code it never runs to read or resolve it.
 - JAX's arrays are immutable but its capsules are legacy ones, which cannot
   say so: a legacy export of one is refused unless copied (rule 5), as for
   every read-only array.
@@ -17,6 +19,8 @@ import pytest
 
 import gpu_dlpack
 from gpu_dlpack import _peers
+
+from .helpers import base_tensor, counting_subclass, dlpack_only_subclass
 
 
 def negatives(torch):
@@ -31,15 +35,29 @@ def negatives(torch):
     ]
 
 
-def _ids(torch_module=None):
-    return ["neg view", "conj().imag", "conj()", "neg of conj()"]
+#: What holds the view: the tensor itself, or a subclass with a
+#: __torch_function__ of its own, either running torch's operations or
+#: refusing all but DLPack's (torch 2.14's ReadOnlyTensorWrapper).
+HOLDERS = ("tensor", "own __torch_function__", "DLPack alone")
+_VIEWS = ("neg view", "conj().imag", "conj()", "neg of conj()")
 
 
-@pytest.fixture(params=range(4), ids=_ids())
+def held(torch, t, holder):
+    """``t`` inside the subclass ``holder`` names (``HOLDERS``)."""
+    if holder == "tensor":
+        return t
+    if holder == "own __torch_function__":
+        return counting_subclass(torch)(t)
+    return dlpack_only_subclass(torch)[0](t)
+
+
+@pytest.fixture(params=[(v, h) for h in range(3) for v in range(4)],
+                ids=[f"{v} in {h}" if h != "tensor" else v for h in HOLDERS for v in _VIEWS])
 def unresolved(request, torch):
-    label, t, values = negatives(torch)[request.param]
+    index, holder = request.param
+    label, t, values = negatives(torch)[index]
     assert t.is_neg() or t.is_conj(), label
-    return t, values
+    return held(torch, t, HOLDERS[holder]), values
 
 
 def test_the_negative_bit_is_the_fault_the_row_says(torch):
@@ -78,7 +96,7 @@ def test_export_of_an_unresolved_view_is_a_copy_flagged_is_copied(unresolved, to
     cap = gpu_dlpack.export(t, max_version=(1, 0))
     info = gpu_dlpack.inspect(cap)
     assert info.is_copied and not info.readonly
-    assert info.data + info.byte_offset != t.data_ptr()
+    assert info.data + info.byte_offset != base_tensor(torch, t).data_ptr()
     assert gpu_dlpack.from_dlpack(cap).tolist() == values
 
 
@@ -99,6 +117,43 @@ def test_copy_false_of_an_unresolved_view_is_refused_with_the_remedy(unresolved)
     ):
         with pytest.raises(gpu_dlpack.CopyRequiredError, match=r"resolve_(neg|conj)\(\)"):
             call()
+
+
+def test_from_dlpack_of_a_view_in_a_subclass_is_a_copy_of_its_own(torch):
+    # The resolved values are a new tensor's: written, they leave the source
+    # as it was, whether or not its subclass exports it read-only.
+    for holder in HOLDERS[1:]:
+        source = torch._neg_view(torch.tensor([1.0, 2.0]))
+        a = gpu_dlpack.from_dlpack(held(torch, source, holder))
+        assert a.tolist() == [-1.0, -2.0] and a.flags.writeable
+        a[0] = 5.0
+        assert source.tolist() == [-1.0, -2.0]
+
+
+def test_the_views_of_a_subclass_are_read_without_running_its_code(torch):
+    # Its __torch_function__ is entered for DLPack's methods at most: the
+    # bits are read, and the view resolved, by torch's own methods with
+    # subclasses' hooks off.
+    counting = counting_subclass(torch)
+    for _, t, values in negatives(torch):
+        x = counting(t)
+        for call in (lambda: gpu_dlpack.from_dlpack(x), lambda: gpu_dlpack.convert(x, "numpy"),
+                     lambda: gpu_dlpack.convert(x, "torch"), lambda: np.from_dlpack(gpu_dlpack.wrap(x)),
+                     lambda: gpu_dlpack.from_dlpack(gpu_dlpack.export(x, max_version=(1, 0)))):
+            counting.calls.clear()
+            assert call().tolist() == values
+            assert set(counting.calls) <= {"__dlpack__", "__dlpack_device__"}, counting.calls
+
+
+def test_a_subclass_keeps_the_views_of_its_row_and_not_its_cheap_reads(torch):
+    # The row's views hold for its subclasses' memory; the attributes the
+    # row reads cheaply (is_cpu) are not read of a subclass with a hook of
+    # its own, which is read through DLPack otherwise.
+    for wrapper in (counting_subclass(torch), dlpack_only_subclass(torch)[0]):
+        assert _peers.of_array_type(wrapper) is None
+        assert _peers.export_facts(wrapper).views == _peers.export_facts(torch.Tensor).views != ()
+        assert _peers.profile(wrapper).host_test is None
+    assert _peers.of_array_type(torch.nn.Parameter).name == "torch"  # its hook is torch's, disabled
 
 
 def test_a_resolved_tensor_is_still_zero_copy(torch):
