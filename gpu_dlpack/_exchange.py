@@ -250,7 +250,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         # call: pinned and managed memory change kind without CuPy), on the
         # device as the rules name it (host memory under any id a producer
         # gives is device id 0: the CPU is NumPy's (1, 0)).
-        return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, plan.target.dlpack)
+        return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, (int(plan.target.type), 0))
     arr = numpy_backend.consume(capsule, versioned, header)
     return export_numpy(arr, readonly, stream, max_version, dl_device, copy, plan)
 
