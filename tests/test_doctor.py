@@ -7,6 +7,7 @@ written to a temporary directory: a library that fails to import, one whose
 arrays fail to export, one whose from_dlpack fails.
 """
 
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
@@ -135,6 +136,9 @@ def check_library(r):
         assert answer is None or (len(answer) == 2 and _is(answer[0], int) and _is(answer[1], int, None))
     # None: not installed, or no row of gpu_dlpack's table; [] a row with no fault for this version.
     assert r["table"] is None or isinstance(r["table"], list)
+    u = r["unopened"]
+    assert u is None or (_is(u["platform"], str) and _is(u["busy"], bool) and _is(u["reason"], str)
+                         and _is(u["error"], str) and _is(u["explain"], str, None) and u["probed_on"] == "cpu")
     assert r["table"] is not None or not r["installed"] or _peers.by_name(r["module"]) is None
     for t in r["table"] or ():
         assert t["role"] in ("consumer", "producer") and _is(t["fault"], str) and _is(t["why"], str)
@@ -590,8 +594,8 @@ def test_missing_library_gets_a_row():
     rep = doctor.run(peers=[doctor.PEERS[0], absent])
     r = row(rep, "doctor_test_not_installed_anywhere")
     assert r == {"name": "doctor_test_not_installed_anywhere", "module": "doctor_test_not_installed_anywhere",
-                 "installed": False, "version": None, "error": "not installed", "producer": None,
-                 "consumer": None, "table": None}  # not installed: no row of the table applies
+                 "installed": False, "version": None, "error": "not installed", "unopened": None,
+                 "producer": None, "consumer": None, "table": None}  # not installed: no row of the table applies
     check_schema(rep)
 
 
@@ -876,6 +880,153 @@ def test_the_doctors_child_probes_keep_jax_on_the_cpu(monkeypatch):
     with pytest.raises(OSError, match="not started"):
         _faults._spawn([])
     assert seen["JAX_PLATFORMS"] == "cpu"
+
+
+# -- a peer that cannot open its accelerator -------------------------------------
+
+# A stand-in of JAX where the platforms it is set up for cannot be opened:
+# as JAX does, it reads them from JAX_PLATFORMS at import, and each use
+# opens them anew, raising what JAX raised as measured, until JAX is set up
+# for its CPU.
+JAX_UNOPENED = """
+    import os
+
+    import numpy as np
+
+    class config:
+        jax_platforms = os.environ.get("JAX_PLATFORMS") or None
+
+        @classmethod
+        def update(cls, name, value):
+            setattr(cls, name, value)
+
+    def _open():
+        if config.jax_platforms != "cpu":
+            raise {error}
+
+    def devices(backend=None):
+        _open()
+        if backend not in (None, "cpu"):
+            raise RuntimeError(f"Unknown backend: '{{backend}}' requested, but no platforms that are instances of "
+                               f"{{backend}} are present. Platforms present are: cpu")
+        return ["TFRT_CPU_0"]
+
+    def default_backend():
+        _open()
+        return "cpu"
+
+    class Array:
+        def __init__(self, a):
+            self.a = np.ascontiguousarray(a)
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    def device_put(a, device):
+        _open()
+        return Array(a)
+
+    class dlpack:
+        @staticmethod
+        def from_dlpack(x, device=None, copy=None):
+            _open()
+            return Array(np.from_dlpack(x, copy=copy))
+"""
+
+BUSY_TPU = ("Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
+            "Not attempting to load libtpu.so in this process. (set JAX_PLATFORMS='' to automatically choose an "
+            "available backend)")
+NO_TPU = ("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: libtpu.so: cannot open shared "
+          "object file: No such file or directory (set JAX_PLATFORMS='' to automatically choose an available backend)")
+
+
+def _jax_standin(libdir, name, error):
+    module = libdir(name, JAX_UNOPENED.format(error=error))
+    (jax_peer,) = [p for p in doctor.PEERS if p.name == "jax"]
+    return dataclasses.replace(jax_peer, name=module, where=(module, ("dlpack.from_dlpack",), ()))
+
+
+@pytest.mark.parametrize("platforms, error, platform, busy, explain_id", [
+    ("tpu", f"RuntimeError({BUSY_TPU!r})", "tpu", True, "jax-backend-busy"),
+    ("tpu", f"RuntimeError({NO_TPU!r})", "tpu", False, "jax-backend-unavailable"),
+    # JAX 0.10 with JAX_PLATFORMS=cuda where no NVIDIA GPU is visible: an
+    # assertion without words; the platform is the one it is set up for.
+    ("cuda", "AssertionError()", "cuda", False, None),
+], ids=["held-by-another-process", "not-on-this-machine", "cuda-without-gpu"])
+def test_a_peer_that_cannot_open_its_accelerator_is_probed_on_the_cpu_and_fails_nothing(
+        libdir, monkeypatch, platforms, error, platform, busy, explain_id):
+    # (This process's JAX read JAX_PLATFORMS at its import; the doctor's
+    # child probes set it to cpu.)
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    peer = _jax_standin(libdir, f"doctor_test_unopened_{platform}_{busy}", error)
+    rep = doctor.run(peers=[doctor.PEERS[0], peer])
+    check_schema(rep)
+    r = row(rep, peer.name)
+    unopened = r["unopened"]
+    assert unopened["platform"] == platform and unopened["busy"] is busy and unopened["explain"] == explain_id
+    assert unopened["probed_on"] == "cpu" and unopened["error"].startswith(error.partition("(")[0])
+    if busy:
+        assert "another process (pid 4242)" in unopened["reason"]
+    assert r["producer"]["probed"] and r["consumer"]["probed"] and r["consumer"]["error"] is None
+    m = host(rep)
+    assert peer.name in m["producers"] and peer.name in m["consumers"]
+    assert all(c["via"]["ok"] for c in m["cells"]), [c for c in m["cells"] if not c["via"]["ok"]]
+    assert not [f for f in rep["findings"] if peer.name in f["subject"]]
+    assert rep["exit_status"] == 0
+    assert row(rep, "numpy")["unopened"] is None
+    # One line says which platform, why, and that the probes ran on the CPU.
+    text = doctor.render(rep)
+    (line,) = [ln for ln in text.splitlines() if f"Accelerator {platform} of {peer.name} could not be opened" in ln]
+    assert unopened["reason"] in line and line.endswith(f"{peer.name} was probed on the CPU")
+    assert text.rstrip().splitlines()[-1].startswith("OK:")
+
+
+def test_a_peer_whose_cpu_fails_too_is_not_hidden(libdir, monkeypatch):
+    # Nothing opens: the doctor says what failed, as before.
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    name = libdir("doctor_test_unopened_all", JAX_UNOPENED.format(error=f"RuntimeError({NO_TPU!r})")
+                  .replace('if config.jax_platforms != "cpu":', "if True:"))
+    (jax_peer,) = [p for p in doctor.PEERS if p.name == "jax"]
+    peer = dataclasses.replace(jax_peer, name=name, where=(name, ("dlpack.from_dlpack",), ()))
+    rep = doctor.run(peers=[doctor.PEERS[0], peer])
+    assert row(rep, name)["unopened"] is None
+    assert not row(rep, name)["producer"]["probed"]
+    assert sys.modules[name].config.jax_platforms == "tpu"  # what it was set up for, left as it was
+
+
+def _doctor_with_jax_set_up_for(platforms):
+    """``gpu-dlpack doctor --json`` in a child whose JAX_PLATFORMS is
+    ``platforms``, the peers hidden but NumPy and the real JAX: the report
+    and the exit status."""
+    env = without_peers()
+    env["GPU_DLPACK_TEST_HIDE"] = ",".join(n for n in env["GPU_DLPACK_TEST_HIDE"].split(",") if n != "jax")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gpu_dlpack.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], root])
+    env["JAX_PLATFORMS"] = platforms
+    done = subprocess.run([sys.executable, "-m", "gpu_dlpack", "doctor", "--json"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    return json.loads(done.stdout), done.returncode
+
+
+def test_jax_set_up_for_a_tpu_this_machine_lacks_is_probed_on_the_cpu():
+    doc, status = _doctor_with_jax_set_up_for("tpu")
+    if doc["platform"]["gpu"]["jax"]["backend"] == "tpu":
+        pytest.skip("JAX opens a TPU on this machine")
+    r = row(doc, "jax")
+    check_library(r)  # (the whole report is checked in this process: CuPy is hidden in the child)
+    assert r["unopened"]["platform"] == "tpu" and r["unopened"]["busy"] is False
+    assert r["unopened"]["set_up_for"] == "tpu" and r["unopened"]["explain"] == "jax-backend-unavailable"
+    assert r["producer"]["probed"] and r["producer"]["device"] == "cpu"
+    assert doc["platform"]["gpu"]["jax"]["backend"] == "cpu"
+    assert doc["exit_status"] == 0 and status == 0
+    # Every verdict is the one of JAX set up for its CPU from the start.
+    cpu, _ = _doctor_with_jax_set_up_for("cpu")
+    assert row(cpu, "jax")["unopened"] is None
+    r["unopened"] = None
+    assert doc["libraries"] == cpu["libraries"]
+    for key in ("matrices", "findings", "summary", "exit_status"):
+        assert doc[key] == cpu[key], key
 
 
 def test_a_peer_library_added_in_its_one_place_is_picked_up_everywhere(libdir, monkeypatch):

@@ -14,8 +14,11 @@ import functools
 import inspect
 import io
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
 import warnings
 from types import SimpleNamespace
 
@@ -454,6 +457,13 @@ REAL_MESSAGES = {
     "jax-stream-cpu": lambda: raised(lambda: _jax().numpy.arange(3.0).__dlpack__(stream=1)),
     "jax-unknown-backend": lambda: raised(lambda: _jax().dlpack.from_dlpack(Producer(2))),
     "jax-unaligned-copy-false": lambda: raised(lambda: _jax().dlpack.from_dlpack(_unaligned_view(), copy=False)),
+    # The accelerator JAX is set up for cannot be opened: held by another
+    # process (libtpu's words, measured on a TPU VM whose chip a training
+    # job held), or not on this machine (raised by JAX in a child whose
+    # JAX_PLATFORMS names a TPU), or a platform alias nothing answers.
+    "jax-backend-busy": lambda: "RuntimeError: " + BUSY_TPU,
+    "jax-backend-unavailable": lambda: _jax_in_a_child_set_up_for("tpu"),
+    "jax-no-platform": lambda: raised(lambda: _jax().devices("gpu")),
     # Vulkan: 0.12 knows oneAPI (14), for which a CPU-only JAX has no backend.
     "jax-to-dlpack-device": lambda: raised(
         lambda: _jax().numpy.arange(3.0).__dlpack__(dl_device=(7, 0))
@@ -611,6 +621,25 @@ def _jax_source_has(text):
     return text in inspect.getsource(array.ArrayImpl.__dlpack_device__)
 
 
+#: What JAX 0.4.30 to 0.10 raise while another process holds the TPU (the
+#: pid is the holder's), as measured.
+BUSY_TPU = ("Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
+            "Not attempting to load libtpu.so in this process. (set JAX_PLATFORMS='' to automatically choose an "
+            "available backend)")
+
+
+def _jax_in_a_child_set_up_for(platforms):
+    """What JAX raises at its first use with JAX_PLATFORMS=``platforms``:
+    in a child, since this process's JAX has opened its backends."""
+    _jax()
+    code = "import jax\ntry:\n    jax.devices()\nexcept Exception as exc:\n    print(f'{type(exc).__name__}: {exc}')\n"
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, JAX_PLATFORMS=platforms),
+                          capture_output=True, text=True, timeout=120)
+    if not done.stdout.strip():
+        pytest.skip(f"JAX opens {platforms} on this machine")
+    return done.stdout.strip().splitlines()[-1]
+
+
 def _torch_has_cuda():
     return bool(_torch().cuda.is_available())
 
@@ -650,6 +679,7 @@ NEEDS_NO_GPU = {
     "torch-no-cuda": _torch_has_cuda,
     "torch-no-driver": _torch_has_cuda,
     "jax-unknown-backend": _jax_has_gpu,
+    "jax-no-platform": _jax_has_gpu,
 }
 
 
@@ -734,6 +764,20 @@ def test_jax_gpu_only_quotes_are_in_the_installed_source():
     else:
         assert _jax_source_has('"__dlpack__ device only supported for CPU, GPU and TPU pinned host,"')
         assert _jax_source_has('"__dlpack__ device only supported for TPU pinned host memory"')
+
+
+@pytest.mark.parametrize("cause", [
+    "ABORTED: The TPU is already in use by process with pid 4242. Not attempting to load libtpu.so in this process.",
+    "INTERNAL: TPU initialization failed: open(/dev/vfio/0): Device or resource busy",
+    "The TPU is already in use by another process probably owned by another user. Run \"$ sudo lsof -w /dev/accel0\" "
+    "to figure out which process is using the TPU. If you still get this message, run \"$ sudo rm "
+    "/tmp/libtpu_lockfile\".",
+], ids=["pid", "vfio", "lockfile"])
+def test_a_busy_chip_is_told_apart_from_a_missing_one_in_every_libtpus_words(cause):
+    found = _explain.match(f"RuntimeError: Unable to initialize backend 'tpu': {cause} "
+                           "(set JAX_PLATFORMS='' to automatically choose an available backend)")
+    assert [m.id for m in found] == ["jax-backend-busy"]
+    assert found[0].groups["platform"] == "tpu"
 
 
 def test_entries_are_complete():

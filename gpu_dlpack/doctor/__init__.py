@@ -42,6 +42,15 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
       "libraries": [{
         "name": str, "module": str, "installed": bool,
         "version": str | null, "error": str | null,   # "not installed", import error
+        "unopened": {                                  # null: it opened what it is set up for
+          "platform": str,             # the accelerator it could not open ("tpu")
+          "set_up_for": str | null,    # the platforms it is set up for (JAX's jax_platforms)
+          "busy": bool,                # another process holds it
+          "reason": str,               # why, as the terminal report says it
+          "error": str,                # what the library raised
+          "explain": str | null,       # id of the gpu-dlpack explain entry
+          "probed_on": "cpu"           # set up for its CPU, where it was probed
+        } | null,
         "producer": {                                  # null when not imported
           "probed": bool, "reason": str | null,        # why not probed
           "device": str,                               # "cpu", "cuda:0"

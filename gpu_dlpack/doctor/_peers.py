@@ -18,6 +18,31 @@ def _jax_devices(m, platform_name):
         return []
 
 
+def _jax_to_cpu(m):
+    """Where JAX cannot open the platforms it is set up for (another process
+    holds the TPU; JAX_PLATFORMS names one this machine lacks), JAX set up
+    for its CPU instead, and what it raised: (the error, the platforms it
+    was set up for). None where it opens them, or where the CPU fails too
+    (then JAX is left as it was)."""
+    try:
+        m.devices()
+        return None
+    # JAX 0.10 raises an AssertionError, without words, where JAX_PLATFORMS
+    # names CUDA and no NVIDIA GPU is visible.
+    except Exception as exc:
+        error = exc
+    platforms = getattr(m.config, "jax_platforms", None)
+    # JAX opens its platforms at its first use, and opens them anew at each
+    # use while one fails: set up for the CPU, its next use opens the CPU.
+    m.config.update("jax_platforms", "cpu")
+    try:
+        m.devices("cpu")
+    except Exception:
+        m.config.update("jax_platforms", platforms)
+        return None
+    return error, platforms
+
+
 def _tf_host(m, a):
     with m.device("CPU:0"):
         return m.constant(a)
@@ -39,6 +64,9 @@ class Peer:
     host_consumer: bool = True            # its from_dlpack of host data lands on the host
     flat: bool = False                    # its arrays have one dimension: made of VALUES.ravel()
     where: tuple | None = None            # (module, consumer, submodules) where no row says them
+    # module -> (error, platforms) where it cannot open the accelerator it is
+    # set up for, having set itself up for the CPU; None where it opens it.
+    to_cpu: Callable | None = None
 
     def _where(self) -> tuple:
         if self.where is not None:
@@ -82,6 +110,7 @@ PEERS = (
         host=lambda m, a: m.device_put(a, _jax_devices(m, "cpu")[0]),
         gpu=lambda m, a: m.device_put(a, _jax_devices(m, "gpu")[0]),
         gpu_usable=lambda m: bool(_jax_devices(m, "gpu")),
+        to_cpu=_jax_to_cpu,
     ),
     Peer(
         "cupy", gpu=lambda m, a: m.asarray(a), gpu_usable=lambda m: cupy_backend.device_count() > 0,

@@ -16,6 +16,7 @@ from .._export import wrap
 from ._measure import (VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _readonly_numpy, _resolve,
                        _sent)
 from ._peers import _peer_gpu_usable
+from ._unopened import unopened
 
 
 @contextlib.contextmanager
@@ -331,7 +332,7 @@ class _Loaded:
 def load(peer) -> _Loaded:
     """Import ``peer`` and probe it; never raises."""
     row = {"name": peer.name, "module": peer.module, "installed": False, "version": None,
-           "error": None, "producer": None, "consumer": None}
+           "error": None, "unopened": None, "producer": None, "consumer": None}
     if _origin(peer.module) is None:
         row["error"] = "not installed"
         return _Loaded(peer, None, row)
@@ -345,6 +346,9 @@ def load(peer) -> _Loaded:
         row["error"] = f"import failed: {_err(exc)}"
         return _Loaded(peer, None, row)
     row["version"] = _version(module, peer.module.split(".")[0])
+    # Before any probe: one that cannot open its accelerator is probed on the CPU.
+    with _native_stderr_silenced():
+        row["unopened"] = unopened(peer, module)
     # A library of GPU arrays only (CuPy) is probed as a producer on the GPU.
     gpu = peer.host is None and peer.gpu is not None
     for side, probe in (("producer", lambda: probe_producer(peer, module, gpu)),

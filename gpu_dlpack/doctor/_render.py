@@ -118,6 +118,7 @@ def render(report) -> str:
         lines.append(f"  Runtime {g['runtime']}")
     lines += _gpu_lines(p["gpu"])
     lines += _accelerator_lines(p.get("accelerators", ()))
+    lines += _unopened_lines(report["libraries"])
     lines += ["", "Producers: x.__dlpack__() / x.__dlpack__(max_version=(1, 0))"]
     rows = [["library", "version", "capsules", "floor", "keywords taken", "read-only data", "copy=True", "device"]]
     for row in report["libraries"]:
@@ -231,6 +232,14 @@ def _accelerator_lines(accelerators):
             lines += _explain.wrap_text(f"{'ok  ' if e['ok'] else 'FAIL'} {e['call']}: {e['detail']}",
                                         "          ", "               ", 100)
     return lines
+
+
+def _unopened_lines(libraries):
+    """A line for each library that could not open the accelerator it is set
+    up for, and was probed on the CPU."""
+    return [f"  Accelerator {u['platform']} of {row['name']} could not be opened: {u['reason']}; "
+            f"{row['name']} was probed on the CPU"
+            for row in libraries if (u := row.get("unopened"))]
 
 
 def _gpu_lines(gpu):
