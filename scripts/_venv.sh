@@ -16,6 +16,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py="${PYTHON:-python3}"
 venv="${GPU_DLPACK_VENV:-$root/.venv}"
+# The project's constraints in place of any machine-wide ones (requirements/constraints.txt).
+export PIP_CONSTRAINT="$root/requirements/constraints.txt"
 if [ ! -x "$venv/bin/python" ]; then
   echo "creating $venv ($("$py" --version 2>&1))" >&2
   "$py" -m venv "$venv"

@@ -26,6 +26,8 @@ fi
 py=$(python_for "$version")
 [ -n "$py" ] || { echo "canary: no CPython $version on this machine" >&2; exit 1; }
 venv="$root/.venv-canary"
+# The project's constraints in place of any machine-wide ones (requirements/constraints.txt).
+export PIP_CONSTRAINT="$root/requirements/constraints.txt"
 rm -rf "$venv" "$root/build/canary"
 "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip

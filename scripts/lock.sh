@@ -9,13 +9,16 @@
 # writes what it installed, every package at its exact version, to
 # requirements/test-py3.X.txt. The test command installs those files, so
 # that a run is reproducible; run this to move the pins, then the test
-# command. pip's own resolver does the work (with this machine's pip
-# configuration: torch is capped at 2.14.1 here, and 2.13.0's CPU build for
-# CPython 3.11 lies on this disk).
+# command. pip's own resolver does the work (with this machine's indexes;
+# 2.13.0's CPU build of torch for CPython 3.11 lies on this disk, and a
+# machine-wide constraint, which capped torch at 2.14.1 here, is replaced by
+# the project's requirements/constraints.txt).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 source "$here/_pythons.sh"
+# The project's constraints in place of any machine-wide ones (requirements/constraints.txt).
+export PIP_CONSTRAINT="$root/requirements/constraints.txt"
 main=3.11
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || mapfile -t versions < <(claimed_pythons)
