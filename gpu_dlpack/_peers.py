@@ -312,16 +312,16 @@ PEERS = (
             # Before 2.9 torch asked for legacy capsules; since, it reads
             # versioned ones and ignores their READ_ONLY flag.
             Fault("legacy-only", until=(2, 9)),
-            Fault("read-only-ignored", since=(2, 9), seen=("2.13.0", "2.14.1")),
+            Fault("read-only-ignored", since=(2, 9), seen=("2.13.0", "2.14.1", "2.15.0")),
             # Tensors have no negative strides: 2.12.1 and 2.13.0 abort on
-            # them (a noexcept function throws), 2.14.1 raises RuntimeError.
-            Fault("negative-strides", seen=("2.12.1", "2.13.0", "2.14.1"), see="pytorch/pytorch#188023"),
+            # them (a noexcept function throws), 2.14.1 and 2.15.0 raise RuntimeError.
+            Fault("negative-strides", seen=("2.12.1", "2.13.0", "2.14.1", "2.15.0"), see="pytorch/pytorch#188023"),
         ),
         export_faults=(
             # __dlpack__ and the C exchange API hand the memory of a negative
             # view (torch._neg_view(t), t.conj().imag) as it is.
-            Fault("negative-bit-unresolved", seen=("2.13.0", "2.14.1")),
-            Fault("conjugate-bit-refused", seen=("2.13.0", "2.14.1")),
+            Fault("negative-bit-unresolved", seen=("2.13.0", "2.14.1", "2.15.0")),
+            Fault("conjugate-bit-refused", seen=("2.13.0", "2.14.1", "2.15.0")),
         ),
     ),
     Peer(
@@ -345,13 +345,13 @@ PEERS = (
         # raises "Unknown backend cuda" on GPU data.
         holds_gpu=Probe("devices", ("gpu",)),
         # Measured on each release from 0.6.2 (the newest for CPython 3.10)
-        # to 0.12.0.1 (docs/internals/faults.md, "JAX by release").
+        # to 0.12.1 (docs/internals/faults.md, "JAX by release").
         export_faults=(
             # From 0.12 it gives versioned capsules, which say READ_ONLY;
             # its legacy ones (for a consumer that asks for no version)
             # still cannot, and its arrays are immutable in every release.
             Fault("legacy-only-export", until=(0, 12), seen=("0.10.2",)),
-            Fault("immutable-unflagged", seen=("0.10.2", "0.12.0.1")),
+            Fault("immutable-unflagged", seen=("0.10.2", "0.12.0.1", "0.12.1")),
         ),
         faults=(
             # From 0.12 it asks for versioned capsules (max_version=(1, 3)).
@@ -360,10 +360,10 @@ PEERS = (
             # canonicalizes the dtype by a copy.
             Fault("narrows-64-bit", seen=("0.10.2",), unless="config.jax_enable_x64"),
             # copy=True reaches dlpack_managed_tensor_to_buffer, which shares
-            # host memory anyway (0.8.0 still copied).
-            Fault("copy-shares", since=(0, 9), seen=("0.9.0", "0.10.2", "0.12.0.1")),
-            Fault("non-compact-strides", seen=("0.6.2", "0.10.2", "0.12.0.1")),
-            Fault("unaligned-copies", seen=("0.6.2", "0.10.2", "0.12.0.1")),
+            # host memory anyway (0.8.0 still copied; 0.12.1 copies again).
+            Fault("copy-shares", since=(0, 9), until=(0, 12, 1), seen=("0.9.0", "0.10.2", "0.12.0.1")),
+            Fault("non-compact-strides", seen=("0.6.2", "0.10.2", "0.12.0.1", "0.12.1")),
+            Fault("unaligned-copies", seen=("0.6.2", "0.10.2", "0.12.0.1", "0.12.1")),
             # 0.6.2 and 0.7.0 read a transposed aligned array in place as C
             # order (wrong values), 0.7.2 refuses it; 0.8.0 reads it right.
             Fault("c-order-only", until=(0, 8), seen=("0.6.2", "0.7.0", "0.7.2")),

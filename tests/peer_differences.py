@@ -84,6 +84,12 @@ DIFFERENCES: dict[Row, str] = {
         "torch, with the layer's message (the move asked for and the devices that can be asked), "
         "not torch's 'Unsupported device_type: 16'"
     ),
+    Row("torch", "producer", "TestTorchDlPackCPU::test_dlpack_export_is_conj_cpu"): (
+        "a tensor with its conjugate bit set (torch.conj(x) of a complex tensor) is exported with "
+        "its values: the layer resolves the bit into a copy (flagged IS_COPIED; copy=False is "
+        "CopyRequiredError), where torch raises BufferError ('conjugate bit') and leaves the caller "
+        "to call resolve_conj() itself"
+    ),
     # -- JAX's tests/array_interoperability_test.py ---------------------------
     Row("jax", "consumer", "DLPackTest::testNumpyToJax*(*copy=False, aligned=False)"): (
         "copy=False where JAX must copy (host data not aligned to its 64 bytes) is "

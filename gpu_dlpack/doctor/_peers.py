@@ -57,7 +57,7 @@ class Peer:
 
     name: str
     host: Callable | None = None          # (module, ndarray) -> array in host memory
-    readonly: Callable | None = None      # (module, ndarray) -> read-only host array
+    readonly: Callable | None = None      # (module, ndarray) -> read-only host array (None: it has none)
     gpu: Callable | None = None           # (module, ndarray) -> array on the GPU
     gpu_usable: Callable | None = None    # module -> bool
     always: bool = True                   # a row even when not installed
@@ -97,11 +97,19 @@ class Peer:
         return VALUES.ravel() if self.flat else VALUES
 
 
+def _torch_readonly(m, a):
+    """Read-only data as torch makes it from 2.14 (its ``ReadOnlyTensorWrapper``,
+    whose versioned capsules say READ_ONLY); None before, which has none."""
+    wrapper = getattr(getattr(getattr(m, "utils", None), "dlpack", None), "ReadOnlyTensorWrapper", None)
+    return None if wrapper is None else wrapper(m.from_numpy(_aligned(a)))
+
+
 PEERS = (
     Peer("numpy", host=lambda m, a: _aligned(a), readonly=_readonly_numpy),
     Peer(
         "torch",
         host=lambda m, a: m.from_numpy(_aligned(a)),
+        readonly=_torch_readonly,
         gpu=lambda m, a: m.as_tensor(a, device="cuda"),
         gpu_usable=lambda m: bool(m.cuda.is_available()),
     ),

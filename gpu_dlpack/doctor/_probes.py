@@ -141,6 +141,8 @@ def _producer_read_only(peer, module):
         r = peer.readonly(module, VALUES)
     except Exception as exc:
         return dict(result, detail=f"could not make read-only data: {_err(exc)}")
+    if r is None:  # this release makes none (torch before 2.14)
+        return None
     try:
         info = _capsule.read(type(r).__dlpack__(r, max_version=(1, 0)))
         if info.versioned:
