@@ -148,7 +148,7 @@ class Conversion:
 
 # -- the consumers -------------------------------------------------------------
 
-_consumers: dict = {}
+_consumers = _peers.CONSUMERS  # to -> its Consumer, once read (_wiring.forget() drops them)
 
 
 def consumer_of(to) -> Consumer:

@@ -124,8 +124,8 @@ def set_dtypes(known, numpy_dtypes, plain):
 
     known: every (code, bits) pair exchanged (_dtypes.KNOWN); numpy_dtypes:
     {(code, bits): dtype} of the pairs the core imports and adapts; plain:
-    the NumPy dtypes whose capsule NumPy itself makes for an export
-    (compared by identity, at most 32)."""
+    (dtype, code, bits) of each NumPy dtype whose capsule the core makes
+    for an export as NumPy makes it (compared by identity, at most 32)."""
     global told
     cdef int code, bits, nbytes, c, b
     cdef uint64_t known_dtypes[32]
@@ -138,7 +138,11 @@ def set_dtypes(known, numpy_dtypes, plain):
             elif bits == 128:
                 known_128 |= 1U << code
     numpy_dtypes = dict(numpy_dtypes)
-    plain = tuple(plain)
+    triples = tuple(plain)
+    plain = tuple(t[0] for t in triples)
+    for _, code, bits in triples:
+        if not (0 <= code < 32 and bit_index(<unsigned>bits)):
+            raise ValueError("a plain dtype's pair is a DLPack code under 32 and a whole number of bytes")
     if len(plain) > 32:
         raise ValueError("at most 32 plain dtypes")
     memcpy(state.known_dtypes, known_dtypes, sizeof(known_dtypes))
@@ -152,7 +156,10 @@ def set_dtypes(known, numpy_dtypes, plain):
             _hold(&state.numpy_descr[code][nbytes], value)
     _hold(&state.plain_dtypes, plain)
     state.n_plain = 0
-    for dtype in <tuple>plain:
+    for dtype, code, bits in triples:
+        plain_pairs[state.n_plain].code = code
+        plain_pairs[state.n_plain].bits = bits
+        plain_pairs[state.n_plain].lanes = 1
         state.plain_list[state.n_plain] = <PyObject *>dtype  # held by plain_dtypes
         state.n_plain += 1
     told |= TOLD_DTYPES

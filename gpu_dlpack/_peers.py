@@ -552,9 +552,17 @@ def profile(t) -> Profile:
     return found
 
 
+#: What convert reads of each library it hands arrays to (its row, its
+#: version's faults: ``_convert.consumer_of``), kept here beside the
+#: profiles so that ``forget`` drops both.
+CONSUMERS: dict = {}
+
+
 def forget() -> None:
-    """Drop every type's ``Profile`` (after a change to ``PEERS``)."""
+    """Drop every type's ``Profile`` and every consumer convert read (after a
+    change to ``PEERS``)."""
     _PROFILES.clear()
+    CONSUMERS.clear()
 
 
 def _profile(t) -> Profile:

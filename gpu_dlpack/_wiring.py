@@ -28,12 +28,24 @@ CAPSULES = True
 
 
 def forget() -> None:
-    """The one invalidation of what is read once per producer type: after a
+    """The one invalidation of what is read of the peers' rows: after a
     change to ``_peers.PEERS``, ``EXCHANGE_API`` or ``CAPSULES``, each
     type's ``_peers.Profile`` and the compiled core's import plan are read
-    again at its next exchange."""
+    again at its next exchange, and the core is told again which libraries
+    convert lands on the host with nothing to correct."""
     _peers.forget()
     core.forget()
+    core.set_convert(_host_consumers())
+
+
+def _host_consumers() -> frozenset:
+    """The libraries convert lands on the host with nothing to correct, in
+    any version (NumPy), from their rows: the compiled front of
+    gpu_dlpack.convert makes their plain cases."""
+    return frozenset(
+        peer.name for peer in _peers.PEERS
+        if peer.lands == "host" and not _faults.for_landing(frozenset(f.id for f in peer.faults), peer.lands)
+    )
 
 
 def _import_plan(t):
@@ -92,8 +104,11 @@ def install() -> None:
         _dtypes.KNOWN,
         # The NumPy dtype of each pair the core's imports and adaptation make.
         {key: d for key, d in _dtypes.NATIVE.items() if d.isbuiltin == 1 and d.isnative},
-        # The dtypes whose NumPy capsule _exchange._export passes on as it is.
-        [d for d in _dtypes.NATIVE.values() if d.isbuiltin == 1],
+        # The dtypes whose NumPy capsule the core makes and passes on as it
+        # is, each with its DLPack pair: the plain ones, the table the
+        # Python paths read too (triples, not a dict: 'q' and 'l' are equal
+        # dtypes, two objects).
+        tuple((d, _dtypes.from_numpy(d).code, _dtypes.from_numpy(d).bits) for d in _dtypes.PLAIN.values()),
     )
     # The NumPy array an import makes: CPU and pinned memory only (managed
     # memory takes the general path, which knows its device).
@@ -127,10 +142,4 @@ def install() -> None:
     )
     core.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
                     _capsule.CapsuleInfo, vars(_errors))
-    # The libraries convert lands on the host with nothing to correct, in
-    # any version (NumPy): the compiled front of gpu_dlpack.convert makes
-    # their plain cases.
-    core.set_convert(frozenset(
-        peer.name for peer in _peers.PEERS
-        if peer.lands == "host" and not _faults.for_landing(frozenset(f.id for f in peer.faults), peer.lands)
-    ))
+    core.set_convert(_host_consumers())

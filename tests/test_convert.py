@@ -860,3 +860,29 @@ def test_a_producer_that_says_a_gpu_and_gives_host_memory_is_refused_by_name(pat
                        r"holds memory on cpu"):
         _EVERY_PATH[path](p)
     assert all(r.calls == 1 for r in p.records)
+
+
+def test_a_change_to_the_rows_reaches_convert_s_compiled_front(monkeypatch):
+    # The libraries whose plain cases the compiled front of convert makes
+    # (NumPy's) were told to the core once, and the consumers convert read
+    # were kept apart from the rows: a row changed afterwards was not seen,
+    # whatever forget() was called, and the front went on making a view.
+    from gpu_dlpack import _peers, _wiring
+
+    src = np.arange(6.0)  # C-contiguous, plain: the front's own case
+    assert np.shares_memory(gpu_dlpack.convert(src, "numpy"), src)
+    assert not np.shares_memory(gpu_dlpack.convert(src, "numpy", copy=True), src)  # the Python function's
+    numpy_row = next(p for p in _peers.PEERS if p.name == "numpy")
+    # NumPy's row as a library whose own from_dlpack convert calls, with a
+    # fault of that importer for convert to act on.
+    changed = numpy_row._replace(lands=None, faults=(_peers.Fault("narrows-float64"),))
+    monkeypatch.setattr(_peers, "PEERS", tuple(changed if p is numpy_row else p for p in _peers.PEERS))
+    _wiring.forget()
+    try:
+        for kw in ({}, {"copy": True}):  # the front's case and the Python function's
+            with pytest.raises(gpu_dlpack.DtypeChangeError):
+                gpu_dlpack.convert(src, "numpy", **kw)
+    finally:
+        monkeypatch.undo()
+        _wiring.forget()
+    assert np.shares_memory(gpu_dlpack.convert(src, "numpy"), src)

@@ -984,3 +984,28 @@ def test_strides_left_out_are_pointed_after_the_shape_and_nothing_else_is_writte
     with pytest.raises(ValueError, match="incorrect name"):
         core.point_strides_after_shape(legacy)
     assert rec.struct.dl_tensor.strides is not None and not rec.struct.dl_tensor.strides
+
+
+def test_every_plain_dtype_is_the_core_s_own(ml_dtypes):
+    # The core's plain dtypes were its own list (one per code and width),
+    # _dtypes.PLAIN's another (with 'q' and 'Q', NumPy's other int64 and
+    # uint64: every int64 array on Windows): an array of those left the core
+    # for the Python path. One table: every export, wrap and import of a
+    # plain dtype runs no Python function of the layer.
+    from gpu_dlpack import _dtypes
+
+    assert len(_dtypes.PLAIN) == 16
+    for dtype in _dtypes.PLAIN.values():
+        x = np.arange(3).astype(dtype)
+        w = gpu_dlpack.wrap(x)
+        for name, call in (
+            ("export", lambda: gpu_dlpack.export(x, max_version=(1, 0))),
+            ("export legacy", lambda: gpu_dlpack.export(x)),
+            ("wrap", lambda: w.__dlpack__(max_version=(1, 0))),
+            ("from_dlpack", lambda: gpu_dlpack.from_dlpack(x)),
+        ):
+            call()  # the first asks the versions policy for its verdict (cached)
+            out, names = _layer_calls(call)
+            assert names == [], (dtype.char, name, names)
+            got = gpu_dlpack.from_dlpack(out) if name != "from_dlpack" else out
+            assert got.dtype == x.dtype and got.tolist() == x.tolist(), (dtype.char, name)

@@ -492,36 +492,19 @@ cdef enum:
     ARRAY_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
 
 
-# The DLPack dtype of a plain dtype (one of state.plain_list), from the table
-# Python told (numpy_descr); the last one asked is kept, checked against both
-# each time (Python may tell them again).
-cdef int plain_last = -1
-cdef DLDataType plain_last_dl
+# The DLPack dtype of each plain dtype, as Python told it with the dtype
+# (set_dtypes: plain_pairs[i] is state.plain_list[i]'s). NumPy has two
+# objects for some pairs ('q' and 'l' are both int64 on Linux): each is
+# plain, each with its pair.
+cdef DLDataType plain_pairs[32]
 
 
 cdef bint plain_dl_dtype(PyObject *dtype, DLDataType *out) noexcept:
-    global plain_last, plain_last_dl
-    cdef int i, code, nbytes
-    cdef int last = plain_last
-    cdef DLDataType dl = plain_last_dl  # read once: what is checked is what is given
-    if (0 <= last < state.n_plain and state.plain_list[last] == dtype and dl.code < 32 and
-            state.numpy_descr[dl.code][bit_index(dl.bits)] == dtype):
-        out[0] = dl
-        return True
+    cdef int i
     for i in range(state.n_plain):
         if state.plain_list[i] == dtype:
-            break
-    else:
-        return False
-    for code in range(32):
-        for nbytes in range(1, 17):
-            if state.numpy_descr[code][nbytes] == dtype:
-                plain_last_dl.code = code
-                plain_last_dl.bits = 8 * nbytes
-                plain_last_dl.lanes = 1
-                plain_last = i
-                out[0] = plain_last_dl
-                return True
+            out[0] = plain_pairs[i]
+            return True
     return False
 
 
