@@ -993,8 +993,11 @@ def test_every_plain_dtype_is_the_core_s_own(ml_dtypes):
     # for the Python path. One table: every export, wrap and import of a
     # plain dtype runs no Python function of the layer.
     from gpu_dlpack import _dtypes
+    from gpu_dlpack._backends import numpy as numpy_backend
 
     assert len(_dtypes.PLAIN) == 16
+    if not numpy_backend.VERSIONED_NUMPY or numpy_backend.STRIDES_AFTER_SHAPE:
+        pytest.skip("the core makes NumPy's capsules as NumPy 2.4 lays them out: before, NumPy's own path runs")
     for dtype in _dtypes.PLAIN.values():
         x = np.arange(3).astype(dtype)
         w = gpu_dlpack.wrap(x)

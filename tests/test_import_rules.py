@@ -431,7 +431,7 @@ _READ_ONLY_ROW_IMPORTS = {
     "Device": lambda x: from_dlpack(x, device=gpu_dlpack.Device("cpu:0")),
     "copy=False": lambda x: from_dlpack(x, copy=False), "convert": lambda x: gpu_dlpack.convert(x, "numpy"),
     "convert device='cpu'": lambda x: gpu_dlpack.convert(x, "numpy", device="cpu"),
-    "wrap": lambda x: np.from_dlpack(wrap(x)),
+    "wrap": lambda x: from_dlpack(wrap(x)),  # a consumer that asks for a versioned capsule, on any NumPy
 }
 _READ_ONLY_ROW_EXPORTS = {
     "export": lambda x: gpu_dlpack.export(x, max_version=(1, 0)),
