@@ -202,9 +202,11 @@ class Device:
             if type(spec) is Device:
                 return spec
             # (device_type, device_id) as __dlpack_device__ gives it: every
-            # import and export reads one. Equal pairs of ints parse alike
-            # (a bool, equal to 0 or 1, does not parse: it is left out).
-            if type(spec) is tuple and len(spec) == 2 and type(spec[0]) is int and type(spec[1]) is int:
+            # import and export reads one. Equal pairs of ints parse alike:
+            # an int's subclass too (torch's DLDeviceType members), not a
+            # bool (equal to 0 or 1), nor a float or string equal to a code.
+            first = spec[0] if type(spec) is tuple and len(spec) == 2 else None
+            if isinstance(first, int) and type(first) is not bool and type(spec[1]) is int:
                 known = _BY_PAIR.get(spec)
                 if known is not None:
                     return known

@@ -243,3 +243,15 @@ print("served")
         said[served] = done.stdout.strip()
     assert said[True] == "served"
     assert said[False].startswith("refused: no backend can hold an array on tpu_host:0"), said[False]
+
+
+def test_a_pair_whose_code_is_an_int_enum_is_read_as_the_int_pair():
+    # torch's __dlpack_device__ answers (its DLDeviceType member, id): read
+    # by the pairs' cache like (1, 0), not parsed again at each exchange
+    # (2 us, where the cache takes 0.2); a float equal to a code is not.
+    cpu = Device((1, 0))
+    assert Device((DLDeviceType.CPU, 0)) is cpu
+    torch = pytest.importorskip("torch")
+    assert Device(torch.arange(2.0).__dlpack_device__()) is cpu
+    with pytest.raises(ValueError):
+        Device((1.0, 0))
