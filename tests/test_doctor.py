@@ -948,6 +948,11 @@ JAX_UNOPENED = """
 BUSY_TPU = ("Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid 4242. "
             "Not attempting to load libtpu.so in this process. (set JAX_PLATFORMS='' to automatically choose an "
             "available backend)")
+# JAX 0.10.2's words on a TPU v5e while a second process held the chip
+# (measured 2026-12-06): libtpu names its lock file, not the holder.
+BUSY_TPU_LOCKFILE = ("Unable to initialize backend 'tpu': ABORTED: Internal error when accessing libtpu multi-process "
+                     "lockfile. Run \"$ sudo rm /tmp/libtpu_lockfile\". (set JAX_PLATFORMS='' to automatically choose "
+                     "an available backend)")
 NO_TPU = ("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: libtpu.so: cannot open shared "
           "object file: No such file or directory (set JAX_PLATFORMS='' to automatically choose an available backend)")
 
@@ -958,27 +963,29 @@ def _jax_standin(libdir, name, error):
     return dataclasses.replace(jax_peer, name=module, where=(module, ("dlpack.from_dlpack",), ()))
 
 
-@pytest.mark.parametrize("platforms, error, platform, busy, explain_id", [
-    ("tpu", f"RuntimeError({BUSY_TPU!r})", "tpu", True, "jax-backend-busy"),
-    ("tpu", f"RuntimeError({NO_TPU!r})", "tpu", False, "jax-backend-unavailable"),
+@pytest.mark.parametrize("platforms, error, platform, reason, explain_id", [
+    ("tpu", f"RuntimeError({BUSY_TPU!r})", "tpu", "in use by another process (pid 4242)", "jax-backend-busy"),
+    ("tpu", f"RuntimeError({BUSY_TPU_LOCKFILE!r})", "tpu", "in use by another process", "jax-backend-busy"),
+    ("tpu", f"RuntimeError({NO_TPU!r})", "tpu", "INTERNAL: Failed to open libtpu.so: libtpu.so: cannot open shared "
+     "object file: No such file or directory", "jax-backend-unavailable"),
     # JAX 0.10 with JAX_PLATFORMS=cuda where no NVIDIA GPU is visible: an
     # assertion without words; the platform is the one it is set up for.
-    ("cuda", "AssertionError()", "cuda", False, None),
-], ids=["held-by-another-process", "not-on-this-machine", "cuda-without-gpu"])
+    ("cuda", "AssertionError()", "cuda", "AssertionError, with no message", None),
+], ids=["held-by-another-process", "held-libtpu-lockfile", "not-on-this-machine", "cuda-without-gpu"])
 def test_a_peer_that_cannot_open_its_accelerator_is_probed_on_the_cpu_and_fails_nothing(
-        libdir, monkeypatch, platforms, error, platform, busy, explain_id):
+        libdir, monkeypatch, request, platforms, error, platform, reason, explain_id):
     # (This process's JAX read JAX_PLATFORMS at its import; the doctor's
     # child probes set it to cpu.)
     monkeypatch.setenv("JAX_PLATFORMS", platforms)
-    peer = _jax_standin(libdir, f"doctor_test_unopened_{platform}_{busy}", error)
+    busy = explain_id == "jax-backend-busy"
+    peer = _jax_standin(libdir, "doctor_test_unopened_" + request.node.callspec.id.replace("-", "_"), error)
     rep = doctor.run(peers=[doctor.PEERS[0], peer])
     check_schema(rep)
     r = row(rep, peer.name)
     unopened = r["unopened"]
     assert unopened["platform"] == platform and unopened["busy"] is busy and unopened["explain"] == explain_id
     assert unopened["probed_on"] == "cpu" and unopened["error"].startswith(error.partition("(")[0])
-    if busy:
-        assert "another process (pid 4242)" in unopened["reason"]
+    assert unopened["reason"] == reason
     assert r["producer"]["probed"] and r["consumer"]["probed"] and r["consumer"]["error"] is None
     m = host(rep)
     assert peer.name in m["producers"] and peer.name in m["consumers"]

@@ -772,7 +772,9 @@ def test_jax_gpu_only_quotes_are_in_the_installed_source():
     "The TPU is already in use by another process probably owned by another user. Run \"$ sudo lsof -w /dev/accel0\" "
     "to figure out which process is using the TPU. If you still get this message, run \"$ sudo rm "
     "/tmp/libtpu_lockfile\".",
-], ids=["pid", "vfio", "lockfile"])
+    # JAX 0.10.2 on a TPU v5e with a second process holding the chip (measured)
+    "ABORTED: Internal error when accessing libtpu multi-process lockfile. Run \"$ sudo rm /tmp/libtpu_lockfile\".",
+], ids=["pid", "vfio", "lockfile", "lockfile-v5e"])
 def test_a_busy_chip_is_told_apart_from_a_missing_one_in_every_libtpus_words(cause):
     found = _explain.match(f"RuntimeError: Unable to initialize backend 'tpu': {cause} "
                            "(set JAX_PLATFORMS='' to automatically choose an available backend)")
