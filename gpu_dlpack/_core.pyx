@@ -23,19 +23,6 @@ cdef CoreState state
 state.cpu_type = 1
 
 
-cdef class Verdict:
-    """The version policy's verdict cache, kept by _versions (VERDICT) and
-    read by the core at each exchange as two fields, not two lookups in a
-    module's dict: the floor in force (None until first used) and the
-    versioned max_version last accepted against it, with that floor."""
-    cdef public object floor
-    cdef public object accepted
-
-    def __cinit__(self):
-        self.floor = None
-        self.accepted = (None, None)
-
-
 cdef const char *NOT_CONFIGURED = (b"gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
                                    b"instead of calling the core directly")
 
@@ -95,6 +82,7 @@ cdef object delegate(const char *name, PyObject **args, Py_ssize_t nargs):
 
 include "capsule.pxi"
 include "info.pxi"
+include "versions.pxi"
 include "adapt.pxi"
 include "runtime.pxi"
 include "consumer.pxi"
@@ -211,33 +199,13 @@ def set_numpy(api, int maxdims, bint layout, bint strides_after_shape):
     told |= TOLD_NUMPY
 
 
-def set_versions(versions):
-    """The version policy: the _versions module, whose public names the core reads.
-
-    DLPACK_VERSION, the version produced, read now; VERDICT (a Verdict:
-    the floor in force and the verdict cached for it), read at each exchange;
-    calls_with_own_floor, the list of the calls under way with a floor of
-    their own (while it is not empty, the cached verdict is not used);
-    check_max_version, asked whether DLPACK_VERSION passes the floor in
-    force."""
-    global told
-    cdef DLPackVersion version
-    namespace = vars(versions)
-    calls = namespace["calls_with_own_floor"]
-    if type(calls) is not list:
-        raise TypeError("versions.calls_with_own_floor must be a list")
-    verdict = namespace["VERDICT"]
-    if type(verdict) is not Verdict:
-        raise TypeError("versions.VERDICT must be a Verdict")
-    produced = namespace["DLPACK_VERSION"]
-    version.major, version.minor = produced
-    _hold(&state.versions_dict, namespace)
-    _hold(&state.verdict, verdict)
-    _hold(&state.under_floor, calls)
-    _hold(&state.produced_version, produced)
-    _hold(&state.produced_request, (None, produced, None, None))
-    unset(&state.produced_floor)
-    memcpy(&state.version_word, &version, sizeof(version))  # as a capsule holds it
+def set_versions(Verdict versions not None):
+    """The version check in force: _versions.VERDICT, made there with the
+    version produced and the policy the check reads."""
+    global told, verdict
+    if versions.produced is None or versions.first_floor is None or versions.thread is None:
+        raise TypeError("versions must be a Verdict made with produced, first_floor and thread")
+    verdict = versions
     told |= TOLD_VERSIONS
 
 

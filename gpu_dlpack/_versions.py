@@ -68,19 +68,6 @@ def parse_floor(value, source):
     return floor
 
 
-#: The verdict cache, read by the compiled core at each exchange (a
-#: ``core.Verdict``, two fields). ``VERDICT.floor``: the floor in force, or
-#: None until it is first used: GPU_DLPACK_MIN_VERSION is read then, so that
-#: setting it after the import works, and a bad value is an error of the
-#: exchange that needs the floor, not of the import; set through
-#: ``set_min_version``. ``VERDICT.accepted``: the last versioned max_version
-#: accepted, and the floor it was checked against. Consumers pass the same
-#: constant tuple on every call (NumPy and PyTorch do), so the common check is
-#: two identity tests; a tuple is immutable and held here, so the same object
-#: is still valid, and a new floor is a new object.
-VERDICT = core.Verdict()
-
-
 class _CallFloor(threading.local):
     #: The floor of the call under way on this thread (export(min_version=),
     #: wrap(min_version=)), when it has one.
@@ -89,22 +76,40 @@ class _CallFloor(threading.local):
 
 _local = _CallFloor()
 
+
+def _floor_from_environment():
+    """The floor in force at its first use: GPU_DLPACK_MIN_VERSION, read
+    then (not at import), so that setting it after the import works and a
+    bad value is an error of the exchange that needs the floor; else the
+    default."""
+    raw = os.environ.get(ENV_MIN_VERSION)
+    return parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
+
+
+#: The version check and its state, in the compiled core (a ``core.Verdict``:
+#: the rule is its ``check``, this module the policy it reads). Its
+#: ``floor`` is the floor in force, None until first used; set through
+#: ``set_min_version``. Its ``accepted`` is the verdict it caches: the last
+#: versioned max_version accepted, and the floor it was checked against.
+VERDICT = core.Verdict(DLPACK_VERSION, _floor_from_environment, _local)
+
 #: One entry per call under way, on any thread, that has a floor of its own
-#: (``under_floor``): while there is one, the verdict cached above (the floor
-#: in force's) is not used, and the thread's floor decides. A list, whose
-#: append and remove are one step each (and the compiled core reads its
-#: length).
-calls_with_own_floor: list = []
+#: (``under_floor``): while there is one, the verdict cached by the check is
+#: not used, and the thread's floor decides. A list, whose append and remove
+#: are one step each (the check reads its length).
+calls_with_own_floor: list = VERDICT.calls
 
+#: Validate a consumer's ``max_version``: ``check_max_version(max_version,
+#: floor=None)``, True when it asks for a versioned capsule, False for a
+#: legacy one (``None``, or major 0); ``floor`` is a floor of the call's own,
+#: else the thread's ``under_floor``, else the floor in force.
+#: ``_errors.bad_max_version`` for what is not a pair of ints,
+#: ``_errors.below_floor`` below the floor.
+check_max_version = VERDICT.check
 
-def min_version():
-    """The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
-    ValueError while that value is bad)."""
-    floor = VERDICT.floor
-    if floor is None:
-        raw = os.environ.get(ENV_MIN_VERSION)
-        floor = VERDICT.floor = parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
-    return floor
+#: The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
+#: ValueError while that value is bad).
+min_version = VERDICT.in_force
 
 
 def set_min_version(value):
@@ -140,34 +145,6 @@ def under_floor(floor, call, *args):
             calls_with_own_floor.remove(mark)
         raise
     return answer
-
-
-def check_max_version(max_version, floor=None):
-    """Validate a consumer's ``max_version``; True when it asks for a versioned
-    capsule. ``None`` (an old consumer) asks for a legacy one. ``floor``: a
-    floor of the call's own, else the thread's ``under_floor``, else the
-    floor in force."""
-    if max_version is None:
-        return False
-    accepted = VERDICT.accepted
-    if floor is None and max_version is accepted[0] and accepted[1] is VERDICT.floor and not calls_with_own_floor:
-        return True
-    if type(max_version) is not tuple or len(max_version) != 2 or type(
-        max_version[0]
-    ) is not int or type(max_version[1]) is not int:
-        raise _errors.bad_max_version(max_version)
-    if floor is None:
-        floor = _local.floor
-    in_force = floor is None
-    if in_force:
-        floor = min_version()
-    if max_version < floor:
-        raise _errors.below_floor(max_version, floor)
-    if max_version[0] < 1:
-        return False
-    if in_force:
-        VERDICT.accepted = (max_version, floor)
-    return True
 
 
 def check_describable(max_version, dtype_code, device_type):

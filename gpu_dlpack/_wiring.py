@@ -130,7 +130,7 @@ def install() -> None:
         numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
         numpy_backend.STRIDES_AFTER_SHAPE,
     )
-    core.set_versions(_versions)
+    core.set_versions(_versions.VERDICT)
     impl = dict(
         wrap=_export.python_wrap,
         check_known=_dtypes.check_known,

@@ -500,14 +500,32 @@ def test_checked_reads_the_header_before_its_dtype_check_runs():
     from . import capsules
 
     a = np.arange(6.0)
-    cap, rec = capsules.make(a)
+    cap, rec = capsules.make(a, dtype=(2, 64, 2))  # a vector type: not one the core knows, so checked
 
     def check(code, bits, lanes):
-        gpu_dlpack.from_dlpack(cap)  # consumed and freed: the struct is poisoned
+        _capsule.discard(cap, True)  # consumed and freed: the struct is poisoned
         assert rec.calls == 1
 
     versioned, head = _capsule.checked(cap, True, check)
-    assert (head.ndim, head.device_type, head.code, head.bits) == (1, 1, 2, 64)
+    assert (head.ndim, head.device_type, head.code, head.bits, head.lanes) == (1, 1, 2, 64, 2)
+
+
+def test_checked_calls_the_dtype_check_for_the_dtypes_the_core_was_not_told_only():
+    from gpu_dlpack import _capsule, _dtypes
+
+    from . import capsules
+
+    asked = []
+    for code, bits in sorted(_dtypes.KNOWN):
+        cap, _ = capsules.make(np.zeros(2, np.uint64), dtype=(code, bits, 1), shape=(1,))
+        _capsule.checked(cap, True, lambda *dt: asked.append(dt))
+        _capsule.discard(cap, True)
+    assert asked == []
+    for dtype in ((2, 64, 2), (2, 24, 1), (31, 8, 1), (0, 128, 1)):
+        cap, _ = capsules.make(np.zeros(1, np.uint64), dtype=dtype, shape=(1,))
+        with pytest.raises(BufferError):
+            _capsule.checked(cap, True, _dtypes.check_known)
+        assert _capsule.is_unconsumed(cap) is False
 
 
 def test_a_producer_table_forgotten_while_its_guards_run_stays_alive_for_that_import(torch):

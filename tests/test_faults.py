@@ -131,14 +131,16 @@ def show(call):
 
 
 def test_an_interrupt_in_the_version_check_of_the_exchange_api_is_raised():
-    # The core asks the versions policy whether the C exchange API's request
-    # passes the floor once per floor; an interrupt in that check was cleared
-    # with the policy's refusals, and the consumer got its tensor.
+    # The core checks whether the C exchange API's request passes the floor
+    # once per floor; an interrupt in that check (here in the policy it
+    # reads: the floor in force, from the environment at its first use) was
+    # cleared with the check's refusals, and the consumer got its tensor.
     pytest.importorskip("tvm_ffi")
     done = _in_child(_INTERRUPTED_POLICY.format(body=textwrap.dedent("""
-        import tvm_ffi
-        gd.set_min_dlpack_version((0, 6))  # a new floor: the verdict is asked again
-        _versions.check_max_version = once(_versions.check_max_version)
+        import os, tvm_ffi
+        os.environ["GPU_DLPACK_MIN_VERSION"] = "0.6"
+        _versions.VERDICT.floor = None  # not read yet: the check reads it
+        _versions.parse_floor = once(_versions.parse_floor)
         print(show(lambda: tvm_ffi.from_dlpack(gd.wrap(np.arange(3.0)))))
         print(np.from_dlpack(tvm_ffi.from_dlpack(gd.wrap(np.arange(3.0)))).tolist())
     """)))

@@ -101,7 +101,7 @@ cdef void *struct_over(void *src, int versioned, DLDevice device) except NULL:
         m.manager_ctx = src
         m.deleter = legacy_over_deleter
     else:
-        (<uint64_t *>v)[0] = state.version_word
+        (<uint64_t *>v)[0] = verdict.word
         v.manager_ctx = src
         v.deleter = versioned_over_deleter
         v.flags = FLAG_READ_ONLY

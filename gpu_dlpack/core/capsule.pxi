@@ -8,7 +8,6 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
 from cpython.tuple cimport PyTuple_New, PyTuple_GET_ITEM, PyTuple_SET_ITEM
-from cpython.dict cimport PyDict_GetItemString
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetPointer
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t, INT32_MIN, INT32_MAX, UINT32_MAX
 from libc.string cimport memcpy, strcmp
@@ -278,8 +277,10 @@ cdef object new_header(void *ptr, int versioned):
 
 
 @cython.embedsignature.format("clinic")
-def checked(capsule, likely=True, check_dtype=None, /):
-    """(versioned, Header) of a capsule, checked."""
+def checked(capsule, likely=True, unknown_dtype=None, /):
+    """(versioned, Header) of a capsule, checked; unknown_dtype(code, bits,
+    lanes), where given, is called for a dtype set_dtypes did not name as
+    exchanged, and its BufferError refuses the capsule."""
     configured()
     cdef int versioned
     cdef void *ptr = unconsumed(<PyObject *>capsule, &versioned)
@@ -293,17 +294,14 @@ def checked(capsule, likely=True, check_dtype=None, /):
     # tensor.
     cdef DLDataType dtype = t.dtype
     head = new_header(ptr, versioned)
-    if check_dtype is not None:
-        if dtype_known(dtype) and PyDict_GetItemString(<object>state.py_impl, "check_known") == <PyObject *>check_dtype:
-            pass  # the told table says check_known passes
-        else:
-            try:
-                check_dtype(dtype.code, dtype.bits, dtype.lanes)
-            except BufferError:
-                ptr = claim_tensor(<PyObject *>capsule, versioned)
-                if ptr != NULL:
-                    run_deleter(ptr, versioned)
-                raise
+    if unknown_dtype is not None and not dtype_known(dtype):
+        try:
+            unknown_dtype(dtype.code, dtype.bits, dtype.lanes)
+        except BufferError:
+            ptr = claim_tensor(<PyObject *>capsule, versioned)
+            if ptr != NULL:
+                run_deleter(ptr, versioned)
+            raise
     return (versioned != 0, head)
 
 

@@ -271,7 +271,7 @@ cdef PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
     producer's error set."""
     cdef PyObject *args[2]
     args[0] = x
-    args[1] = state.produced_version
+    args[1] = <PyObject *>verdict.produced
     return raw_vectorcall_method(state.str_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                  state.kw_max_version if versioned else NULL)
 

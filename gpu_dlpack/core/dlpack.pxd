@@ -72,12 +72,6 @@ cdef struct CoreState:
     PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
     PyTypeObject *ndarray_type
     void **numpy_api
-    PyObject *versions_dict        # vars(_versions): its check_max_version
-    PyObject *verdict              # _versions.VERDICT: the floor in force and the verdict cached for it
-    PyObject *under_floor          # _versions.calls_with_own_floor: the calls under way with a floor of their own
-    PyObject *produced_version     # DLPACK_VERSION, as Python has it
-    PyObject *produced_request     # (None, DLPACK_VERSION, None, None): last_request of the C exchange
-    uint64_t version_word          # DLPACK_VERSION as written in a capsule
     int numpy_strides_after_shape  # NumPy leaves C-order strides out, after the shape
     int32_t cpu_type
     PyObject *learn_import         # Python: type -> (api capsule, attrs, methods) or None
@@ -99,7 +93,6 @@ cdef struct CoreState:
     PyObject *versions_seen[16]    # [minor]: (1, minor), made once
     PyObject *dtypes_seen[32][17]  # [code][bytes]: (code, bits, 1), made once
     PyObject *import_types         # dict: type -> ImportEntry capsule or None
-    PyObject *produced_floor       # the floor DLPACK_VERSION was accepted under
 
     # names and arguments made once (module setup)
     PyObject *str_dlpack

@@ -88,7 +88,7 @@ cdef object exporter_call(Exporter self, PyObject *const *args, size_t nargsf, P
             not plain_keywords(args + 1, kwnames, KW_EXPORT, &max_version)):
         return handed_back(self, args, nargsf, kwnames)
     cdef bint versioned = max_version != <PyObject *>None
-    if versioned and not accepted_versioned(max_version):
+    if versioned and not accepted_versioned(verdict, max_version):
         return handed_back(self, args, nargsf, kwnames)
     capsule = export_plain(args[0], max_version, versioned)
     if capsule is not NOT_PLAIN:

@@ -16,7 +16,6 @@ from cpython.pycapsule cimport PyCapsule_CheckExact
 from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear, PyErr_ExceptionMatches, PyErr_Occurred
-from cpython.dict cimport PyDict_GetItemString
 from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_CheckExact, PyLong_AsLongAndOverflow, PyLong_AsVoidPtr
@@ -243,86 +242,6 @@ cdef inline Members *members(ExportableBase self) noexcept:
     return <Members *><PyObject *>self
 
 
-# 1 when o is a tuple of two ints, all of their exact types (no subclass: a
-# bool equals an int), else 0.
-cdef inline bint int_pair(PyObject *o) noexcept:
-    return (PyTuple_CheckExact(<object>o) and PyTuple_GET_SIZE(<object>o) == 2 and
-            PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, 0)) and
-            PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, 1)))
-
-
-# 1 when no call under way, on any thread, has a floor of its own
-# (_versions.calls_with_own_floor): the verdicts cached below are those of the
-# floor in force only.
-cdef inline bint no_call_floor() noexcept:
-    cdef PyObject *under_floor = state.under_floor
-    return PyList_GET_SIZE(<object>under_floor) == 0
-
-
-# 1 when max_version is the one _versions.check_max_version last accepted
-# against the floor in force, or a pair of exact ints equal to it (callers
-# each pass their own (1, 0)), else 0.
-cdef bint accepted_versioned(PyObject *max_version) noexcept:
-    cdef int i, overflow = 0
-    cdef long a, b
-    if not no_call_floor():
-        return False
-    cdef Verdict verdict = <Verdict>state.verdict
-    cdef PyObject *acc = <PyObject *>verdict.accepted
-    if (not PyTuple_CheckExact(<object>acc) or PyTuple_GET_SIZE(<object>acc) != 2 or
-            PyTuple_GET_ITEM(<object>acc, 1) != <PyObject *>verdict.floor):
-        return False
-    cdef PyObject *known = PyTuple_GET_ITEM(<object>acc, 0)
-    if known == max_version:
-        return True
-    if not int_pair(max_version) or not int_pair(known):
-        return False
-    if (PyTuple_GET_ITEM(<object>max_version, 0) == PyTuple_GET_ITEM(<object>known, 0) and
-            PyTuple_GET_ITEM(<object>max_version, 1) == PyTuple_GET_ITEM(<object>known, 1)):
-        return True  # the same ints (CPython keeps one of each small int)
-    for i in range(2):
-        a = PyLong_AsLongAndOverflow(<object>PyTuple_GET_ITEM(<object>max_version, i), &overflow)
-        if overflow:
-            return False
-        b = PyLong_AsLongAndOverflow(<object>PyTuple_GET_ITEM(<object>known, i), &overflow)
-        if overflow or a != b:
-            return False
-    return True
-
-
-# 1 when the version policy accepts DLPACK_VERSION itself as max_version
-# under the floor in force: asked of _versions once per floor.
-# 1 when the versions policy accepts the request of the C exchange API
-# (max_version=DLPACK_VERSION against the floor in force), 0 when it refuses
-# or cannot say (the general path then asks it again, and raises its
-# refusal), -1 with the error kept for what is no refusal (an interrupt,
-# SystemExit): never dropped here.
-cdef int produced_accepted() except -1:
-    cdef PyObject *versions = state.versions_dict
-    if not no_call_floor():
-        return False
-    cdef Verdict verdict = <Verdict>state.verdict
-    cdef PyObject *floor = <PyObject *>verdict.floor  # None before its first use
-    if floor == state.produced_floor:
-        return True
-    # Held for the call: the module's dict may drop it meanwhile.
-    cdef PyObject *found = PyDict_GetItemString(<object>versions, "check_max_version")
-    if found == NULL:
-        return False
-    cdef object check = <object>found
-    cdef PyObject *r = PyObject_CallOneArg(found, state.produced_version)
-    cdef bint ok = r == Py_True
-    Py_XDECREF(r)
-    if r == NULL:
-        if not PyErr_ExceptionMatches(Exception):
-            return -1
-        PyErr_Clear()  # refused: the general path raises it
-    floor = <PyObject *>verdict.floor  # the one the check read (maybe just now)
-    if ok and floor != <PyObject *>None:
-        put(&state.produced_floor, floor)
-    return ok
-
-
 # The versioned tensor of a PLAN_EXCHANGE export where the rules pass it on as
 # it is; NULL (no error) when they do not.
 cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noexcept:
@@ -337,7 +256,7 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
         if m.deleter:
             m.deleter(m)
         return NULL
-    (<uint64_t *>m)[0] = state.version_word
+    (<uint64_t *>m)[0] = verdict.word
     return m
 
 
@@ -357,7 +276,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
     a[2] = <PyObject *>None
     # The verdict on max_version is read before and after the producer runs
     # (Python, which may set another floor), as the Python path reads it.
-    if versioned and not accepted_versioned(<PyObject *>max_version):
+    if versioned and not accepted_versioned(verdict, <PyObject *>max_version):
         return take(delegate_raw("host_export", a, 2))
     # A C reference: dropped with drop_keeping_error (its destructor may run Python).
     cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
@@ -365,7 +284,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
         error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
         a[3] = <PyObject *>error
         return take(delegate_raw("host_export", a, 4))
-    cdef int kind = -1 if versioned and not accepted_versioned(<PyObject *>max_version) else kind_of(answer)
+    cdef int kind = -1 if versioned and not accepted_versioned(verdict, <PyObject *>max_version) else kind_of(answer)
     cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
     if ptr == NULL:
         PyErr_Clear()
@@ -379,7 +298,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
     # writeable is the producer's row (JAX's arrays are immutable: rule 5).
     if (plain and kind and versioned and (t.strides != NULL or t.ndim == 0) and
             not ((<DLManagedTensorVersioned *>ptr).flags & ~FLAG_READ_ONLY)):
-        (<uint64_t *>ptr)[0] = state.version_word  # versioned for versioned: stamped
+        (<uint64_t *>ptr)[0] = verdict.word  # versioned for versioned: stamped
         if read_only:
             (<DLManagedTensorVersioned *>ptr).flags |= FLAG_READ_ONLY
         return take(answer)
@@ -464,7 +383,7 @@ cdef int stamp_numpy(PyObject *capsule) noexcept:
         if not state.numpy_strides_after_shape or t.shape == NULL:
             return -1
         t.strides = t.shape + t.ndim
-    (<uint64_t *>m)[0] = state.version_word
+    (<uint64_t *>m)[0] = verdict.word
     return 0
 
 
@@ -560,7 +479,7 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     if m == NULL:
         return NULL
     cdef int64_t *shape = <int64_t *>(m + 1)
-    (<uint64_t *>m)[0] = state.version_word
+    (<uint64_t *>m)[0] = verdict.word
     m.manager_ctx = <void *>x
     m.deleter = numpy_export_deleter
     m.flags = 0 if a.flags & ARRAY_WRITEABLE else FLAG_READ_ONLY
@@ -719,7 +638,7 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     request = same_request(members(self).request, max_version)
     if request is None:
         request = (None, max_version, None, None)
-    if not plan_holds(self) or (versioned and not accepted_versioned(<PyObject *>max_version)):
+    if not plan_holds(self) or (versioned and not accepted_versioned(verdict, <PyObject *>max_version)):
         return NOT_PLAIN
     # The plan held for the rest of the call (Python run meanwhile may drop
     # the members): the array, the dtype, what keeps the type's entry alive.
@@ -791,7 +710,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
     # plans run when the version policy has accepted it against the floor in
     # force (else the general path checks it, and caches its verdict). That
     # check may run Python: the plan is checked after it, then held.
-    if produced_accepted() and plan_holds(self) and self.plan != PLAN_CAPSULE:
+    if produced_accepted(verdict) and plan_holds(self) and self.plan != PLAN_CAPSULE:
         x = <object>members(self).x
         dtype = self.plan_dtype
         owner = self.guards_owner
@@ -805,13 +724,13 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
                     m = <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
         if m != NULL:
             # the request of the exchange: one tuple, made by set_versions
-            put(&members(self).request, state.produced_request)
+            put(&members(self).request, <PyObject *>verdict.request)
             out[0] = m
             return 0
     # Every other case: the capsule __dlpack__(max_version=DLPACK_VERSION)
     # gives, claimed here.
     a[0] = <PyObject *>self
-    a[1] = state.produced_version
+    a[1] = <PyObject *>verdict.produced
     capsule = take(PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version))
     cdef void *ptr = claim_tensor(<PyObject *>capsule, 1)
     del capsule  # before the error below: its destructor may run Python
