@@ -220,11 +220,11 @@ kind = core.kind
 is_unconsumed = core.is_unconsumed
 #: ``pointer(capsule, versioned)``; ValueError (the C API's) for any other capsule.
 pointer = core.pointer
-#: ``checked(capsule, likely_versioned=True, unknown_dtype=None)``: ``(versioned,
-#: header)`` after the checks every exchange makes; ``unknown_dtype(code,
-#: bits, lanes)`` is called for a dtype that is not one of ``_dtypes.KNOWN``
-#: (as the core was told), and raises its refusal. A refused capsule is
-#: discarded, its deleter run once, now.
+#: ``checked(capsule, likely_versioned=True, not_exchanged=None)``: ``(versioned,
+#: header)`` after the checks every exchange makes; with ``not_exchanged``
+#: (``_dtypes.not_exchanged``) the dtype's too, against ``_dtypes.KNOWN`` as
+#: the core was told, refused with the error that function words. A refused
+#: capsule is discarded, its deleter run once, now.
 checked = core.checked
 #: ``discard(capsule, versioned)``: claim the capsule and run its deleter once.
 discard = core.discard

@@ -134,13 +134,14 @@ PLAIN = {id(d): d for d in (np.dtype(c) for c in "?bBhHiIlLqQefdFD")}
 KNOWN = frozenset(NATIVE) | frozenset(ML_DTYPES.values())
 
 
-def check_known(code: int, bits: int, lanes: int) -> None:
-    """BufferError unless ``(code, bits, lanes)`` is a dtype gpu_dlpack
-    exchanges (what it may pass on from another producer)."""
+def not_exchanged(code: int, bits: int, lanes: int) -> BufferError:
+    """The refusal of a dtype that is not one of ``KNOWN`` (what gpu_dlpack
+    may pass on from another producer), saying why. The check itself is the
+    compiled core's, over the table ``set_dtypes`` gives it: ``checked``
+    calls this for the dtypes it refuses."""
     if lanes != 1:
-        raise _errors.unsupported_dtype(code, bits, lanes, "vector types (lanes != 1) are not exchanged")
-    if (code, bits) not in KNOWN:
-        why = "the code is not a DLPack dtype code" if code not in CODE_NAMES else (
-            f"DLPack {describe_code(code)} has no {bits}-bit type that gpu_dlpack knows"
-        )
-        raise _errors.unsupported_dtype(code, bits, lanes, why)
+        return _errors.unsupported_dtype(code, bits, lanes, "vector types (lanes != 1) are not exchanged")
+    why = "the code is not a DLPack dtype code" if code not in CODE_NAMES else (
+        f"DLPack {describe_code(code)} has no {bits}-bit type that gpu_dlpack knows"
+    )
+    return _errors.unsupported_dtype(code, bits, lanes, why)

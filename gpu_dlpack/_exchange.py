@@ -210,7 +210,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
     elif type(capsule) is not _capsule.CapsuleType:
         raise _errors.producer_not_a_capsule(x, capsule)
     versioned, header = _capsule.checked(
-        capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.check_known
+        capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.not_exchanged
     )
     if ask_versioned and not versioned:
         gave_legacy.add(type(x))
@@ -273,7 +273,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         dl_device=target.dlpack if moves else None, copy=copy,
     )
     versioned, header = _capsule.checked(
-        capsule, want_versioned and type(x) not in gave_legacy, _dtypes.check_known
+        capsule, want_versioned and type(x) not in gave_legacy, _dtypes.not_exchanged
     )
     if want_versioned and not versioned:
         gave_legacy.add(type(x))

@@ -491,26 +491,30 @@ def test_torch_to_cupy_through_the_exchange_waits_for_torch_current_stream(tc, c
 
 # -- what the core reads, it reads before Python code runs ----------------------
 
-def test_checked_reads_the_header_before_its_dtype_check_runs():
-    # The dtype check is Python: another consumer of the capsule (here the
-    # check itself) may free the tensor while it runs. The header returned
-    # is the one read before.
+def test_checked_frees_a_refused_tensor_once_when_its_refusal_consumed_the_capsule():
+    # The refusal's words are Python: another consumer of the capsule (here
+    # the wording itself) may take and free the tensor while they are made.
+    # The capsule is freed once, and the refusal raised.
     from gpu_dlpack import _capsule
 
     from . import capsules
 
     a = np.arange(6.0)
-    cap, rec = capsules.make(a, dtype=(2, 64, 2))  # a vector type: not one the core knows, so checked
+    cap, rec = capsules.make(a, dtype=(2, 64, 2))  # a vector type: not exchanged, so refused
 
-    def check(code, bits, lanes):
+    def not_exchanged(code, bits, lanes):
         _capsule.discard(cap, True)  # consumed and freed: the struct is poisoned
         assert rec.calls == 1
+        return BufferError(f"refused {(code, bits, lanes)}")
 
-    versioned, head = _capsule.checked(cap, True, check)
-    assert (head.ndim, head.device_type, head.code, head.bits, head.lanes) == (1, 1, 2, 64, 2)
+    with pytest.raises(BufferError, match=r"refused \(2, 64, 2\)"):
+        _capsule.checked(cap, True, not_exchanged)
+    assert rec.calls == 1
 
 
-def test_checked_calls_the_dtype_check_for_the_dtypes_the_core_was_not_told_only():
+def test_the_dtype_check_is_the_cores_over_the_table_of_dtypes():
+    # One check: the core's, over _dtypes.KNOWN as set_dtypes told it;
+    # Python words its refusal only.
     from gpu_dlpack import _capsule, _dtypes
 
     from . import capsules
@@ -521,11 +525,12 @@ def test_checked_calls_the_dtype_check_for_the_dtypes_the_core_was_not_told_only
         _capsule.checked(cap, True, lambda *dt: asked.append(dt))
         _capsule.discard(cap, True)
     assert asked == []
-    for dtype in ((2, 64, 2), (2, 24, 1), (31, 8, 1), (0, 128, 1)):
-        cap, _ = capsules.make(np.zeros(1, np.uint64), dtype=dtype, shape=(1,))
-        with pytest.raises(BufferError):
-            _capsule.checked(cap, True, _dtypes.check_known)
-        assert _capsule.is_unconsumed(cap) is False
+    for dtype, why in (((2, 64, 2), "vector types"), ((2, 24, 1), "DLPack float has no 24-bit type"),
+                       ((31, 8, 1), "not a DLPack dtype code"), ((0, 128, 1), "DLPack int has no 128-bit type")):
+        cap, rec = capsules.make(np.zeros(1, np.uint64), dtype=dtype, shape=(1,))
+        with pytest.raises(BufferError, match=why):
+            _capsule.checked(cap, True, _dtypes.not_exchanged)
+        assert _capsule.is_unconsumed(cap) is False and rec.calls == 1
 
 
 def test_a_producer_table_forgotten_while_its_guards_run_stays_alive_for_that_import(torch):

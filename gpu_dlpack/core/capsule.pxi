@@ -277,10 +277,10 @@ cdef object new_header(void *ptr, int versioned):
 
 
 @cython.embedsignature.format("clinic")
-def checked(capsule, likely=True, unknown_dtype=None, /):
-    """(versioned, Header) of a capsule, checked; unknown_dtype(code, bits,
-    lanes), where given, is called for a dtype set_dtypes did not name as
-    exchanged, and its BufferError refuses the capsule."""
+def checked(capsule, likely=True, not_exchanged=None, /):
+    """(versioned, Header) of a capsule, checked; where not_exchanged is
+    given, its dtype too: one set_dtypes did not name as exchanged is
+    refused with the error not_exchanged(code, bits, lanes) returns."""
     configured()
     cdef int versioned
     cdef void *ptr = unconsumed(<PyObject *>capsule, &versioned)
@@ -294,14 +294,12 @@ def checked(capsule, likely=True, unknown_dtype=None, /):
     # tensor.
     cdef DLDataType dtype = t.dtype
     head = new_header(ptr, versioned)
-    if unknown_dtype is not None and not dtype_known(dtype):
-        try:
-            unknown_dtype(dtype.code, dtype.bits, dtype.lanes)
-        except BufferError:
-            ptr = claim_tensor(<PyObject *>capsule, versioned)
-            if ptr != NULL:
-                run_deleter(ptr, versioned)
-            raise
+    if not_exchanged is not None and not dtype_known(dtype):
+        err = not_exchanged(dtype.code, dtype.bits, dtype.lanes)
+        ptr = claim_tensor(<PyObject *>capsule, versioned)
+        if ptr != NULL:
+            run_deleter(ptr, versioned)
+        raise err
     return (versioned != 0, head)
 
 
