@@ -250,7 +250,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         # call: pinned and managed memory change kind without CuPy), on the
         # device as the rules name it (host memory under any id a producer
         # gives is device id 0: the CPU is NumPy's (1, 0)).
-        return core.rebuild(capsule, versioned, header, plan.versioned, plan.read_only, (int(plan.target.type), 0))
+        return core.rebuild(capsule, plan.versioned, plan.read_only, (int(plan.target.type), 0))
     arr = numpy_backend.consume(capsule, versioned, header)
     return export_numpy(arr, readonly, stream, max_version, dl_device, copy, plan)
 
@@ -306,7 +306,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
             _capsule.discard(capsule, versioned)
             raise _errors.readonly_legacy(_peers.legacy_askers())
         if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
-            return core.rebuild(capsule, versioned, header, False, False)
+            return core.rebuild(capsule, False, False)
         return capsule
     if versioned:
         ptr, flags = header.ptr, header.flags
@@ -314,7 +314,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         # Rule 6: a legacy capsule cannot say whether its data may be
         # written, so the zero-copy versioned one says READ_ONLY.
         read_only = not copied
-        capsule = core.rebuild(capsule, versioned, header, True, read_only)
+        capsule = core.rebuild(capsule, True, read_only)
         ptr = _capsule.pointer(capsule, True)
         flags = 0
     if copied:
@@ -324,22 +324,3 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     _capsule.set_version(ptr, _versions.DLPACK_VERSION)
     _capsule.set_flags(ptr, flags)
     return capsule
-
-
-def python_rebuild(capsule, versioned, header, want_versioned, read_only, device=None):
-    """The capsule of the other kind over the same memory of a checked
-    capsule (no copy, any device), labelled ``device`` ((type, id); None:
-    the original device), READ_ONLY where ``read_only`` or the data came in
-    a legacy capsule. The legacy -> versioned adaptation and versioned ->
-    legacy where nothing read-only is lost: the general path, which the
-    compiled core (``core.rebuild``) hands every case but the plain ones to."""
-    plan = _rules.Plan(want_versioned, False, CPU, CPU, read_only)
-    try:
-        dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
-    except BufferError:
-        _capsule.discard(capsule, versioned)
-        raise
-    out = numpy_backend.rebuild(capsule, versioned, header, plan, dtype)
-    if device is not None:
-        _capsule.set_device(_capsule.pointer(out, want_versioned), want_versioned, *device)
-    return out

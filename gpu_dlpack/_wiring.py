@@ -137,7 +137,6 @@ def install() -> None:
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,
         host_export=_exchange.host_export,
-        rebuild=_exchange.python_rebuild,
     )
     core.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
                     _capsule.CapsuleInfo, vars(_errors))

@@ -781,15 +781,13 @@ def test_an_adapted_jax_capsule_holds_the_legacy_struct_in_its_manager_ctx(jax):
 
     if _peers.release(jax.__version__) >= (0, 12):
         pytest.skip(f"JAX {jax.__version__} gives a versioned capsule itself: nothing is adapted")
-    if numpy_backend.STRIDES_AFTER_SHAPE or not numpy_backend.VERSIONED_NUMPY:
-        pytest.skip(f"NumPy {np.__version__}: the adaptation rebuilds through NumPy (docs/internals/core.md)")
     j = jax.numpy.arange(6.0)
     cap = gpu_dlpack.export(j, max_version=(1, 0))
     info = gpu_dlpack.inspect(cap)
     assert info.versioned and info.readonly and info.version == gpu_dlpack.DLPACK_VERSION
     ctx = _void(_capsule.pointer(cap, True) + 8)
     # DLManagedTensor starts with its DLTensor, which starts with the data
-    # pointer: JAX's struct, not an object of NumPy's (the Python rebuild's).
+    # pointer: JAX's struct itself, on every NumPy.
     assert ctx and _void(ctx) == j.unsafe_buffer_pointer() == info.data
 
 
@@ -799,20 +797,11 @@ def _legacy_on(device, **kw):
     return capsules.make(np.arange(6.0), versioned=False, device=device, **kw)
 
 
-def _core_adapts():
-    """Whether the core adapts capsules itself: from NumPy 2.4, which lays
-    out its exports as the core does (strides always); before, the rebuild
-    through NumPy does."""
-    return numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE
-
-
-@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.1.0",
-                    reason="before NumPy 2.1 (its exports laid out otherwise) the adaptation is the Python rebuild's")
 @pytest.mark.parametrize("device", [(1, 0), (1, 3), (2, 0), (4, 0)])
 def test_the_legacy_to_versioned_adaptation_frees_the_legacy_tensor_once_on_every_path(device):
     # Consumed, refused by the consumer, never consumed: the legacy deleter
-    # runs once, for a producer on any device. Where the core adapts, the
-    # new struct's manager_ctx is the legacy struct itself.
+    # runs once, for a producer on any device. The new struct's manager_ctx
+    # is the legacy struct itself.
     from gpu_dlpack import _capsule
 
     from .capsules import Producer, consume_and_free
@@ -828,8 +817,7 @@ def test_the_legacy_to_versioned_adaptation_frees_the_legacy_tensor_once_on_ever
         info = gpu_dlpack.inspect(adapted)
         assert info.versioned and info.readonly and info.data == rec.struct.dl_tensor.data
         assert info.device.dlpack == (device if device[0] != 1 else (1, 0))  # the host as NumPy labels it
-        if _core_adapts():
-            assert _void(_capsule.pointer(adapted, True) + 8) == rec.address
+        assert _void(_capsule.pointer(adapted, True) + 8) == rec.address
         assert rec.calls == 0
         end(adapted)
         del adapted, cap
@@ -839,8 +827,6 @@ def test_the_legacy_to_versioned_adaptation_frees_the_legacy_tensor_once_on_ever
         assert rec.calls == 1
 
 
-@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.1.0",
-                    reason="before NumPy 2.1 (its exports laid out otherwise) the adaptation is the Python rebuild's")
 @pytest.mark.parametrize("device", [(1, 0), (2, 0)])
 def test_the_versioned_to_legacy_adaptation_frees_the_versioned_tensor_once(device):
     from gpu_dlpack import _capsule
@@ -851,12 +837,8 @@ def test_the_versioned_to_legacy_adaptation_frees_the_versioned_tensor_once(devi
         cap, rec = capsules.make(np.arange(6.0), versioned=True, device=device)
         legacy = gpu_dlpack.export(capsules.Producer(cap, device=device))
         info = gpu_dlpack.inspect(legacy)
-        # NumPy 2.1 to 2.3 leave a contiguous array's strides out of a legacy
-        # capsule, as DLPack allows; the rebuild through NumPy is then the one.
-        strides = None if numpy_backend.STRIDES_AFTER_SHAPE else (1,)
-        assert info.name == "dltensor" and info.data == rec.struct.dl_tensor.data and info.strides == strides
-        if _core_adapts():
-            assert _void(_capsule.pointer(legacy, False) + 48) == rec.address  # DLManagedTensor.manager_ctx
+        assert info.name == "dltensor" and info.data == rec.struct.dl_tensor.data and info.strides == (1,)
+        assert _void(_capsule.pointer(legacy, False) + 48) == rec.address  # DLManagedTensor.manager_ctx
         if consume:
             capsules.consume_and_free(legacy)
         del legacy, cap
@@ -866,9 +848,9 @@ def test_the_versioned_to_legacy_adaptation_frees_the_versioned_tensor_once(devi
         assert rec.calls == 1
 
 
-def test_a_capsule_the_adaptation_refuses_is_freed_at_once_with_the_python_error():
-    # Not a plain case for the core (a dtype NumPy holds through a carrier
-    # only, an unknown one): the Python rebuild decides.
+def test_a_capsule_the_adaptation_refuses_is_freed_at_once_with_the_layers_error():
+    # A dtype that is not exchanged (bfloat with 8 bits): the adaptation
+    # refuses it with the layer's error and frees the tensor at once.
     from .capsules import DeviceProducer
 
     p = DeviceProducer(np.arange(6, dtype=np.uint16), device=(2, 0), data=0x1000, dtype=(4, 8, 1))
@@ -1035,3 +1017,43 @@ def test_every_plain_dtype_is_the_core_s_own(ml_dtypes):
             assert names == [], (dtype.char, name, names)
             got = gpu_dlpack.from_dlpack(out) if name != "from_dlpack" else out
             assert got.dtype == x.dtype and got.tolist() == x.tolist(), (dtype.char, name)
+
+
+def test_the_adaptation_reads_the_kind_from_the_capsule_and_refuses_what_it_cannot_make():
+    # The capsule's name says its kind; no argument can make the core read
+    # one kind as the other. What it is asked wrongly is the layer's error
+    # (the capsule left as it was), what it refuses frees the tensor once.
+    from gpu_dlpack import ReadOnlyError, _capsule
+
+    from . import capsules
+
+    for versioned in (False, True):
+        cap, rec = capsules.make(np.arange(6.0), versioned=versioned)
+        for bad in (None, 1, "yes", np.bool_(True)):
+            with pytest.raises(TypeError, match="must be bools"):
+                core.rebuild(cap, bad, False)
+            with pytest.raises(TypeError, match="must be bools"):
+                core.rebuild(cap, not versioned, bad)
+        with pytest.raises(ValueError, match="already"):
+            core.rebuild(cap, versioned, False)
+        for device in ((0, 0), (1, -1), (1.0, 0), "cpu", (1, 0, 0), (2**40, 0)):
+            with pytest.raises(ValueError, match="device must be"):
+                core.rebuild(cap, not versioned, False, device)
+        assert _capsule.is_unconsumed(cap) and rec.calls == 0
+        out = core.rebuild(cap, not versioned, False, (2, 3))
+        info = gpu_dlpack.inspect(out)
+        assert info.versioned is (not versioned) and info.device.dlpack == (2, 3)
+        assert not _capsule.is_unconsumed(cap)
+        with pytest.raises(BufferError):  # taken: its name says used_*
+            core.rebuild(cap, not versioned, False)
+        del out
+        gc.collect()
+        assert rec.calls == 1
+    for cap, rec in (capsules.make(np.arange(6.0), versioned=True, flags=gpu_dlpack.FLAG_READ_ONLY),
+                     capsules.make(np.arange(6.0), versioned=True)):
+        read_only = not rec.struct.flags  # the flag, or the argument
+        with pytest.raises(ReadOnlyError):
+            core.rebuild(cap, False, read_only)
+        assert not _capsule.is_unconsumed(cap) and rec.calls == 1
+    with pytest.raises(TypeError):
+        core.rebuild(object(), True, False)

@@ -137,25 +137,40 @@ def test_a_dtype_numpy_does_not_know_travels_through_the_carrier(ml_dtypes):
     assert info.data + info.byte_offset == UNMAPPED
 
 
-def test_a_dtype_numpy_holds_only_with_ml_dtypes_is_refused_without_it_and_the_capsule_freed(monkeypatch):
-    # The legacy capsule is rebuilt as a versioned one through NumPy, which
-    # needs ml_dtypes for bfloat16: without it, the remedy, and no leak.
-    p = jax_on_cuda(dtype=(4, 16, 1))
-    p.array = np.arange(6, dtype=np.uint16)
+@pytest.mark.parametrize("dtype", [(4, 16, 1), (2, 16, 1), (7, 8, 1), (17, 4, 1)],
+                         ids=["bfloat16", "float16", "float8_e3m4", "float4_e2m1fn"])
+@pytest.mark.parametrize("shape", [(6,), (), (0,)], ids=["1-d", "0-d", "empty"])
+def test_every_exchanged_dtype_and_shape_of_a_legacy_device_capsule_is_adapted_without_numpy(monkeypatch, dtype, shape):
+    # The other kind over the same struct needs no NumPy and no ml_dtypes
+    # (nothing is imported): bfloat16 and the float8/6/4 carriers, 0-d and
+    # empty tensors, are adapted in place, READ_ONLY, freed once.
     from gpu_dlpack import _dtypes
 
+    p = DeviceProducer(np.zeros(shape), device=CUDA0, data=UNMAPPED, dtype=dtype)
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # not installed
     monkeypatch.setattr(_dtypes, "_ml_dtypes", functools.lru_cache(_dtypes._ml_dtypes.__wrapped__))
     _dtypes.to_numpy.cache_clear()  # what it found with ml_dtypes
     try:
-        with pytest.raises(BufferError) as refused:
-            export(p, max_version=(1, 0))
+        cap = export(p, max_version=(1, 0))
     finally:
         _dtypes.to_numpy.cache_clear()
-    assert str(refused.value) == (
-        "cannot exchange DLPack dtype (code=4, bits=16, lanes=1): this is bfloat16, which NumPy "
-        "holds only with the ml_dtypes package: pip install ml_dtypes."
-    )
+    info = inspect(cap)
+    assert info.versioned and info.version == gpu_dlpack.DLPACK_VERSION and info.readonly
+    assert info.device.dlpack == CUDA0 and info.data + info.byte_offset == UNMAPPED
+    assert info.dl_dtype == dtype and info.shape == shape
+    assert info.strides is not None and len(info.strides) == len(shape)  # strides always (DLPack 1.2)
+    if 0 not in shape:
+        assert info.strides == tuple(1 for _ in shape)
+    assert [r.calls for r in p.records] == [0]
+    del cap
+    gc.collect()
+    assert [r.calls for r in p.records] == [1]
+
+
+def test_a_dtype_that_is_not_exchanged_is_refused_by_the_adaptation_and_the_capsule_freed():
+    p = jax_on_cuda(dtype=(4, 8, 1))
+    with pytest.raises(BufferError, match=r"DLPack dtype \(code=4, bits=8, lanes=1\)"):
+        export(p, max_version=(1, 0))
     assert [r.calls for r in p.records] == [1]
 
 

@@ -190,28 +190,6 @@ def consume(capsule, versioned, header) -> np.ndarray:
     return arr
 
 
-def rebuild(capsule, versioned, header, plan, dtype: _dtypes.DType):
-    """A capsule of the kind ``plan`` asks for over the same memory as a
-    checked capsule, on whatever device that memory is, touching none of it:
-    relabelled as host memory, imported by NumPy (which only records the
-    address), exported again (NumPy's export keeps the import alive, so the
-    original deleter runs once, when the new capsule is freed), and
-    labelled with the original device again.
-    """
-    device = (header.device_type, header.device_id)
-    _capsule.set_device(header.ptr, versioned, 1, 0)
-    try:
-        arr = consume(capsule, versioned, header._replace(device_type=1, device_id=0))
-    except BufferError:
-        if _capsule.is_unconsumed(capsule):
-            _capsule.set_device(header.ptr, versioned, *device)
-            _capsule.discard(capsule, versioned)
-        raise
-    out = export(arr, plan, dtype)
-    _capsule.set_device(_capsule.pointer(out, plan.versioned), plan.versioned, *device)
-    return out
-
-
 def aligned_copy(arr: np.ndarray, alignment: int, stream=None) -> np.ndarray:
     """A writeable C-order copy of ``arr`` whose first element is at a
     multiple of ``alignment`` bytes (and of its dtype's alignment)."""

@@ -1,12 +1,13 @@
-# The capsule of the other kind over the same memory: a legacy
-# DLManagedTensor becomes a DLManagedTensorVersioned whose manager_ctx holds
-# it and whose deleter calls its deleter once (and a versioned one a legacy
-# one, the same way round), on any device, touching no data. The Python
-# reference (_exchange.python_rebuild) does it through NumPy: an import
-# that records the address, then an export; the struct made here is the
-# one NumPy's export makes (data + byte_offset and an offset of 0, strides
-# always, a legacy import READ_ONLY), so both paths give the same capsule.
-# Every other case is the Python one's.
+# The capsule of the other kind over the same memory ({ref}`rule 6 <rule-6>`):
+# a legacy DLManagedTensor becomes a DLManagedTensorVersioned whose
+# manager_ctx holds it and whose deleter calls its deleter once (and a
+# versioned one a legacy one, the same way round), for every capsule the
+# checks pass: any dtype exchanged, any number of dimensions (0 too), empty
+# tensors and NULL data, on any device, touching no data and no NumPy. The
+# struct made is laid out as NumPy 2.4 exports: data + byte_offset and an
+# offset of 0, strides always; a versioned one over a legacy tensor is
+# READ_ONLY (a legacy capsule cannot say whether its data may be written),
+# and a read-only tensor has no legacy capsule.
 
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT32_MAX
 from libc.stdlib cimport malloc, free
@@ -41,35 +42,11 @@ cdef void legacy_over_deleter(DLManagedTensor *self) noexcept nogil:
         deleter(v)
 
 
-cdef bint numpy_holds(DLTensor *t) noexcept:
-    """Whether a tensor is well-formed, of a NumPy dtype of its own (one
-    lane; the others go through a carrier, which needs ml_dtypes) and
-    within NumPy's dimensions."""
-    cdef int nbytes = bit_index(t.dtype.bits)
-    return (well_formed(t) and t.ndim <= state.numpy_maxdims and t.dtype.lanes == 1 and t.dtype.code < 32
-            and nbytes != 0 and state.numpy_descr[t.dtype.code][nbytes] != NULL)
-
-
-cdef int adaptable(void *ptr, int versioned) noexcept:
-    """1 when the tensor of an unconsumed capsule of the given kind is one
-    whose rebuild through NumPy the core makes as NumPy would: numpy_holds
-    it, data that is not NULL (NumPy allocates for NULL), at least one
-    dimension (NumPy before 2.1 exports a 0-d tensor without strides),
-    versioned: major 1 and not READ_ONLY (a read-only tensor has no legacy
-    capsule). Else 0: the Python rebuild runs."""
-    cdef DLTensor *t = tensor_of(ptr, versioned)
-    if not state.numpy_layout:
-        return 0  # NumPy before 2.1 lays its exports out otherwise (no strides, empty data moved)
-    if not major_one(ptr, versioned) or (versioned and (<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY):
-        return 0
-    return numpy_holds(t) and t.ndim >= 1 and <uintptr_t>t.data + t.byte_offset != 0
-
-
-cdef inline void copy_tensor_as_numpy_exports(DLTensor *to, const DLTensor *src, int64_t *strides,
+cdef inline void copy_tensor_over(DLTensor *to, const DLTensor *src, int64_t *strides,
                                               DLDevice device) noexcept:
-    """Copy the tensor as NumPy exports it: data + byte_offset and an offset
-    of 0, the shape the source holds, strides always (row-major where the
-    source has none, an extent of 0 counted as 1, as NumPy fills them)."""
+    """Copy the tensor as NumPy 2.4 exports it: data + byte_offset and an
+    offset of 0, the shape the source holds, strides always (row-major where
+    the source has none, an extent of 0 counted as 1, as NumPy fills them)."""
     cdef int64_t step = 1
     cdef int i
     to[0] = src[0]
@@ -105,13 +82,13 @@ cdef void *struct_over(void *src, int versioned, DLDevice device) except NULL:
         v.manager_ctx = src
         v.deleter = versioned_over_deleter
         v.flags = FLAG_READ_ONLY
-    copy_tensor_as_numpy_exports(tensor_of(made, not versioned), t, <int64_t *>(<char *>made + size), device)
+    copy_tensor_over(tensor_of(made, not versioned), t, <int64_t *>(<char *>made + size), device)
     return made
 
 
 cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device) except? NULL:
-    """The capsule of the other kind over the tensor of an unconsumed capsule
-    that adaptable() took, labelled `device`: the capsule taken (renamed
+    """The capsule of the other kind over the tensor of an unconsumed,
+    checked capsule (adapt_refusal() passes it), labelled `device`: the capsule taken (renamed
     used_*), the new one owns its tensor, whose deleter runs once, when the
     new capsule is consumed and freed or dropped unconsumed. As move() does,
     the new capsule is made first, owning nothing (a used_* name), and the
@@ -142,7 +119,7 @@ cdef PyObject *adapted_capsule(PyObject *capsule, int versioned, DLDevice device
 
 cdef inline bint device_from_tuple(object d, DLDevice *device) noexcept:
     """Write the device of a (type, id) tuple of plain ints, a DLPack device
-    type; 0 for anything else (the Python rebuild decides)."""
+    type; 0 for anything else."""
     cdef long dt, di
     if type(d) is not tuple or len(<tuple>d) != 2 or type((<tuple>d)[0]) is not int or type((<tuple>d)[1]) is not int:
         return 0
@@ -158,28 +135,55 @@ cdef inline bint device_from_tuple(object d, DLDevice *device) noexcept:
     return 1
 
 
-def rebuild(capsule, versioned, header, want_versioned, read_only, device=None, /):
-    """The capsule of the other kind over the same tensor (the plain cases of _exchange.python_rebuild).
+cdef object adapt_refusal(object capsule, void *ptr, int kind, bint read_only):
+    """The layer's error for a capsule the adaptation refuses, or None:
+    one the checks refuse (a struct of another major version, malformed), a
+    dtype that is not exchanged, read-only data (a flag, or `read_only`)
+    for a legacy capsule."""
+    if ptr == NULL or not major_one(ptr, kind) or not well_formed(tensor_of(ptr, kind)):
+        return capsule_fault(capsule, False)
+    cdef DLDataType dt = tensor_of(ptr, kind).dtype
+    if not dtype_known(dt):
+        return layer_error("unsupported_dtype", (dt.code, dt.bits, dt.lanes, "not a dtype gpu_dlpack exchanges"))
+    if kind and (read_only or (<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY):
+        return layer_error("readonly_legacy", ())
+    return None
 
-    The same arguments: a checked capsule; device a (type, id) tuple or None
-    for the tensor's own. Every other case is the Python rebuild's."""
-    cdef int is_versioned, want, kind
-    cdef void *ptr = NULL
-    cdef DLDevice to
+
+def rebuild(capsule, want_versioned, read_only, device=None, /):
+    """The capsule of the other kind over the same tensor, no data touched.
+
+    capsule: an unconsumed DLPack capsule, whose name says its kind;
+    want_versioned: True for a versioned capsule over a legacy one, False
+    for a legacy one over a versioned one; read_only: whether the data must
+    not be written (a versioned one over a legacy tensor is READ_ONLY
+    anyway; read-only data has no legacy capsule: ReadOnlyError); device: a
+    (type, id) pair to label it with, None for the tensor's own. The capsule
+    is taken: its deleter runs once, when the new capsule is freed, or now
+    where the adaptation is refused (the layer's error)."""
+    cdef int kind = -1
+    cdef void *ptr
+    cdef DLDevice to, label
     cdef PyObject *out = NULL
     configured()
-    if isinstance(versioned, bool) and isinstance(want_versioned, bool) and isinstance(read_only, bool):
-        is_versioned = versioned is True
-        want = want_versioned is True
-        # versioned -> legacy of read-only data is refused by the Python one
-        if want != is_versioned and (want or read_only is False):
-            ptr = unconsumed(<PyObject *>capsule, &kind)
-        if ptr != NULL and kind == is_versioned and adaptable(ptr, kind):
-            to = tensor_of(ptr, kind).device
-            if device is None or device_from_tuple(device, &to):
-                out = adapted_capsule(<PyObject *>capsule, kind, to)
-    if out == NULL:  # not a plain case, or taken meanwhile: the Python rebuild says what the capsule now is
-        return hand_back(b"rebuild", (capsule, versioned, header, want_versioned, read_only, device))
+    if type(want_versioned) is not bool or type(read_only) is not bool:
+        raise TypeError(f"want_versioned and read_only must be bools, got {want_versioned!r} and {read_only!r}")
+    if device is not None and not device_from_tuple(device, &label):
+        raise ValueError(f"device must be None or a (type, id) pair of DLPack ints, got {device!r}")
+    while out == NULL:  # again only where another consumer took the capsule meanwhile
+        ptr = unconsumed(<PyObject *>capsule, &kind)
+        if ptr == NULL:
+            raise capsule_fault(capsule, False)
+        if kind == (want_versioned is True):
+            raise ValueError(f"the capsule is already {'versioned' if kind else 'legacy'}: no adaptation to make")
+        err = adapt_refusal(capsule, ptr, kind, read_only is True)
+        if err is not None:
+            ptr = claim_tensor(<PyObject *>capsule, kind)
+            if ptr != NULL:
+                release_tensor(ptr, kind)
+            raise err
+        to = tensor_of(ptr, kind).device if device is None else label
+        out = adapted_capsule(<PyObject *>capsule, kind, to)
     adapted = <object>out
     Py_DECREF(adapted)  # the reference adapted_capsule handed over, now adapted's
     return adapted

@@ -297,6 +297,15 @@ cdef PyObject *taken_error() except NULL:
     return value
 
 
+cdef bint numpy_holds(DLTensor *t) noexcept:
+    """Whether a tensor is well-formed, of a NumPy dtype of its own (one
+    lane; the others go through a carrier, which needs ml_dtypes) and
+    within NumPy's dimensions."""
+    cdef int nbytes = bit_index(t.dtype.bits)
+    return (well_formed(t) and t.ndim <= state.numpy_maxdims and t.dtype.lanes == 1 and t.dtype.code < 32
+            and nbytes != 0 and state.numpy_descr[t.dtype.code][nbytes] != NULL)
+
+
 @cython.cdivision(True)
 cdef bint host_plain(void *ptr, int versioned) noexcept:
     """Whether an unconsumed tensor of the given kind is one whose NumPy

@@ -302,7 +302,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
         if read_only:
             (<DLManagedTensorVersioned *>ptr).flags |= FLAG_READ_ONLY
         return take(answer)
-    if plain and not kind and versioned and adaptable(ptr, 0):
+    if plain and not kind and versioned:
         # The data of a legacy capsule counts as read-only (rule 6), on the
         # CPU as NumPy labels it.
         cpu.device_type = state.cpu_type
