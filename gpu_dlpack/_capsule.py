@@ -250,18 +250,17 @@ kept_capsule = core.kept_capsule
 OWNING_DESTRUCTORS = core.OWNING_DESTRUCTORS
 
 
-def move(capsule, versioned: bool):
-    """A new unconsumed capsule of the same kind that holds the tensor of
-    ``capsule``, renamed ``used_*`` in the same step: the new capsule's
-    destructor frees the tensor if it is dropped unconsumed. MemoryError
-    leaves ``capsule`` as it was."""
-    return core.move(capsule, versioned, OWNING_DESTRUCTORS[versioned])
+#: ``move(capsule)``: a new unconsumed capsule of the same kind (its name
+#: says which) that holds the tensor of ``capsule``, renamed ``used_*`` in
+#: the same step: the new capsule's destructor frees the tensor if it is
+#: dropped unconsumed. MemoryError leaves ``capsule`` as it was.
+move = core.move
 
 
-def take(capsule, versioned: bool) -> Owner:
+def take(capsule) -> Owner:
     """Take ownership of an unconsumed capsule (rename it ``used_*``) and
     return the ``Owner`` that frees its tensor when it dies."""
-    return Owner(move(capsule, versioned))
+    return Owner(move(capsule))
 
 
 def handover(capsule):
@@ -270,5 +269,5 @@ def handover(capsule):
     capsule only this call holds, which the layer then checks and consumes
     like any other."""
     versioned = kind(capsule)
-    return versioned, move(capsule, versioned)
+    return versioned, move(capsule)
 

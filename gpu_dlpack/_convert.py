@@ -394,7 +394,7 @@ class Served:
             capsule = _copy_of(capsule, info, need, s)
             info = _capsule.read(capsule)
         elif fix.share:
-            _capsule.set_flags(_capsule.pointer(capsule, True), info.flags & ~_capsule.READ_ONLY)
+            _capsule.set_flags(capsule, info.flags & ~_capsule.READ_ONLY)
         self.record = {
             "address": info.data + info.byte_offset, "dtype": info.dl_dtype, "copied": info.is_copied,
             "shape": info.shape, "strides": info.strides, "required": self._required,
@@ -419,11 +419,10 @@ def _copy_of(capsule, info, alignment: int, stream):
     out = from_dlpack(capsule, device=device, copy=True, stream=stream, require_alignment=alignment,
                       require_contiguous=True)
     copied = export(out, max_version=_VERSION, stream=stream)
-    ptr = _capsule.pointer(copied, True)
     code, bits, _lanes = info.dl_dtype
-    _capsule.set_dtype(ptr, True, code, bits)  # a dtype NumPy carries as unsigned keeps its code
+    _capsule.set_dtype(copied, code, bits)  # a dtype NumPy carries as unsigned keeps its code
     flags = _capsule.read(copied).flags
-    _capsule.set_flags(ptr, (flags | _capsule.IS_COPIED) & ~_capsule.READ_ONLY)
+    _capsule.set_flags(copied, (flags | _capsule.IS_COPIED) & ~_capsule.READ_ONLY)
     return copied
 
 

@@ -215,7 +215,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
     if ask_versioned and not versioned:
         gave_legacy.add(type(x))
     if not _rules.capsule_agrees(source, header.device_type, header.device_id):
-        _capsule.discard(capsule, versioned)
+        _capsule.discard(capsule)
         got = Device((header.device_type, header.device_id))
         raise _errors.device_mismatch(x, source, got)
     flags = header.flags
@@ -232,7 +232,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         )
         stream = _streams.check_stream(stream, plan.target.type)
     except (BufferError, TypeError, ValueError):
-        _capsule.discard(capsule, versioned)
+        _capsule.discard(capsule)
         raise
     # Pass the producer's capsule on when it already says everything right
     # (versioned capsules must carry strides since DLPack 1.2).
@@ -240,10 +240,9 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         not versioned or header.strides or not header.ndim
     ):
         if versioned:
-            ptr = header.ptr
-            _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+            _capsule.set_version(capsule, _versions.DLPACK_VERSION)
             if plan.read_only and not flags & _capsule.READ_ONLY:
-                _capsule.set_flags(ptr, flags | _capsule.READ_ONLY)
+                _capsule.set_flags(capsule, flags | _capsule.READ_ONLY)
         return capsule
     if not plan.copy and not plan.moves and plan.versioned != versioned and plan.target.type in HOST_ACCESSIBLE:
         # The other kind over the same memory, a struct relabelled (no GPU
@@ -282,13 +281,13 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
             source, header.device_type, header.device_id):
         # Neither where it said nor where it was asked to move: the producer
         # contradicts itself (not a move nobody asked for).
-        _capsule.discard(capsule, versioned)
+        _capsule.discard(capsule)
         raise _errors.device_mismatch(x, source, got)
     if got != target or (copy and not full):
         # The producer gave its own memory where a move or a copy was asked:
         # the backend of its device makes them, from a zero-copy view of it.
         if got != source or not _backends.can_copy(source, target):
-            _capsule.discard(capsule, versioned)
+            _capsule.discard(capsule)
             kind = "versioned" if versioned else "legacy"
             raise _errors.unreachable(
                 source, target, f"the producer gave a {kind} capsule on {got} and "
@@ -303,24 +302,23 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
     read_only = not copied and (readonly or bool(header.flags & _capsule.READ_ONLY) or _peers.export_facts(type(x)).read_only)
     if not want_versioned:
         if read_only:
-            _capsule.discard(capsule, versioned)
+            _capsule.discard(capsule)
             raise _errors.readonly_legacy(_peers.legacy_askers())
         if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
             return core.rebuild(capsule, False, False)
         return capsule
     if versioned:
-        ptr, flags = header.ptr, header.flags
+        flags = header.flags
     else:
         # Rule 6: a legacy capsule cannot say whether its data may be
         # written, so the zero-copy versioned one says READ_ONLY.
         read_only = not copied
         capsule = core.rebuild(capsule, True, read_only)
-        ptr = _capsule.pointer(capsule, True)
         flags = 0
     if copied:
         flags |= _capsule.IS_COPIED
     if read_only:
         flags |= _capsule.READ_ONLY
-    _capsule.set_version(ptr, _versions.DLPACK_VERSION)
-    _capsule.set_flags(ptr, flags)
+    _capsule.set_version(capsule, _versions.DLPACK_VERSION)
+    _capsule.set_flags(capsule, flags)
     return capsule

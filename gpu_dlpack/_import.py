@@ -209,7 +209,7 @@ def from_dlpack(
             capsule, full = request(x, **ask)
         versioned, header = _capsule.checked(capsule)
         if versioned and not moves:
-            _as_its_row_says(x, header)
+            _as_its_row_says(x, capsule, header)
         if moves and not full:
             # An old producer could not move its data: a backend for its device does.
             backend = _backends.for_device(source)
@@ -288,17 +288,17 @@ def host_capsule(x, capsule=None, error=None, said=CPU):
     if not versioned:
         gave_legacy.add(type(x))
     else:
-        _as_its_row_says(x, header)
+        _as_its_row_says(x, capsule, header)
     return _land_on_host(capsule, versioned, header, False, x, said)
 
 
-def _as_its_row_says(x, header):
+def _as_its_row_says(x, capsule, header):
     """A versioned capsule of ``x``'s own memory made READ_ONLY where its
     library's row says its arrays are read-only whatever their capsules
     say (``_peers.READ_ONLY_ARRAYS``): on every path that lands it, as the
     compiled core's import does (``_wiring``'s import plan)."""
     if not header.flags & (_capsule.READ_ONLY | _capsule.IS_COPIED) and _peers.export_facts(type(x)).read_only:
-        _capsule.set_flags(header.ptr, header.flags | _capsule.READ_ONLY)
+        _capsule.set_flags(capsule, header.flags | _capsule.READ_ONLY)
 
 
 _np_from_dlpack = np.from_dlpack
@@ -348,7 +348,7 @@ def _from_capsule(capsule, device, copy, stream):
         # The caller handed the capsule over: a refusal frees it now, not
         # whenever the caller drops it.
         if _capsule.is_unconsumed(capsule):
-            _capsule.discard(capsule, versioned)
+            _capsule.discard(capsule)
         raise
 
 
@@ -358,7 +358,7 @@ def _land_on_host(capsule, versioned, header, copy, x=None, said=None):
     for ``dl_device=(1, 0)``."""
     if header.device_type not in _HOST_TYPES:
         got = Device((header.device_type, header.device_id))
-        _capsule.discard(capsule, versioned)
+        _capsule.discard(capsule)
         if said is not None:
             raise _errors.device_mismatch(x, said, got)
         raise _errors.unreachable(got, CPU, "the producer ignored dl_device=(1, 0)")
@@ -366,7 +366,7 @@ def _land_on_host(capsule, versioned, header, copy, x=None, said=None):
         arr = numpy_backend.consume(capsule, versioned, header)
     except BufferError:
         if _capsule.is_unconsumed(capsule):
-            _capsule.discard(capsule, versioned)
+            _capsule.discard(capsule)
         raise
     return arr.copy() if copy else arr
 

@@ -251,7 +251,7 @@ class Lent:
         dtype = _dtypes.from_numpy(view.dtype)
         plan = _rules.Plan(versioned, False, CPU, CPU, info["readonly"])
         capsule = numpy_backend.export(view, plan, dtype)
-        _capsule.set_device(_capsule.pointer(capsule, versioned), versioned, *self.device.dlpack)
+        _capsule.set_device(capsule, *self.device.dlpack)
         return capsule
 
 
@@ -344,7 +344,7 @@ def cuda_interface(capsule, readonly: bool, stream) -> tuple:
         "strides": strides,
         "stream": stream,
     }
-    return interface, _capsule.take(capsule, info.versioned)
+    return interface, _capsule.take(capsule)
 
 
 def array_interface(capsule, readonly: bool) -> tuple:

@@ -98,4 +98,4 @@ def pieces(x):
 def flag_copied(capsule) -> None:
     """Set IS_COPIED on a versioned capsule of a gathered array."""
     if _capsule.kind(capsule):
-        _capsule.set_flags(_capsule.pointer(capsule, True), _capsule.read(capsule).flags | _capsule.IS_COPIED)
+        _capsule.set_flags(capsule, _capsule.read(capsule).flags | _capsule.IS_COPIED)

@@ -170,7 +170,7 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
             info = _capsule.read(capsule)
         finally:
             # Read: the capsule goes now, and its deleter with it.
-            _capsule.discard(capsule, _capsule.kind(capsule))
+            _capsule.discard(capsule)
         ready_on = _streams.resolve(stream, info.device.type) if info.device.type in _streams.RULES else None
         readonly = info.readonly
     shape, strides = info.shape, info.strides

@@ -151,7 +151,7 @@ def k_capsule_refused():
     from gpu_dlpack import _capsule
 
     box, watch = _source()
-    _capsule.set_version(_capsule.pointer(box[0], True), (2, 0))  # a major version no importer reads
+    _capsule.set_version(box[0], (2, 0))  # a major version no importer reads
 
     def run():
         try:

@@ -257,7 +257,7 @@ def test_a_capsule_raced_for_by_threads_is_taken_exactly_once(versioned):
         def race():
             barrier.wait()
             try:
-                won.append(_capsule.take(cap, versioned))
+                won.append(_capsule.take(cap))
             except Exception as exc:  # the loser's error
                 lost.append(exc)
 
@@ -503,7 +503,7 @@ def test_checked_frees_a_refused_tensor_once_when_its_refusal_consumed_the_capsu
     cap, rec = capsules.make(a, dtype=(2, 64, 2))  # a vector type: not exchanged, so refused
 
     def not_exchanged(code, bits, lanes):
-        _capsule.discard(cap, True)  # consumed and freed: the struct is poisoned
+        _capsule.discard(cap)  # consumed and freed: the struct is poisoned
         assert rec.calls == 1
         return BufferError(f"refused {(code, bits, lanes)}")
 
@@ -523,7 +523,7 @@ def test_the_dtype_check_is_the_cores_over_the_table_of_dtypes():
     for code, bits in sorted(_dtypes.KNOWN):
         cap, _ = capsules.make(np.zeros(2, np.uint64), dtype=(code, bits, 1), shape=(1,))
         _capsule.checked(cap, True, lambda *dt: asked.append(dt))
-        _capsule.discard(cap, True)
+        _capsule.discard(cap)
     assert asked == []
     for dtype, why in (((2, 64, 2), "vector types"), ((2, 24, 1), "DLPack float has no 24-bit type"),
                        ((31, 8, 1), "not a DLPack dtype code"), ((0, 128, 1), "DLPack int has no 128-bit type")):
@@ -940,13 +940,13 @@ def test_set_dtype_and_set_device_write_those_fields_only(versioned):
 
     cap, rec = capsules.make(versioned=versioned, dtype=(2, 64, 4), device=(1, 0))
     before = bytes(rec.struct)
-    core.set_dtype(rec.address, versioned, 1, 16)
+    core.set_dtype(cap, 1, 16)
     t = rec.struct.dl_tensor
     assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (1, 16, 1)
-    core.set_device(rec.address, versioned, gpu_dlpack.DLDeviceType.CUDA_HOST, 2**31 - 1)
+    core.set_device(cap, gpu_dlpack.DLDeviceType.CUDA_HOST, 2**31 - 1)
     assert (t.device.device_type, t.device.device_id) == (3, 2**31 - 1)
-    core.set_device(rec.address, versioned, 1, 0)
-    core.set_dtype(rec.address, versioned, 2, 64)
+    core.set_device(cap, 1, 0)
+    core.set_dtype(cap, 2, 64)
     t.dtype.lanes = 4
     assert bytes(rec.struct) == before  # nothing else was written
 
@@ -960,10 +960,10 @@ def test_a_dtype_or_device_that_does_not_fit_its_field_writes_nothing(call, args
 
     cap, rec = capsules.make(versioned=True)
     before = bytes(rec.struct)
-    with pytest.raises(ValueError, match="is written at"):
-        call(rec.address, True, *args)
-    with pytest.raises(ValueError, match="is written at"):
-        call(0, True, 1, 8)  # no tensor
+    with pytest.raises(ValueError, match="is written into"):
+        call(cap, *args)
+    with pytest.raises(ValueError, match="is written into"):
+        call(rec.address, 1, 8)  # an address is no capsule
     assert bytes(rec.struct) == before
 
 
@@ -1057,3 +1057,51 @@ def test_the_adaptation_reads_the_kind_from_the_capsule_and_refuses_what_it_cann
         assert not _capsule.is_unconsumed(cap) and rec.calls == 1
     with pytest.raises(TypeError):
         core.rebuild(object(), True, False)
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_no_argument_makes_the_core_read_one_kind_of_capsule_as_the_other(versioned):
+    # Every entry that reads a capsule reads its kind from its name. Where a
+    # caller still passes one (a hint, or the kind asked of pointer()), the
+    # wrong kind, None and a non-bool give the right answer or an error,
+    # never a struct read as the other kind.
+    from gpu_dlpack import _capsule
+    from gpu_dlpack._backends import numpy_backend
+
+    from . import capsules
+
+    wrong = (not versioned, None, 2, "no", np.bool_(not versioned))
+
+    def fresh():  # pinned host memory: NumPy's import relabels it as the CPU's and back
+        return capsules.make(np.arange(6.0), versioned=versioned, device=(3, 0))
+
+    for kind in wrong:
+        cap, rec = fresh()
+        assert _capsule.checked(cap, kind)[0] is versioned  # a hint of which name to try first
+        if bool(kind) == versioned:  # the kind asked of pointer(): the C API checks the name
+            assert core.pointer(cap, kind) == rec.address
+        else:
+            with pytest.raises(ValueError, match="incorrect name"):
+                core.pointer(cap, kind)
+        header = _capsule.checked(cap)[1]
+        if versioned and not numpy_backend.VERSIONED_NUMPY and not kind:
+            with pytest.raises(BufferError):  # NumPy before 2.1 reads no versioned capsule
+                numpy_backend.consume(cap, kind, header)
+        else:
+            out = numpy_backend.consume(cap, kind, header)
+            assert out.tolist() == list(range(6)) and out.ctypes.data == rec.struct.dl_tensor.data
+            assert (rec.struct.dl_tensor.device.device_type, rec.struct.version.major if versioned else 1) == (3, 1)
+        del cap
+        gc.collect()
+    for entry in (core.discard, core.move, lambda c: core.set_dtype(c, 2, 64), lambda c: core.set_device(c, 1, 0),
+                  lambda c: core.rebuild(c, not versioned, False)):
+        cap, rec = fresh()
+        entry(cap)
+        gc.collect()
+    for entry in (core.set_flags, lambda c, f: core.set_version(c, (1, f))):
+        cap, rec = fresh()
+        if versioned:
+            entry(cap, 0)
+        else:
+            with pytest.raises(ValueError, match="is written into"):
+                entry(cap, 0)

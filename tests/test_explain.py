@@ -60,7 +60,7 @@ def numpy_capsule(device_type=1, versioned=False, major=None, dtype=None, ndim=N
     tensor = ptr + (32 if versioned else 0)
     ctypes.memmove(tensor + 8, struct.pack("<ii", device_type, 0), 8)
     if major is not None:
-        _capsule.set_version(ptr, (major, 0))
+        _capsule.set_version(cap, (major, 0))
     if dtype is not None:
         ctypes.memmove(tensor + 20, struct.pack("<BBH", *dtype), 4)
     if ndim is not None:

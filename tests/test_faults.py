@@ -179,7 +179,7 @@ def test_an_owner_has_no_finalizer_that_can_fail():
 def test_a_taken_tensor_lives_in_a_capsule_only_its_owner_holds():
     a = np.arange(4.0)
     cap = a.__dlpack__()
-    owner = _capsule.take(cap, False)
+    owner = _capsule.take(cap)
     assert type(owner._capsule) is _capsule.CapsuleType and _capsule.kind(owner._capsule) is False
     assert gpu_dlpack.inspect(owner._capsule).data == a.ctypes.data
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
@@ -432,8 +432,8 @@ ptr = lambda: a.__array_interface__["data"][0]
 base = core.ExportableBase()
 calls = {
     "checked": lambda: core.checked(cap()),
-    "discard": lambda: core.discard(cap(), False),
-    "move": lambda: core.move(cap(), False, core.OWNING_DESTRUCTORS[0]),
+    "discard": lambda: core.discard(cap()),
+    "move": lambda: core.move(cap()),
     "snapshot": lambda: core.snapshot(cap()),
     "stamp_version": lambda: core.stamp_version(cap(), 1),
     "import_host": lambda: core.import_host(a),

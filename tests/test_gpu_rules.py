@@ -132,7 +132,7 @@ def test_read_only_data_lands_in_place_where_arrays_can_be_read_only(target):
 def test_a_capsule_is_relabelled_pinned_and_still_imports_as_host_memory():
     a = np.arange(4.0)
     cap = a.__dlpack__(max_version=(1, 0))
-    _capsule.set_device(_capsule.pointer(cap, True), True, T.CUDA_HOST, 0)
+    _capsule.set_device(cap, T.CUDA_HOST, 0)
     assert inspect(cap).device == Device("cuda_host")
     out = from_dlpack(cap)  # host-readable: NumPy takes pinned memory in place
     assert out.ctypes.data == a.ctypes.data and out.tolist() == [0, 1, 2, 3]
@@ -143,7 +143,7 @@ def test_a_taken_capsule_frees_its_tensor_once_when_its_owner_dies():
     alive = weakref.ref(a)
     cap = a.__dlpack__(max_version=(1, 0))
     del a
-    owner = _capsule.take(cap, True)
+    owner = _capsule.take(cap)
     with pytest.raises(gpu_dlpack.ConsumedCapsuleError):
         inspect(cap)
     del cap
@@ -168,7 +168,7 @@ def test_a_capsule_of_device_memory_reaches_the_cpu_through_its_devices_backend(
     if not _no_gpu():
         pytest.skip("a GPU is present")
     cap = np.arange(3.0).__dlpack__(max_version=(1, 0))
-    _capsule.set_device(_capsule.pointer(cap, True), True, 2, 0)  # as a CUDA producer labels it
+    _capsule.set_device(cap, 2, 0)  # as a CUDA producer labels it
     with pytest.raises(BufferError, match="cuda:0: gpu_dlpack needs CuPy and a working GPU"):
         from_dlpack(cap, device="cpu")
 

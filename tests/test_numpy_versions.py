@@ -112,7 +112,7 @@ def test_a_capsule_numpy_refuses_is_refused_in_the_layers_words_on_every_numpy(v
         pytest.skip("NumPy before 2.1 reads no versioned capsule: the layer reads them itself")
     a = np.arange(6.0)
     cap = gpu_dlpack.export(a, max_version=(1, 0) if versioned else None)
-    _capsule.set_device(_capsule.pointer(cap, versioned), versioned, 10, 0)
+    _capsule.set_device(cap, 10, 0)
     with pytest.raises(BufferError, match=r"^NumPy could not import the capsule: ") as refused:
         numpy_backend.consume(cap, versioned, _capsule.checked(cap, versioned)[1])
     assert isinstance(refused.value.__cause__, (BufferError, RuntimeError, TypeError, ValueError))

@@ -100,7 +100,7 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
     # be made, out of memory, leaks its arguments, here a capsule.)
     strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
-    owner = _capsule.take(capsule, True)
+    owner = _capsule.take(capsule)
     interface = {
         "version": 3,
         "shape": info.shape,

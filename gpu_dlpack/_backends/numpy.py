@@ -106,7 +106,7 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
                 raise _errors.readonly_legacy(_peers.legacy_askers())
             capsule = view.__dlpack__()
             if dtype.carrier is not None:
-                _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
+                _capsule.set_dtype(capsule, dtype.code, dtype.bits)
             return capsule
         if plan.read_only:
             flags |= _capsule.READ_ONLY
@@ -123,13 +123,12 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     if plan.versioned:
         _relabel(capsule)
         if dtype.carrier is not None:
-            ptr = _capsule.pointer(capsule, True)
-            _capsule.set_dtype(ptr, True, dtype.code, dtype.bits)
+            _capsule.set_dtype(capsule, dtype.code, dtype.bits)
             if dtype.padded:
                 flags = _capsule.read(capsule).flags
-                _capsule.set_flags(ptr, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
+                _capsule.set_flags(capsule, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
     elif dtype.carrier is not None:
-        _capsule.set_dtype(_capsule.pointer(capsule, False), False, dtype.code, dtype.bits)
+        _capsule.set_dtype(capsule, dtype.code, dtype.bits)
     return capsule
 
 
@@ -163,7 +162,7 @@ def consume(capsule, versioned, header) -> np.ndarray:
             "flag) has no NumPy layout"
         )
     if dtype.carrier is not None:
-        _capsule.set_dtype(header.ptr, versioned, _dtypes.UINT, dtype.carrier.itemsize * 8)
+        _capsule.set_dtype(capsule, _dtypes.UINT, dtype.carrier.itemsize * 8)
     if versioned and not VERSIONED_NUMPY:
         try:
             arr = _old_numpy.consume_versioned(capsule, dtype.carrier or dtype.numpy)
@@ -176,7 +175,7 @@ def consume(capsule, versioned, header) -> np.ndarray:
         device = (header.device_type, header.device_id)
         relabel = header.device_type not in _NUMPY_NAMES and header.device_type in HOST_ACCESSIBLE
         if relabel:
-            _capsule.set_device(header.ptr, versioned, 1, 0)
+            _capsule.set_device(capsule, 1, 0)
         try:
             arr = np.from_dlpack(_Handoff(capsule, (1, 0) if relabel else device))
         except (BufferError, RuntimeError, TypeError, ValueError) as exc:
@@ -184,7 +183,7 @@ def consume(capsule, versioned, header) -> np.ndarray:
             raise _errors.numpy_refused(exc) from exc
         finally:
             if relabel:
-                _capsule.set_device(header.ptr, versioned, *device)
+                _capsule.set_device(capsule, *device)
     if dtype.carrier is not None:
         arr = arr.view(dtype.numpy)
     return arr

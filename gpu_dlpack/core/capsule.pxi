@@ -286,7 +286,7 @@ def checked(capsule, likely=True, not_exchanged=None, /):
     cdef void *ptr = unconsumed(<PyObject *>capsule, &versioned)
     if ptr == NULL or not major_one(ptr, versioned) or not well_formed(tensor_of(ptr, versioned)):
         err = capsule_fault(capsule, True)
-        discard(capsule, kind(capsule))
+        discard(capsule)
         raise err
     cdef DLTensor *t = tensor_of(ptr, versioned)
     # Read before the dtype check runs Python code, as the Python checked()
@@ -337,36 +337,36 @@ cdef void legacy_capsule_destructor(PyObject *capsule) noexcept:
 
 
 @cython.embedsignature.format("clinic")
-def discard(capsule, versioned, /):
-    """Claim a capsule and run its deleter."""
+def discard(capsule, /):
+    """Claim a capsule and run its deleter; its name says its kind."""
     # Every claim of the layer goes through the core (this, move, checked),
-    # so no two claims interleave; the Python discard() raises what the name now is.
+    # so no two claims interleave.
     configured()
-    cdef bint v = versioned
-    cdef void *ptr = claim_tensor(<PyObject *>capsule, v)
+    cdef int v = kind_of(<PyObject *>capsule)
+    cdef void *ptr = NULL if v < 0 else claim_tensor(<PyObject *>capsule, v)
     if ptr == NULL:
-        raise not_taken(capsule, versioned)
+        raise not_taken(capsule, v == 1)
     release_tensor(ptr, v)
 
 
 @cython.embedsignature.format("clinic")
-def move(capsule, versioned, destructor, /):
-    """A new unconsumed capsule holding the tensor, the given one renamed used_*, in one step."""
-    # `destructor`: a C function that frees an unconsumed capsule's tensor.
-    # The claim and the hand-over are one step in which no Python code runs
-    # (docs/internals/core.md, "Claims under races"); out of memory, the
-    # capsule given is left as it was. The Python move() on anything but an
-    # unconsumed capsule of that kind (it raises what is wrong).
+def move(capsule, /):
+    """A new unconsumed capsule of the same kind holding the tensor, the given one renamed used_*, in one step."""
+    # Its name says its kind; the new capsule's destructor frees the tensor
+    # if it is dropped unconsumed. The claim and the hand-over are one step
+    # in which no Python code runs (docs/internals/core.md, "Claims under
+    # races"); out of memory, the capsule given is left as it was.
     configured()
-    cdef bint v = versioned
-    cdef PyCapsule_Destructor free_tensor = <PyCapsule_Destructor>PyLong_AsVoidPtr(destructor)
-    if free_tensor == NULL:
-        raise ValueError("move() needs the address of an owning capsule destructor")
+    cdef int v = -1
+    cdef PyCapsule_Destructor free_tensor
     cdef bint moved = False
     cdef void *ptr = NULL
     out = None
     with cython.critical_section(capsule):
-        if kind_of(<PyObject *>capsule) == v:
+        v = kind_of(<PyObject *>capsule)
+        free_tensor = <PyCapsule_Destructor>capsule_destructor if v == 1 else \
+            <PyCapsule_Destructor>legacy_capsule_destructor
+        if v >= 0:
             ptr = pointer_or_null(<PyObject *>capsule, VERSIONED if v else LEGACY)
         if ptr != NULL:
             # Made owning nothing (a used_* name), then both renamed.
@@ -382,7 +382,7 @@ def move(capsule, versioned, destructor, /):
     # not such a capsule: the new one owns nothing and goes.
     out = None
     PyErr_Clear()
-    raise not_taken(capsule, versioned)
+    raise not_taken(capsule, v == 1)
 
 
 # -- reading ---------------------------------------------------------------------
@@ -483,44 +483,63 @@ cdef object stamp_refused(object capsule, object word):
     return TypeError(f"a version word is an int, not {type(word).__name__}")
 
 
-cdef object not_written(object ptr, object value):
-    # The core writes flags or a version (two uint32s) at a versioned
-    # tensor's address; anything else is a call it was not made for.
-    return ValueError(f"no {value!r} is written at {ptr!r}: a versioned tensor's address and its flags or version")
+cdef void *struct_of(object capsule, int *versioned) noexcept:
+    """The struct of a DLPack capsule, unconsumed or consumed by the layer
+    or NumPy (used_*): its kind, from its name, in *versioned. NULL (no
+    error set) for anything else."""
+    versioned[0] = -1
+    if not PyCapsule_CheckExact(capsule):
+        return NULL
+    cdef const char *name = name_or_null(<PyObject *>capsule)
+    if name == NULL:
+        PyErr_Clear()
+        return NULL
+    if strcmp(name, VERSIONED) == 0 or strcmp(name, USED_VERSIONED) == 0:
+        versioned[0] = 1
+    elif strcmp(name, LEGACY) == 0 or strcmp(name, USED_LEGACY) == 0:
+        versioned[0] = 0
+    else:
+        return NULL
+    cdef void *ptr = pointer_or_null(<PyObject *>capsule, name)
+    if ptr == NULL:
+        PyErr_Clear()
+        versioned[0] = -1
+    return ptr
 
 
-cdef object not_set(object ptr, object first, object second):
-    # The core writes a dtype (code and bits, two uint8s) or a device (two
-    # int32s) at a tensor's address; anything else is a call it was not made for.
-    return ValueError(
-        f"no ({first!r}, {second!r}) is written at {ptr!r}: a tensor's address and its dtype's code and bits "
-        "(uint8s) or its device (int32s)"
-    )
+cdef object not_written(object capsule, object what, object value):
+    # The core writes into the struct of a DLPack capsule (dltensor,
+    # dltensor_versioned, or used_* once the layer or NumPy took it), a
+    # version or flags into a versioned one only.
+    return ValueError(f"no {what} {value!r} is written into {capsule!r}: a DLPack capsule's struct takes a dtype's "
+                      "code and bits (uint8s) and a device (int32s), a versioned one a version (uint32s) and "
+                      "flags (uint64)")
 
 
 @cython.embedsignature.format("clinic")
-def set_flags(ptr, flags, /):
-    """Write a versioned tensor's flags."""
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
+def set_flags(capsule, flags, /):
+    """Write a versioned capsule's flags."""
+    cdef int v
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>struct_of(capsule, &v)
     cdef uint64_t f = as_u64(flags)
-    if PyErr_Occurred():
-        raise_pending()
-    if m == NULL:
-        raise not_written(ptr, flags)
+    if PyErr_Occurred() or m == NULL or v != 1:
+        PyErr_Clear()
+        raise not_written(capsule, "flags", flags)
     m.flags = f
 
 
 @cython.embedsignature.format("clinic")
-def set_version(ptr, version, /):
-    """Write a versioned tensor's version."""
-    if type(version) is not tuple or len(<tuple>version) != 2:
-        raise not_written(ptr, version)
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>as_pointer(ptr)
+def set_version(capsule, version, /):
+    """Write a versioned capsule's version."""
+    cdef int v
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>struct_of(capsule, &v)
+    if type(version) is not tuple or len(<tuple>version) != 2 or m == NULL or v != 1:
+        raise not_written(capsule, "version", version)
     cdef unsigned long major = as_ulong((<tuple>version)[0])
     cdef unsigned long minor = as_ulong((<tuple>version)[1])
-    if PyErr_Occurred() or m == NULL or major > UINT32_MAX or minor > UINT32_MAX:
+    if PyErr_Occurred() or major > UINT32_MAX or minor > UINT32_MAX:
         PyErr_Clear()
-        raise not_written(ptr, version)
+        raise not_written(capsule, "version", version)
     m.version.major = <uint32_t>major
     m.version.minor = <uint32_t>minor
 
@@ -598,15 +617,15 @@ def pointer(capsule, versioned, /):
 
 
 @cython.embedsignature.format("clinic")
-def set_dtype(ptr, versioned, code, bits, /):
-    """Write a tensor's dtype: code and bits, one lane."""
-    cdef void *p = as_pointer(ptr)
-    cdef int v = truth(versioned)
+def set_dtype(capsule, code, bits, /):
+    """Write a capsule's dtype: code and bits, one lane."""
+    cdef int v
+    cdef void *p = struct_of(capsule, &v)
     cdef unsigned long c = as_ulong(code)
     cdef unsigned long b = as_ulong(bits)
-    if PyErr_Occurred() or p == NULL or v < 0 or c > 255 or b > 255:
+    if PyErr_Occurred() or p == NULL or c > 255 or b > 255:
         PyErr_Clear()
-        raise not_set(ptr, code, bits)
+        raise not_written(capsule, "dtype", (code, bits))
     cdef DLTensor *t = tensor_of(p, v)
     t.dtype.code = <uint8_t>c
     t.dtype.bits = <uint8_t>b
@@ -614,16 +633,16 @@ def set_dtype(ptr, versioned, code, bits, /):
 
 
 @cython.embedsignature.format("clinic")
-def set_device(ptr, versioned, device_type, device_id, /):
-    """Write a tensor's device."""
-    cdef void *p = as_pointer(ptr)
-    cdef int v = truth(versioned)
+def set_device(capsule, device_type, device_id, /):
+    """Write a capsule's device."""
+    cdef int v
+    cdef void *p = struct_of(capsule, &v)
     cdef long dt = as_long(device_type)
     cdef long di = as_long(device_id)
-    if (PyErr_Occurred() or p == NULL or v < 0 or not INT32_MIN <= dt <= INT32_MAX or
+    if (PyErr_Occurred() or p == NULL or not INT32_MIN <= dt <= INT32_MAX or
             not INT32_MIN <= di <= INT32_MAX):
         PyErr_Clear()
-        raise not_set(ptr, device_type, device_id)
+        raise not_written(capsule, "device", (device_type, device_id))
     cdef DLTensor *t = tensor_of(p, v)
     t.device.device_type = <int32_t>dt
     t.device.device_id = <int32_t>di

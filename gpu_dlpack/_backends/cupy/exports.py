@@ -44,11 +44,11 @@ def export_array(x, readonly, stream, max_version, dl_device, copy):
     elif stream != -1:
         consumer = _streams.resolve(stream, plan.target.type)
         _handoff.handoff(producer, consumer, gpu, _stream_gpu(plan.target, gpu))
-    capsule, ptr = _capsule_of(x, dtype, plan.versioned)
+    capsule = _capsule_of(x, dtype, plan.versioned)
     if plan.versioned:
         flags = _subbyte_flag(dtype) | (_capsule.READ_ONLY if plan.read_only else 0)
-        _capsule.set_flags(ptr, flags)
-    _capsule.set_device(ptr, plan.versioned, *plan.target.dlpack)
+        _capsule.set_flags(capsule, flags)
+    _capsule.set_device(capsule, *plan.target.dlpack)
     return capsule
 
 
@@ -62,7 +62,7 @@ def export_host(arr, plan, dtype, stream):
         # Memory the target addresses in place (or pinned memory relabelled).
         host_plan = _rules.Plan(plan.versioned, False, CPU, CPU, plan.read_only)
         capsule = numpy_backend.export(arr, host_plan, dtype)
-        _capsule.set_device(_capsule.pointer(capsule, plan.versioned), plan.versioned, *target.dlpack)
+        _capsule.set_device(capsule, *target.dlpack)
         return capsule
     host_done = _streams.finishes_before_return(target.type, stream)
     out = _copy_from_host(arr, dtype, target, stream, host_done)
@@ -70,8 +70,8 @@ def export_host(arr, plan, dtype, stream):
 
 
 def _capsule_of(arr, dtype, versioned):
-    """CuPy's zero-copy capsule for ``arr`` (the hand-off already made), and
-    its struct's address, carrying DLPACK_VERSION and the real dtype."""
+    """CuPy's zero-copy capsule for ``arr`` (the hand-off already made),
+    carrying DLPACK_VERSION and the real dtype."""
     view = arr if dtype.carrier is None or arr.dtype == dtype.carrier else arr.view(dtype.carrier)
     try:
         capsule = view.__dlpack__(stream=-1, max_version=_ASK if versioned else None)
@@ -81,12 +81,11 @@ def _capsule_of(arr, dtype, versioned):
         capsule = view.__dlpack__(stream=-1)
     except Exception as exc:  # CuPy raises ValueError where the standard says BufferError
         raise _errors.gpu_failed("export the array", exc) from exc
-    ptr = _capsule.pointer(capsule, versioned)
     if versioned:
-        _capsule.set_version(ptr, _versions.DLPACK_VERSION)
+        _capsule.set_version(capsule, _versions.DLPACK_VERSION)
     if dtype.carrier is not None:
-        _capsule.set_dtype(ptr, versioned, dtype.code, dtype.bits)
-    return capsule, ptr
+        _capsule.set_dtype(capsule, dtype.code, dtype.bits)
+    return capsule
 
 
 def _subbyte_flag(dtype) -> int:
@@ -99,10 +98,9 @@ def _export_copied(out, plan, dtype):
     if isinstance(out, np.ndarray):
         host_plan = _rules.Plan(plan.versioned, False, CPU, CPU, False)
         capsule = numpy_backend.export(out, host_plan, dtype)
-        ptr = _capsule.pointer(capsule, plan.versioned)
     else:
-        capsule, ptr = _capsule_of(out, dtype, plan.versioned)
+        capsule = _capsule_of(out, dtype, plan.versioned)
     if plan.versioned:
-        _capsule.set_flags(ptr, _capsule.IS_COPIED | _subbyte_flag(dtype))
-    _capsule.set_device(ptr, plan.versioned, *plan.target.dlpack)
+        _capsule.set_flags(capsule, _capsule.IS_COPIED | _subbyte_flag(dtype))
+    _capsule.set_device(capsule, *plan.target.dlpack)
     return capsule

@@ -71,7 +71,7 @@ def import_to(x, source, target, copy, needs_copy, stream):
             )
     versioned, header = _capsule.checked(capsule)
     if not _rules.capsule_agrees(source, header.device_type, header.device_id):
-        _capsule.discard(capsule, versioned)
+        _capsule.discard(capsule)
         raise _errors.device_mismatch(x, source, Device((header.device_type, header.device_id)))
     producer = ask if ask not in (None, -1) else None
     return _land(capsule, versioned, header, source, target, copy, needs_copy, stream, consumer, gpu, producer)
@@ -108,7 +108,7 @@ def _land(capsule, versioned, header, source, target, copy, needs_copy, stream, 
             host = numpy_backend.consume(capsule, versioned, header)
     except BufferError:
         if _capsule.is_unconsumed(capsule):
-            _capsule.discard(capsule, versioned)
+            _capsule.discard(capsule)
         raise
     if source.type in DEVICE_TYPES:
         if not needs_copy:
@@ -130,7 +130,7 @@ def consume(capsule, versioned, header):
         return _consume_checked(capsule, versioned, header)
     except BufferError:
         if _capsule.is_unconsumed(capsule):
-            _capsule.discard(capsule, versioned)
+            _capsule.discard(capsule)
         raise
 
 
@@ -146,7 +146,7 @@ def _consume_checked(capsule, versioned, header):
     import cupy
 
     if dtype.carrier is not None:
-        _capsule.set_dtype(header.ptr, versioned, _dtypes.UINT, dtype.carrier.itemsize * 8)
+        _capsule.set_dtype(capsule, _dtypes.UINT, dtype.carrier.itemsize * 8)
     try:
         arr = cupy.from_dlpack(capsule)  # a bare capsule: CuPy takes it as it is
     except Exception as exc:
@@ -163,7 +163,7 @@ def _wrap(capsule, versioned, header, gpu, dtype=None):
         dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
     storage = dtype.carrier if dtype.carrier is not None else dtype.numpy
     info = _capsule.read(capsule)
-    owner = _capsule.take(capsule, versioned)
+    owner = _capsule.take(capsule)
     itemsize = storage.itemsize
     # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
     # be made, out of memory, leaks its arguments, here a capsule.)
@@ -259,6 +259,6 @@ def _exchange(x, source, ask):
             # 0 from the producer: its legacy default stream.
             _handoff.handoff(work_stream or 1, ask, source.index)
         except BaseException:
-            _capsule.discard(capsule, True)
+            _capsule.discard(capsule)
             raise
     return capsule
