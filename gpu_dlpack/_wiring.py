@@ -113,11 +113,7 @@ def install() -> None:
     # The NumPy array an import makes: CPU and pinned memory only (managed
     # memory takes the general path, which knows its device).
     core.set_devices(_devices.types(array="numpy"), _devices.CPU, _devices.Device)
-    # NumPy's C API table lives in the extension module of its C functions
-    # (_multiarray_umath, which moved between NumPy 1 and 2).
-    numpy_api = getattr(np.frompyfunc.__self__, "_ARRAY_API", None)
     core.set_numpy(
-        numpy_api if type(numpy_api) is _capsule.CapsuleType else None,
         # The core's NumPy imports and its adaptation (the rebuild through
         # NumPy is its reference) take what NumPy takes: NumPy 1.x refuses
         # more than 32 dimensions, 2.x more than 64.

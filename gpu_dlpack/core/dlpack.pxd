@@ -70,8 +70,6 @@ cdef struct CoreState:
     uint64_t known_dtypes[32]      # [code]: bit b-1 set when (code, b bits) is exchanged
     uint32_t known_128             # bit code: (code, 128 bits) is exchanged
     PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
-    PyTypeObject *ndarray_type
-    void **numpy_api
     PyObject *versions_dict        # vars(_versions): its check_max_version
     PyObject *verdict              # _versions.VERDICT: the floor in force and the verdict cached for it
     PyObject *under_floor          # _versions.calls_with_own_floor: the calls under way with a floor of their own
