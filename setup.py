@@ -25,7 +25,7 @@ gpu_dlpack needs its compiled core on every platform. Either:
   - install a C compiler and the Python headers, then install again: gcc or
     clang and your distribution's python3-dev (python3-devel) on Linux,
     Xcode's command line tools on macOS (xcode-select --install), the
-    Microsoft C++ Build Tools on Windows. pip fetches Cython itself."""
+    Microsoft C++ Build Tools on Windows. pip fetches Cython and NumPy itself."""
 
 
 class BuildCore(build_ext):
