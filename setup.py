@@ -1,10 +1,13 @@
 """Builds the compiled core, gpu_dlpack._core: one extension module whose
 source is Cython (gpu_dlpack/_core.pyx, including one file per concept from
 gpu_dlpack/core/), with one small C file linked into it (core/module.c, the
-init function that refuses a subinterpreter before Cython's init runs). Everything else is declared in
+init function that refuses a subinterpreter before Cython's init runs). It
+is compiled against NumPy's headers (its C API, through `cimport numpy`),
+so NumPy 2 is a build requirement. Everything else is declared in
 pyproject.toml. gpu_dlpack has no path without its core: where no C
 compiler works, the build stops and names the remedies."""
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -22,7 +25,7 @@ gpu_dlpack needs its compiled core on every platform. Either:
   - install a C compiler and the Python headers, then install again: gcc or
     clang and your distribution's python3-dev (python3-devel) on Linux,
     Xcode's command line tools on macOS (xcode-select --install), the
-    Microsoft C++ Build Tools on Windows. pip fetches Cython itself."""
+    Microsoft C++ Build Tools on Windows. pip fetches Cython and NumPy itself."""
 
 
 class BuildCore(build_ext):
@@ -46,7 +49,18 @@ setup(
                 "gpu_dlpack._core", ["gpu_dlpack/_core.pyx"] + [CORE + name for name in SOURCES],
                 # Cython's init function, which module.c's PyInit__core calls once
                 # it has refused a subinterpreter in the package's words.
-                define_macros=[("PyInit__core", "gpu_dlpack_cython_init")],
+                define_macros=[
+                    ("PyInit__core", "gpu_dlpack_cython_init"),
+                    # NumPy's API without what it deprecated in 1.7 ...
+                    ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+                    # ... and no newer than NumPy 1.26's (the package's floor;
+                    # 1.26 added none to 1.25's): built against NumPy 2's
+                    # headers, the core loads on any NumPy from 1.26 up,
+                    # whatever NumPy the build found (2.x's default target is
+                    # older still, but may move up).
+                    ("NPY_TARGET_VERSION", "NPY_1_25_API_VERSION"),
+                ],
+                include_dirs=[numpy.get_include()],
             ),
         ],
         include_path=[CORE],

@@ -10,10 +10,10 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.exc cimport PyErr_Occurred, PyErr_SetString
 from cpython.long cimport PyLong_FromVoidPtr
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName
 from cpython.unicode cimport PyUnicode_InternFromString
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy, memset
+cimport numpy as cnp
 
 from dlpack cimport CoreState, DLPackVersion, MAX_NDIM, unicode_or_null, item_or_null, call_or_null, format_error
 
@@ -21,6 +21,12 @@ from dlpack cimport CoreState, DLPackVersion, MAX_NDIM, unicode_or_null, item_or
 # it keeps of that, and the names and arguments module setup makes once.
 cdef CoreState state
 state.cpu_type = 1
+
+# NumPy's C API, through its own headers (cnp): its table is loaded here,
+# once per load of the module. A NumPy that cannot be imported, or whose C
+# API is older than the one the core was built for, is the core's
+# ImportError.
+cnp.import_array()
 
 
 cdef const char *NOT_CONFIGURED = (b"gpu_dlpack._core is not configured: import gpu_dlpack, which configures it, "
@@ -177,10 +183,9 @@ def set_devices(host_types, cpu_device, device_class):
     told |= TOLD_DEVICES
 
 
-def set_numpy(api, int maxdims, bint layout, bint strides_after_shape):
-    """NumPy as the core uses it: its C-API table and what it takes and lays out.
+def set_numpy(int maxdims, bint layout, bint strides_after_shape):
+    """NumPy as the core uses it: what it takes and how it lays capsules out.
 
-    api: its C-API table (a capsule; None: the core builds no NumPy array);
     maxdims: the most dimensions it takes; layout: whether it lays out
     imports and exports as the core does (2.4 and later);
     strides_after_shape: whether it leaves a C-contiguous array's strides
@@ -188,11 +193,6 @@ def set_numpy(api, int maxdims, bint layout, bint strides_after_shape):
     global told
     if maxdims < 1 or maxdims > MAX_NDIM:
         raise ValueError(f"maxdims must be within [1, {MAX_NDIM}]")
-    cdef void **table = NULL
-    if api is not None:
-        table = <void **>PyCapsule_GetPointer(api, PyCapsule_GetName(api))
-        _hold(<PyObject **>&state.ndarray_type, <object>table[2])
-    state.numpy_api = table
     state.numpy_maxdims = maxdims
     state.numpy_layout = layout
     state.numpy_strides_after_shape = strides_after_shape

@@ -113,20 +113,15 @@ def install() -> None:
     # The NumPy array an import makes: CPU and pinned memory only (managed
     # memory takes the general path, which knows its device).
     core.set_devices(_devices.types(array="numpy"), _devices.CPU, _devices.Device)
-    # NumPy's C API table lives in the extension module of its C functions
-    # (_multiarray_umath, which moved between NumPy 1 and 2).
-    numpy_api = getattr(np.frompyfunc.__self__, "_ARRAY_API", None)
     core.set_numpy(
-        numpy_api if type(numpy_api) is _capsule.CapsuleType else None,
-        # The core's NumPy imports and its adaptation (the rebuild through
-        # NumPy is its reference) take what NumPy takes: NumPy 1.x refuses
+        # The core's NumPy imports take what NumPy takes: NumPy 1.x refuses
         # more than 32 dimensions, 2.x more than 64.
         64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
-        # The core's adaptation and its capsule imports (JAX) lay a capsule
-        # out as NumPy 2.4 lays it, strides always. Before 2.4 NumPy exports
-        # C-contiguous arrays without strides (before 2.1 it moves empty
-        # ones too), so they are then the ones the general path rebuilds
-        # through NumPy: the same capsule whichever makes it.
+        # The core's exports of NumPy arrays and its capsule imports (JAX)
+        # lay a capsule out as NumPy 2.4 lays it, strides always. Before 2.4
+        # NumPy exports C-contiguous arrays without strides (before 2.1 it
+        # moves empty ones too), so those are then NumPy's own: the same
+        # capsule whichever makes it.
         numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
         numpy_backend.STRIDES_AFTER_SHAPE,
     )

@@ -17,6 +17,7 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.ref cimport Py_CLEAR, Py_DECREF, Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint32_t, uintptr_t
+cimport numpy as cnp
 
 from dlpack cimport (
     DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY, MAX_NDIM, kDLCPU,
@@ -35,14 +36,15 @@ cdef extern from "Python.h":
     int raw_set_traceback "PyException_SetTraceback"(PyObject *exc, PyObject *tb)
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
 
-# NumPy's C-API table (state.numpy_api): its indices are ABI.
-ctypedef PyObject *(*NewFromDescr_t)(PyTypeObject *, PyObject *, int, const Py_ssize_t *, const Py_ssize_t *, void *,
-                                     int, PyObject *) noexcept
-ctypedef int (*SetBaseObject_t)(PyObject *, PyObject *) noexcept
-cdef enum:
-    NEW_FROM_DESCR = 94
-    SET_BASE_OBJECT = 282
-    NPY_WRITEABLE = 0x0400
+# NumPy's C API where a failure is answered on the spot (the tensor freed or
+# the base disarmed first): its headers' functions, NULL or -1 as they come
+# (cnp leaves the one out, and declares the other to raise).
+# PyArray_SetBaseObject steals base, also when it fails.
+cdef extern from "numpy/arrayobject.h":
+    PyObject *new_from_descr "PyArray_NewFromDescr"(PyTypeObject *subtype, cnp.PyArray_Descr *descr, int nd,
+                                                    const cnp.npy_intp *dims, const cnp.npy_intp *strides,
+                                                    void *data, int flags, PyObject *obj)
+    int set_base_object "PyArray_SetBaseObject"(cnp.PyArrayObject *arr, PyObject *base)
 
 cdef const char *IMPORT_ENTRY = "gpu_dlpack.import_entry"
 
@@ -333,20 +335,20 @@ cdef PyObject *ndarray_of(void *ptr, int versioned, bint read_only=False) noexce
     cdef DLTensor *t = tensor_of(ptr, versioned)
     cdef int nbytes = bit_index(t.dtype.bits)
     cdef PyObject *descr = state.numpy_descr[t.dtype.code][nbytes]
-    cdef Py_ssize_t shape[MAX_NDIM]
-    cdef Py_ssize_t strides[MAX_NDIM]
-    cdef Py_ssize_t *byte_strides = strides if t.strides != NULL else NULL
+    cdef cnp.npy_intp shape[MAX_NDIM]
+    cdef cnp.npy_intp strides[MAX_NDIM]
+    cdef cnp.npy_intp *byte_strides = strides if t.strides != NULL else NULL
     cdef int i
     for i in range(t.ndim):
-        shape[i] = <Py_ssize_t>t.shape[i]
+        shape[i] = <cnp.npy_intp>t.shape[i]
         if t.strides != NULL:
-            strides[i] = <Py_ssize_t>t.strides[i] * nbytes
+            strides[i] = <cnp.npy_intp>t.strides[i] * nbytes
     cdef bint writeable = versioned and not read_only and not (
         (<DLManagedTensorVersioned *>ptr).flags & FLAG_READ_ONLY)
     Py_INCREF(<object>descr)  # stolen
-    cdef PyObject *arr = (<NewFromDescr_t>state.numpy_api[NEW_FROM_DESCR])(
-        state.ndarray_type, descr, t.ndim, shape, byte_strides,
-        <void *>(<uintptr_t>t.data + t.byte_offset), NPY_WRITEABLE if writeable else 0, NULL)
+    cdef PyObject *arr = new_from_descr(
+        <PyTypeObject *>cnp.ndarray, <cnp.PyArray_Descr *>descr, t.ndim, shape, byte_strides,
+        <void *>(<uintptr_t>t.data + t.byte_offset), cnp.NPY_ARRAY_WRITEABLE if writeable else 0, NULL)
     if arr == NULL:
         return NULL
     cdef PyObject *base = capsule_or_null(ptr, EXCHANGED if versioned else EXCHANGED_LEGACY,
@@ -357,7 +359,7 @@ cdef PyObject *ndarray_of(void *ptr, int versioned, bint read_only=False) noexce
     # SetBaseObject steals a reference, also when it fails (it then drops
     # it): one of our own keeps the base alive to be disarmed.
     Py_INCREF(<object>base)
-    if (<SetBaseObject_t>state.numpy_api[SET_BASE_OBJECT])(arr, base) < 0:
+    if set_base_object(<cnp.PyArrayObject *>arr, base) < 0:
         rename(base, USED_VERSIONED)  # frees nothing: the caller frees the tensor
         drop_keeping_error(base)
         drop_keeping_error(arr)
@@ -413,8 +415,6 @@ cdef object core_import_host(object x, bint cpu_only=False):
     cpu_only (from_dlpack's device=CPU): the data must be the CPU's (pinned
     and managed memory take the general path)."""
     configured()
-    if state.numpy_api == NULL:
-        return None
     cdef PyObject *hold
     cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
     owner = owned(hold)

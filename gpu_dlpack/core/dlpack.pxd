@@ -70,8 +70,6 @@ cdef struct CoreState:
     uint64_t known_dtypes[32]      # [code]: bit b-1 set when (code, b bits) is exchanged
     uint32_t known_128             # bit code: (code, 128 bits) is exchanged
     PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
-    PyTypeObject *ndarray_type
-    void **numpy_api
     int numpy_strides_after_shape  # NumPy leaves C-order strides out, after the shape
     int32_t cpu_type
     PyObject *learn_import         # Python: type -> (api capsule, attrs, methods) or None

@@ -2,6 +2,7 @@
 # rest in Python, behind a front (Exporter) that is the Python function to
 # every reader.
 
+cimport numpy as cnp
 
 cdef extern from "Python.h":
     ctypedef PyObject *(*vectorcallfunc)(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -47,7 +48,7 @@ cdef object core_wrap(PyObject *x, PyObject *readonly):
 # The Exportable of a plain case, or None (the Python wrap makes it).
 cdef object wrap_plain(PyObject *x):
     cdef PyObject *hold
-    if x.ob_type == state.ndarray_type:
+    if x.ob_type == <PyTypeObject *>cnp.ndarray:
         if not is_plain(descr_of(x)):
             return None
         return new_exportable(x, PLAN_NUMPY, descr_of(x), NULL, NULL)
@@ -100,7 +101,7 @@ cdef object exporter_call(Exporter self, PyObject *const *args, size_t nargsf, P
 cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
     cdef PyObject *hold
     cdef DLManagedTensorVersioned *m
-    if x.ob_type == state.ndarray_type:
+    if x.ob_type == <PyTypeObject *>cnp.ndarray:
         capsule = numpy_export(x, versioned)
         return NOT_PLAIN if capsule is None else capsule
     cdef ImportEntry *e = import_entry(x.ob_type, &hold)
@@ -114,19 +115,15 @@ cdef object export_plain(PyObject *x, PyObject *max_version, bint versioned):
     return NOT_PLAIN
 
 
-cdef enum:
-    ARRAY_C_CONTIGUOUS = 0x0001  # NPY_ARRAY_C_CONTIGUOUS
-
-
 # from_dlpack(a) of an exact NumPy array: the Python function's first shortcut,
 # a view, for a C-contiguous array of a plain dtype (the Python function gives
 # the same view of the rest). NULL with no error set when it is not that case.
 cdef PyObject *numpy_view(PyObject *x) noexcept:
     cdef PyObject *a[2]
-    if not ((<ArrayHead *>x).flags & ARRAY_C_CONTIGUOUS) or not is_plain(descr_of(x)):
+    if not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x) or not is_plain(descr_of(x)):
         return NULL
     a[0] = x
-    a[1] = <PyObject *>state.ndarray_type
+    a[1] = <PyObject *>cnp.ndarray
     return PyObject_VectorcallMethod(state.str_view, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
 
 
@@ -164,15 +161,14 @@ cdef int names_cpu(PyObject *device) except -1:
 cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
     cdef PyObject *got
     cdef bint to_cpu = False
-    if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.numpy_api == NULL or
-            state.plain_dtypes == NULL):
+    if PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.plain_dtypes == NULL:
         return handed_back(self, args, nargsf, kwnames)
     if not plain_keywords(args + 1, kwnames, KW_IMPORT, NULL):
         to_cpu = (state.cpu_device != NULL and PyTuple_GET_SIZE(<object>kwnames) == 1 and names_cpu(args[1])
                   and PyUnicode_CompareWithASCIIString(<object>PyTuple_GET_ITEM(<object>kwnames, 0), "device") == 0)
         if not to_cpu:
             return handed_back(self, args, nargsf, kwnames)
-    if args[0].ob_type == state.ndarray_type:
+    if args[0].ob_type == <PyTypeObject *>cnp.ndarray:
         got = numpy_view(args[0])
         if got != NULL or PyErr_Occurred() != NULL:
             return take(got)
@@ -191,14 +187,14 @@ cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, P
 cdef object converter_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
     cdef PyObject *got
     if (PyVectorcall_NARGS(nargsf) != 2 or kwnames != NULL or state.host_consumers == NULL or
-            state.py_impl == NULL or state.numpy_api == NULL or state.plain_dtypes == NULL or
+            state.py_impl == NULL or state.plain_dtypes == NULL or
             not PyUnicode_CheckExact(<object>args[1])):
         return handed_back(self, args, nargsf, kwnames)
     cdef int host = PySet_Contains(<object>state.host_consumers, <object>args[1])
     if host != 1:
         PyErr_Clear()
         return handed_back(self, args, nargsf, kwnames)
-    if args[0].ob_type == state.ndarray_type:
+    if args[0].ob_type == <PyTypeObject *>cnp.ndarray:
         got = numpy_view(args[0])
         if got != NULL or PyErr_Occurred() != NULL:
             return take(got)

@@ -11,7 +11,6 @@
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.object cimport PyObject_TypeCheck
 from cpython.pycapsule cimport PyCapsule_CheckExact
 from cpython.object cimport PyObject, PyTypeObject, PyMethodDef, PyCFunction
 from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
@@ -22,6 +21,7 @@ from cpython.long cimport PyLong_CheckExact, PyLong_AsLongAndOverflow, PyLong_As
 from cpython.type cimport PyType_Check, PyType_Modified
 from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 from cpython.pycapsule cimport PyCapsule_Destructor
+cimport numpy as cnp
 
 from dlpack cimport (DLDevice, DLDataType, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI,
                      TypeSlots, MAX_NDIM, name_or_null)
@@ -117,23 +117,9 @@ cdef inline bint is_plain(PyObject *dtype) noexcept:
     return False
 
 
-# The head of a NumPy array (PyArrayObject_fields, NumPy's ABI since 1.7,
-# unchanged in 2.x): what the core reads of an exact ndarray, its dtype (the
-# descr: what x.dtype returns) and its flags.
-cdef struct ArrayHead:
-    PyObject ob_base
-    char *data
-    int nd
-    Py_ssize_t *dimensions
-    Py_ssize_t *strides
-    PyObject *base
-    PyObject *descr
-    int flags
-
-
 cdef inline PyObject *descr_of(PyObject *array) noexcept:
     """x.dtype of an exact NumPy array x, without an attribute lookup."""
-    return (<ArrayHead *>array).descr
+    return <PyObject *>cnp.PyArray_DESCR(<cnp.ndarray>array)
 
 
 # Python's state of a wrapper: its members, in the order its struct holds
@@ -192,7 +178,6 @@ tuple of int
 The plan __dlpack__ runs in C (set by Python at wrap time)."""
         cdef PyObject *hold
         cdef ImportEntry *e
-        cdef PyObject *ndarray = <PyObject *>state.ndarray_type
         configured()
         self.plan = PLAN_GENERAL
         self.plan_dtype = None
@@ -201,10 +186,8 @@ The plan __dlpack__ runs in C (set by Python at wrap time)."""
         self.api = NULL
         self.guards = NULL
         if plan == PLAN_NUMPY:
-            if ndarray == NULL:
-                return self.plan
             self.plan_dtype = arg
-            self.plan_type = <object>ndarray
+            self.plan_type = cnp.ndarray
             self.plan = plan
         elif (plan == PLAN_EXCHANGE or plan == PLAN_CAPSULE) and PyType_Check(arg):
             e = import_entry(<PyTypeObject *>arg, &hold)
@@ -387,28 +370,21 @@ cdef int stamp_numpy(PyObject *capsule) noexcept:
     return 0
 
 
-# NumPy's __dlpack__, read once from the ndarray type the core was told of (a
-# static type, and an exact ndarray has no instance dict); NULL (no error set)
-# when it cannot be read.
+# NumPy's __dlpack__, read once from the ndarray type (a static type, and an
+# exact ndarray has no instance dict); NULL (no error set) when it cannot be
+# read.
 cdef object ndarray_dlpack = None
-cdef PyTypeObject *ndarray_dlpack_of = NULL
 
 cdef inline PyObject *numpy_dlpack() noexcept:
-    global ndarray_dlpack, ndarray_dlpack_of
-    cdef PyTypeObject *ndarray = state.ndarray_type
+    global ndarray_dlpack
     cdef PyObject *found
-    if ndarray_dlpack_of != ndarray:
-        found = get_attr(<PyObject *>ndarray, state.str_dlpack)
+    if ndarray_dlpack is None:
+        found = get_attr(<PyObject *>cnp.ndarray, state.str_dlpack)
         if found == NULL:
             PyErr_Clear()
             return NULL
         ndarray_dlpack = take(found)
-        ndarray_dlpack_of = ndarray
     return <PyObject *>ndarray_dlpack
-
-
-cdef enum:
-    ARRAY_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
 
 
 # The DLPack dtype of each plain dtype, as Python told it with the dtype
@@ -452,12 +428,11 @@ cdef inline void numpy_export_free(DLManagedTensorVersioned *m) noexcept:
 # manager_ctx), stamped DLPACK_VERSION. NULL (no error set) where NumPy would
 # refuse or say otherwise, or memory runs out: NumPy's own __dlpack__ runs.
 cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
-    cdef ArrayHead *a = <ArrayHead *>x
     cdef DLDataType dtype
-    cdef int i, ndim = a.nd
+    cdef int i, ndim = cnp.PyArray_NDIM(<cnp.ndarray>x)
     cdef Py_ssize_t itemsize
-    cdef PyObject *base = a.base
-    if not state.numpy_layout or ndim < 0 or ndim > MAX_NDIM or not plain_dl_dtype(a.descr, &dtype):
+    cdef PyObject *base = cnp.PyArray_BASE(<cnp.ndarray>x)
+    if not state.numpy_layout or ndim < 0 or ndim > MAX_NDIM or not plain_dl_dtype(descr_of(x), &dtype):
         return NULL
     itemsize = dtype.bits >> 3
     cdef int shift = 0
@@ -467,12 +442,14 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
         return NULL
     # The device: NumPy reads an import's from the capsule at the root of its
     # bases (CUDA_HOST...): such an array is NumPy's to export.
-    while base != NULL and PyObject_TypeCheck(<object>base, state.ndarray_type):
-        base = (<ArrayHead *>base).base
+    while base != NULL and cnp.PyArray_Check(<object>base):
+        base = cnp.PyArray_BASE(<cnp.ndarray>base)
     if base != NULL and PyCapsule_CheckExact(<object>base):
         return NULL
+    cdef cnp.npy_intp *strides = cnp.PyArray_STRIDES(<cnp.ndarray>x)
+    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>x)
     for i in range(ndim):
-        if a.strides[i] & (itemsize - 1):
+        if strides[i] & (itemsize - 1):
             return NULL  # not whole items: NumPy refuses it, or exports it its way
     cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>PyMem_Malloc(
         sizeof(DLManagedTensorVersioned) + 2 * sizeof(int64_t) * <size_t>ndim)
@@ -482,8 +459,8 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     (<uint64_t *>m)[0] = verdict.word
     m.manager_ctx = <void *>x
     m.deleter = numpy_export_deleter
-    m.flags = 0 if a.flags & ARRAY_WRITEABLE else FLAG_READ_ONLY
-    m.dl_tensor.data = <void *>a.data
+    m.flags = 0 if cnp.PyArray_FLAGS(<cnp.ndarray>x) & cnp.NPY_ARRAY_WRITEABLE else FLAG_READ_ONLY
+    m.dl_tensor.data = cnp.PyArray_DATA(<cnp.ndarray>x)
     m.dl_tensor.device.device_type = state.cpu_type
     m.dl_tensor.device.device_id = 0
     m.dl_tensor.ndim = ndim
@@ -492,8 +469,8 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     m.dl_tensor.strides = shape + ndim if ndim > 0 else NULL
     m.dl_tensor.byte_offset = 0
     for i in range(ndim):
-        shape[i] = a.dimensions[i]
-        shape[ndim + i] = a.strides[i] >> shift  # whole items: exact
+        shape[i] = dims[i]
+        shape[ndim + i] = strides[i] >> shift  # whole items: exact
     Py_INCREF(<object>x)  # the tensor's, let go by its deleter
     return m
 
