@@ -217,7 +217,7 @@ def set_python(dict impl not None, learn_import, exportable_fallback, type expor
     name; learn_import: what the core may do with a producer type (its
     import plan); exportable_fallback: the general Exportable.__dlpack__;
     exportable_class: gpu_dlpack.Exportable; header_type: _capsule.Header;
-    capsule_info: _capsule.CapsuleInfo; errors: vars(_errors), whose
+    capsule_info: _capsule.CapsuleInfo; errors: the namespace of _errors (its dict), whose
     factories word every error the core raises in the layer's words."""
     if told != TOLD_ALL:
         raise RuntimeError("set_python comes last: set_dtypes, set_devices, set_numpy and set_versions first")

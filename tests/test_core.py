@@ -1105,3 +1105,32 @@ def test_no_argument_makes_the_core_read_one_kind_of_capsule_as_the_other(versio
         else:
             with pytest.raises(ValueError, match="is written into"):
                 entry(cap, 0)
+
+
+def test_the_core_restates_no_policy_and_no_numpy_abi():
+    # One mechanism: the core calls Python by name for the cases it hands
+    # back only (5 names), looks no Python function up to compare or call it
+    # (the version check is its own, the dtype check too), reaches NumPy
+    # through NumPy's headers (no slot number of its C-API table, no
+    # restated struct), and keeps no version fact of its own in its state.
+    import pathlib
+    import re
+
+    root = pathlib.Path(gpu_dlpack.__file__).parent
+    sources = [root / "_core.pyx", *sorted((root / "core").glob("*.pxi"))]
+    if not all(p.exists() for p in sources) or not (root / "core" / "dlpack.pxd").exists():
+        pytest.skip("the core's sources are not beside this installed package")
+    code = "\n".join(re.sub(r"#.*", "", p.read_text()) for p in sources)
+    assert set(re.findall(r'delegate(?:_raw)?\(b?"(\w+)"', code)) == {
+        "wrap", "from_dlpack", "current_stream", "host_capsule", "host_export"}
+    assert "PyDict_GetItemString" not in code and "vars(" not in code
+    assert not re.search(r"numpy_api\[|ArrayHead|_ARRAY_API", code)
+    assert "cimport numpy" in code
+    pxd = (root / "core" / "dlpack.pxd").read_text()
+    state = pxd[pxd.index("cdef struct CoreState:"):]
+    state = state[:state.index("\ncdef ")]
+    fields = [ln for ln in state.splitlines()[1:] if re.match(r"    \w", ln)]
+    assert len(fields) <= 34, fields
+    names = {re.search(r"(\w+)(?:\[|\s*$)", f.split("#")[0].rstrip()).group(1) for f in fields}
+    assert not names & {"versions_dict", "verdict", "under_floor", "produced_version", "produced_request",
+                        "version_word", "produced_floor", "numpy_api", "ndarray_type"}, names
