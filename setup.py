@@ -7,6 +7,8 @@ so NumPy 2 is a build requirement. Everything else is declared in
 pyproject.toml. gpu_dlpack has no path without its core: where no C
 compiler works, the build stops and names the remedies."""
 
+import os
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -26,6 +28,24 @@ gpu_dlpack needs its compiled core on every platform. Either:
     clang and your distribution's python3-dev (python3-devel) on Linux,
     Xcode's command line tools on macOS (xcode-select --install), the
     Microsoft C++ Build Tools on Windows. pip fetches Cython and NumPy itself."""
+
+
+# The C Cython generates depends on the NumPy it was generated against
+# (NumPy's .pxd, which follows its headers: NumPy 2.4's declares what 2.2's
+# headers lack), and cythonize judges it stale by file times alone, which a
+# NumPy installed later from a wheel does not beat. So it is generated again
+# whenever the NumPy found differs from the one it was made with (another
+# environment, another release), which this stamp records.
+NUMPY_STAMP = os.path.join("build", "core-c-numpy.txt")
+NUMPY_FOUND = f"{numpy.__version__} {numpy.get_include()}"
+
+
+def _generated_for_another_numpy() -> bool:
+    try:
+        with open(NUMPY_STAMP, encoding="utf-8") as f:
+            return f.read() != NUMPY_FOUND
+    except OSError:
+        return True
 
 
 class BuildCore(build_ext):
@@ -65,5 +85,9 @@ setup(
         ],
         include_path=[CORE],
         compiler_directives={"language_level": 3},
+        force=_generated_for_another_numpy(),
     ),
 )
+os.makedirs(os.path.dirname(NUMPY_STAMP), exist_ok=True)
+with open(NUMPY_STAMP, "w", encoding="utf-8") as stamp:
+    stamp.write(NUMPY_FOUND)
