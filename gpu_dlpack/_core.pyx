@@ -92,7 +92,9 @@ include "versions.pxi"
 include "adapt.pxi"
 include "runtime.pxi"
 include "consumer.pxi"
+include "numpy_export.pxi"
 include "exportable.pxi"
+include "exchange_api.pxi"
 include "export.pxi"
 
 cdef inline void _hold(PyObject **slot, object value):
@@ -269,6 +271,7 @@ cdef int setup_once() except -1:
 
 setup_once()
 set_up_exportable()
+set_up_exchange_api()
 set_up_exporter()
 EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]
 # The addresses of the core's owning capsule destructors, by kind.

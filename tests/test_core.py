@@ -1120,6 +1120,7 @@ def test_the_core_restates_no_policy_and_no_numpy_abi():
     sources = [root / "_core.pyx", *sorted((root / "core").glob("*.pxi"))]
     if not all(p.exists() for p in sources) or not (root / "core" / "dlpack.pxd").exists():
         pytest.skip("the core's sources are not beside this installed package")
+    assert max(len(p.read_text().splitlines()) for p in sources) <= 700  # one concept a file
     code = "\n".join(re.sub(r"#.*", "", p.read_text()) for p in sources)
     assert set(re.findall(r'delegate(?:_raw)?\(b?"(\w+)"', code)) == {
         "wrap", "from_dlpack", "current_stream", "host_capsule", "host_export"}

@@ -1,7 +1,8 @@
-# The producer side: ExportableBase, the compiled base of
+# The exported object: ExportableBase, the compiled base of
 # gpu_dlpack.Exportable (what wrap() returns), whose __dlpack__ runs in C
-# the plan Python made at wrap time, and the DLPack C exchange API its type
-# offers.
+# the plan Python made at wrap time. NumPy's capsule is
+# core/numpy_export.pxi's, the DLPack C exchange API its type offers
+# core/exchange_api.pxi's.
 #
 # Reading the code: a state pointer (state.x, a PyObject *) is copied to a
 # local before it is cast to an object, for Cython to pass it on without a
@@ -29,17 +30,12 @@ from dlpack cimport (DLDevice, DLDataType, DLTensor, DLManagedTensorVersioned, F
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,
     # or raised on with take()), as Python.h declares them, or under a name
-    # of their own where Cython's cpython package declares them raising.
+    # of their own where Cython's cpython package declares them raising
+    # (and those of core/numpy_export.pxi).
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     PyObject *PyVectorcall_Call(PyObject *callable, PyObject *tuple, PyObject *dict)
-    PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
-    int set_context "PyCapsule_SetContext"(PyObject *capsule, void *context)
-    void *get_context "PyCapsule_GetContext"(PyObject *capsule)
-    PyObject *get_attr "PyObject_GetAttr"(PyObject *o, PyObject *name)
-    PyObject *new_capsule "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor)
-    void *capsule_pointer "PyCapsule_GetPointer"(PyObject *capsule, const char *name)
     PyObject *PyDescr_NewMethod(PyTypeObject *type, PyMethodDef *meth)
     PyObject *Py_True
     PyObject *Py_False
@@ -56,15 +52,6 @@ cdef extern from "structmember.h":
     int T_OBJECT_EX
     PyObject *PyDescr_NewMember(PyTypeObject *type, PyMemberDef *member)
 
-cdef extern from *:
-    # The new reference a C call returned, from here Cython's (a cast: it
-    # costs nothing); NULL: the error the call left set, raised on.
-    object take "(PyObject *)"(PyObject *ref)
-
-# The exchange API's entries as the table holds them (a consumer's C calls them).
-ctypedef int (*from_py_t)(void *, DLManagedTensorVersioned **) noexcept
-ctypedef int (*to_py_t)(DLManagedTensorVersioned *, void **) noexcept
-ctypedef int (*stream_t)(int32_t, int32_t, void **) noexcept
 
 
 cpdef enum:
@@ -106,20 +93,6 @@ cdef inline void unset(PyObject **slot) noexcept:
 cdef inline bint is_entry(ImportEntry *e) noexcept:
     """Whether import_entry found an entry (None: not imported this way)."""
     return <PyObject *>e != <PyObject *>None
-
-
-cdef inline bint is_plain(PyObject *dtype) noexcept:
-    """Whether dtype is one of PLAN_NUMPY's (compared by identity)."""
-    cdef int i
-    for i in range(state.n_plain):
-        if state.plain_list[i] == dtype:
-            return True
-    return False
-
-
-cdef inline PyObject *descr_of(PyObject *array) noexcept:
-    """x.dtype of an exact NumPy array x, without an attribute lookup."""
-    return <PyObject *>cnp.PyArray_DESCR(<cnp.ndarray>array)
 
 
 # Python's state of a wrapper: its members, in the order its struct holds
@@ -317,18 +290,6 @@ cdef inline bint plan_holds(ExportableBase self) noexcept:
             (self.plan == PLAN_NUMPY or (self.guards != NULL and self.guards_owner is not None)))
 
 
-# The capsule of an exact NumPy array x of a plain dtype: made here where it
-# can be, else NumPy's own; None when x's dtype is not plain or NumPy refuses
-# (the general path says why).
-cdef inline object numpy_export(PyObject *x, bint versioned):
-    cdef PyObject *made
-    if versioned:
-        made = numpy_versioned(x)  # made here, as NumPy makes it
-        if made != NULL:
-            return take(made)
-    return numpy_capsule(<object>x, versioned) if is_plain(descr_of(x)) else None
-
-
 # The capsule that owns the versioned tensor m; out of memory, m is released
 # and the MemoryError raised.
 cdef object owning_capsule(DLManagedTensorVersioned *m):
@@ -349,179 +310,6 @@ cdef bint exchange_on_cpu(ImportEntry *e, PyObject *x, bint id_zero) noexcept:
         PyErr_Clear()
         return False
     return t.device.device_type == state.cpu_type and (t.device.device_id == 0 or not id_zero)
-
-
-# NumPy's versioned capsule stamped DLPACK_VERSION. Since DLPack 1.2 a tensor
-# with dimensions carries strides: NumPy 2.1 to 2.3 leave a C-contiguous
-# array's out (NULL) but write them right after the shape, where they are
-# pointed at when Python confirmed it (numpy_strides_after_shape). -1 (no
-# error set) when the capsule is not one to stamp: the general path builds it.
-cdef int stamp_numpy(PyObject *capsule) noexcept:
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>capsule_pointer(capsule, VERSIONED)
-    if m == NULL or (<uintptr_t>m & 7):
-        PyErr_Clear()
-        return -1
-    cdef DLTensor *t = &m.dl_tensor
-    if t.ndim > 0 and t.strides == NULL:
-        if not state.numpy_strides_after_shape or t.shape == NULL:
-            return -1
-        t.strides = t.shape + t.ndim
-    (<uint64_t *>m)[0] = verdict.word
-    return 0
-
-
-# NumPy's __dlpack__, read once from the ndarray type (a static type, and an
-# exact ndarray has no instance dict); NULL (no error set) when it cannot be
-# read.
-cdef object ndarray_dlpack = None
-
-cdef inline PyObject *numpy_dlpack() noexcept:
-    global ndarray_dlpack
-    cdef PyObject *found
-    if ndarray_dlpack is None:
-        found = get_attr(<PyObject *>cnp.ndarray, state.str_dlpack)
-        if found == NULL:
-            PyErr_Clear()
-            return NULL
-        ndarray_dlpack = take(found)
-    return <PyObject *>ndarray_dlpack
-
-
-# The DLPack dtype of each plain dtype, as Python told it with the dtype
-# (set_dtypes: plain_pairs[i] is state.plain_list[i]'s). NumPy has two
-# objects for some pairs ('q' and 'l' are both int64 on Linux): each is
-# plain, each with its pair.
-cdef DLDataType plain_pairs[32]
-
-
-cdef bint plain_dl_dtype(PyObject *dtype, DLDataType *out) noexcept:
-    cdef int i
-    for i in range(state.n_plain):
-        if state.plain_list[i] == dtype:
-            out[0] = plain_pairs[i]
-            return True
-    return False
-
-
-# The deleter of numpy_tensor's tensors: the array let go and the struct freed
-# with the GIL, a pending exception set aside (the release may run Python);
-# after finalization both are left, as NumPy's deleter leaves them.
-cdef void numpy_export_deleter(DLManagedTensorVersioned *m) noexcept nogil:
-    if not Py_IsInitialized():
-        return
-    with gil:
-        numpy_export_free(m)
-
-
-cdef inline void numpy_export_free(DLManagedTensorVersioned *m) noexcept:
-    cdef PyObject *array = <PyObject *>m.manager_ctx
-    PyMem_Free(m)
-    if PyErr_Occurred() == NULL:
-        Py_DECREF(<object>array)
-    else:
-        drop_keeping_error(array)
-
-
-# NumPy's versioned tensor of an exact ndarray of a plain dtype, made here
-# (NumPy 2.4 and later: numpy_layout) as its own __dlpack__ makes it (strides
-# always, in items; READ_ONLY where not writeable; the array held by
-# manager_ctx), stamped DLPACK_VERSION. NULL (no error set) where NumPy would
-# refuse or say otherwise, or memory runs out: NumPy's own __dlpack__ runs.
-cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
-    cdef DLDataType dtype
-    cdef int i, ndim = cnp.PyArray_NDIM(<cnp.ndarray>x)
-    cdef Py_ssize_t itemsize
-    cdef PyObject *base = cnp.PyArray_BASE(<cnp.ndarray>x)
-    if not state.numpy_layout or ndim < 0 or ndim > MAX_NDIM or not plain_dl_dtype(descr_of(x), &dtype):
-        return NULL
-    itemsize = dtype.bits >> 3
-    cdef int shift = 0
-    while (1 << shift) < itemsize:
-        shift += 1
-    if (1 << shift) != itemsize:
-        return NULL
-    # The device: NumPy reads an import's from the capsule at the root of its
-    # bases (CUDA_HOST...): such an array is NumPy's to export.
-    while base != NULL and cnp.PyArray_Check(<object>base):
-        base = cnp.PyArray_BASE(<cnp.ndarray>base)
-    if base != NULL and PyCapsule_CheckExact(<object>base):
-        return NULL
-    cdef cnp.npy_intp *strides = cnp.PyArray_STRIDES(<cnp.ndarray>x)
-    cdef cnp.npy_intp *dims = cnp.PyArray_DIMS(<cnp.ndarray>x)
-    for i in range(ndim):
-        if strides[i] & (itemsize - 1):
-            return NULL  # not whole items: NumPy refuses it, or exports it its way
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>PyMem_Malloc(
-        sizeof(DLManagedTensorVersioned) + 2 * sizeof(int64_t) * <size_t>ndim)
-    if m == NULL:
-        return NULL
-    cdef int64_t *shape = <int64_t *>(m + 1)
-    (<uint64_t *>m)[0] = verdict.word
-    m.manager_ctx = <void *>x
-    m.deleter = numpy_export_deleter
-    m.flags = 0 if cnp.PyArray_FLAGS(<cnp.ndarray>x) & cnp.NPY_ARRAY_WRITEABLE else FLAG_READ_ONLY
-    m.dl_tensor.data = cnp.PyArray_DATA(<cnp.ndarray>x)
-    m.dl_tensor.device.device_type = state.cpu_type
-    m.dl_tensor.device.device_id = 0
-    m.dl_tensor.ndim = ndim
-    m.dl_tensor.dtype = dtype
-    m.dl_tensor.shape = shape if ndim > 0 else NULL
-    m.dl_tensor.strides = shape + ndim if ndim > 0 else NULL
-    m.dl_tensor.byte_offset = 0
-    for i in range(ndim):
-        shape[i] = dims[i]
-        shape[ndim + i] = strides[i] >> shift  # whole items: exact
-    Py_INCREF(<object>x)  # the tensor's, let go by its deleter
-    return m
-
-
-# The capsule of numpy_tensor's tensor, which also holds it as its context
-# (for its destructor); NULL (no error set) where there is none.
-cdef PyObject *numpy_versioned(PyObject *x) noexcept:
-    cdef DLManagedTensorVersioned *m = numpy_tensor(x)
-    if m == NULL:
-        return NULL
-    cdef PyObject *capsule = new_capsule(m, VERSIONED, <PyCapsule_Destructor>numpy_capsule_destructor)
-    if capsule == NULL or set_context(capsule, m) != 0:
-        PyErr_Clear()
-        if capsule == NULL:
-            numpy_export_free(m)
-        Py_XDECREF(capsule)  # its destructor frees the tensor
-        return NULL
-    return capsule
-
-
-# Its destructor: an unconsumed tensor of its own freed here (the GIL held: no
-# deleter to call through); any other, as capsule_destructor frees it.
-cdef void numpy_capsule_destructor(PyObject *capsule) noexcept:
-    cdef DLManagedTensorVersioned *m = NULL
-    if name_or_null(capsule) == VERSIONED:
-        m = <DLManagedTensorVersioned *>get_context(capsule)
-    if m == NULL or m.deleter != numpy_export_deleter:
-        PyErr_Clear()
-        capsule_destructor(capsule)
-        return
-    numpy_export_free(m)
-
-
-# NumPy's own capsule of x (an exact ndarray), stamped (and given its strides)
-# when versioned; None when NumPy refuses, or its capsule would not do.
-cdef object numpy_capsule(object x, bint versioned):
-    cdef PyObject *a[2]
-    cdef PyObject *capsule = NULL
-    cdef PyObject *method = numpy_dlpack()
-    a[0] = <PyObject *>x
-    if method != NULL:
-        if versioned:
-            a[1] = state.ask_versioned
-            capsule = PyObject_Vectorcall(method, a, 1, state.kw_max_version)
-        else:
-            capsule = PyObject_Vectorcall(method, a, 1, NULL)
-    if capsule == NULL or (versioned and stamp_numpy(capsule) != 0):
-        Py_XDECREF(capsule)
-        PyErr_Clear()
-        return None
-    return take(capsule)
 
 
 # The general __dlpack__ (the Python method), called as this one was.
@@ -674,85 +462,6 @@ cdef object new_exportable(PyObject *x, int plan, PyObject *dtype, ImportEntry *
     return self
 
 
-# The DLPack C exchange API of Exportable (offered on its type).
-cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
-    cdef PyObject *a[2]
-    cdef DLManagedTensorVersioned *m = NULL
-    out[0] = NULL
-    configured()
-    if not isinstance(<object>obj, ExportableBase):
-        raise TypeError("the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable")
-    cdef ExportableBase self = <ExportableBase>obj
-    # The request is max_version=DLPACK_VERSION and nothing else: the plain
-    # plans run when the version policy has accepted it against the floor in
-    # force (else the general path checks it, and caches its verdict). That
-    # check may run Python: the plan is checked after it, then held.
-    if produced_accepted(verdict) and plan_holds(self) and self.plan != PLAN_CAPSULE:
-        x = <object>members(self).x
-        dtype = self.plan_dtype
-        owner = self.guards_owner
-        if self.plan != PLAN_NUMPY:
-            m = exchange_export_of(x, self.guards)
-        elif descr_of(<PyObject *>x) == <PyObject *>dtype:
-            m = numpy_tensor(<PyObject *>x)  # no capsule to make and claim
-            if m == NULL:
-                capsule = numpy_export(<PyObject *>x, True)
-                if capsule is not None:
-                    m = <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
-        if m != NULL:
-            # the request of the exchange: one tuple, made by set_versions
-            put(&members(self).request, <PyObject *>verdict.request)
-            out[0] = m
-            return 0
-    # Every other case: the capsule __dlpack__(max_version=DLPACK_VERSION)
-    # gives, claimed here.
-    a[0] = <PyObject *>self
-    a[1] = <PyObject *>verdict.produced
-    capsule = take(PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version))
-    cdef void *ptr = claim_tensor(<PyObject *>capsule, 1)
-    del capsule  # before the error below: its destructor may run Python
-    if ptr == NULL:
-        raise BufferError("gpu_dlpack produced no versioned capsule")
-    out[0] = <DLManagedTensorVersioned *>ptr
-    return 0
-
-
-cdef int exportable_to_py(DLManagedTensorVersioned *m, void **out) except -1:
-    # An owned tensor becomes what gpu_dlpack.from_dlpack makes of it. The
-    # function steals the tensor (dlpack.h): out of memory for its capsule,
-    # it is released before the MemoryError is raised.
-    cdef PyObject *a[1]
-    capsule = owning_capsule(m)
-    a[0] = <PyObject *>capsule
-    r = take(delegate_raw("from_dlpack", a, 1))
-    Py_INCREF(r)  # the consumer's reference
-    out[0] = <void *>r
-    return 0
-
-
-cdef int exportable_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
-                              void (*set_error)(void *, const char *, const char *) noexcept) noexcept:
-    out[0] = NULL
-    if set_error != NULL:  # a consumer may pass none
-        set_error(ctx, "NotImplementedError", "gpu_dlpack.Exportable allocates no tensors")
-    return -1
-
-
-cdef int exportable_stream(int32_t device_type, int32_t device_id, void **out) except -1:
-    # The stream the layer would use on that device, as Python says.
-    cdef PyObject *a[2]
-    out[0] = NULL
-    if device_type == state.cpu_type:
-        return 0
-    cdef object kind = device_type, number = device_id
-    a[0] = <PyObject *>kind
-    a[1] = <PyObject *>number
-    r = take(delegate_raw("current_stream", a, 2))
-    out[0] = NULL if r is None else PyLong_AsVoidPtr(r)
-    return 0
-
-
-cdef DLPackExchangeAPI exportable_api
 cdef PyMethodDef dlpack_method
 cdef PyMemberDef exportable_members[N_MEMBERS]
 
@@ -777,7 +486,8 @@ cdef int document_dlpack(object general) except -1:
 # Made once per process, in the main interpreter (module setup, after
 # setup_once): what ExportableBase's type holds besides Cython's methods:
 # __dlpack__ (above); Python's state as members that raise AttributeError
-# while unset and are unset by del, as a Python slot is; the C exchange API.
+# while unset and are unset by del, as a Python slot is (the C exchange API:
+# set_up_exchange_api, core/exchange_api.pxi).
 cdef bint exportable_set_up = False
 
 cdef int set_up_exportable() except -1:
@@ -799,15 +509,6 @@ cdef int set_up_exportable() except -1:
         exportable_members[i].flags = 0
         exportable_members[i].doc = NULL
         tp_dict[MEMBER_NAMES[i].decode()] = take(PyDescr_NewMember(tp, &exportable_members[i]))
-    exportable_api.header.version.major = 1
-    exportable_api.header.version.minor = 3
-    exportable_api.header.prev_api = NULL
-    exportable_api.managed_tensor_allocator = exportable_allocator
-    exportable_api.managed_tensor_from_py_object_no_sync = <from_py_t>exportable_from_py
-    exportable_api.managed_tensor_to_py_object_no_sync = <to_py_t>exportable_to_py
-    exportable_api.dltensor_from_py_object_no_sync = NULL
-    exportable_api.current_work_stream = <stream_t>exportable_stream
-    tp_dict["__dlpack_c_exchange_api__"] = take(new_capsule(&exportable_api, EXCHANGE_API_NAME, NULL))
     PyType_Modified(ExportableBase)
     exportable_set_up = True  # last: what says it is done
     return 0
