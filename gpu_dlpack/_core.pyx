@@ -76,16 +76,6 @@ cdef object layer_error(str factory, tuple args):
     return (<dict>state.errors)[factory](*args)
 
 
-cdef object delegate(const char *name, PyObject **args, Py_ssize_t nargs):
-    """delegate_raw's answer as Cython holds it: NULL raises the error set."""
-    cdef PyObject *r = delegate_raw(name, args, nargs)
-    if r == NULL:
-        raise_pending()
-    answer = <object>r
-    Py_DECREF(answer)  # the reference delegate_raw handed over, now answer's
-    return answer
-
-
 include "capsule.pxi"
 include "info.pxi"
 include "versions.pxi"

@@ -136,18 +136,6 @@ cdef inline void drop_keeping_error(PyObject *o) noexcept:
     PyErr_Restore(et, ev, tb)
 
 
-# -- the hand-back to Python: the cases the core does not run (core.md) ------------
-
-cdef object hand_back(const char *name, tuple args):
-    """The Python function of a case the core does not run, by its name,
-    called with args (at most six)."""
-    cdef PyObject *argv[6]
-    cdef Py_ssize_t i
-    for i in range(len(args)):
-        argv[i] = PyTuple_GET_ITEM(args, i)
-    return delegate(name, argv, len(args))
-
-
 # -- the refusals: what is wrong, in the layer's words (_errors' factories) --------
 
 cdef object name_refused(object obj, object raw):
