@@ -76,6 +76,21 @@ cdef object layer_error(str factory, tuple args):
     return (<dict>state.errors)[factory](*args)
 
 
+cdef inline void put(PyObject **slot, PyObject *value) noexcept:
+    """Set a slot of the state to a new reference to value; the old one is
+    dropped after (its finalizer may run Python, which then sees the new one)."""
+    cdef PyObject *old = slot[0]
+    Py_INCREF(<object>value)
+    slot[0] = value
+    Py_XDECREF(old)
+
+
+cdef inline void unset(PyObject **slot) noexcept:
+    cdef PyObject *old = slot[0]
+    slot[0] = NULL
+    Py_XDECREF(old)
+
+
 include "capsule.pxi"
 include "info.pxi"
 include "versions.pxi"
@@ -224,7 +239,6 @@ def set_python(dict impl not None, learn_import, exportable_fallback, type expor
     _hold(&state.exportable_fallback, exportable_fallback)
     _hold(&state.import_types, {})
     _hold(&state.errors, errors)
-    document_dlpack(exportable_fallback)
     # Last: the core counts as configured once everything above is set.
     _hold(&state.py_impl, impl)
 
@@ -260,7 +274,6 @@ cdef int setup_once() except -1:
 
 
 setup_once()
-set_up_exportable()
 set_up_exchange_api()
 set_up_exporter()
 EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]

@@ -288,6 +288,13 @@ def bad_flag(name, value) -> TypeError:
     return TypeError(f"{name} must be True or False; got {value!r}.")
 
 
+def unmade_wrapper(cls) -> TypeError:
+    return TypeError(
+        f"this {cls.__qualname__} was made without __init__ and wraps no array: make one with "
+        "gpu_dlpack.wrap(x) (or the class called with the array)."
+    )
+
+
 def bad_dl_device_type(value) -> TypeError:
     return TypeError(
         f"dl_device must be None, a (device_type, device_id) tuple such as (1, 0) "

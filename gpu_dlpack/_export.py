@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _dtypes, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
 from ._compiled import core
 from ._devices import CPU, Device, types
 from ._typing import Capsule, DeviceLike, StreamLike, Version
@@ -178,105 +178,50 @@ class Exportable(core.ExportableBase):
 
     if not TYPE_CHECKING:  # (mypy does not see the fields of the compiled base)
         __slots__ = ()  # no __dict__: the fields are the compiled base's
+    _x: Any
+    _readonly: bool
+    _floor: Version | None
     _source: Device | None
+    _device: tuple[int, int]
     _reported: Device | None
     _request: tuple | None
     _held: tuple | None
 
     def __init__(self, x: Any, readonly: bool = False, min_version: Version | str | None = None) -> None:
+        # Where the data is, read once: the device __dlpack_device__ reports
+        # is the one exported. The compiled base keeps it and makes the plan.
         if readonly is not False and readonly is not True:
             raise _errors.bad_flag("readonly", readonly)
-        self._x = x
-        self._readonly = readonly
-        self._floor = None if min_version is None else _versions.parse_floor(min_version, "min_version")
-        self._reported = None
-        self._held = None
+        floor = None if min_version is None else _versions.parse_floor(min_version, "min_version")
+        reported = None
         if type(x) is _ndarray:
-            self._source, self._device = CPU, _CPU_DLPACK
-        else:
-            # Read once: the device __dlpack_device__ reports is the one exported.
-            asks = _producer.asks_back(type(x))
-            if asks and id(x) in _asked.ids:
-                # wrap(self) inside x's own __dlpack__ or __dlpack_device__:
-                # what else x speaks is wrapped.
-                x = self._x = _protocols.besides_dlpack(x)
-                asks = False
-            try:
-                if asks:
-                    self._source = _producer.marked(x, _backends.device_of, x)
-                else:
-                    self._source = _backends.device_of(x)
-            except BufferError:
-                if not _shards.spread(x):
-                    raise
-                one = _shards.replica(x)
-                if one is not None:  # replicated: export its first replica
-                    self._x = one
-                    self._source = _backends.device_of(one)
-                else:  # sharded: gathered at each export, by default where it starts
-                    self._source = None
-                    self._device = _shards.home(x).dlpack
-                    self._request = None
-                    return
-            reported = _rules.reported_device(self._source, _backends.gpu_of(self._x))
-            self._device = reported.dlpack
-            if reported != self._source:
-                # Managed memory: its label depends on what the consumer asks.
-                self._reported = reported
-        self._request = None
-        if self._reported is None:
-            self._set_plan(*_plan(x, readonly or self._floor is not None, self._source))
-
-    def __dlpack__(
-        self, /, *, stream: StreamLike | None = None, max_version: Version | None = None,
-        dl_device: tuple[int, int] | None = None, copy: bool | None = None,
-    ) -> Capsule:
-        """A DLPack capsule of the wrapped array, under the rules (the standard's
-        ``__dlpack__``).
-
-        Parameters
-        ----------
-        stream : int or stream object, optional
-            The stream the consumer uses the data on (``None`` or ``-1`` for host
-            memory).
-        max_version : tuple of int, optional
-            The newest DLPack version the consumer reads; ``None`` asks for a
-            legacy capsule.
-        dl_device : tuple of int, optional
-            The ``(device_type, device_id)`` to export to (``None``: in place).
-        copy : bool, optional
-            ``True`` always copies, ``False`` never, ``None`` when it must.
-
-        Returns
-        -------
-        PyCapsule
-            A ``dltensor`` or ``dltensor_versioned`` capsule.
-
-        Raises
-        ------
-        BufferError, TypeError, ValueError
-            What the rules refuse, as `export` raises it.
-        """
-        self._request = (stream, max_version, dl_device, copy)  # a dict only when read
-        if self._reported is not None:
-            dl_device = _rules.served_device(self._reported, dl_device, stream)
-        floor = self._floor
-        if floor is None:
-            return _exchange._export(self._x, self._readonly, stream, max_version, dl_device, copy, self._source)
-        _versions.check_max_version(max_version, floor)
-        return _versions.under_floor(
-            floor, _exchange._export, self._x, self._readonly, stream, max_version, dl_device, copy, self._source
-        )
-
-    def __dlpack_device__(self, /) -> tuple[int, int]:
-        """The ``(device_type, device_id)`` of the wrapped array.
-
-        Returns
-        -------
-        tuple of int
-            The DLPack device pair, as read when the wrapper was made.
-        """
-        return self._device
+            _made(self, x, readonly, floor, CPU, _CPU_DLPACK, None)
+            return
+        asks = _producer.asks_back(type(x))
+        if asks and id(x) in _asked.ids:
+            # wrap(self) inside x's own __dlpack__ or __dlpack_device__:
+            # what else x speaks is wrapped.
+            x = _protocols.besides_dlpack(x)
+            asks = False
+        try:
+            if asks:
+                source = _producer.marked(x, _backends.device_of, x)
+            else:
+                source = _backends.device_of(x)
+        except BufferError:
+            if not _shards.spread(x):
+                raise
+            one = _shards.replica(x)
+            if one is None:  # sharded: gathered at each export, by default where it starts
+                _made(self, x, readonly, floor, None, _shards.home(x).dlpack, None)
+                return
+            x = one  # replicated: export its first replica
+            source = _backends.device_of(one)
+        label = _rules.reported_device(source, _backends.gpu_of(x))
+        if label != source:
+            # Managed memory: its label depends on what the consumer asks.
+            reported = label
+        _made(self, x, readonly, floor, source, label.dlpack, reported)
 
     @property
     def device(self) -> Device:
@@ -360,29 +305,23 @@ class Exportable(core.ExportableBase):
         return f"gpu_dlpack.wrap({type(self._x).__module__}.{type(self._x).__qualname__}{ro}{floor})"
 
 
-def _plan(x, readonly, source):
-    """The exchange the core may run for ``wrap(x)`` without asking (the
-    arguments of ``_set_plan``): NumPy's own capsule for a NumPy dtype, a
-    host producer's C exchange API, or a host producer's capsule (JAX)."""
-    if readonly is not False:
-        return (core.PLAN_GENERAL,)
-    if type(x) is _ndarray:
-        if id(x.dtype) in _dtypes.PLAIN:
-            return core.PLAN_NUMPY, x.dtype
-        return (core.PLAN_GENERAL,)
-    if source.type != CPU.type:
-        return (core.PLAN_GENERAL,)
-    if "__dlpack_c_exchange_api__" in type(x).__dict__:
-        return core.PLAN_EXCHANGE, type(x)
-    # The core keeps it only for a type with a host test (JAX): it asks
-    # such a producer's __dlpack__ itself.
-    return core.PLAN_CAPSULE, type(x)
+def general_dlpack(
+    w: Exportable, stream: StreamLike | None, max_version: Version | None, dl_device: DeviceLike | None,
+    copy: bool | None,
+) -> Capsule:
+    """``w.__dlpack__(...)`` where the compiled base runs no plan of its own
+    (it has set ``w._request``): the exchange under the rules."""
+    if w._reported is not None:
+        dl_device = _rules.served_device(w._reported, dl_device, stream)
+    floor = w._floor
+    if floor is None:
+        return _exchange._export(w._x, w._readonly, stream, max_version, dl_device, copy, w._source)
+    _versions.check_max_version(max_version, floor)
+    return _versions.under_floor(floor, _exchange._export, w._x, w._readonly, stream, max_version, dl_device, copy,
+                                 w._source)
 
 
-# The core's __dlpack__ and __dlpack_device__ of the base run; this one is
-# what they hand back to.
-general_dlpack = Exportable.__dlpack__
-del Exportable.__dlpack__, Exportable.__dlpack_device__
+_made = core.ExportableBase.__init__
 
 
 def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None = None) -> Exportable:

@@ -16,8 +16,8 @@ reference cycle, or a ``weakref.finalize`` of one) changes what a call is
 working on when a collection runs: inside the producer's ``__dlpack__``,
 ``__dlpack_device__`` or host test (an explicit collection there), or at
 the first allocation of the call (the threshold of the youngest
-generation set to 1). What it changes: the wrapper's array (deleted or
-replaced), its read-only flag, the producer's array or capsule, the floor
+generation set to 1). What it changes: the wrapper (made anew over
+another array, or read-only), the producer's array or capsule, the floor
 in force; or it takes the capsule in flight, or makes an exchange of its
 own. At the first allocation, which is no fixed point of the call (a
 tuple from a free list counts none), it only replaces the wrapper's
@@ -213,20 +213,22 @@ def arm(case, state):
         what = case["action"]
         producer, wrapper = state.get("producer"), state.get("wrapper")
         try:
+            # A wrapper's state is read-only to Python: only __init__
+            # changes it, all of it at once (the plan with it).
             if what == "delete array":
                 if wrapper is not None:
-                    del wrapper._x
+                    wrapper.__init__(np.arange(2.0))  # the array it held dropped
                 elif producer is not None:
                     del producer.array
             elif what == "replace array":
                 other = np.arange(5, dtype=np.int16)
                 if wrapper is not None:
-                    wrapper._x = other
+                    wrapper.__init__(other)
                 elif producer is not None:
                     producer.array = other
             elif what == "read-only":
                 if wrapper is not None:
-                    wrapper._readonly = True
+                    wrapper.__init__(wrapper.array, readonly=True)
                 else:
                     state["array"].flags.writeable = False
             elif what == "equal copy":
@@ -235,7 +237,7 @@ def arm(case, state):
                 # finalizer runs, and freed memory for a call that still
                 # reads the original.
                 if wrapper is not None:
-                    wrapper._x = _equal_copy(wrapper._x)
+                    wrapper.__init__(_equal_copy(wrapper.array))
             elif what == "floor":
                 gpu_dlpack.set_min_dlpack_version((1, 1))
             elif what == "take the capsule":

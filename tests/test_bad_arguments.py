@@ -439,28 +439,37 @@ def test_import_to_a_gpu_that_does_not_exist_is_refused(device):
         gpu_dlpack.from_dlpack(x, device=device)
 
 
-# -- a wrap() object whose state was taken away ------------------------------------
+# -- a wrap() object whose state is asked for, taken away or replaced --------------
 #
-# Its attributes are the compiled base's fields: deleted, or never set
-# (an instance made by __new__ alone), each use of them raises the
-# AttributeError of the missing attribute, never a crash. Run in a fresh
-# interpreter, so that a crash is reported as such.
+# Its state is the compiled base's typed fields, read-only to Python: a del
+# or an assignment raises AttributeError and leaves the wrapper as it was;
+# only __init__ makes it anew (the plan with it). One made by __new__ alone
+# wraps no array: each use raises the layer's TypeError, never a crash. Run
+# in a fresh interpreter, so that a crash is reported as such.
+
+_FIELDS = ("_x", "_readonly", "_floor", "_source", "_device", "_reported", "_request")
 
 _GONE = {
     "__new__ alone, __dlpack_device__": "w = E.__new__(E); w.__dlpack_device__()",
     "__new__ alone, __dlpack__": "w = E.__new__(E); w.__dlpack__(max_version=(1, 0))",
     "__new__ alone, legacy __dlpack__": "w = E.__new__(E); w.__dlpack__()",
-    "__new__ alone, repr": "w = E.__new__(E); repr(w)",
     "__new__ alone, numpy": "w = E.__new__(E); np.from_dlpack(w)",
-    "no _device": "w = g.wrap(a); del w._device; w.__dlpack_device__()",
-    "no _x": "w = g.wrap(a); del w._x; w.__dlpack__(max_version=(1, 0))",
-    "no _x, numpy": "w = g.wrap(a); del w._x; np.from_dlpack(w)",
-    "no _readonly": "w = g.wrap(a); del w._readonly; w.__dlpack__(max_version=(1, 0))",
-    "no _reported": "w = g.wrap(a); del w._reported; w.__dlpack__()",
-    "no _request, then __dlpack__": "w = g.wrap(a); del w._request; print(np.from_dlpack(w).tolist())",
-    "no _request, then last_request": "w = g.wrap(a); del w._request; w.last_request",
-    "no _held": "w = g.wrap(a); del w._held; w.__array_interface__",
-    "_x replaced": "w = g.wrap(a); w._x = np.arange(2, dtype=np.int8); print(np.from_dlpack(w).tolist())",
+    "__new__ alone, repr": "w = E.__new__(E); repr(w)",
+    **{f"del {f}": f"w = g.wrap(a); del w.{f}" for f in _FIELDS},
+    **{f"{f} replaced": f"w = g.wrap(a); w.{f} = np.arange(2, dtype=np.int8)" for f in _FIELDS},
+    "no _held": "w = g.wrap(a); del w._held; assert w.__array_interface__['shape'] == (3,)",
+    "made anew": ("w = g.wrap(a); w.__init__(np.arange(2, dtype=np.int8), True); "
+                  "c = g.inspect(w.__dlpack__(max_version=(1, 0))); "
+                  "assert (c.shape, c.readonly, w.array.dtype) == ((2,), True, np.int8)"),
+    "as it was": ("w = g.wrap(a)\n"
+                  "for f in " + repr(_FIELDS) + ":\n"
+                  "    for change in (lambda: delattr(w, f), lambda: setattr(w, f, None)):\n"
+                  "        try:\n"
+                  "            change()\n"
+                  "        except AttributeError:\n"
+                  "            pass\n"
+                  "assert np.from_dlpack(w) is not a and np.from_dlpack(w).tolist() == [0.0, 1.0, 2.0]\n"
+                  "assert w.array is a and w.readonly is False and w.__dlpack_device__() == (1, 0)"),
 }
 
 
@@ -488,31 +497,16 @@ def _gone_outcomes(env=None):
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def _missing_slot(cls, module, name):
-    # What this interpreter says of an unset slot of a class of that name in
-    # that module: CPython 3.13 names the class by its module too.
-    probe = type(cls, (), {"__slots__": (name,), "__module__": module})
-    try:
-        getattr(probe(), name)
-    except AttributeError as exc:
-        return str(exc)
-    raise AssertionError("an unset slot was read")
-
-
-def test_a_wrapper_without_its_state_raises_attribute_error():
+def test_a_wrapper_keeps_its_state_and_one_without_it_raises_type_error():
     out = _gone_outcomes()
-    missing = {
-        "__new__ alone, __dlpack_device__": "_device", "__new__ alone, __dlpack__": "_reported",
-        "__new__ alone, legacy __dlpack__": "_reported", "__new__ alone, repr": "_readonly",
-        "__new__ alone, numpy": "_reported", "no _device": "_device", "no _x": "_x", "no _x, numpy": "_x",
-        "no _readonly": "_readonly", "no _reported": "_reported", "no _request, then last_request": "_request",
-        "no _held": "_held",
-    }
-    for case, name in missing.items():
-        assert out[case] == ["AttributeError", _missing_slot("Exportable", "gpu_dlpack._export", name)], case
-    # __dlpack__ sets _request before it reads anything else; another array
-    # is exported as it is.
-    assert out["no _request, then __dlpack__"] == "ok" and out["_x replaced"] == "ok"
+    unmade = gpu_dlpack._errors.unmade_wrapper(gpu_dlpack.Exportable)
+    for case in ("__dlpack_device__", "__dlpack__", "legacy __dlpack__", "numpy"):
+        assert out[f"__new__ alone, {case}"] == ["TypeError", str(unmade)], case
+    for f in _FIELDS:
+        for case in (f"del {f}", f"{f} replaced"):
+            kind, message = out[case]
+            assert kind == "AttributeError" and f"'{f}'" in message and "not writable" in message, (case, message)
+    assert out["__new__ alone, repr"] == out["no _held"] == out["made anew"] == out["as it was"] == "ok", out
 
 
 def test_a_copy_of_a_wrapper_wraps_the_same_array():

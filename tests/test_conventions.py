@@ -79,7 +79,7 @@ def test_signatures_are_visible_through_the_core():
 
 def test_every_method_of_the_compiled_core_has_a_text_signature():
     methods = [getattr(core, n) for n in dir(core) if inspect.isbuiltin(getattr(core, n))]
-    methods += [core.ExportableBase.__dlpack__, core.ExportableBase.__dlpack_device__, core.ExportableBase._set_plan]
+    methods += [core.ExportableBase.__dlpack__, core.ExportableBase.__dlpack_device__, core.ExportableBase.__init__]
     assert len(methods) > 10
     for m in methods:
         assert m.__text_signature__, m
@@ -107,20 +107,21 @@ def _docstrings_in_source():
 
 
 def test_help_reads_the_python_docstrings_word_for_word():
-    # Exportable's __dlpack__ and __dlpack_device__ are the C base's, and
     # export and wrap are C objects over the Python functions: each shows
     # the docstring written in the Python source, word for word, so that
-    # help() and the API reference say what the source says.
+    # help() and the API reference say what the source says. Exportable's
+    # __dlpack__ and __dlpack_device__ are methods of its compiled base,
+    # documented there as NumPy's docstrings are.
     written = _docstrings_in_source()
-    shown = {
-        "Exportable.__dlpack__": gpu_dlpack.Exportable.__dlpack__,
-        "Exportable.__dlpack_device__": gpu_dlpack.Exportable.__dlpack_device__,
-        "export": gpu_dlpack.export,
-        "wrap": gpu_dlpack.wrap,
-    }
-    for name, obj in shown.items():
+    for name, obj in {"export": gpu_dlpack.export, "wrap": gpu_dlpack.wrap}.items():
         assert inspect.getdoc(obj) == written[name], name
         assert "Returns\n-------\n" in inspect.getdoc(obj), name
+    assert "Exportable.__dlpack__" not in written and "Exportable.__init__" in written
+    for method in (gpu_dlpack.Exportable.__dlpack__, gpu_dlpack.Exportable.__dlpack_device__):
+        doc = inspect.getdoc(method)
+        assert "Returns\n-------\n" in doc and doc.startswith("A DLPack capsule" if "stream" in doc else "The ``(device_type"), doc
+    params = inspect.getdoc(gpu_dlpack.Exportable.__dlpack__).split("Parameters\n----------\n")[1]
+    assert re.findall(r"^(\w+) : ", params, re.M) == ["stream", "max_version", "dl_device", "copy"]
 
 
 def _looks(f):

@@ -1135,3 +1135,12 @@ def test_the_core_restates_no_policy_and_no_numpy_abi():
     names = {re.search(r"(\w+)(?:\[|\s*$)", f.split("#")[0].rstrip()).group(1) for f in fields}
     assert not names & {"versions_dict", "verdict", "under_floor", "produced_version", "produced_request",
                         "version_word", "produced_floor", "numpy_api", "ndarray_type"}, names
+    # One plan, the core's; the exported object as Cython writes classes:
+    # typed fields, def methods with their real signatures, no type slot or
+    # keyword parser of its own, nothing taken out of the class after.
+    exportable = (root / "core" / "exportable.pxi").read_text()
+    assert "def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):" in exportable
+    assert "cdef readonly object _x" in exportable and "cdef int plan_of(" in exportable
+    assert not re.search(r"PyDescr_New|T_OBJECT_EX|PyMemberDef|plain_keywords|tp_dict", exportable)
+    python = "\n".join(p.read_text() for p in sorted(root.glob("*.py")))
+    assert not re.search(r"\bPLAN_|_set_plan|del Exportable\.", python)

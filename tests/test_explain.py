@@ -293,6 +293,8 @@ REAL_MESSAGES = {
     # -- gpu_dlpack itself
     "gpu_dlpack-bad-cuda-stream-protocol": lambda: raised(lambda: gpu_dlpack.use_stream(_BadCudaStream()).__enter__()),
     "gpu_dlpack-exports-itself": lambda: raised(lambda: np.from_dlpack(_ExportsItself())),
+    "gpu_dlpack-unmade-wrapper": lambda: raised(
+        lambda: np.from_dlpack(gpu_dlpack.Exportable.__new__(gpu_dlpack.Exportable))),
     "gpu_dlpack-no-dlpack-memory": lambda: raised(lambda: np.from_dlpack(_NamesNoMemory())),
     "gpu_dlpack-dlpack-memory-names-no-memory": lambda: raised(lambda: np.from_dlpack(_NamesItself())),
     "gpu_dlpack-bad-pointer-type": lambda: raised(lambda: gpu_dlpack.from_pointer("0x10", (3,), np.float32)),
@@ -1195,6 +1197,7 @@ BUILDER_ARGS = {
     "array_not_device": (__import__("numpy").zeros(1),),
     "bad_cuda_stream_protocol": (object(),),
     "exports_itself": (object(),),
+    "unmade_wrapper": (__import__("gpu_dlpack").Exportable,),
     "buffer_refused": (object(), BufferError("pybind11_getbuffer(): Internal error")),
     "no_dlpack_memory": (object(),),
     "dlpack_memory_names_no_memory": (object(), object()),

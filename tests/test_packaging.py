@@ -138,7 +138,8 @@ PUBLIC = [gpu_dlpack.export, gpu_dlpack.wrap, gpu_dlpack.from_dlpack, gpu_dlpack
           gpu_dlpack.use_stream, gpu_dlpack.set_min_dlpack_version, gpu_dlpack.Device.of,
           gpu_dlpack.Device.__new__, gpu_dlpack.shards, gpu_dlpack.view, gpu_dlpack.from_pointer,
           gpu_dlpack.Producer.__dlpack__, gpu_dlpack.Producer.__dlpack_device__, gpu_dlpack.Producer.dlpack_memory,
-          _export.general_dlpack]  # Exportable.__dlpack__ (the compiled core's hands back to it)
+          gpu_dlpack.Exportable.__init__,
+          _export.general_dlpack]  # Exportable.__dlpack__'s general path (the compiled core hands it on)
 
 
 @pytest.mark.parametrize("fn", PUBLIC, ids=lambda f: f.__qualname__)

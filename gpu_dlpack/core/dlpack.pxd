@@ -73,7 +73,7 @@ cdef struct CoreState:
     int numpy_strides_after_shape  # NumPy leaves C-order strides out, after the shape
     int32_t cpu_type
     PyObject *learn_import         # Python: type -> (api capsule, attrs, methods) or None
-    PyObject *exportable_fallback  # Python: the general Exportable.__dlpack__
+    PyObject *exportable_fallback  # Python: the general path of Exportable.__dlpack__
     PyTypeObject *exportable_class # gpu_dlpack.Exportable
     PyObject *cpu_device           # the CPU as a Device ...
     PyObject *cpu_dlpack           # ... and as (1, 0)

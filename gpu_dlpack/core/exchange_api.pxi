@@ -32,7 +32,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
     # force (else the general path checks it, and caches its verdict). That
     # check may run Python: the plan is checked after it, then held.
     if produced_accepted(verdict) and plan_holds(self) and self.plan != PLAN_CAPSULE:
-        x = <object>members(self).x
+        x = self._x
         dtype = self.plan_dtype
         owner = self.guards_owner
         if self.plan != PLAN_NUMPY:
@@ -45,7 +45,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
                     m = <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
         if m != NULL:
             # the request of the exchange: one tuple, made by set_versions
-            put(&members(self).request, <PyObject *>verdict.request)
+            self._request = verdict.request
             out[0] = m
             return 0
     # Every other case: the capsule __dlpack__(max_version=DLPACK_VERSION)
@@ -100,8 +100,7 @@ cdef DLPackExchangeAPI exportable_api
 cdef bint exchange_api_set_up = False
 
 
-# Made once per process, in the main interpreter (module setup, after
-# set_up_exportable): the table, offered on ExportableBase's type.
+# Made once per process, in the main interpreter (module setup): the table, offered on ExportableBase's type.
 cdef int set_up_exchange_api() except -1:
     global exchange_api_set_up
     if exchange_api_set_up:

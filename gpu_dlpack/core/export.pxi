@@ -3,6 +3,7 @@
 # every reader.
 
 cimport numpy as cnp
+from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 
 cdef extern from "Python.h":
     ctypedef PyObject *(*vectorcallfunc)(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -45,24 +46,54 @@ cdef object core_wrap(PyObject *x, PyObject *readonly):
     return take(delegate_raw("wrap", a, 2))
 
 
-# The Exportable of a plain case, or None (the Python wrap makes it).
+# The Exportable of a plain case, or None (the Python wrap makes it): made
+# as Exportable.__init__ makes one over data on the CPU, plan and all (the
+# plan says whether it is a plain case).
 cdef object wrap_plain(PyObject *x):
-    cdef PyObject *hold
-    if x.ob_type == <PyTypeObject *>cnp.ndarray:
-        if not is_plain(descr_of(x)):
-            return None
-        return new_exportable(x, PLAN_NUMPY, descr_of(x), NULL, NULL)
-    cdef ImportEntry *e = import_entry(x.ob_type, &hold)
-    owner = take(hold)
-    if is_entry(e) and e.api != NULL:
-        if exchange_on_cpu(e, x, True):
-            return new_exportable(x, PLAN_EXCHANGE, NULL, e, <PyObject *>owner)
-    elif is_entry(e):
-        # Host memory on one device by its type's host test: the device the
-        # Python wrap reads (the CPU, as its __dlpack_device__ says).
-        if host_test(e, x) != 0:
-            return new_exportable(x, PLAN_CAPSULE, NULL, e, <PyObject *>owner)
-    return None
+    cdef PyTypeObject *cls = state.exportable_class
+    # the type's tp_new (ExportableBase's: every field None, no plan), called
+    # as Cython's own __new__ of a class calls it
+    cdef ExportableBase self = <ExportableBase>(<TypeSlots *>cls).tp_new(cls, (), NULL)
+    made(self, <object>x, False, None, <object>state.cpu_device, <object>state.cpu_dlpack, None)
+    return None if self.plan == PLAN_GENERAL else self
+
+
+# The keywords of the fronts' plain cases (the Exporter calls below), one bit each (KEYWORD_NAMES[i] is
+# bit 1 << i), and those each front takes.
+cdef const char *KEYWORD_NAMES[7]
+KEYWORD_NAMES[:] = [b"max_version", b"readonly", b"stream", b"dl_device", b"copy", b"min_version", b"device"]
+
+cdef enum:
+    KW_MAX_VERSION = 1
+    KW_READONLY = 2
+    KW_DLPACK = 1 | 4 | 8 | 16  # __dlpack__: max_version, stream, dl_device, copy
+    KW_EXPORT = KW_DLPACK | KW_READONLY | 32  # export: and readonly, min_version
+    KW_IMPORT = 4 | 16 | 64  # from_dlpack: stream, copy, device
+
+
+# 1 when a front's keywords (kwnames, their values at values) are its plain
+# case's: each one it takes, max_version (its value read into max_version),
+# readonly False, any other None. Else 0: the call goes to Python unparsed,
+# which parses it once, in the layer's words.
+cdef bint plain_keywords(PyObject *const *values, PyObject *kwnames, int taken, PyObject **max_version) noexcept:
+    cdef Py_ssize_t i
+    cdef int bit
+    cdef PyObject *k
+    for i in range(0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)):
+        k = PyTuple_GET_ITEM(<object>kwnames, i)
+        if k == state.str_max_version and taken & KW_MAX_VERSION:
+            max_version[0] = values[i]
+            continue
+        for bit in range(7):
+            if taken & (1 << bit) and PyUnicode_CompareWithASCIIString(<object>k, KEYWORD_NAMES[bit]) == 0:
+                break
+        else:
+            return False
+        if bit == 0:
+            max_version[0] = values[i]
+        elif values[i] != (Py_False if bit == 1 else <PyObject *>None):
+            return False
+    return True
 
 
 # The front's call when the front does not run it: the Python function, called
