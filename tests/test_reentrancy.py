@@ -309,3 +309,31 @@ def test_an_error_of_a_producer_that_sets_a_floor_is_its_own(floor):
         with pytest.raises(BufferError, match="^the producer's own refusal$") as err:
             call(ArrayImpl())
         assert type(err.value) is BufferError
+
+
+# -- a wrapper made anew, seen by the finalizers its old state runs ----------------
+
+def test_a_wrapper_made_anew_is_whole_to_the_finalizers_its_old_state_runs():
+    # __init__ again lets the old array go: its finalizer, run then, exports
+    # through the same wrapper and must see it made anew whole (the new
+    # array, read-only, no plan of the old one), never half of each.
+    import weakref
+
+    import numpy as np
+
+    import gpu_dlpack
+
+    for old_dtype in (np.float64, np.int32):
+        old = np.arange(3, dtype=old_dtype)
+        w = gpu_dlpack.wrap(old)
+        seen = []
+
+        def export():
+            info = gpu_dlpack.inspect(w.__dlpack__(max_version=(1, 0)))
+            seen.append((tuple(info.shape), info.readonly, w.readonly, w.array.dtype.name))
+
+        weakref.finalize(old, export)
+        del old  # the wrapper holds the only reference
+        new = np.arange(5, dtype=np.int16)
+        w.__init__(new, readonly=True)
+        assert seen == [((5,), True, True, "int16")], seen

@@ -5,7 +5,7 @@
 # makes of it, and asks the stream the layer would use on a device.
 
 from libc.stdint cimport int32_t
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF
 from cpython.long cimport PyLong_AsVoidPtr
 from cpython.type cimport PyType_Modified
@@ -24,7 +24,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
     cdef DLManagedTensorVersioned *m = NULL
     out[0] = NULL
     configured()
-    if not isinstance(<object>obj, ExportableBase):
+    if <PyTypeObject *>Py_TYPE(<object>obj) != state.exportable_class and not isinstance(<object>obj, ExportableBase):
         raise TypeError("the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable")
     cdef ExportableBase self = <ExportableBase>obj
     # The request is max_version=DLPACK_VERSION and nothing else: the plain

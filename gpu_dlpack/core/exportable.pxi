@@ -134,6 +134,8 @@ tuple of int
 # Sets the state of a wrapper and makes its plan: the plain plans for one
 # that is not read-only, has no floor of its own and no label that depends
 # on the consumer (plan_of says which), the general path for any other.
+# Python may run in plan_of (a host test, the type's first entry), before
+# any field is set; none runs while they are set.
 cdef int made(ExportableBase self, object x, bint readonly, object floor, object source, object device,
               object reported) except -1:
     cdef PyObject *hold = NULL
@@ -142,19 +144,34 @@ cdef int made(ExportableBase self, object x, bint readonly, object floor, object
     if not readonly and floor is None and reported is None:
         plan = plan_of(<PyObject *>x, &e, &hold)
     owner = None if hold == NULL else take(hold)
+    # Made anew (__init__ again): what it held is let go only once every
+    # field is set, so that a finalizer it runs sees the wrapper whole.
+    held = None
+    if self._device is not None:
+        held = (self._x, self._floor, self._source, self._device, self._reported, self._request, self._held,
+                self.plan_type, self.plan_dtype, self.guards_owner)
+    # (A field already None is left as it is: its reference count is not
+    # touched, on the path every plain wrap takes.)
     self._x = x
     self._readonly = readonly
-    self._floor = floor
+    if floor is not None or self._floor is not None:
+        self._floor = floor
     self._source = source
     self._device = device
-    self._reported = reported
-    self._request = None
-    self._held = None
+    if reported is not None or self._reported is not None:
+        self._reported = reported
+    if self._request is not None:
+        self._request = None
+    if self._held is not None:
+        self._held = None
     self.plan = plan
     self.plan_type = type(x) if plan != PLAN_GENERAL else None
-    self.plan_dtype = <object>descr_of(<PyObject *>x) if plan == PLAN_NUMPY else None
-    self.guards_owner = owner
+    if plan == PLAN_NUMPY or self.plan_dtype is not None:
+        self.plan_dtype = <object>descr_of(<PyObject *>x) if plan == PLAN_NUMPY else None
+    if owner is not None or self.guards_owner is not None:
+        self.guards_owner = owner
     self.guards = e
+    del held
     return 0
 
 
