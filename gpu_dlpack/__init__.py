@@ -9,7 +9,6 @@ True
 
 from __future__ import annotations
 
-import functools as _functools
 import sys as _sys
 import types as _types
 from typing import TYPE_CHECKING
@@ -106,9 +105,11 @@ def inspect_capsule(capsule: Capsule) -> CapsuleInfo:
     return _capsule.read(capsule)
 
 
-# The core's read from the first call (no Python frame between); help() and
-# inspect see the function above.
-inspect_capsule = _functools.update_wrapper(_compiled.core.Exporter(inspect_capsule, 3), inspect_capsule)
+# The public inspect_capsule is the core's read from the first call (no
+# Python frame between), with the docstring and annotations of the function
+# above, which mypy reads.
+if not TYPE_CHECKING:
+    inspect_capsule = _compiled.core.front("inspect_capsule", inspect_capsule)
 
 #: `inspect_capsule`, by its short name (an attribute, not in ``__all__``).
 inspect = inspect_capsule
@@ -218,4 +219,4 @@ class _Module(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Module
-del _Module, _functools, _sys, _types, TYPE_CHECKING, annotations
+del _Module, _sys, _types, TYPE_CHECKING, annotations

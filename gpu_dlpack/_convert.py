@@ -591,7 +591,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
 # core from the first call, as from_dlpack's; every other call is the
 # function above, which help(), inspect and mypy see.
 if not TYPE_CHECKING:
-    convert = functools.update_wrapper(core.Exporter(convert, 4), convert)
+    convert = core.front("convert", convert)
 
 _POLICIES = frozenset(_faults.POLICIES)  # read on every call: a set of _faults' names
 

@@ -275,7 +275,6 @@ cdef int setup_once() except -1:
 
 setup_once()
 set_up_exchange_api()
-set_up_exporter()
 EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]
 # The addresses of the core's owning capsule destructors, by kind.
 OWNING_DESTRUCTORS = (PyLong_FromVoidPtr(<void *>legacy_capsule_destructor),

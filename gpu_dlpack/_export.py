@@ -11,7 +11,6 @@ Floor: the two directions, beside ``_import``: neither imports the other.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -140,10 +139,12 @@ def export(
     return _versions.under_floor(floor, _exchange._export, x, readonly, stream, max_version, dl_device, copy)
 
 
-# The plain cases (a NumPy array of a NumPy dtype, a host producer with a C
-# exchange API, asked for nothing but max_version) run in the core; the rest
-# calls the function above. help() and inspect see that function.
-export = functools.update_wrapper(core.Exporter(export), export)
+# The public export is the core's: its plain cases (a NumPy array of a NumPy
+# dtype, a host producer with a C exchange API, asked for nothing but
+# max_version) run there, every other call is the function above, whose
+# docstring and annotations it takes (mypy reads the function above).
+if not TYPE_CHECKING:
+    export = core.front("export", export)
 
 
 class Exportable(core.ExportableBase):
@@ -381,10 +382,6 @@ def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None
     >>> w.last_request
     {'stream': None, 'max_version': (1, 0), 'dl_device': None, 'copy': None}
     """
-    return python_wrap(x, readonly, min_version)
-
-
-def python_wrap(x, readonly, min_version=None):
     if type(x) is not _ndarray and not hasattr(type(x), "__dlpack__"):
         adapted = _protocols.producer(x)  # another array protocol, or a raw capsule
         if adapted is None:
@@ -393,9 +390,11 @@ def python_wrap(x, readonly, min_version=None):
     return Exportable(x, readonly, min_version)
 
 
-# The plain cases (a NumPy array of a NumPy dtype, a host producer with a C
-# exchange API) are built in the core; the rest calls python_wrap.
-wrap = functools.update_wrapper(core.Exporter(wrap, 1), wrap)
+# The public wrap is the core's: it makes the plain cases (a NumPy array of a
+# NumPy dtype, a host producer with a C exchange API or a host test), the
+# function above every other one.
+if not TYPE_CHECKING:
+    wrap = core.front("wrap", wrap)
 
 
 _CPU_DLPACK = CPU.dlpack

@@ -12,8 +12,7 @@ Floor: the two directions, beside ``_export``: neither imports the other.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -235,10 +234,11 @@ def _whole_elements(shape, strides, itemsize) -> bool:
     return all(s % itemsize == 0 or n == 1 for n, s in zip(shape, strides))
 
 
-# Asked for nothing but x, the core imports the producers it was told about
-# (a C exchange API, JAX's capsules) before any Python runs; every other case
-# calls the function above. help() and inspect see it.
-from_dlpack = functools.update_wrapper(core.Exporter(from_dlpack, 2), from_dlpack)
+# The public from_dlpack is the core's: asked for nothing but x, it imports
+# the producers it was told about (a C exchange API, JAX's capsules) before
+# any Python runs; every other call is the function above.
+if not TYPE_CHECKING:
+    from_dlpack = core.front("from_dlpack", from_dlpack)
 
 
 def _meeting(x, device, copy, stream, alignment, contiguous):

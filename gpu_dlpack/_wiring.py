@@ -127,7 +127,6 @@ def install() -> None:
     )
     core.set_versions(_versions.VERDICT)
     impl = dict(
-        wrap=_export.python_wrap,
         from_dlpack=_import.from_dlpack,
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,

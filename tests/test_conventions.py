@@ -147,40 +147,59 @@ def _looks(f):
     }
 
 
-def test_the_public_functions_look_like_their_python_functions():
-    # export, wrap, from_dlpack, inspect and convert are the core's fronts over the
-    # Python functions: to help(), inspect, pydoc, pickle and a class body
-    # they are those functions, as every other public function is itself.
+def test_the_public_functions_are_functions_to_every_reader():
+    # export, wrap, from_dlpack, inspect_capsule and convert are the core's
+    # Cython functions (binding=True); every other public function is
+    # Python's. To help(), inspect, pydoc, pickle and a class body each is a
+    # function: its name, the docstring and signature its Python source
+    # writes, bound as a method, pickled by reference (the core's have no
+    # __wrapped__: they are no wrappers of another function).
     import pickle
 
-    fronted = set()
+    compiled = set()
     for name in gpu_dlpack.__all__:
         f = getattr(gpu_dlpack, name)
         if not callable(f) or isinstance(f, type):
             continue
-        plain = f.__wrapped__ if type(f) is core.Exporter else f
-        if plain is not f:
-            fronted.add(name)
-            assert type(plain).__name__ == "function" and inspect.unwrap(f) is plain
-        looks = _looks(f)
-        assert looks == _looks(plain) | {"binds": ["method", True]}, name
-        assert looks["repr"] == f"<function {name}>" and looks["class"] == "function"
-        assert looks["names"][0] == name and looks["inspect"] == [True, True, False, True]
-        assert looks["help"].startswith(f"Python Library Documentation: function {name} in module ")
-        assert looks["binds"] == ["method", True] and pickle.loads(pickle.dumps(f)) is f
-    assert fronted == {"export", "wrap", "from_dlpack", "inspect_capsule", "convert"}
+        if type(f).__name__ == "cython_function_or_method":
+            compiled.add(name)
+            assert not hasattr(f, "__wrapped__"), name
+        else:
+            assert type(f).__name__ == "function", name
+        assert f.__name__ == f.__qualname__ == name, name
+        assert inspect.isroutine(f) and f.__doc__, name
+        bound = type("Holder", (), {"m": f})().m
+        assert type(bound).__name__ == "method" and bound.__func__ is f, name
+        assert pickle.loads(pickle.dumps(f)) is f, name
+        help_text = pydoc.render_doc(f, renderer=pydoc.plaintext)
+        assert inspect.cleandoc(f.__doc__).splitlines()[0] in help_text, name
+    assert compiled == {"export", "wrap", "from_dlpack", "inspect_capsule", "convert"}
     # The signature, on one line or (pydoc from CPython 3.13) one parameter a line.
     signature = "".join(_looks(gpu_dlpack.export)["help"].splitlines()[2:12]).replace(" ", "")
     assert signature.startswith("export(x:'Any',/,*,stream:"), signature
 
 
-def test_a_front_of_the_core_is_its_python_function_to_a_reader():
-    f = gpu_dlpack.export
-    assert type(f) is core.Exporter and f.__wrapped__.__code__ is f.__code__
-    with pytest.raises(AttributeError, match="'function' object has no attribute 'nothing'"):
-        f.nothing
-    cap = type("Holder", (), {"export": f}).export(np.arange(3), max_version=(1, 0))
+def test_a_public_function_of_the_core_takes_exactly_its_documented_parameters():
+    # Cython parses the call: what the signature refuses is refused before
+    # anything runs, in Python's words; each documented keyword is taken.
+    a = np.arange(3.0)
+    for f, args in ((gpu_dlpack.export, (a,)), (gpu_dlpack.wrap, (a,)), (gpu_dlpack.from_dlpack, (a,)),
+                    (gpu_dlpack.convert, (a, "numpy")), (gpu_dlpack.inspect_capsule, (a.__dlpack__(),))):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'nothing'"):
+            f(*args, nothing=1)
+        for p in inspect.signature(f).parameters.values():
+            if p.default is not p.empty:
+                f(*args, **{p.name: p.default})  # the documented default, passed by name
+    with pytest.raises(TypeError):
+        gpu_dlpack.export(x=a)  # positional only
+    cap = type("Holder", (), {"export": gpu_dlpack.export}).export(np.arange(3), max_version=(1, 0))
     assert gpu_dlpack.inspect(cap).versioned
+    doc = gpu_dlpack.export.__doc__
+    with pytest.raises(TypeError, match="parameters differ"):
+        core.front("export", lambda x, *, stream=None: None)
+    with pytest.raises(ValueError, match="no public function"):
+        core.front("nothing", lambda x: None)
+    assert gpu_dlpack.export.__doc__ is doc and core.general("export").__doc__ is doc  # refused: nothing changed
 
 
 # -- device objects ------------------------------------------------------------------

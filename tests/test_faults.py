@@ -437,7 +437,7 @@ calls = {
     "snapshot": lambda: core.snapshot(cap()),
     "stamp_version": lambda: core.stamp_version(cap(), 1),
     "import_host": lambda: core.import_host(a),
-    "wrap": lambda: core.wrap(a, False),
+    "wrap": lambda: core.wrap(a),
     "exchange": lambda: core.exchange(a),
     "kind": lambda: core.kind(a),  # no capsule: its refusal is worded by _errors, not given yet
     "ExportableBase.__dlpack__": lambda: base.__dlpack__(),
@@ -458,7 +458,8 @@ for fname in sorted(n for n in dir(core) if not n.startswith(("_", "set_")) and 
             getattr(core, fname)(*args)
         except BaseException:
             pass
-print("Exporter:", core.Exporter(lambda x, **kw: "python")(a))  # hands every call to Python
+print("front:", core.front("export", lambda x, /, *, stream=None, max_version=None, dl_device=None, copy=None,
+                                       readonly=False, min_version=None: "python")(a))  # before set_python: Python
 try:  # the Python side is told last: before the tables, it is refused, and nothing runs yet
     core.set_python({}, None, None, core.ExportableBase, tuple, type, {})
     print("set_python first: taken")
@@ -475,7 +476,7 @@ except RuntimeError as exc:
         "checked", "discard", "move", "snapshot", "stamp_version", "import_host", "wrap",
         "exchange", "kind", "ExportableBase.__dlpack__", "ExportableBase.__init__",
     )], done.stdout
-    assert lines[-3] == "Exporter: python"
+    assert lines[-3] == "front: python"
     assert lines[-2] == ("set_python first: set_python comes last: set_dtypes, set_devices, set_numpy and "
                          "set_versions first"), done.stdout
     assert lines[-1] == "checked still refused"

@@ -1,49 +1,27 @@
-# export(), wrap(), from_dlpack() and inspect(): the plain cases in C, the
-# rest in Python, behind a front (Exporter) that is the Python function to
-# every reader.
+# The public functions export(), wrap(), from_dlpack(), inspect_capsule()
+# and convert(): Cython functions (binding=True: the signature, docstring,
+# binding and pickling of a function) whose plain cases run here and whose
+# every other call is the Python function that policy names (front(): the
+# function documented in the Python source, whose docstring, annotations and
+# names they take).
 
+cimport cython
 cimport numpy as cnp
 from cpython.unicode cimport PyUnicode_CompareWithASCIIString
 
-cdef extern from "Python.h":
-    ctypedef PyObject *(*vectorcallfunc)(PyObject *callable, PyObject *const *args, size_t nargsf,
-                                         PyObject *kwnames)
-    object PyMethod_New(object func, object self)
-    ctypedef PyObject *(*getter)(PyObject *, void *)
-    ctypedef int (*setter)(PyObject *, PyObject *, void *)
-    ctypedef struct PyGetSetDef:
-        const char *name
-        getter get
-        setter set
-        const char *doc
-        void *closure
-    PyObject *PyDescr_NewGetSet(PyTypeObject *type, PyGetSetDef *getset)
-    PyObject *generic_get_dict "PyObject_GenericGetDict"(PyObject *o, void *context)
-    int generic_set_dict "PyObject_GenericSetDict"(PyObject *o, PyObject *value, void *context)
+
+# The Python function each public function hands its general case to, set
+# once by front() (None until then: the call refuses, unconfigured).
+cdef object general_export = None
+cdef object general_wrap = None
+cdef object general_from_dlpack = None
+cdef object general_inspect = None
+cdef object general_convert = None
 
 
-# wrap(x, readonly): the Exportable of the plain cases made here (a NumPy array
-# of a NumPy dtype; a host producer whose C exchange API says where its data
-# is), every other one by the Python wrap.
-@cython.embedsignature(False)
-def wrap(x, readonly, /):
-    """wrap($module, x, readonly, /)
---
-
-wrap() of the plain cases, the rest in Python."""
-    return core_wrap(<PyObject *>x, <PyObject *>readonly)
-
-
-cdef object core_wrap(PyObject *x, PyObject *readonly):
-    cdef PyObject *a[2]
+cdef inline object unconfigured():
     configured()
-    if state.exportable_class != NULL and readonly == Py_False:
-        made = wrap_plain(x)
-        if made is not None:
-            return made
-    a[0] = x
-    a[1] = readonly
-    return take(delegate_raw("wrap", a, 2))
+    raise RuntimeError(NOT_CONFIGURED.decode())
 
 
 # The Exportable of a plain case, or None (the Python wrap makes it): made
@@ -56,76 +34,6 @@ cdef object wrap_plain(PyObject *x):
     cdef ExportableBase self = <ExportableBase>(<TypeSlots *>cls).tp_new(cls, (), NULL)
     made(self, <object>x, False, None, <object>state.cpu_device, <object>state.cpu_dlpack, None)
     return None if self.plan == PLAN_GENERAL else self
-
-
-# The keywords of the fronts' plain cases (the Exporter calls below), one bit each (KEYWORD_NAMES[i] is
-# bit 1 << i), and those each front takes.
-cdef const char *KEYWORD_NAMES[7]
-KEYWORD_NAMES[:] = [b"max_version", b"readonly", b"stream", b"dl_device", b"copy", b"min_version", b"device"]
-
-cdef enum:
-    KW_MAX_VERSION = 1
-    KW_READONLY = 2
-    KW_DLPACK = 1 | 4 | 8 | 16  # __dlpack__: max_version, stream, dl_device, copy
-    KW_EXPORT = KW_DLPACK | KW_READONLY | 32  # export: and readonly, min_version
-    KW_IMPORT = 4 | 16 | 64  # from_dlpack: stream, copy, device
-
-
-# 1 when a front's keywords (kwnames, their values at values) are its plain
-# case's: each one it takes, max_version (its value read into max_version),
-# readonly False, any other None. Else 0: the call goes to Python unparsed,
-# which parses it once, in the layer's words.
-cdef bint plain_keywords(PyObject *const *values, PyObject *kwnames, int taken, PyObject **max_version) noexcept:
-    cdef Py_ssize_t i
-    cdef int bit
-    cdef PyObject *k
-    for i in range(0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)):
-        k = PyTuple_GET_ITEM(<object>kwnames, i)
-        if k == state.str_max_version and taken & KW_MAX_VERSION:
-            max_version[0] = values[i]
-            continue
-        for bit in range(7):
-            if taken & (1 << bit) and PyUnicode_CompareWithASCIIString(<object>k, KEYWORD_NAMES[bit]) == 0:
-                break
-        else:
-            return False
-        if bit == 0:
-            max_version[0] = values[i]
-        elif values[i] != (Py_False if bit == 1 else <PyObject *>None):
-            return False
-    return True
-
-
-# The front's call when the front does not run it: the Python function, called
-# as the front was.
-cdef inline object handed_back(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    return take(PyObject_Vectorcall(<PyObject *>self.fallback, args, nargsf, kwnames))
-
-
-# wrap(x, *, readonly=False): core_wrap, whose every other case calls the
-# Python wrap through impl["wrap"].
-cdef object wrapper_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or
-            not plain_keywords(args + 1, kwnames, KW_READONLY, NULL)):
-        return handed_back(self, args, nargsf, kwnames)
-    return core_wrap(args[0], Py_False)
-
-
-# export(x, *, max_version=None, ...): the plain cases (a NumPy array of a
-# NumPy dtype, a host producer with a C exchange API or a host test, asked for
-# nothing but max_version), every other case the Python function.
-cdef object exporter_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    cdef PyObject *max_version = <PyObject *>None
-    if (PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.plain_dtypes == NULL or
-            not plain_keywords(args + 1, kwnames, KW_EXPORT, &max_version)):
-        return handed_back(self, args, nargsf, kwnames)
-    cdef bint versioned = max_version != <PyObject *>None
-    if versioned and not accepted_versioned(verdict, max_version):
-        return handed_back(self, args, nargsf, kwnames)
-    capsule = export_plain(args[0], max_version, versioned)
-    if capsule is not NOT_PLAIN:
-        return capsule
-    return handed_back(self, args, nargsf, kwnames)
 
 
 # The capsule of a plain export, or NOT_PLAIN: the Python function runs.
@@ -184,141 +92,167 @@ cdef int names_cpu(PyObject *device) except -1:
             <object>kind == 1 and <object>index == 0)
 
 
-# from_dlpack(x, *, device=None, copy=None, stream=None): asked for nothing but
-# x (or device= the CPU, as names_cpu reads it, for data on the CPU: the same import),
-# the view of a NumPy array, or the core's import of a producer it was told
-# about (core_import_host); every other case the Python function. (The view is
-# a C reference, as it comes: a Cython local would cost a reference count.)
-cdef object importer_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+
+# export(x, /, *, ...): the plain cases (a NumPy array of a NumPy dtype, a
+# host producer with a C exchange API or a host test, asked for nothing but
+# max_version), every other case the Python function.
+@cython.binding(True)
+def export(x, /, *, stream=None, max_version=None, dl_device=None, copy=None, readonly=False, min_version=None):
+    if (stream is None and dl_device is None and copy is None and readonly is False and min_version is None and
+            state.plain_dtypes != NULL and state.py_impl != NULL and general_export is not None):
+        versioned = max_version is not None
+        if not versioned or accepted_versioned(verdict, <PyObject *>max_version):
+            capsule = export_plain(<PyObject *>x, <PyObject *>max_version, versioned)
+            if capsule is not NOT_PLAIN:
+                return capsule
+    if general_export is None:
+        return unconfigured()
+    return general_export(x, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy,
+                          readonly=readonly, min_version=min_version)
+
+
+# wrap(x, /, *, readonly=False, min_version=None): the Exportable of the
+# plain cases made here (wrap_plain), every other one by the Python function.
+@cython.binding(True)
+def wrap(x, /, *, readonly=False, min_version=None):
+    if (readonly is False and min_version is None and state.exportable_class != NULL and state.py_impl != NULL and
+            general_wrap is not None):
+        made = wrap_plain(<PyObject *>x)
+        if made is not None:
+            return made
+    if general_wrap is None:
+        return unconfigured()
+    return general_wrap(x, readonly=readonly, min_version=min_version)
+
+
+# from_dlpack(x, /, *, ...): asked for nothing but x (or device= the CPU, as
+# names_cpu reads it, for data on the CPU: the same import), the view of a
+# NumPy array, or the core's import of a producer it was told about
+# (core_import_host); every other case the Python function.
+@cython.binding(True)
+def from_dlpack(x, /, *, device=None, copy=None, stream=None, require_alignment=0, require_contiguous=False):
     cdef PyObject *got
-    cdef bint to_cpu = False
-    if PyVectorcall_NARGS(nargsf) != 1 or state.py_impl == NULL or state.plain_dtypes == NULL:
-        return handed_back(self, args, nargsf, kwnames)
-    if not plain_keywords(args + 1, kwnames, KW_IMPORT, NULL):
-        to_cpu = (state.cpu_device != NULL and PyTuple_GET_SIZE(<object>kwnames) == 1 and names_cpu(args[1])
-                  and PyUnicode_CompareWithASCIIString(<object>PyTuple_GET_ITEM(<object>kwnames, 0), "device") == 0)
-        if not to_cpu:
-            return handed_back(self, args, nargsf, kwnames)
-    if args[0].ob_type == <PyTypeObject *>cnp.ndarray:
-        got = numpy_view(args[0])
-        if got != NULL or PyErr_Occurred() != NULL:
-            return take(got)
-        return handed_back(self, args, nargsf, kwnames)
-    imported = core_import_host(<object>args[0], to_cpu)
-    if imported is not None:
-        return imported
-    return handed_back(self, args, nargsf, kwnames)
+    cdef bint to_cpu = device is not None
+    if (copy is None and stream is None and require_contiguous is False and type(require_alignment) is int and
+            require_alignment == 0 and state.plain_dtypes != NULL and state.py_impl != NULL and
+            general_from_dlpack is not None and
+            (device is None or names_cpu(<PyObject *>device))):
+        if type(x) is cnp.ndarray:
+            got = numpy_view(<PyObject *>x)
+            if got != NULL or PyErr_Occurred() != NULL:
+                return take(got)
+        else:
+            imported = core_import_host(x, to_cpu)
+            if imported is not None:
+                return imported
+    if general_from_dlpack is None:
+        return unconfigured()
+    return general_from_dlpack(x, device=device, copy=copy, stream=stream, require_alignment=require_alignment,
+                               require_contiguous=require_contiguous)
 
 
-# convert(x, to): to a library gpu_dlpack lands on the host with nothing to
-# correct (state.host_consumers, set_convert: NumPy), what convert's Python
-# function makes of it where the core makes it (from_dlpack(x)'s view of a
-# NumPy array, from_dlpack(x, device=CPU)'s import of another); every other
-# call, the Python function.
-cdef object converter_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+# inspect_capsule(capsule): the core's read (which hands to the Python read
+# every case it does not read).
+@cython.binding(True)
+def inspect_capsule(capsule):
+    if general_inspect is None:
+        return unconfigured()
+    if state.py_impl == NULL:
+        return general_inspect(capsule)
+    return read_info(capsule)
+
+
+# convert(x, to, /, *, ...): to a library gpu_dlpack lands on the host with
+# nothing to correct (state.host_consumers, set_convert: NumPy), asked for
+# nothing else, what convert's Python function makes of it where the core
+# makes it (from_dlpack(x)'s view of a NumPy array, from_dlpack(x,
+# device=CPU)'s import of another); every other call, the Python function.
+@cython.binding(True)
+def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False,
+            require_alignment=0, require_contiguous=False):
     cdef PyObject *got
-    if (PyVectorcall_NARGS(nargsf) != 2 or kwnames != NULL or state.host_consumers == NULL or
-            state.py_impl == NULL or state.plain_dtypes == NULL or
-            not PyUnicode_CheckExact(<object>args[1])):
-        return handed_back(self, args, nargsf, kwnames)
-    cdef int host = PySet_Contains(<object>state.host_consumers, <object>args[1])
-    if host != 1:
-        PyErr_Clear()
-        return handed_back(self, args, nargsf, kwnames)
-    if args[0].ob_type == <PyTypeObject *>cnp.ndarray:
-        got = numpy_view(args[0])
-        if got != NULL or PyErr_Occurred() != NULL:
-            return take(got)
-        return handed_back(self, args, nargsf, kwnames)
-    imported = core_import_host(<object>args[0], True)
-    if imported is not None:
-        return imported
-    return handed_back(self, args, nargsf, kwnames)
+    cdef int host
+    if (device is None and copy is None and stream is None and report is False and require_contiguous is False and
+            type(require_alignment) is int and require_alignment == 0 and type(on_readonly) is str and
+            on_readonly == "copy" and type(to) is str and state.host_consumers != NULL and
+            state.plain_dtypes != NULL and state.py_impl != NULL and general_convert is not None):
+        host = PySet_Contains(<object>state.host_consumers, to)
+        if host:
+            if type(x) is cnp.ndarray:
+                got = numpy_view(<PyObject *>x)
+                if got != NULL or PyErr_Occurred() != NULL:
+                    return take(got)
+            else:
+                imported = core_import_host(x, True)
+                if imported is not None:
+                    return imported
+    if general_convert is None:
+        return unconfigured()
+    return general_convert(x, to, device=device, copy=copy, stream=stream, on_readonly=on_readonly, report=report,
+                           require_alignment=require_alignment, require_contiguous=require_contiguous)
 
 
-# inspect(capsule): the core's read (which hands to the Python read every case
-# it does not read); any other call, the Python function.
-cdef object reader_call(Exporter self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    if PyVectorcall_NARGS(nargsf) != 1 or kwnames != NULL or state.py_impl == NULL:
-        return handed_back(self, args, nargsf, kwnames)
-    return read_info(<object>args[0])
+# Each public function's own parameters, as Cython made them (front()).
+cdef dict OWN_PARAMETERS = {}
+
+cdef dict FRONTS = {"export": export, "wrap": wrap, "from_dlpack": from_dlpack, "inspect_capsule": inspect_capsule,
+                    "convert": convert}
 
 
-cdef enum:
-    EXPORTER_EXPORT = 0
-    EXPORTER_WRAP = 1
-    EXPORTER_IMPORT = 2
-    EXPORTER_INSPECT = 3
-    EXPORTER_CONVERT = 4
+def front(str name, general, /):
+    """front($module, name, general, /)
+--
+
+The public function `name` (export, wrap, from_dlpack, inspect_capsule,
+convert), with `general` as the Python function it calls for every case it
+does not run: the function its module documents, whose docstring,
+annotations, module and names it takes. Set once per function; returns it."""
+    global general_export, general_wrap, general_from_dlpack, general_inspect, general_convert
+    f = FRONTS.get(name)
+    if f is None:
+        raise ValueError(f"front: no public function {name!r} (one of {', '.join(FRONTS)})")
+    if not callable(general):
+        raise TypeError("front: general must be the Python function")
+    # The signature as the source writes it, checked against the function's
+    # own parameters (Cython's, read before any signature was set on it);
+    # the annotations resolved, as typing.get_type_hints reads them (their
+    # names are not this module's). Nothing is set before the checks pass.
+    import inspect, typing
+    own = OWN_PARAMETERS.get(name)
+    if own is None:
+        own = OWN_PARAMETERS[name] = [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+    written = inspect.signature(general)
+    if own != [(p.name, p.kind, p.default) for p in written.parameters.values()]:
+        raise TypeError(f"front: {name}'s parameters differ from those of {general.__qualname__}{written}")
+    try:
+        annotations = typing.get_type_hints(general)
+    except Exception:  # a name only a type checker imports (NameError): as written
+        annotations = dict(general.__annotations__)
+    f.__doc__ = general.__doc__
+    f.__module__ = general.__module__
+    f.__qualname__ = f.__name__
+    f.__annotations__ = annotations
+    f.__signature__ = written
+    if name == "export":
+        general_export = general
+    elif name == "wrap":
+        general_wrap = general
+    elif name == "from_dlpack":
+        general_from_dlpack = general
+    elif name == "inspect_capsule":
+        general_inspect = general
+    else:
+        general_convert = general
+    return f
 
 
-# An Exporter is the Python function it fronts, to every reader: the same
-# repr, class (isinstance and inspect.isfunction: pydoc and Sphinx read it as
-# that function), binding as a class attribute, pickling by name, and every
-# attribute the front does not hold (__code__, __defaults__...) read from the
-# function. functools.update_wrapper gives it __name__, __qualname__,
-# __module__, __doc__ and __wrapped__, whose signature inspect reads. Only
-# type() tells the two apart.
-@cython.final
-@cython.auto_pickle(False)
-cdef public class Exporter [object Exporter, type ExporterType]:  # public: its struct is named (below)
-    """export(), wrap(), from_dlpack(), inspect() or convert() with their plain cases in C."""
-    cdef vectorcallfunc vectorcall  # the call of its kind (set_up_exporter)
-    cdef object fallback            # the Python function
-    cdef dict __dict__              # __doc__, __wrapped__...: functools.update_wrapper
+def general(str name, /):
+    """general($module, name, /)
+--
 
-    def __cinit__(self, fallback, int kind=EXPORTER_EXPORT, /):
-        if kind < EXPORTER_EXPORT or kind > EXPORTER_CONVERT:
-            raise ValueError(f"Exporter: no kind {kind} (0 export, 1 wrap, 2 from_dlpack, 3 inspect, 4 convert)")
-        self.vectorcall = <vectorcallfunc>(wrapper_call if kind == EXPORTER_WRAP else
-                                           importer_call if kind == EXPORTER_IMPORT else
-                                           reader_call if kind == EXPORTER_INSPECT else
-                                           converter_call if kind == EXPORTER_CONVERT else
-                                           exporter_call)
-        self.fallback = fallback
-
-    def __get__(self, obj, type):
-        if obj is None:
-            return self
-        return PyMethod_New(self, obj)
-
-    def __repr__(self):
-        return repr(self.fallback)
-
-    def __getattr__(self, name):
-        return getattr(self.fallback, name)
-
-    @property
-    def __class__(self):
-        return type(self.fallback)
-
-    # Pickled by reference, as a function is: the name its module gives it.
-    def __reduce__(self):
-        return self.__qualname__
-
-
-cdef extern from *:
-    Py_ssize_t VECTORCALL_OFFSET "offsetof(struct Exporter, vectorcall)"
-
-
-cdef PyGetSetDef exporter_dict
-
-
-# Made once per process, in the main interpreter (module setup): Cython gives
-# a class no vectorcall of its own (3.3 leaves tp_vectorcall_offset empty, and
-# a __call__ is tp_call, which takes a tuple and a dict), so the front sets it
-# here: each front is called as a function is, through the call of its kind.
-# Its __dict__ may be replaced, as a function's may (Cython's is read-only).
-cdef int set_up_exporter() except -1:
-    cdef TypeSlots *tp = <TypeSlots *>Exporter
-    tp.tp_vectorcall_offset = VECTORCALL_OFFSET
-    tp.tp_call = PyVectorcall_Call
-    tp.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
-    exporter_dict.name = "__dict__"
-    exporter_dict.get = generic_get_dict
-    exporter_dict.set = generic_set_dict
-    exporter_dict.doc = NULL
-    exporter_dict.closure = NULL
-    (<dict>tp.tp_dict)["__dict__"] = take(PyDescr_NewGetSet(<PyTypeObject *>Exporter, &exporter_dict))
-    PyType_Modified(Exporter)
-    return 0
+The Python function the public function `name` calls for every case it
+does not run (front()), or None before it is set."""
+    if name not in FRONTS:
+        raise ValueError(f"general: no public function {name!r} (one of {', '.join(FRONTS)})")
+    return {"export": general_export, "wrap": general_wrap, "from_dlpack": general_from_dlpack,
+            "inspect_capsule": general_inspect, "convert": general_convert}[name]
