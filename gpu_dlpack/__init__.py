@@ -109,7 +109,7 @@ def inspect_capsule(capsule: Capsule) -> CapsuleInfo:
 # Python frame between), with the docstring and annotations of the function
 # above, which mypy reads.
 if not TYPE_CHECKING:
-    inspect_capsule = _compiled.core.front("inspect_capsule", inspect_capsule)
+    inspect_capsule = _compiled.front("inspect_capsule", inspect_capsule)
 
 #: `inspect_capsule`, by its short name (an attribute, not in ``__all__``).
 inspect = inspect_capsule

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _dtypes, _errors
-from ._compiled import core
+from . import _compiled
 from ._devices import Device
 
 LEGACY = "dltensor"
@@ -56,7 +56,7 @@ _U64 = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, init=False)
-class CapsuleInfo(core.CapsuleFields):
+class CapsuleInfo(_compiled.CapsuleFields):
     """What an unconsumed DLPack capsule holds, as `inspect` reads it.
 
     A frozen record: reading it touches the capsule no more.
@@ -216,45 +216,45 @@ class Owner:
 # refuses the core raises, worded by _errors (not_taken, capsule_fault...).
 
 #: True for an unconsumed versioned capsule, False for a legacy one.
-kind = core.kind
-is_unconsumed = core.is_unconsumed
+kind = _compiled.kind
+is_unconsumed = _compiled.is_unconsumed
 #: ``pointer(capsule, versioned)``; ValueError (the C API's) for any other capsule.
-pointer = core.pointer
+pointer = _compiled.pointer
 #: ``checked(capsule, likely_versioned=True, not_exchanged=None)``: ``(versioned,
 #: header)`` after the checks every exchange makes; with ``not_exchanged``
 #: (``_dtypes.not_exchanged``) the dtype's too, against ``_dtypes.KNOWN`` as
 #: the core was told, refused with the error that function words. A refused
 #: capsule is discarded, its deleter run once, now.
-checked = core.checked
+checked = _compiled.checked
 #: ``discard(capsule, versioned)``: claim the capsule and run its deleter once.
-discard = core.discard
+discard = _compiled.discard
 #: ``read(capsule)``: the ``CapsuleInfo`` of an unconsumed capsule (inspect).
-read = core.read
+read = _compiled.read
 #: ``stamp_version(capsule, version_word(version))``, into a capsule NumPy has just made.
-stamp_version = core.stamp_version
+stamp_version = _compiled.stamp_version
 #: ``set_flags(ptr, flags)``, ``set_version(ptr, (major, minor))`` of a
 #: versioned tensor; ``set_dtype(ptr, versioned, code, bits)`` (one lane) and
 #: ``set_device(ptr, versioned, device_type, device_id)`` of any.
-set_flags = core.set_flags
-set_version = core.set_version
-set_dtype = core.set_dtype
-set_device = core.set_device
+set_flags = _compiled.set_flags
+set_version = _compiled.set_version
+set_dtype = _compiled.set_dtype
+set_device = _compiled.set_device
 #: Only for a capsule NumPy's own ``__dlpack__`` has just returned (2.1 to
 #: 2.3 write a C-contiguous array's strides after its shape and leave them
 #: out): True when they were left out, and are now pointed at.
-point_strides_after_shape = core.point_strides_after_shape
+point_strides_after_shape = _compiled.point_strides_after_shape
 #: ``kept_capsule(ptr, keep)``: a versioned capsule over a struct whose
 #: deleter is 0, holding ``keep`` until the core's deleter runs.
-kept_capsule = core.kept_capsule
+kept_capsule = _compiled.kept_capsule
 #: The core's capsule destructors by kind: each frees an unconsumed capsule's tensor.
-OWNING_DESTRUCTORS = core.OWNING_DESTRUCTORS
+OWNING_DESTRUCTORS = _compiled.OWNING_DESTRUCTORS
 
 
 #: ``move(capsule)``: a new unconsumed capsule of the same kind (its name
 #: says which) that holds the tensor of ``capsule``, renamed ``used_*`` in
 #: the same step: the new capsule's destructor frees the tensor if it is
 #: dropped unconsumed. MemoryError leaves ``capsule`` as it was.
-move = core.move
+move = _compiled.move
 
 
 def take(capsule) -> Owner:

@@ -1,11 +1,13 @@
 """The compiled core, ``gpu_dlpack._core`` (built from ``_core.pyx`` and
-``core/``): the package's mechanism, loaded here and named nowhere else.
+``core/``): the package's mechanism, loaded here, and its face: the one
+module of the package that imports it. Every other module takes the names
+below from here, each the piece of the core one concept of the package
+stands on; what the core exports besides is for tests and tools.
 
-A leaf over ``_errors``: it knows nothing of the modules above, which take
-``core`` from here; what the core is told of their decisions is
-``_wiring``'s, at the top of the package. There is no other implementation:
-without the core gpu_dlpack does not import, and the ImportError says what
-to install.
+A leaf over ``_errors``: it knows nothing of the modules above; what the
+core is told of their decisions is ``_wiring``'s, at the top of the
+package. There is no other implementation: without the core gpu_dlpack
+does not import, and the ImportError says what to install.
 """
 
 from __future__ import annotations
@@ -38,5 +40,48 @@ try:
 except ImportError as exc:  # not built (no compiler at install) or not loadable here
     raise _errors.core_not_loaded("gpu_dlpack._core", exc, _shadowed()) from exc
 
-#: The compiled module (``gpu_dlpack._core``).
+#: The compiled module (``gpu_dlpack._core``), for tests and tools: the
+#: package uses the names below.
 core: Any = _loaded
+#: Where it was loaded from (the doctor reports it).
+PATH: str = _loaded.__file__
+
+# The capsule ABI (``_capsule``'s primitives) and inspect's record.
+CapsuleFields: Any = _loaded.CapsuleFields
+OWNING_DESTRUCTORS: tuple = _loaded.OWNING_DESTRUCTORS
+checked: Any = _loaded.checked
+discard: Any = _loaded.discard
+is_unconsumed: Any = _loaded.is_unconsumed
+kept_capsule: Any = _loaded.kept_capsule
+kind: Any = _loaded.kind
+move: Any = _loaded.move
+point_strides_after_shape: Any = _loaded.point_strides_after_shape
+pointer: Any = _loaded.pointer
+read: Any = _loaded.read
+set_device: Any = _loaded.set_device
+set_dtype: Any = _loaded.set_dtype
+set_flags: Any = _loaded.set_flags
+set_version: Any = _loaded.set_version
+stamp_version: Any = _loaded.stamp_version
+# The version check (``_versions``), the adaptation (``_exchange``), the
+# import of a producer's C exchange API (the CuPy backend), the exported
+# object (``_export``) and the public functions (``front``).
+Verdict: Any = _loaded.Verdict
+rebuild: Any = _loaded.rebuild
+exchange: Any = _loaded.exchange
+ExportableBase: Any = _loaded.ExportableBase
+front: Any = _loaded.front
+# The CUDA runtime calls (``_handoff``, ``_copies``).
+RUNTIME_ENTRIES: tuple = _loaded.RUNTIME_ENTRIES
+bind_runtime: Any = _loaded.bind_runtime
+capturing: Any = _loaded.capturing
+handoff: Any = _loaded.handoff
+copy: Any = _loaded.copy
+# What ``_wiring`` tells it, once every module is loaded.
+set_dtypes: Any = _loaded.set_dtypes
+set_devices: Any = _loaded.set_devices
+set_numpy: Any = _loaded.set_numpy
+set_versions: Any = _loaded.set_versions
+set_python: Any = _loaded.set_python
+set_convert: Any = _loaded.set_convert
+forget: Any = _loaded.forget

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
 import numpy as np
 
 from . import _backends, _capsule, _dtypes, _errors, _faults, _peers, _rules, _streams, _versions
-from ._compiled import core
+from . import _compiled
 from ._devices import CPU, DEVICE_ACCESSIBLE, Device, DLDeviceType, cupy_is_rocm, known_on_host, types
 from ._export import export, wrap
 from ._import import from_dlpack
@@ -591,7 +591,7 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
 # core from the first call, as from_dlpack's; every other call is the
 # function above, which help(), inspect and mypy see.
 if not TYPE_CHECKING:
-    convert = core.front("convert", convert)
+    convert = _compiled.front("convert", convert)
 
 _POLICIES = frozenset(_faults.POLICIES)  # read on every call: a set of _faults' names
 

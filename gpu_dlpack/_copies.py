@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from . import _handoff
-from ._compiled import core
+from . import _compiled
 
 #: Bytes of one pinned staging chunk, and the chunks in the ring: at most
 #: 64 MiB of pinned memory held (measured on an H200 host: 4-8 MiB chunks,
@@ -249,7 +249,7 @@ def copy(dst: int, src: int, nbytes: int, stream: int, gpu: int, *, event: int =
     where it is bound, else CuPy's runtime calls (the same functions)."""
     runtime = _handoff._runtime()
     if _handoff.core_bound(runtime):
-        core.copy(dst, src, nbytes, stream, gpu, event, synchronize)
+        _compiled.copy(dst, src, nbytes, stream, gpu, event, synchronize)
         return
     with _handoff.on_device(gpu):
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, stream)

@@ -24,7 +24,7 @@ from . import (
     _backends, _capsule, _dtypes, _errors, _peers, _protocols, _rules, _shards, _streams, _versions,
 )
 from ._backends import cupy_backend, numpy_backend
-from ._compiled import core
+from . import _compiled
 from ._devices import CPU, HOST_ACCESSIBLE, Device, host_tested, types
 from ._producer import AskedAgain, answer_after, gave_legacy, request
 
@@ -249,7 +249,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         # call: pinned and managed memory change kind without CuPy), on the
         # device as the rules name it (host memory under any id a producer
         # gives is device id 0: the CPU is NumPy's (1, 0)).
-        return core.rebuild(capsule, plan.versioned, plan.read_only, (int(plan.target.type), 0))
+        return _compiled.rebuild(capsule, plan.versioned, plan.read_only, (int(plan.target.type), 0))
     arr = numpy_backend.consume(capsule, versioned, header)
     return export_numpy(arr, readonly, stream, max_version, dl_device, copy, plan)
 
@@ -305,7 +305,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
             _capsule.discard(capsule)
             raise _errors.readonly_legacy(_peers.legacy_askers())
         if versioned:  # rule 6: a versioned-only producer serves a legacy consumer
-            return core.rebuild(capsule, False, False)
+            return _compiled.rebuild(capsule, False, False)
         return capsule
     if versioned:
         flags = header.flags
@@ -313,7 +313,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         # Rule 6: a legacy capsule cannot say whether its data may be
         # written, so the zero-copy versioned one says READ_ONLY.
         read_only = not copied
-        capsule = core.rebuild(capsule, True, read_only)
+        capsule = _compiled.rebuild(capsule, True, read_only)
         flags = 0
     if copied:
         flags |= _capsule.IS_COPIED

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _backends, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
-from ._compiled import core
+from . import _compiled
 from ._devices import CPU, Device, types
 from ._typing import Capsule, DeviceLike, StreamLike, Version
 
@@ -144,10 +144,10 @@ def export(
 # max_version) run there, every other call is the function above, whose
 # docstring and annotations it takes (mypy reads the function above).
 if not TYPE_CHECKING:
-    export = core.front("export", export)
+    export = _compiled.front("export", export)
 
 
-class Exportable(core.ExportableBase):
+class Exportable(_compiled.ExportableBase):
     """What `wrap` returns: a DLPack producer over an array that obeys the rules.
 
     Made by `wrap` (or `from_pointer`, or the `Producer` mixin); the
@@ -322,7 +322,7 @@ def general_dlpack(
                                  w._source)
 
 
-_made = core.ExportableBase.__init__
+_made = _compiled.ExportableBase.__init__
 
 
 def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None = None) -> Exportable:
@@ -394,7 +394,7 @@ def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None
 # NumPy dtype, a host producer with a C exchange API or a host test), the
 # function above every other one.
 if not TYPE_CHECKING:
-    wrap = core.front("wrap", wrap)
+    wrap = _compiled.front("wrap", wrap)
 
 
 _CPU_DLPACK = CPU.dlpack

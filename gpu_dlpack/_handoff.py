@@ -21,7 +21,7 @@ import threading
 import warnings
 
 from . import _errors
-from ._compiled import core
+from . import _compiled
 
 _POOL_SIZE = 8  # idle events kept per device
 _MAX_PENDING = 4096  # entries keep_until_done holds before the host waits
@@ -108,7 +108,7 @@ def handoff(producer: int, consumer: int, device: int, consumer_device: int | No
     event = _acquire(device)
     try:
         if core_bound(runtime):  # the same calls, made in C
-            core.handoff(event, producer, consumer, device, consumer_device)
+            _compiled.handoff(event, producer, consumer, device, consumer_device)
         else:  # a runtime the core is not bound to: its Python calls
             with on_device(device):
                 runtime.eventRecord(event, producer)
@@ -221,7 +221,7 @@ def capture_of(stream: int, device: int) -> int:
     on = device if stream in _DEFAULTS else -1
     try:
         if core_bound(runtime):
-            capturing = core.capturing(stream, on)
+            capturing = _compiled.capturing(stream, on)
         else:
             with on_device(on) if on >= 0 else contextlib.nullcontext():
                 capturing = runtime.streamIsCapturing(stream)
@@ -414,7 +414,7 @@ def core_bound(runtime) -> bool:
     if not isinstance(capi, dict) or getattr(runtime, "getDevice", None) is not getattr(module, "getDevice", False):
         differs = (None,)
     else:
-        differs = core.bind_runtime(capi)
+        differs = _compiled.bind_runtime(capi)
     why = None if differs is None else str(_errors.runtime_entry_differs(CUPY_RUNTIME, *differs))
     _bindings.append((runtime, differs is None, why))
     return differs is None
@@ -434,6 +434,6 @@ def binding() -> str:
         return "none: CuPy's runtime module is not the one in use"
     _runtime_module, bound, why = _bindings[0]
     if bound:
-        entries = ", ".join(name for name, _signature in core.RUNTIME_ENTRIES)
+        entries = ", ".join(name for name, _signature in _compiled.RUNTIME_ENTRIES)
         return f"CuPy's own runtime, through {CUPY_RUNTIME}.__pyx_capi__ ({entries})"
     return f"none: {why}"

@@ -20,7 +20,7 @@ from . import (
     _backends, _capsule, _dtypes, _errors, _exchange, _peers, _protocols, _rules, _shards, _streams, _versions,
 )
 from ._backends import numpy_backend
-from ._compiled import core
+from . import _compiled
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
 from ._producer import AskedAgain, answer_after, gave_legacy, request
 from ._shards import Shard
@@ -238,7 +238,7 @@ def _whole_elements(shape, strides, itemsize) -> bool:
 # the producers it was told about (a C exchange API, JAX's capsules) before
 # any Python runs; every other call is the function above.
 if not TYPE_CHECKING:
-    from_dlpack = core.front("from_dlpack", from_dlpack)
+    from_dlpack = _compiled.front("from_dlpack", from_dlpack)
 
 
 def _meeting(x, device, copy, stream, alignment, contiguous):

@@ -10,7 +10,7 @@ import os
 import threading
 
 from . import _errors
-from ._compiled import core
+from . import _compiled
 from ._devices import DLDeviceType
 from ._dtypes import describe_code
 
@@ -86,12 +86,12 @@ def _floor_from_environment():
     return parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
 
 
-#: The version check and its state, in the compiled core (a ``core.Verdict``:
+#: The version check and its state, in the compiled core (a ``_compiled.Verdict``:
 #: the rule is its ``check``, this module the policy it reads). Its
 #: ``floor`` is the floor in force, None until first used; set through
 #: ``set_min_version``. Its ``accepted`` is the verdict it caches: the last
 #: versioned max_version accepted, and the floor it was checked against.
-VERDICT = core.Verdict(DLPACK_VERSION, _floor_from_environment, _local)
+VERDICT = _compiled.Verdict(DLPACK_VERSION, _floor_from_environment, _local)
 
 #: One entry per call under way, on any thread, that has a floor of its own
 #: (``under_floor``): while there is one, the verdict cached by the check is

@@ -16,7 +16,7 @@ import numpy as np
 from . import _capsule, _devices, _dtypes, _errors, _exchange, _export, _faults, _import, _peers, _streams, _versions
 from ._backends import numpy as numpy_backend
 from ._devices import Device
-from ._compiled import core
+from . import _compiled
 
 #: Whether producers' C exchange APIs are read (False: their __dlpack__ is
 #: always asked). Call ``forget()`` after a change.
@@ -34,8 +34,8 @@ def forget() -> None:
     again at its next exchange, and the core is told again which libraries
     convert lands on the host with nothing to correct."""
     _peers.forget()
-    core.forget()
-    core.set_convert(_host_consumers())
+    _compiled.forget()
+    _compiled.set_convert(_host_consumers())
 
 
 def _host_consumers() -> frozenset:
@@ -100,7 +100,7 @@ def install() -> None:
     (``gpu_dlpack/__init__``): one setter per concept, each given the public
     names of the module that owns it; the Python side last, after which the
     core counts as configured."""
-    core.set_dtypes(
+    _compiled.set_dtypes(
         _dtypes.KNOWN,
         # The NumPy dtype of each pair the core's imports and adaptation make.
         {key: d for key, d in _dtypes.NATIVE.items() if d.isbuiltin == 1 and d.isnative},
@@ -112,8 +112,8 @@ def install() -> None:
     )
     # The NumPy array an import makes: CPU and pinned memory only (managed
     # memory takes the general path, which knows its device).
-    core.set_devices(_devices.types(array="numpy"), _devices.CPU, _devices.Device)
-    core.set_numpy(
+    _compiled.set_devices(_devices.types(array="numpy"), _devices.CPU, _devices.Device)
+    _compiled.set_numpy(
         # The core's NumPy imports take what NumPy takes: NumPy 1.x refuses
         # more than 32 dimensions, 2.x more than 64.
         64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
@@ -125,13 +125,13 @@ def install() -> None:
         numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
         numpy_backend.STRIDES_AFTER_SHAPE,
     )
-    core.set_versions(_versions.VERDICT)
+    _compiled.set_versions(_versions.VERDICT)
     impl = dict(
         from_dlpack=_import.from_dlpack,
         current_stream=_current_stream,
         host_capsule=_import.host_capsule,
         host_export=_exchange.host_export,
     )
-    core.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
+    _compiled.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
                     _capsule.CapsuleInfo, vars(_errors))
-    core.set_convert(_host_consumers())
+    _compiled.set_convert(_host_consumers())

@@ -1145,5 +1145,10 @@ def test_the_core_restates_no_policy_and_no_numpy_abi():
     assert "def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):" in exportable
     assert "cdef readonly object _x" in exportable and "cdef int plan_of(" in exportable
     assert not re.search(r"PyDescr_New|T_OBJECT_EX|PyMemberDef|plain_keywords|tp_dict", exportable)
+    # One module faces the core: _compiled alone imports it; every other
+    # module takes from _compiled the names it stands on, never the module.
+    importers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                       if re.search(r"import gpu_dlpack\._core|_compiled import core|_compiled\.core\b", p.read_text()))
+    assert importers == ["_compiled.py"], importers
     python = "\n".join(p.read_text() for p in sorted(root.glob("*.py")))
     assert not re.search(r"\bPLAN_|_set_plan|del Exportable\.", python)

@@ -61,7 +61,7 @@ def run(extra=(), peers=None, strict=False) -> dict:
             "version": __version__,
             "dlpack_version": list(_versions.DLPACK_VERSION),
             "min_dlpack_version": list(_versions.min_version()),
-            "core": _compiled.core.__file__,
+            "core": _compiled.PATH,
         },
         "platform": probe_platform(),
         "libraries": [item.row for item in loaded],

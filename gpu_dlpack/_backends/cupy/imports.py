@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ... import _capsule, _dtypes, _errors, _handoff, _rules, _streams, _versions
-from ..._compiled import core
+from ... import _compiled
 from ..._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 from ..._producer import request
 from .. import _reach
@@ -250,7 +250,7 @@ def _exchange(x, source, ask):
     no such API, or the memory is not on a CUDA GPU."""
     if source.type != _T.CUDA or ask is None:
         return None
-    got = core.exchange(x)
+    got = _compiled.exchange(x)
     if got is None:
         return None
     capsule, work_stream = got
