@@ -98,6 +98,7 @@ cdef int names_cpu(PyObject *device) except -1:
 # max_version), every other case the Python function.
 @cython.binding(True)
 def export(x, /, *, stream=None, max_version=None, dl_device=None, copy=None, readonly=False, min_version=None):
+    cdef bint versioned
     if (stream is None and dl_device is None and copy is None and readonly is False and min_version is None and
             state.plain_dtypes != NULL and state.py_impl != NULL and general_export is not None):
         versioned = max_version is not None
