@@ -148,7 +148,7 @@ BUGS = (
     Bug("core-not-bound",
         "the compiled core loaded, but the hand-off and copies made by CuPy's Python calls",
         "gpu_dlpack/_handoff.py",
-        "        differs = core.bind_runtime(capi)\n",
+        "        differs = _compiled.bind_runtime(capi)\n",
         "        differs = ('unbound', None, 'x')\n",
         ("tests/test_simulated_cuda.py::test_the_hand_off_and_the_copy_go_through_cupys_runtime_entries_on_the_compiled_path",),
         catcher="test"),
