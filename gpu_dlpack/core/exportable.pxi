@@ -8,7 +8,7 @@
 
 cimport cython
 from libc.stdint cimport uint64_t
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject, PyTypeObject, PyObject_RichCompareBool, Py_EQ
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.exc cimport PyErr_Clear
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -22,13 +22,7 @@ cdef extern from "Python.h":
     # or raised on with take()), as Python.h declares them, or under a name
     # of their own where Cython's cpython package declares them raising
     # (and those of core/numpy_export.pxi).
-    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
-    PyObject *PyVectorcall_Call(PyObject *callable, PyObject *tuple, PyObject *dict)
     PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-    PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
-    PyObject *Py_True
-    PyObject *Py_False
-    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
 
 
 # The plan of a wrapper (plan_of): the general path (Python's), NumPy's own
@@ -141,7 +135,10 @@ cdef int made(ExportableBase self, object x, bint readonly, object floor, object
     cdef PyObject *hold = NULL
     cdef ImportEntry *e = NULL
     cdef int plan = PLAN_GENERAL
-    if not readonly and floor is None and reported is None:
+    # (Every plain plan is of data on the CPU: data Python placed elsewhere is
+    # not probed again.)
+    if (not readonly and floor is None and reported is None and
+            PyObject_RichCompareBool(device, <object>state.cpu_dlpack, Py_EQ)):
         plan = plan_of(<PyObject *>x, &e, &hold)
     owner = None if hold == NULL else take(hold)
     # Made anew (__init__ again): what it held is let go only once every
