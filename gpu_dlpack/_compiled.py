@@ -69,6 +69,7 @@ stamp_version: Any = _loaded.stamp_version
 Verdict: Any = _loaded.Verdict
 rebuild: Any = _loaded.rebuild
 exchange: Any = _loaded.exchange
+import_host: Any = _loaded.import_host  # convert's copy of immutable host data
 ExportableBase: Any = _loaded.ExportableBase
 front: Any = _loaded.front
 # The CUDA runtime calls (``_handoff``, ``_copies``).
