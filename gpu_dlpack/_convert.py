@@ -581,7 +581,8 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
                     return from_dlpack(x)
                 if c.lands is None and not _streams.in_block():
                     return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
-            elif on_readonly == "copy" and c.copies_read_only and not x.flags.writeable and not _streams.in_block():
+            elif (on_readonly == "copy" and c.copies_read_only and c.lands is None and not x.flags.writeable
+                  and not _streams.in_block()):
                 done = _handed_copy(x, c)
                 if done is not None:
                     return done

@@ -556,9 +556,10 @@ def test_gpu_libraries_without_a_gpu_are_device_unreachable(library):
     pytest.importorskip(library)
     if not _no_gpu():
         pytest.skip("a GPU is usable")
-    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"{library} arrays live on a GPU") as info:
-        gpu_dlpack.convert(np.arange(3.0), library)
-    assert isinstance(info.value, BufferError)
+    for x in (np.arange(3.0), readonly(np.arange(3.0))):  # read-only data too: a GPU library lands it
+        with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"{library} arrays live on a GPU") as info:
+            gpu_dlpack.convert(x, library)
+        assert isinstance(info.value, BufferError)
 
 
 @pytest.mark.parametrize("library", ["cupy", "numba"])
