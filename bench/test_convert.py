@@ -51,11 +51,35 @@ def test_torch_copy_peer(measure, torch, x):
 
 
 @pytest.mark.benchmark(group="convert a read-only numpy array to torch (a copy)")
+def test_torch_import_and_clone_peer(measure, torch, x):
+    r = x.copy()
+    r.flags.writeable = False
+    out = measure(lambda: torch.from_dlpack(r).clone(), "torch.from_dlpack(r).clone()")
+    assert out.tolist() == r.tolist()
+
+
+@pytest.mark.benchmark(group="convert a read-only numpy array to torch (a copy)")
 def test_convert_read_only(measure, torch, x):
     r = x.copy()
     r.flags.writeable = False
     out = measure(
         lambda: gpu_dlpack.convert(r, "torch"), 'gpu_dlpack.convert(r, "torch")', role="gpu_dlpack",
-        peer="torch.from_numpy(r.copy())",
+        peer="torch.from_dlpack(r).clone()", target=1.5,
     )
     assert out.data_ptr() != r.ctypes.data and out.tolist() == r.tolist()
+
+
+@pytest.mark.benchmark(group="convert a jax array to torch (a copy: JAX's arrays are immutable)")
+def test_torch_import_and_clone_of_jax_peer(measure, torch, j):
+    out = measure(lambda: torch.from_dlpack(j).clone(), "torch.from_dlpack(j).clone()")
+    assert out.tolist() == j.tolist()
+
+
+@pytest.mark.benchmark(group="convert a jax array to torch (a copy: JAX's arrays are immutable)")
+def test_convert_jax_to_torch(measure, torch, j):
+    gpu_dlpack.convert(j, "torch")
+    out = measure(
+        lambda: gpu_dlpack.convert(j, "torch"), 'gpu_dlpack.convert(j, "torch")', role="gpu_dlpack",
+        peer="torch.from_dlpack(j).clone()", target=1.5,
+    )
+    assert out.data_ptr() != j.unsafe_buffer_pointer() and out.tolist() == j.tolist()

@@ -69,6 +69,7 @@ stamp_version: Any = _loaded.stamp_version
 Verdict: Any = _loaded.Verdict
 rebuild: Any = _loaded.rebuild
 exchange: Any = _loaded.exchange
+import_host: Any = _loaded.import_host  # convert's copy of immutable host data
 ExportableBase: Any = _loaded.ExportableBase
 front: Any = _loaded.front
 # The CUDA runtime calls (``_handoff``, ``_copies``).
@@ -77,11 +78,7 @@ bind_runtime: Any = _loaded.bind_runtime
 capturing: Any = _loaded.capturing
 handoff: Any = _loaded.handoff
 copy: Any = _loaded.copy
-# What ``_wiring`` tells it, once every module is loaded.
-set_dtypes: Any = _loaded.set_dtypes
-set_devices: Any = _loaded.set_devices
-set_numpy: Any = _loaded.set_numpy
-set_versions: Any = _loaded.set_versions
-set_python: Any = _loaded.set_python
-set_convert: Any = _loaded.set_convert
+# The policy it reads, which ``_wiring`` makes and puts in force.
+Policy: Any = _loaded.Policy
+configure: Any = _loaded.configure
 forget: Any = _loaded.forget

@@ -9,7 +9,9 @@ flags and layout done. The layer makes every copy itself (flagged
 IS_COPIED), so a consumer whose ``copy=True`` shares memory (JAX) is never
 asked for one. NumPy and CuPy are landed in by ``gpu_dlpack.from_dlpack``
 itself, Numba over CuPy. A plain NumPy array asked for nothing goes
-straight through.
+straight through; read-only host data (a read-only NumPy array, a JAX
+array) for a consumer that would hold it writeable goes as NumPy's copy of
+it, flagged IS_COPIED, the copy the general path makes.
 
 Floor: the faces, beside ``_wiring`` and ``_explain``: it stands on both
 directions.
@@ -70,6 +72,7 @@ class Consumer(NamedTuple):
     wraps_landed: bool = False  # ``call`` takes the array gpu_dlpack lands (Numba)
     itself: str | None = None   # the method handing it one of its own arrays (``_peers``)
     holds_gpu: Callable | None = None  # () -> whether it holds GPU memory here (its row's probe)
+    copies_read_only: bool = False  # read-only data is handed to it as a copy (its faults, _faults.READ_ONLY)
 
     def active(self) -> frozenset:
         """Its faults now: those a setting turns off left out (JAX's x64)."""
@@ -193,7 +196,7 @@ def _read_consumer(to) -> Consumer:
     holds_gpu = None if peer.holds_gpu is None else functools.partial(_answer, root, peer.holds_gpu)
     return Consumer(
         peer.name, module, version, call, peer.lands, faults, _plain_test(faults), switches, capsules, asks,
-        peer.capsule_only, peer.wraps_landed, peer.itself, holds_gpu,
+        peer.capsule_only, peer.wraps_landed, peer.itself, holds_gpu, bool(faults & _faults._READ_ONLY),
     )
 
 
@@ -578,12 +581,45 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
                     return from_dlpack(x)
                 if c.lands is None and not _streams.in_block():
                     return c.call(export(x, max_version=c.asks) if c.capsules else wrap(x))
-        elif c.lands == "host" and (seen := _profiles.get(type(x))) is not None and seen.chunks is None:
+            elif (on_readonly == "copy" and c.copies_read_only and c.lands is None and not x.flags.writeable
+                  and not _streams.in_block()):
+                done = _handed_copy(x, c)
+                if done is not None:
+                    return done
+        elif (seen := _profiles.get(type(x))) is not None and seen.chunks is None:
             # Another library's array (a JAX array, a torch tensor), once
             # its type is known to be no lazy array of chunks (the core
             # takes data already on the CPU at once).
-            return from_dlpack(x, device=CPU)
+            if c.lands == "host":
+                return from_dlpack(x, device=CPU)
+            if (on_readonly == "copy" and c.copies_read_only and seen.export.read_only and c.lands is None
+                    and not _streams.in_block()):
+                # Immutable data (JAX's) on the CPU, which the consumer would
+                # hold writeable: the layer's import of it, copied.
+                view = _compiled.import_host(x)
+                done = None if type(view) is not _ndarray else _handed_copy(view, c)
+                if done is not None:
+                    return done
     return _convert(x, c, device, copy, stream, on_readonly, report, _NOTHING_REQUIRED)
+
+
+def _handed_copy(x, c: Consumer):
+    """The consumer's array of a writeable copy of read-only NumPy data
+    ``x`` (the general path's copy for a consumer that would hold it
+    writeable: compact, flagged IS_COPIED), or None where the general path
+    has more to do (a copy aligned for the consumer, a fault the copy still
+    meets)."""
+    if "unaligned-copies" in c.faults:
+        return None
+    copied = x.copy()
+    if not c.plain(copied):
+        return None
+    if not c.capsules:
+        return c.call(wrap(copied))
+    capsule = export(copied, max_version=c.asks)
+    if c.asks is not None and c.asks[0] >= 1:
+        _capsule.set_flags(capsule, _capsule.IS_COPIED)  # NumPy's own of a writeable array: no other flag
+    return c.call(capsule)
 
 
 # The plain cases of convert to a library gpu_dlpack lands on the host with

@@ -6,21 +6,16 @@
 # each in core/, included below in floor order, lowest first
 # (docs/internals/core.md).
 
+cimport cython
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
-from cpython.exc cimport PyErr_Occurred, PyErr_SetString
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.exc cimport PyErr_SetString
 from cpython.long cimport PyLong_FromVoidPtr
-from cpython.unicode cimport PyUnicode_InternFromString
 from libc.stdint cimport uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 cimport numpy as cnp
 
-from dlpack cimport CoreState, DLPackVersion, MAX_NDIM, unicode_or_null, item_or_null, call_or_null, format_error
-
-# The core's state, one struct: what Python tells the core (set_*), what
-# it keeps of that, and the names and arguments module setup makes once.
-cdef CoreState state
-state.cpu_type = 1
+from dlpack cimport DLDataType, DLPackVersion, MAX_NDIM, call_or_null
 
 # NumPy's C API, through its own headers (cnp): its table is loaded here,
 # once per load of the module. A NumPy that cannot be imported, or whose C
@@ -33,62 +28,134 @@ cdef const char *NOT_CONFIGURED = (b"gpu_dlpack._core is not configured: import 
                                    b"instead of calling the core directly")
 
 
+@cython.final
+cdef class Policy:
+    """Policy(*, from_dlpack, host_capsule, host_export, current_stream, exportable_fallback, learn_import, errors, exportable_class, header_type, capsule_info, device_class, cpu_device, known, numpy_dtypes, plain, host_types, numpy_maxdims, numpy_layout, numpy_strides_after_shape, versions, host_consumers)
+--
+
+What the package decided that the core reads: one object, made once by
+_wiring from the modules that own each fact and put in force by
+configure(). Its attributes are read-only; a change of policy is a new
+Policy.
+
+from_dlpack, host_capsule, host_export, current_stream: the Python function
+of each case the core hands back; exportable_fallback: the general
+Exportable.__dlpack__; learn_import: a producer type's import plan (or
+None); errors: the namespace of _errors, whose factories word every error
+the core raises; exportable_class: gpu_dlpack.Exportable; header_type:
+_capsule.Header; capsule_info: _capsule.CapsuleInfo; device_class: Device,
+which makes the Device of a (type, id) pair; cpu_device: the CPU as a
+Device; known: every (code, bits) pair exchanged; numpy_dtypes: {(code,
+bits): dtype} of the pairs the core imports and adapts; plain: (dtype,
+code, bits) of each NumPy dtype whose capsule the core makes as NumPy
+makes it (compared by identity, at most 32); host_types: the device types
+whose memory the core's NumPy imports take; numpy_maxdims, numpy_layout,
+numpy_strides_after_shape: NumPy as the core uses it (the most dimensions
+it takes, whether it lays capsules out as the core does, whether it leaves
+C-order strides out after the shape); versions: the version check in force
+(_versions.VERDICT); host_consumers: the libraries convert lands on the host
+with nothing to correct, whose plain cases its front makes."""
+    cdef readonly object from_dlpack, host_capsule, host_export, current_stream, exportable_fallback, learn_import
+    cdef readonly dict errors
+    cdef readonly type exportable_class, header_type, capsule_info, device_class
+    cdef readonly object cpu_device, cpu_dlpack
+    cdef readonly frozenset host_consumers
+    cdef readonly tuple plain_dtypes
+    cdef readonly object versions
+    cdef readonly int numpy_maxdims
+    cdef readonly bint numpy_layout, numpy_strides_after_shape
+    cdef readonly bint made
+    # The tables the core reads in C, made by __init__ from the above.
+    cdef uint64_t host_types                 # bit t (below 64): host-readable memory
+    cdef uint64_t known_dtypes[32]           # [code]: bit b-1 set when (code, b bits) is exchanged
+    cdef uint32_t known_128                  # bit code: (code, 128 bits) is exchanged
+    cdef dict numpy_dtypes                   # holds numpy_descr's dtypes
+    cdef PyObject *numpy_descr[32][17]       # [code][bytes]: the NumPy dtype, or NULL
+    cdef PyObject *plain_list[32]            # plain_dtypes, compared by identity...
+    cdef DLDataType plain_pairs[32]          # ...each with its DLPack pair
+    cdef int n_plain
+
+    def __init__(self, *, from_dlpack, host_capsule, host_export, current_stream, exportable_fallback,
+                 learn_import, dict errors not None, type exportable_class not None, type header_type not None,
+                 type capsule_info not None, type device_class not None, cpu_device, known, numpy_dtypes, plain,
+                 host_types, int numpy_maxdims, bint numpy_layout, bint numpy_strides_after_shape, versions,
+                 frozenset host_consumers not None):
+        cdef int code, bits, nbytes
+        if self.made:
+            raise TypeError("a Policy is made once: make a new one")
+        if numpy_maxdims < 1 or numpy_maxdims > MAX_NDIM:
+            raise ValueError(f"numpy_maxdims must be within [1, {MAX_NDIM}]")
+        triples = tuple(plain)
+        if len(triples) > 32:
+            raise ValueError("at most 32 plain dtypes")
+        for _, code, bits in triples:
+            if not (0 <= code < 32 and bit_index(<unsigned>bits)):
+                raise ValueError("a plain dtype's pair is a DLPack code under 32 and a whole number of bytes")
+        self.numpy_dtypes = dict(numpy_dtypes)
+        for code, bits in known:
+            if 0 <= code < 32:
+                if 1 <= bits <= 64:
+                    self.known_dtypes[code] |= 1ULL << (bits - 1)
+                elif bits == 128:
+                    self.known_128 |= 1U << code
+        for (code, bits), value in self.numpy_dtypes.items():
+            nbytes = bit_index(<unsigned>bits)
+            if 0 <= code < 32 and nbytes:
+                self.numpy_descr[code][nbytes] = <PyObject *>value  # held by numpy_dtypes
+        self.plain_dtypes = tuple(t[0] for t in triples)
+        for dtype, code, bits in triples:
+            self.plain_pairs[self.n_plain].code = code
+            self.plain_pairs[self.n_plain].bits = bits
+            self.plain_pairs[self.n_plain].lanes = 1
+            self.plain_list[self.n_plain] = <PyObject *>dtype  # held by plain_dtypes
+            self.n_plain += 1
+        for code in host_types:
+            if 0 <= code < 64:
+                self.host_types |= 1ULL << code
+        self.from_dlpack, self.host_capsule, self.host_export = from_dlpack, host_capsule, host_export
+        self.current_stream, self.exportable_fallback, self.learn_import = current_stream, exportable_fallback, learn_import
+        self.errors, self.exportable_class, self.header_type = errors, exportable_class, header_type
+        self.capsule_info, self.device_class = capsule_info, device_class
+        self.cpu_device, self.cpu_dlpack = cpu_device, cpu_device.dlpack
+        self.numpy_maxdims, self.numpy_layout = numpy_maxdims, numpy_layout
+        self.numpy_strides_after_shape = numpy_strides_after_shape
+        self.versions, self.host_consumers = versions, host_consumers
+        self.made = True
+
+
+# The policy in force (configure()); until then an empty one, which every
+# entry point refuses (configured()).
+cdef Policy policy = Policy.__new__(Policy)
+
+
 cdef int configured() except 0:
-    """1 once Python has told the core what it decided (set_python, last): every
-    entry point refuses before then, since what it would read (the Python
+    """1 once Python has put its policy in force (configure()): every entry
+    point refuses before then, since what it would read (the Python
     implementation, the tables) is not there yet."""
-    if state.py_impl == NULL:
+    if not policy.made:
         PyErr_SetString(RuntimeError, NOT_CONFIGURED)
         return 0
     return 1
 
 
 # The hand-back to Python: every case the core does not run goes, unchanged,
-# to the Python implementation it was given.
-cdef PyObject *delegate_raw(const char *name, PyObject **args, Py_ssize_t nargs) noexcept:
-    """The Python implementation `name` called with the arguments: a new
-    reference, or NULL with the error set (an error looking it up, no memory
-    for the key, is the one set)."""
-    if state.py_impl == NULL:
+# to the Python function the policy names.
+cdef PyObject *hand_back(object fn, PyObject **args, Py_ssize_t nargs) noexcept:
+    """fn (a function of the policy, held by the caller for the call) called
+    with the arguments: a new reference, or NULL with the error set."""
+    if fn is None:
         PyErr_SetString(RuntimeError, NOT_CONFIGURED)
         return NULL
-    cdef PyObject *key = unicode_or_null(name)
-    if key == NULL:
-        return NULL
-    cdef PyObject *fn = item_or_null(state.py_impl, key)
-    Py_DECREF(<object>key)
-    if fn == NULL:
-        if PyErr_Occurred() == NULL:
-            format_error(<PyObject *>RuntimeError, "gpu_dlpack._core has no Python %s", name)
-        return NULL
-    Py_INCREF(<object>fn)  # the call may replace the dict's entry
-    cdef PyObject *r = call_or_null(fn, args, nargs, NULL)
-    Py_DECREF(<object>fn)
-    return r
+    return call_or_null(<PyObject *>fn, args, nargs, NULL)
 
 
 cdef object layer_error(str factory, tuple args):
     """The layer's error made by _errors' `factory` (its words), to raise;
     the core's refusal to run unconfigured where _errors was never given
     (the core loaded by its file, without the package)."""
-    if state.errors == NULL:
+    if policy.errors is None:
         return RuntimeError(NOT_CONFIGURED.decode())
-    return (<dict>state.errors)[factory](*args)
-
-
-cdef inline void put(PyObject **slot, PyObject *value) noexcept:
-    """Set a slot of the state to a new reference to value; the old one is
-    dropped after (its finalizer may run Python, which then sees the new one)."""
-    cdef PyObject *old = slot[0]
-    Py_INCREF(<object>value)
-    slot[0] = value
-    Py_XDECREF(old)
-
-
-cdef inline void unset(PyObject **slot) noexcept:
-    cdef PyObject *old = slot[0]
-    slot[0] = NULL
-    Py_XDECREF(old)
+    return policy.errors[factory](*args)
 
 
 include "capsule.pxi"
@@ -102,178 +169,32 @@ include "exportable.pxi"
 include "exchange_api.pxi"
 include "export.pxi"
 
-cdef inline void _hold(PyObject **slot, object value):
-    put(slot, <PyObject *>value)  # (value may be a temporary, which put cannot take)
-
-
-# What Python tells the core, once every module is loaded (_wiring.install):
-# one setter per concept, each handed the public names of the module that
-# owns it. set_python comes last: until it has run, every entry point
-# refuses (configured()).
-cdef enum:
-    TOLD_DTYPES = 1
-    TOLD_DEVICES = 2
-    TOLD_NUMPY = 4
-    TOLD_VERSIONS = 8
-    TOLD_ALL = 15
-
-cdef int told = 0
-
-
-def set_dtypes(known, numpy_dtypes, plain):
-    """The dtypes: the pairs exchanged, the NumPy dtype of each pair, the plain NumPy dtypes.
-
-    known: every (code, bits) pair exchanged (_dtypes.KNOWN); numpy_dtypes:
-    {(code, bits): dtype} of the pairs the core imports and adapts; plain:
-    (dtype, code, bits) of each NumPy dtype whose capsule the core makes
-    for an export as NumPy makes it (compared by identity, at most 32)."""
-    global told
-    cdef int code, bits, nbytes, c, b
-    cdef uint64_t known_dtypes[32]
-    cdef uint32_t known_128 = 0
-    memset(known_dtypes, 0, sizeof(known_dtypes))
-    for code, bits in known:
-        if 0 <= code < 32:
-            if 1 <= bits <= 64:
-                known_dtypes[code] |= 1ULL << (bits - 1)
-            elif bits == 128:
-                known_128 |= 1U << code
-    numpy_dtypes = dict(numpy_dtypes)
-    triples = tuple(plain)
-    plain = tuple(t[0] for t in triples)
-    for _, code, bits in triples:
-        if not (0 <= code < 32 and bit_index(<unsigned>bits)):
-            raise ValueError("a plain dtype's pair is a DLPack code under 32 and a whole number of bytes")
-    if len(plain) > 32:
-        raise ValueError("at most 32 plain dtypes")
-    memcpy(state.known_dtypes, known_dtypes, sizeof(known_dtypes))
-    state.known_128 = known_128
-    for c in range(32):
-        for b in range(17):
-            unset(&state.numpy_descr[c][b])
-    for (code, bits), value in (<dict>numpy_dtypes).items():
-        nbytes = bit_index(<unsigned>bits)
-        if 0 <= code < 32 and nbytes:
-            _hold(&state.numpy_descr[code][nbytes], value)
-    _hold(&state.plain_dtypes, plain)
-    state.n_plain = 0
-    for dtype, code, bits in triples:
-        plain_pairs[state.n_plain].code = code
-        plain_pairs[state.n_plain].bits = bits
-        plain_pairs[state.n_plain].lanes = 1
-        state.plain_list[state.n_plain] = <PyObject *>dtype  # held by plain_dtypes
-        state.n_plain += 1
-    told |= TOLD_DTYPES
-
-
-def set_devices(host_types, cpu_device, device_class):
-    """The devices: the host ones, the CPU, the Device class (every device
-    type from 1 up is a device).
-
-    host_types: those whose memory the core's NumPy imports take;
-    cpu_device: the CPU as a Device; device_class: what makes the Device of
-    a (type, id) pair."""
-    global told
-    cdef uint64_t host = 0
-    cdef int t, i
-    for t in host_types:
-        if 0 <= t < 64:
-            host |= 1ULL << t
-    cpu_dlpack = cpu_device.dlpack
-    state.host_types = host
-    _hold(&state.cpu_device, cpu_device)
-    _hold(&state.cpu_dlpack, cpu_dlpack)
-    _hold(&state.device_class, device_class)
-    for t in range(64):
-        for i in range(16):
-            unset(&state.devices[t][i])
-    told |= TOLD_DEVICES
-
-
-def set_numpy(int maxdims, bint layout, bint strides_after_shape):
-    """NumPy as the core uses it: what it takes and how it lays capsules out.
-
-    maxdims: the most dimensions it takes; layout: whether it lays out
-    imports and exports as the core does (2.4 and later);
-    strides_after_shape: whether it leaves a C-contiguous array's strides
-    out, right after the shape (2.1 to 2.3)."""
-    global told
-    if maxdims < 1 or maxdims > MAX_NDIM:
-        raise ValueError(f"maxdims must be within [1, {MAX_NDIM}]")
-    state.numpy_maxdims = maxdims
-    state.numpy_layout = layout
-    state.numpy_strides_after_shape = strides_after_shape
-    told |= TOLD_NUMPY
-
-
-def set_versions(Verdict versions not None):
-    """The version check in force: _versions.VERDICT, made there with the
-    version produced and the policy the check reads."""
-    global told, verdict
-    if versions.produced is None or versions.first_floor is None or versions.thread is None:
-        raise TypeError("versions must be a Verdict made with produced, first_floor and thread")
-    verdict = versions
-    told |= TOLD_VERSIONS
-
-
-def set_python(dict impl not None, learn_import, exportable_fallback, type exportable_class not None,
-               type header_type not None, type capsule_info not None, dict errors not None):
-    """The Python side, last: the core is configured once this has run.
-
-    impl: the Python implementation of every case the core hands back, by
-    name; learn_import: what the core may do with a producer type (its
-    import plan); exportable_fallback: the general Exportable.__dlpack__;
-    exportable_class: gpu_dlpack.Exportable; header_type: _capsule.Header;
-    capsule_info: _capsule.CapsuleInfo; errors: the namespace of _errors (its dict), whose
-    factories word every error the core raises in the layer's words."""
-    if told != TOLD_ALL:
-        raise RuntimeError("set_python comes last: set_dtypes, set_devices, set_numpy and set_versions first")
-    if not issubclass(exportable_class, ExportableBase):
+def configure(Policy new not None, /):
+    """Put a Policy in force: the core reads it from its next call, and
+    forgets what it kept of the one before (the Devices it made, each
+    producer type's import plan)."""
+    global policy, verdict
+    if not new.made:
+        raise TypeError("configure takes a Policy made by Policy(...)")
+    if not issubclass(new.exportable_class, ExportableBase):
         raise TypeError("exportable_class must subclass ExportableBase")
-    if not issubclass(header_type, tuple):
+    if not issubclass(new.header_type, tuple):
         raise TypeError("header_type must be a tuple subclass")
-    _hold(<PyObject **>&state.exportable_class, exportable_class)
-    _hold(<PyObject **>&state.header_type, header_type)
-    _hold(<PyObject **>&state.info_type, capsule_info)
-    _hold(&state.learn_import, learn_import)
-    _hold(&state.exportable_fallback, exportable_fallback)
-    _hold(&state.import_types, {})
-    _hold(&state.errors, errors)
-    # Last: the core counts as configured once everything above is set.
-    _hold(&state.py_impl, impl)
-
-
-def set_convert(frozenset host_consumers not None):
-    """convert's policy, read at each call: the names of the libraries it
-    lands on the host with nothing to correct (their arrays are NumPy's),
-    whose plain cases the convert front makes."""
-    _hold(&state.host_consumers, host_consumers)
+    cdef Verdict versions = new.versions if isinstance(new.versions, Verdict) else None
+    if versions is None or versions.produced is None or versions.first_floor is None or versions.thread is None:
+        raise TypeError("versions must be a Verdict made with produced, first_floor and thread")
+    old = policy  # dropped after the new one is in force (its finalizers may run Python)
+    forget()
+    forget_devices()
+    verdict = versions
+    policy = new
 
 
 def forget():
     """Forget what Python said of each producer type."""
-    if state.import_types != NULL:
-        (<dict>state.import_types).clear()
+    import_types.clear()
 
 
-# Made once per process, in the main interpreter: the names and arguments
-# the calls use. A second load of the module in the main interpreter (its
-# entry dropped from sys.modules) finds them made.
-cdef int setup_once() except -1:
-    if state.set_up:
-        return 0
-    _hold(&state.str_dlpack, PyUnicode_InternFromString(b"__dlpack__"))
-    _hold(&state.str_view, PyUnicode_InternFromString(b"view"))
-    _hold(&state.str_max_version, PyUnicode_InternFromString(b"max_version"))
-    _hold(&state.kw_max_version, (<object>state.str_max_version,))
-    _hold(&state.ask_versioned, (1, 0))
-    _hold(&state.str_legacy, PyUnicode_InternFromString(LEGACY))
-    _hold(&state.str_versioned, PyUnicode_InternFromString(VERSIONED))
-    state.set_up = 1  # last: what says it is done
-    return 0
-
-
-setup_once()
 set_up_exchange_api()
 EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]
 # The addresses of the core's owning capsule destructors, by kind.

@@ -137,7 +137,7 @@ KNOWN = frozenset(NATIVE) | frozenset(ML_DTYPES.values())
 def not_exchanged(code: int, bits: int, lanes: int) -> BufferError:
     """The refusal of a dtype that is not one of ``KNOWN`` (what gpu_dlpack
     may pass on from another producer), saying why. The check itself is the
-    compiled core's, over the table ``set_dtypes`` gives it: ``checked``
+    compiled core's, over the table its ``Policy`` gives it (``known``): ``checked``
     calls this for the dtypes it refuses."""
     if lanes != 1:
         return _errors.unsupported_dtype(code, bits, lanes, "vector types (lanes != 1) are not exchanged")

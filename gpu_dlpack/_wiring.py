@@ -31,11 +31,10 @@ def forget() -> None:
     """The one invalidation of what is read of the peers' rows: after a
     change to ``_peers.PEERS``, ``EXCHANGE_API`` or ``CAPSULES``, each
     type's ``_peers.Profile`` and the compiled core's import plan are read
-    again at its next exchange, and the core is told again which libraries
-    convert lands on the host with nothing to correct."""
+    again at its next exchange, under a policy made anew (which libraries
+    convert lands on the host with nothing to correct)."""
     _peers.forget()
-    _compiled.forget()
-    _compiled.set_convert(_host_consumers())
+    install()
 
 
 def _host_consumers() -> frozenset:
@@ -95,43 +94,50 @@ def _current_stream(device_type, device_id):
     return None if handle is None or handle < 0 else handle
 
 
-def install() -> None:
-    """Tell the core what policy decided, once every module is loaded
-    (``gpu_dlpack/__init__``): one setter per concept, each given the public
-    names of the module that owns it; the Python side last, after which the
-    core counts as configured."""
-    _compiled.set_dtypes(
-        _dtypes.KNOWN,
+def policy():
+    """The compiled core's ``Policy``: what each module decided that the
+    core reads, each fact from the module that owns it."""
+    return _compiled.Policy(
+        # The general path of each case the core hands back.
+        from_dlpack=_import.from_dlpack,
+        host_capsule=_import.host_capsule,
+        host_export=_exchange.host_export,
+        current_stream=_current_stream,
+        exportable_fallback=_export.general_dlpack,
+        learn_import=_import_plan,
+        errors=vars(_errors),
+        exportable_class=_export.Exportable,
+        header_type=_capsule.Header,
+        capsule_info=_capsule.CapsuleInfo,
+        # The NumPy array an import makes: CPU and pinned memory only
+        # (managed memory takes the general path, which knows its device).
+        device_class=Device,
+        cpu_device=_devices.CPU,
+        host_types=_devices.types(array="numpy"),
+        known=_dtypes.KNOWN,
         # The NumPy dtype of each pair the core's imports and adaptation make.
-        {key: d for key, d in _dtypes.NATIVE.items() if d.isbuiltin == 1 and d.isnative},
+        numpy_dtypes={key: d for key, d in _dtypes.NATIVE.items() if d.isbuiltin == 1 and d.isnative},
         # The dtypes whose NumPy capsule the core makes and passes on as it
         # is, each with its DLPack pair: the plain ones, the table the
         # Python paths read too (triples, not a dict: 'q' and 'l' are equal
         # dtypes, two objects).
-        tuple((d, _dtypes.from_numpy(d).code, _dtypes.from_numpy(d).bits) for d in _dtypes.PLAIN.values()),
-    )
-    # The NumPy array an import makes: CPU and pinned memory only (managed
-    # memory takes the general path, which knows its device).
-    _compiled.set_devices(_devices.types(array="numpy"), _devices.CPU, _devices.Device)
-    _compiled.set_numpy(
+        plain=tuple((d, _dtypes.from_numpy(d).code, _dtypes.from_numpy(d).bits) for d in _dtypes.PLAIN.values()),
         # The core's NumPy imports take what NumPy takes: NumPy 1.x refuses
         # more than 32 dimensions, 2.x more than 64.
-        64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
+        numpy_maxdims=64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32,
         # The core's exports of NumPy arrays and its capsule imports (JAX)
         # lay a capsule out as NumPy 2.4 lays it, strides always. Before 2.4
         # NumPy exports C-contiguous arrays without strides (before 2.1 it
         # moves empty ones too), so those are then NumPy's own: the same
         # capsule whichever makes it.
-        numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
-        numpy_backend.STRIDES_AFTER_SHAPE,
+        numpy_layout=numpy_backend.VERSIONED_NUMPY and not numpy_backend.STRIDES_AFTER_SHAPE,
+        numpy_strides_after_shape=numpy_backend.STRIDES_AFTER_SHAPE,
+        versions=_versions.VERDICT,
+        host_consumers=_host_consumers(),
     )
-    _compiled.set_versions(_versions.VERDICT)
-    impl = dict(
-        from_dlpack=_import.from_dlpack,
-        current_stream=_current_stream,
-        host_capsule=_import.host_capsule,
-        host_export=_exchange.host_export,
-    )
-    _compiled.set_python(impl, _import_plan, _export.general_dlpack, _export.Exportable, _capsule.Header,
-                    _capsule.CapsuleInfo, vars(_errors))
-    _compiled.set_convert(_host_consumers())
+
+
+def install() -> None:
+    """Put the core's policy in force, once every module is loaded
+    (``gpu_dlpack/__init__``), and again after ``forget``."""
+    _compiled.configure(policy())

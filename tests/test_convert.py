@@ -142,6 +142,69 @@ def test_a_copy_the_layer_makes_for_a_fault_is_flagged_is_copied(torch):
     assert served.record["copied"] and served.record["applied"] == ("read-only-ignored",)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(6.0), lambda: np.arange(12, dtype=np.int8).reshape(3, 4)[:, ::2],
+    lambda: np.arange(12, dtype=np.uint16).reshape(3, 4).T, lambda: np.array(7, np.int64),
+    lambda: np.zeros((0, 3), np.float32), lambda: np.array([True, False]), lambda: np.arange(4.0)[::-1],
+], ids=["f8", "i1-strided", "u2-transposed", "0d", "empty", "bool", "reversed"])
+def test_the_copy_of_read_only_data_is_the_general_paths_and_flagged_is_copied(torch, monkeypatch, make):
+    # convert's plain case of read-only NumPy data (the copy made at once)
+    # gives what the general path (report=True) gives: the values and dtype,
+    # writeable, apart from the source, in a capsule flagged IS_COPIED.
+    r = readonly(make())
+    general = gpu_dlpack.convert(r, "torch", report=True).array
+    seen = []
+    c = _convert.consumer_of("torch")
+
+    def spy(capsule):
+        seen.append(_capsule.read(capsule))
+        return c.call(capsule)
+
+    monkeypatch.setitem(_convert._consumers, "torch", c._replace(call=spy))
+    t = gpu_dlpack.convert(r, "torch")
+    assert t.dtype == general.dtype and t.shape == general.shape
+    assert np.array_equal(t.numpy(), r) and np.array_equal(general.numpy(), r) and t.numpy().dtype == r.dtype
+    assert len(seen) == 1 and seen[0].is_copied and not seen[0].readonly and seen[0].versioned
+    if r.size:
+        assert t.data_ptr() != r.ctypes.data
+        t.numpy().reshape(-1)[0] = 1 - t.numpy().reshape(-1)[0]  # writeable; the source keeps its values
+        assert np.array_equal(general.numpy(), r) and not np.array_equal(t.numpy(), r)
+
+
+def test_immutable_data_of_a_dtype_numpy_does_not_carry_goes_the_general_way(torch, jax):
+    # bfloat16 reaches NumPy as ml_dtypes' type, not one of NumPy's own: the
+    # copy made at once is not made of it, and torch gets bfloat16.
+    j = jax.numpy.arange(4.0, dtype=jax.numpy.bfloat16)
+    t = gpu_dlpack.convert(j, "torch")
+    assert t.dtype == torch.bfloat16 and t.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_read_only_data_for_a_consumer_that_copies_unaligned_data_is_copied_aligned(torch, monkeypatch):
+    # A consumer with both faults (none has both today) is handed the
+    # general path's aligned copy, which it takes in place.
+    c = _convert.consumer_of("torch")
+    seen = []
+
+    def spy(given):  # a capsule, or the general path's producer
+        capsule = given if type(given).__name__ == "PyCapsule" else given.__dlpack__(max_version=c.asks)
+        seen.append(_capsule.read(capsule))
+        return c.call(capsule)
+
+    monkeypatch.setitem(_convert._consumers, "torch", c._replace(call=spy, faults=c.faults | {"unaligned-copies"}))
+    for n in range(1, 40):
+        r = readonly(np.arange(n, dtype=np.int8))
+        assert gpu_dlpack.convert(r, "torch").tolist() == r.tolist()
+    assert all(info.data % _peers.ALIGNMENT == 0 and info.is_copied for info in seen)
+
+
+def test_read_only_data_to_a_library_without_a_row_is_copied_without_a_report(library):
+    r = readonly(np.arange(6.0))
+    out = gpu_dlpack.convert(r, library)
+    assert out.ctypes.data != r.ctypes.data and out.tolist() == r.tolist()
+    out[0] = 42
+    assert r[0] == 0.0
+
+
 NEGATIVE = """
     import numpy as np, gpu_dlpack
     for a in (np.arange(6.0)[::-1], np.arange(12.0).reshape(3, 4)[:, ::-1], np.arange(12.0).reshape(3, 4)[::-1]):
@@ -189,6 +252,8 @@ def test_a_jax_array_to_torch_is_copied_by_default_and_shared_on_request(torch, 
     j = jax.numpy.arange(6.0, dtype=jax.numpy.float32)
     t = gpu_dlpack.convert(j, "torch")
     assert t.data_ptr() != jax_pointer(j) and t.tolist() == j.tolist()
+    t[0] = 42  # writeable, apart from the source
+    assert float(j[0]) == 0.0
     shared = gpu_dlpack.convert(j, "torch", on_readonly="share")
     assert shared.data_ptr() == jax_pointer(j)
 
@@ -491,9 +556,10 @@ def test_gpu_libraries_without_a_gpu_are_device_unreachable(library):
     pytest.importorskip(library)
     if not _no_gpu():
         pytest.skip("a GPU is usable")
-    with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"{library} arrays live on a GPU") as info:
-        gpu_dlpack.convert(np.arange(3.0), library)
-    assert isinstance(info.value, BufferError)
+    for x in (np.arange(3.0), readonly(np.arange(3.0))):  # read-only data too: a GPU library lands it
+        with pytest.raises(gpu_dlpack.DeviceUnreachableError, match=f"{library} arrays live on a GPU") as info:
+            gpu_dlpack.convert(x, library)
+        assert isinstance(info.value, BufferError)
 
 
 @pytest.mark.parametrize("library", ["cupy", "numba"])

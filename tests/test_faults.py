@@ -459,12 +459,12 @@ for fname in sorted(n for n in dir(core) if not n.startswith(("_", "set_")) and 
         except BaseException:
             pass
 print("front:", core.front("export", lambda x, /, *, stream=None, max_version=None, dl_device=None, copy=None,
-                                       readonly=False, min_version=None: "python")(a))  # before set_python: Python
-try:  # the Python side is told last: before the tables, it is refused, and nothing runs yet
-    core.set_python({}, None, None, core.ExportableBase, tuple, type, {})
-    print("set_python first: taken")
-except RuntimeError as exc:
-    print("set_python first:", exc)
+                                       readonly=False, min_version=None: "python")(a))  # unconfigured: Python
+try:  # a policy never made is refused, and nothing runs yet
+    core.configure(core.Policy.__new__(core.Policy))
+    print("unmade policy: taken")
+except TypeError as exc:
+    print("unmade policy:", exc)
 try:
     core.checked(cap())
 except RuntimeError as exc:
@@ -477,8 +477,7 @@ except RuntimeError as exc:
         "exchange", "kind", "ExportableBase.__dlpack__", "ExportableBase.__init__",
     )], done.stdout
     assert lines[-3] == "front: python"
-    assert lines[-2] == ("set_python first: set_python comes last: set_dtypes, set_devices, set_numpy and "
-                         "set_versions first"), done.stdout
+    assert lines[-2] == "unmade policy: configure takes a Policy made by Policy(...)", done.stdout
     assert lines[-1] == "checked still refused"
 
 

@@ -46,8 +46,8 @@ cdef inline bint dtype_known(DLDataType dt) noexcept:
     if dt.lanes != 1 or dt.code >= 32 or dt.bits == 0:
         return False
     if dt.bits <= 64:
-        return (state.known_dtypes[dt.code] >> (dt.bits - 1)) & 1
-    return dt.bits == 128 and ((state.known_128 >> dt.code) & 1)
+        return (policy.known_dtypes[dt.code] >> (dt.bits - 1)) & 1
+    return dt.bits == 128 and ((policy.known_128 >> dt.code) & 1)
 
 
 cdef inline int kind_of(PyObject *capsule) noexcept:
@@ -101,7 +101,7 @@ cdef inline bint well_formed(DLTensor *t) noexcept:
 
 cdef inline bint host_type(int32_t device_type) noexcept:
     """Whether the core's NumPy imports take memory of this device type."""
-    return 0 < device_type < 64 and (state.host_types >> device_type) & 1
+    return 0 < device_type < 64 and (policy.host_types >> device_type) & 1
 
 
 cdef inline void run_deleter(void *ptr, int versioned) noexcept:
@@ -249,7 +249,7 @@ cdef object new_header(void *ptr, int versioned):
     device_type, device_id = t.device.device_type, t.device.device_id
     code, bits, lanes, ndim = t.dtype.code, t.dtype.bits, t.dtype.lanes, t.ndim
     strides = PyLong_FromVoidPtr(t.strides)
-    h = (<TypeSlots *>state.header_type).tp_alloc(state.header_type, 11)
+    h = (<TypeSlots *><PyTypeObject *>policy.header_type).tp_alloc(<PyTypeObject *>policy.header_type, 11)
     tuple_fill(h, 0, address)
     tuple_fill(h, 1, major)
     tuple_fill(h, 2, minor)
@@ -267,7 +267,7 @@ cdef object new_header(void *ptr, int versioned):
 @cython.embedsignature.format("clinic")
 def checked(capsule, likely=True, not_exchanged=None, /):
     """(versioned, Header) of a capsule, checked; where not_exchanged is
-    given, its dtype too: one set_dtypes did not name as exchanged is
+    given, its dtype too: one the policy did not name as exchanged (known) is
     refused with the error not_exchanged(code, bits, lanes) returns."""
     configured()
     cdef int versioned

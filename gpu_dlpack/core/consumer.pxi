@@ -127,7 +127,7 @@ cdef const DLPackExchangeAPI *api_of(object capsule) noexcept:
 cdef object learned_entry(object producer_type):
     """First sight of the type: Python decides whether it may be imported
     this way, and with which guards. The entry's capsule, or None."""
-    plan = (<object>state.learn_import)(producer_type)
+    plan = policy.learn_import(producer_type)
     if plan is None:
         return None
     cdef PyObject *cap
@@ -183,6 +183,16 @@ cdef object learned_entry(object producer_type):
     return owned(entry)
 
 
+# What Python said of each producer type: type -> its ImportEntry capsule, or
+# None (forget() clears it).
+cdef dict import_types = {}
+
+# The keyword of a versioned request, and NumPy's (a tuple the call's
+# keyword names are).
+cdef tuple MAX_VERSION_KEYWORD = ("max_version",)
+cdef tuple ASK_VERSIONED = (1, 0)
+
+
 cdef ImportEntry *import_entry(PyTypeObject *type, PyObject **hold) except NULL:
     """The entry of a producer type (Py_None: not imported this way), and in
     *hold a new reference to what keeps it alive, which the caller releases:
@@ -190,10 +200,10 @@ cdef ImportEntry *import_entry(PyTypeObject *type, PyObject **hold) except NULL:
     (core.forget())."""
     hold[0] = NULL
     cdef object got
-    cdef PyObject *found = PyDict_GetItemWithError(<object>state.import_types, <object>type)
+    cdef PyObject *found = PyDict_GetItemWithError(import_types, <object>type)
     if found == NULL:
         got = learned_entry(<object>type)
-        (<dict>state.import_types)[<object>type] = got
+        import_types[<object>type] = got
     else:
         got = <object>found
     Py_INCREF(got)
@@ -274,8 +284,8 @@ cdef PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
     cdef PyObject *args[2]
     args[0] = x
     args[1] = <PyObject *>verdict.produced
-    return raw_vectorcall_method(state.str_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                 state.kw_max_version if versioned else NULL)
+    return raw_vectorcall_method(<PyObject *>"__dlpack__", args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                 <PyObject *>MAX_VERSION_KEYWORD if versioned else NULL)
 
 
 cdef PyObject *taken_error() except NULL:
@@ -304,8 +314,8 @@ cdef bint numpy_holds(DLTensor *t) noexcept:
     lane; the others go through a carrier, which needs ml_dtypes) and
     within NumPy's dimensions."""
     cdef int nbytes = bit_index(t.dtype.bits)
-    return (well_formed(t) and t.ndim <= state.numpy_maxdims and t.dtype.lanes == 1 and t.dtype.code < 32
-            and nbytes != 0 and state.numpy_descr[t.dtype.code][nbytes] != NULL)
+    return (well_formed(t) and t.ndim <= policy.numpy_maxdims and t.dtype.lanes == 1 and t.dtype.code < 32
+            and nbytes != 0 and policy.numpy_descr[t.dtype.code][nbytes] != NULL)
 
 
 @cython.cdivision(True)
@@ -334,7 +344,7 @@ cdef PyObject *ndarray_of(void *ptr, int versioned, bint read_only=False) noexce
     failure (the caller still owns the tensor)."""
     cdef DLTensor *t = tensor_of(ptr, versioned)
     cdef int nbytes = bit_index(t.dtype.bits)
-    cdef PyObject *descr = state.numpy_descr[t.dtype.code][nbytes]
+    cdef PyObject *descr = policy.numpy_descr[t.dtype.code][nbytes]
     cdef cnp.npy_intp shape[MAX_NDIM]
     cdef cnp.npy_intp strides[MAX_NDIM]
     cdef cnp.npy_intp *byte_strides = strides if t.strides != NULL else NULL
@@ -374,7 +384,7 @@ cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
     else handed to _import.host_capsule with x (or the error x raised
     instead). None when the test fails (an array over
     several devices among them: the general path gathers it)."""
-    if not state.numpy_layout:
+    if not policy.numpy_layout:
         return None  # the Python import, which older NumPy's rules shape
     if not host_test(e, <PyObject *>x):
         return None
@@ -387,7 +397,8 @@ cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
         error = owned(taken_error())
         args[1] = <PyObject *>None
         args[2] = <PyObject *>error
-        return owned(delegate_raw("host_capsule", args, 3))
+        fn = policy.host_capsule
+        return owned(hand_back(fn, args, 3))
     cdef int versioned
     cdef void *ptr = unconsumed(capsule, &versioned)
     cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) and (
@@ -402,7 +413,8 @@ cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
             release_tensor(got, versioned)  # another tensor put in meanwhile: taken, so freed
         PyErr_Clear()
         args[1] = capsule
-        arr = delegate_raw("host_capsule", args, 2)
+        fn = policy.host_capsule
+        arr = hand_back(fn, args, 2)
     # The producer's destructor (its capsule now used_* or handed on) may
     # clear an error raised above.
     drop_keeping_error(capsule)
@@ -473,7 +485,7 @@ def exchange(x, /):
         return None
     cdef void *stream = NULL
     if (not guards_pass(e, <PyObject *>x, m.dl_tensor.dtype.code) or m.version.major != 1 or
-            (m.dl_tensor.device.device_type != state.cpu_type and e.api.current_work_stream != NULL and
+            (m.dl_tensor.device.device_type != kDLCPU and e.api.current_work_stream != NULL and
              e.api.current_work_stream(m.dl_tensor.device.device_type, m.dl_tensor.device.device_id, &stream) != 0)):
         PyErr_Clear()
         if m.deleter != NULL:

@@ -59,49 +59,6 @@ cdef struct DLPackExchangeAPI:
     int (*dltensor_from_py_object_no_sync)(void *, DLTensor *) noexcept
     int (*current_work_stream)(int32_t, int32_t, void **) noexcept
 
-# --- the core's state (_core.pyx defines it: `state`) --------------------------
-
-cdef struct CoreState:
-    # what Python tells the core (the set_* setters of _core.pyx)
-    PyObject *py_impl              # dict: name -> the Python implementation
-    PyObject *errors               # vars(_errors): the layer's errors, each made by its factory
-    PyTypeObject *header_type      # _capsule.Header (a tuple subclass)
-    uint64_t host_types            # bit t (below 64): host-readable memory
-    uint64_t known_dtypes[32]      # [code]: bit b-1 set when (code, b bits) is exchanged
-    uint32_t known_128             # bit code: (code, 128 bits) is exchanged
-    PyObject *numpy_descr[32][17]  # [code][bytes]: the NumPy dtype, or NULL
-    int numpy_strides_after_shape  # NumPy leaves C-order strides out, after the shape
-    int32_t cpu_type
-    PyObject *learn_import         # Python: type -> (api capsule, attrs, methods) or None
-    PyObject *exportable_fallback  # Python: the general path of Exportable.__dlpack__
-    PyTypeObject *exportable_class # gpu_dlpack.Exportable
-    PyObject *cpu_device           # the CPU as a Device ...
-    PyObject *cpu_dlpack           # ... and as (1, 0)
-    PyObject *plain_dtypes         # NumPy dtypes of PLAN_NUMPY (a tuple)
-    PyObject *plain_list[32]       # the same, compared by identity
-    int n_plain
-    int numpy_maxdims              # the most dimensions the NumPy in use takes (32 before 2.0)
-    int numpy_layout               # NumPy lays out imports and exports as the core does (2.4 and later)
-    PyTypeObject *info_type        # _capsule.CapsuleInfo (inspect)
-    PyObject *device_class         # _devices.Device
-    PyObject *host_consumers       # frozenset: the names convert lands on the host with nothing to correct
-
-    # what the core keeps of it
-    PyObject *devices[64][16]      # [type][id]: the Device, made once by device_class
-    PyObject *versions_seen[16]    # [minor]: (1, minor), made once
-    PyObject *dtypes_seen[32][17]  # [code][bytes]: (code, bits, 1), made once
-    PyObject *import_types         # dict: type -> ImportEntry capsule or None
-
-    # names and arguments made once (module setup)
-    PyObject *str_dlpack
-    PyObject *str_max_version
-    PyObject *str_view
-    PyObject *kw_max_version       # ("max_version",)
-    PyObject *ask_versioned        # (1, 0): what NumPy is asked
-    PyObject *str_legacy           # "dltensor"
-    PyObject *str_versioned        # "dltensor_versioned"
-    int set_up                     # the above made (setup_once)
-
 cdef extern from "Python.h":
     # The slots of PyTypeObject the core calls, sets or reads beyond Cython's.
     ctypedef struct TypeSlots "PyTypeObject":

@@ -24,7 +24,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
     cdef DLManagedTensorVersioned *m = NULL
     out[0] = NULL
     configured()
-    if <PyTypeObject *>Py_TYPE(<object>obj) != state.exportable_class and not isinstance(<object>obj, ExportableBase):
+    if <PyTypeObject *>Py_TYPE(<object>obj) != <PyTypeObject *>policy.exportable_class and not isinstance(<object>obj, ExportableBase):
         raise TypeError("the DLPack exchange API of gpu_dlpack takes a gpu_dlpack.Exportable")
     cdef ExportableBase self = <ExportableBase>obj
     # The request is max_version=DLPACK_VERSION and nothing else: the plain
@@ -44,7 +44,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
                 if capsule is not None:
                     m = <DLManagedTensorVersioned *>claim_tensor(<PyObject *>capsule, 1)  # renamed used_*
         if m != NULL:
-            # the request of the exchange: one tuple, made by set_versions
+            # the request of the exchange: one tuple, made by the version check in force
             self._request = verdict.request
             out[0] = m
             return 0
@@ -52,7 +52,7 @@ cdef int exportable_from_py(void *obj, DLManagedTensorVersioned **out) except -1
     # gives, claimed here.
     a[0] = <PyObject *>self
     a[1] = <PyObject *>verdict.produced
-    capsule = take(PyObject_VectorcallMethod(state.str_dlpack, a, 1, state.kw_max_version))
+    capsule = take(PyObject_VectorcallMethod(<PyObject *>"__dlpack__", a, 1, <PyObject *>MAX_VERSION_KEYWORD))
     cdef void *ptr = claim_tensor(<PyObject *>capsule, 1)
     del capsule  # before the error below: its destructor may run Python
     if ptr == NULL:
@@ -68,7 +68,8 @@ cdef int exportable_to_py(DLManagedTensorVersioned *m, void **out) except -1:
     cdef PyObject *a[1]
     capsule = owning_capsule(m)
     a[0] = <PyObject *>capsule
-    r = take(delegate_raw("from_dlpack", a, 1))
+    fn = policy.from_dlpack
+    r = take(hand_back(fn, a, 1))
     Py_INCREF(r)  # the consumer's reference
     out[0] = <void *>r
     return 0
@@ -86,12 +87,13 @@ cdef int exportable_stream(int32_t device_type, int32_t device_id, void **out) e
     # The stream the layer would use on that device, as Python says.
     cdef PyObject *a[2]
     out[0] = NULL
-    if device_type == state.cpu_type:
+    if device_type == kDLCPU:
         return 0
     cdef object kind = device_type, number = device_id
     a[0] = <PyObject *>kind
     a[1] = <PyObject *>number
-    r = take(delegate_raw("current_stream", a, 2))
+    fn = policy.current_stream
+    r = take(hand_back(fn, a, 2))
     out[0] = NULL if r is None else PyLong_AsVoidPtr(r)
     return 0
 

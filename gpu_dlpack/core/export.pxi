@@ -28,11 +28,11 @@ cdef inline object unconfigured():
 # as Exportable.__init__ makes one over data on the CPU, plan and all (the
 # plan says whether it is a plain case).
 cdef object wrap_plain(PyObject *x):
-    cdef PyTypeObject *cls = state.exportable_class
+    cdef PyTypeObject *cls = <PyTypeObject *>policy.exportable_class
     # the type's tp_new (ExportableBase's: every field None, no plan), called
     # as Cython's own __new__ of a class calls it
     cdef ExportableBase self = <ExportableBase>(<TypeSlots *>cls).tp_new(cls, (), NULL)
-    made(self, <object>x, False, None, <object>state.cpu_device, <object>state.cpu_dlpack, None)
+    made(self, <object>x, False, None, policy.cpu_device, policy.cpu_dlpack, None)
     return None if self.plan == PLAN_GENERAL else self
 
 
@@ -63,7 +63,7 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
         return NULL
     a[0] = x
     a[1] = <PyObject *>cnp.ndarray
-    return PyObject_VectorcallMethod(state.str_view, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+    return PyObject_VectorcallMethod(<PyObject *>"view", a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
 
 
 from cpython.long cimport PyLong_CheckExact
@@ -78,10 +78,10 @@ cdef int names_cpu(PyObject *device) except -1:
     equal to the CPU's, "cpu", or (1, 0) of exact ints (any other form, 0:
     the Python path, which reads it as Device does). An error of the
     comparison (an interrupt in Device.__eq__) is raised, never dropped."""
-    if device == state.cpu_device:
+    if device == <PyObject *>policy.cpu_device:
         return True
-    if state.device_class != NULL and <PyObject *>device.ob_type == state.device_class:
-        return PyObject_RichCompareBool(<object>device, <object>state.cpu_device, Py_EQ)
+    if <PyObject *>device.ob_type == <PyObject *>policy.device_class:
+        return PyObject_RichCompareBool(<object>device, policy.cpu_device, Py_EQ)
     if PyUnicode_CheckExact(<object>device):
         return PyUnicode_CompareWithASCIIString(<object>device, "cpu") == 0
     if not PyTuple_CheckExact(<object>device) or PyTuple_GET_SIZE(<object>device) != 2:
@@ -100,7 +100,7 @@ cdef int names_cpu(PyObject *device) except -1:
 def export(x, /, *, stream=None, max_version=None, dl_device=None, copy=None, readonly=False, min_version=None):
     cdef bint versioned
     if (stream is None and dl_device is None and copy is None and readonly is False and min_version is None and
-            state.plain_dtypes != NULL and state.py_impl != NULL and general_export is not None):
+            policy.made and general_export is not None):
         versioned = max_version is not None
         if not versioned or accepted_versioned(verdict, <PyObject *>max_version):
             capsule = export_plain(<PyObject *>x, <PyObject *>max_version, versioned)
@@ -116,7 +116,7 @@ def export(x, /, *, stream=None, max_version=None, dl_device=None, copy=None, re
 # plain cases made here (wrap_plain), every other one by the Python function.
 @cython.binding(True)
 def wrap(x, /, *, readonly=False, min_version=None):
-    if (readonly is False and min_version is None and state.exportable_class != NULL and state.py_impl != NULL and
+    if (readonly is False and min_version is None and policy.made and
             general_wrap is not None):
         made = wrap_plain(<PyObject *>x)
         if made is not None:
@@ -135,7 +135,7 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None, require_alignment=
     cdef PyObject *got
     cdef bint to_cpu = device is not None
     if (copy is None and stream is None and require_contiguous is False and type(require_alignment) is int and
-            require_alignment == 0 and state.plain_dtypes != NULL and state.py_impl != NULL and
+            require_alignment == 0 and policy.made and
             general_from_dlpack is not None and
             (device is None or names_cpu(<PyObject *>device))):
         if type(x) is cnp.ndarray:
@@ -158,13 +158,13 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None, require_alignment=
 def inspect_capsule(capsule):
     if general_inspect is None:
         return unconfigured()
-    if state.py_impl == NULL:
+    if not policy.made:
         return general_inspect(capsule)
     return read_info(capsule)
 
 
 # convert(x, to, /, *, ...): to a library gpu_dlpack lands on the host with
-# nothing to correct (state.host_consumers, set_convert: NumPy), asked for
+# nothing to correct (the policy's host_consumers: NumPy), asked for
 # nothing else, what convert's Python function makes of it where the core
 # makes it (from_dlpack(x)'s view of a NumPy array, from_dlpack(x,
 # device=CPU)'s import of another); every other call, the Python function.
@@ -175,9 +175,8 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     cdef int host
     if (device is None and copy is None and stream is None and report is False and require_contiguous is False and
             type(require_alignment) is int and require_alignment == 0 and type(on_readonly) is str and
-            on_readonly == "copy" and type(to) is str and state.host_consumers != NULL and
-            state.plain_dtypes != NULL and state.py_impl != NULL and general_convert is not None):
-        host = PySet_Contains(<object>state.host_consumers, to)
+            on_readonly == "copy" and type(to) is str and policy.made and general_convert is not None):
+        host = PySet_Contains(policy.host_consumers, to)
         if host:
             if type(x) is cnp.ndarray:
                 got = numpy_view(<PyObject *>x)

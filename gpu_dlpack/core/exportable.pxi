@@ -2,7 +2,7 @@
 # gpu_dlpack.Exportable (what wrap() returns). Its state is typed fields,
 # written once, where it is made (__init__, or wrap()'s plain cases); the plan
 # it runs is made here from them (plan_of), once; its __dlpack__ runs the
-# plan in C, every other case the general path Python names (set_python).
+# plan in C, every other case the general path the policy names (exportable_fallback).
 # NumPy's capsule is core/numpy_export.pxi's, the DLPack C exchange API its
 # type offers core/exchange_api.pxi's.
 
@@ -111,7 +111,8 @@ BufferError, TypeError, ValueError
         a[2] = <PyObject *>max_version
         a[3] = <PyObject *>dl_device
         a[4] = <PyObject *>copy
-        return take(PyObject_Vectorcall(state.exportable_fallback, a, 5, NULL))
+        fallback = policy.exportable_fallback
+        return take(PyObject_Vectorcall(<PyObject *>fallback, a, 5, NULL))
 
     def __dlpack_device__(self):
         """The ``(device_type, device_id)`` of the wrapped array.
@@ -138,7 +139,7 @@ cdef int made(ExportableBase self, object x, bint readonly, object floor, object
     # (Every plain plan is of data on the CPU: data Python placed elsewhere is
     # not probed again.)
     if (not readonly and floor is None and reported is None and
-            PyObject_RichCompareBool(device, <object>state.cpu_dlpack, Py_EQ)):
+            PyObject_RichCompareBool(device, policy.cpu_dlpack, Py_EQ)):
         plan = plan_of(<PyObject *>x, &e, &hold)
     owner = None if hold == NULL else take(hold)
     # Made anew (__init__ again): what it held is let go only once every
@@ -219,7 +220,7 @@ cdef DLManagedTensorVersioned *exchange_export_of(object x, ImportEntry *e) noex
         return NULL
     cdef DLTensor *t = &m.dl_tensor
     if (not guards_pass(e, <PyObject *>x, t.dtype.code) or m.version.major != 1 or not well_formed(t) or
-            t.device.device_type != state.cpu_type or not dtype_known(t.dtype) or t.dtype.bits < 8 or
+            t.device.device_type != kDLCPU or not dtype_known(t.dtype) or t.dtype.bits < 8 or
             (t.ndim and t.strides == NULL) or (m.flags & FLAG_READ_ONLY)):
         if m.deleter:
             m.deleter(m)
@@ -239,19 +240,20 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
     cdef PyObject *a[4]
     cdef PyObject *out
     cdef DLDevice cpu
+    fn = policy.host_export  # the general path, held for the calls
     a[0] = <PyObject *>x
     a[1] = <PyObject *>max_version
     a[2] = <PyObject *>None
     # The verdict on max_version is read before and after the producer runs
     # (Python, which may set another floor), as the Python path reads it.
     if versioned and not accepted_versioned(verdict, <PyObject *>max_version):
-        return take(delegate_raw("host_export", a, 2))
+        return take(hand_back(fn, a, 2))
     # A C reference: dropped with drop_keeping_error (its destructor may run Python).
     cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
     if answer == NULL:
         error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
         a[3] = <PyObject *>error
-        return take(delegate_raw("host_export", a, 4))
+        return take(hand_back(fn, a, 4))
     cdef int kind = -1 if versioned and not accepted_versioned(verdict, <PyObject *>max_version) else kind_of(answer)
     cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
     if ptr == NULL:
@@ -260,7 +262,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
     # The checks of every capsule passed on: well-formed, a dtype exchanged
     # whole bytes wide, on the device the host test said (the CPU, any id).
     cdef bint plain = (t != NULL and (not kind or (<DLManagedTensorVersioned *>ptr).version.major == 1) and
-                       well_formed(t) and t.device.device_type == state.cpu_type and dtype_known(t.dtype) and
+                       well_formed(t) and t.device.device_type == kDLCPU and dtype_known(t.dtype) and
                        t.dtype.bits >= 8)
     # Legacy for legacy is Python's: whether the data may be handed over
     # writeable is the producer's row (JAX's arrays are immutable: rule 5).
@@ -273,7 +275,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
     if plain and not kind and versioned:
         # The data of a legacy capsule counts as read-only (rule 6), on the
         # CPU as NumPy labels it.
-        cpu.device_type = state.cpu_type
+        cpu.device_type = kDLCPU
         cpu.device_id = 0
         try:
             out = adapted_capsule(answer, 0, cpu)
@@ -284,7 +286,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
             drop_keeping_error(answer)
             return take(out)
     a[2] = answer
-    out = delegate_raw("host_export", a, 3)
+    out = hand_back(fn, a, 3)
     drop_keeping_error(answer)
     return take(out)
 
@@ -308,7 +310,7 @@ cdef bint exchange_on_cpu(ImportEntry *e, PyObject *x, bint id_zero) noexcept:
     if e.api.dltensor_from_py_object_no_sync(x, &t) != 0:
         PyErr_Clear()
         return False
-    return t.device.device_type == state.cpu_type and (t.device.device_id == 0 or not id_zero)
+    return t.device.device_type == kDLCPU and (t.device.device_id == 0 or not id_zero)
 
 
 # The request a wrapper holds (its _request), when it is the one of a call

@@ -14,6 +14,24 @@ from libc.string cimport memcpy, memcmp
 from dlpack cimport DLTensor, DLDataType, DLPackVersion, MAX_NDIM
 
 
+# What the core keeps of what it made (a Device, a version, a dtype: each
+# immutable), per pair; the Devices are forgotten when a policy is put in
+# force (its device_class makes them).
+cdef PyObject *devices_made[64][16]      # [type][id]: the Device
+cdef PyObject *versions_made[16]         # [minor]: (1, minor)
+cdef PyObject *dtypes_made[32][17]       # [code][bytes]: (code, bits, 1)
+
+
+cdef void forget_devices() noexcept:
+    cdef int t, i
+    cdef PyObject *old
+    for t in range(64):
+        for i in range(16):
+            old = devices_made[t][i]
+            devices_made[t][i] = NULL
+            Py_XDECREF(old)
+
+
 cdef inline object device_of(int32_t type, int32_t id):
     """The Device of (type, id), made by Python once per pair and kept (a
     Device is immutable); None when Python refuses it as no device (its
@@ -21,11 +39,11 @@ cdef inline object device_of(int32_t type, int32_t id):
     MemoryError) is raised."""
     if type < 1 or id < 0:
         return None
-    cdef PyObject **slot = &state.devices[type][id] if type < 64 and id < 16 else NULL
+    cdef PyObject **slot = &devices_made[type][id] if type < 64 and id < 16 else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
     try:
-        device = (<object>state.device_class)((type, id))
+        device = policy.device_class((type, id))
     except (ValueError, TypeError):  # refused: the Python read says why
         return None
     if slot != NULL:
@@ -36,7 +54,7 @@ cdef inline object device_of(int32_t type, int32_t id):
 
 cdef inline object version_of(DLPackVersion version):
     """(major, minor), kept for the versions of major 1"""
-    cdef PyObject **slot = &state.versions_seen[version.minor] if version.major == 1 and version.minor < 16 else NULL
+    cdef PyObject **slot = &versions_made[version.minor] if version.major == 1 and version.minor < 16 else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
     v = (version.major, version.minor)
@@ -49,7 +67,7 @@ cdef inline object version_of(DLPackVersion version):
 cdef inline object dtype_of(DLDataType dt):
     """(code, bits, lanes), kept for one lane of whole bytes"""
     cdef int nbytes = bit_index(dt.bits)
-    cdef PyObject **slot = &state.dtypes_seen[dt.code][nbytes] if dt.lanes == 1 and dt.code < 32 and nbytes else NULL
+    cdef PyObject **slot = &dtypes_made[dt.code][nbytes] if dt.lanes == 1 and dt.code < 32 and nbytes else NULL
     if slot != NULL and slot[0] != NULL:
         return <object>slot[0]
     v = (dt.code, dt.bits, dt.lanes)
@@ -133,8 +151,7 @@ cdef inline bint info_type_fits(PyTypeObject *tp) noexcept:
 
 
 cdef inline object read_info(object capsule):
-    if (state.py_impl == NULL or state.info_type == NULL or state.device_class == NULL or
-            not info_type_fits(state.info_type)):
+    if not policy.made or not info_type_fits(<PyTypeObject *>policy.capsule_info):
         configured()
         raise layer_error("malformed", ("the capsule's record type was not told",))
     cdef CapsuleHead head
@@ -159,8 +176,8 @@ cdef inline object read_info(object capsule):
     # filled in place: never the type's own slot, which a __new__ assigned
     # to the Python class replaces and which may return anything.
     cdef CapsuleFields info = <CapsuleFields>(<PyTypeObject *>CapsuleFields).tp_new(
-        <type>state.info_type, <PyObject *>(), NULL)
-    info.name = <object>(state.str_versioned if versioned else state.str_legacy)
+        policy.capsule_info, <PyObject *>(), NULL)
+    info.name = "dltensor_versioned" if versioned else "dltensor"
     info.versioned = versioned != 0
     info.version = version_of(head.v.version) if versioned else None
     info.flags = head.v.flags if versioned else 0

@@ -35,8 +35,8 @@ cdef extern from *:
 cdef inline bint is_plain(PyObject *dtype) noexcept:
     """Whether dtype is one of PLAN_NUMPY's (compared by identity)."""
     cdef int i
-    for i in range(state.n_plain):
-        if state.plain_list[i] == dtype:
+    for i in range(policy.n_plain):
+        if policy.plain_list[i] == dtype:
             return True
     return False
 
@@ -58,7 +58,7 @@ cdef int stamp_numpy(PyObject *capsule) noexcept:
         return -1
     cdef DLTensor *t = &m.dl_tensor
     if t.ndim > 0 and t.strides == NULL:
-        if not state.numpy_strides_after_shape or t.shape == NULL:
+        if not policy.numpy_strides_after_shape or t.shape == NULL:
             return -1
         t.strides = t.shape + t.ndim
     (<uint64_t *>m)[0] = verdict.word
@@ -74,7 +74,7 @@ cdef inline PyObject *numpy_dlpack() noexcept:
     global ndarray_dlpack
     cdef PyObject *found
     if ndarray_dlpack is None:
-        found = get_attr(<PyObject *>cnp.ndarray, state.str_dlpack)
+        found = get_attr(<PyObject *>cnp.ndarray, <PyObject *>"__dlpack__")
         if found == NULL:
             PyErr_Clear()
             return NULL
@@ -82,18 +82,15 @@ cdef inline PyObject *numpy_dlpack() noexcept:
     return <PyObject *>ndarray_dlpack
 
 
-# The DLPack dtype of each plain dtype, as Python told it with the dtype
-# (set_dtypes: plain_pairs[i] is state.plain_list[i]'s). NumPy has two
-# objects for some pairs ('q' and 'l' are both int64 on Linux): each is
-# plain, each with its pair.
-cdef DLDataType plain_pairs[32]
-
-
+# The DLPack dtype of a plain dtype, as the policy pairs them (its
+# plain_pairs[i] is its plain_list[i]'s). NumPy has two objects for some
+# pairs ('q' and 'l' are both int64 on Linux): each is plain, each with its
+# pair.
 cdef bint plain_dl_dtype(PyObject *dtype, DLDataType *out) noexcept:
     cdef int i
-    for i in range(state.n_plain):
-        if state.plain_list[i] == dtype:
-            out[0] = plain_pairs[i]
+    for i in range(policy.n_plain):
+        if policy.plain_list[i] == dtype:
+            out[0] = policy.plain_pairs[i]
             return True
     return False
 
@@ -127,7 +124,7 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     cdef int i, ndim = cnp.PyArray_NDIM(<cnp.ndarray>x)
     cdef Py_ssize_t itemsize
     cdef PyObject *base = cnp.PyArray_BASE(<cnp.ndarray>x)
-    if not state.numpy_layout or ndim < 0 or ndim > MAX_NDIM or not plain_dl_dtype(descr_of(x), &dtype):
+    if not policy.numpy_layout or ndim < 0 or ndim > MAX_NDIM or not plain_dl_dtype(descr_of(x), &dtype):
         return NULL
     itemsize = dtype.bits >> 3
     cdef int shift = 0
@@ -156,7 +153,7 @@ cdef DLManagedTensorVersioned *numpy_tensor(PyObject *x) noexcept:
     m.deleter = numpy_export_deleter
     m.flags = 0 if cnp.PyArray_FLAGS(<cnp.ndarray>x) & cnp.NPY_ARRAY_WRITEABLE else FLAG_READ_ONLY
     m.dl_tensor.data = cnp.PyArray_DATA(<cnp.ndarray>x)
-    m.dl_tensor.device.device_type = state.cpu_type
+    m.dl_tensor.device.device_type = kDLCPU
     m.dl_tensor.device.device_id = 0
     m.dl_tensor.ndim = ndim
     m.dl_tensor.dtype = dtype
@@ -208,8 +205,8 @@ cdef object numpy_capsule(object x, bint versioned):
     a[0] = <PyObject *>x
     if method != NULL:
         if versioned:
-            a[1] = state.ask_versioned
-            capsule = PyObject_Vectorcall(method, a, 1, state.kw_max_version)
+            a[1] = <PyObject *>ASK_VERSIONED
+            capsule = PyObject_Vectorcall(method, a, 1, <PyObject *>MAX_VERSION_KEYWORD)
         else:
             capsule = PyObject_Vectorcall(method, a, 1, NULL)
     if capsule == NULL or (versioned and stamp_numpy(capsule) != 0):

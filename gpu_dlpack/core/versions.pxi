@@ -159,6 +159,7 @@ cdef int produced_accepted(Verdict v) except -1:
     return ok
 
 
-# The check in force: _versions.VERDICT once set_versions has run (until
-# then one that refuses, unconfigured, every max_version it must check).
+# The check in force: the policy's (_versions.VERDICT) once configure() has
+# run (until then one that refuses, unconfigured, every max_version it must
+# check).
 cdef Verdict verdict = Verdict()
