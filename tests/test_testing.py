@@ -1,0 +1,166 @@
+"""``gpu_dlpack.testing``: the conformance checks a library runs against
+itself.
+
+Every rule is proven able to fail: a stand-in producer that breaks exactly
+that rule (and keeps every other) fails exactly that rule's check, and the
+one that breaks none passes them all. Then the real producers here: NumPy
+and gpu_dlpack's own ``wrap`` pass every rule; torch and JAX fail the rules
+their rows in ``_peers`` say they break, as measured here.
+"""
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _capsule, _peers, testing
+
+
+class Standin:
+    """A NumPy array's own exports, with the one fault ``broken`` names."""
+
+    def __init__(self, a, base, broken):
+        self.a, self.base, self.broken = a, base, broken
+
+    def __dlpack_device__(self):
+        return (1, None) if self.broken == "dlpack-device" else self.a.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        a, broken = self.a, self.broken
+        mv, readonly = kw.get("max_version"), not a.flags.writeable
+        if broken == "stream-none-host" and "stream" in kw:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'stream'")
+        if broken == "no-keywords-legacy" and mv is None:
+            return a.__dlpack__(max_version=(1, 0))
+        if broken == "old-max-version-legacy" and mv is not None and mv[0] == 0:
+            raise BufferError(f"this producer does not support any version below (1, 0) but {mv} was requested")
+        if broken == "future-max-version" and mv is not None and mv[0] >= 2:
+            raise BufferError(f"max_version {mv} is not supported")
+        if broken == "versioned-when-asked" and mv is not None:
+            kw.pop("max_version")
+            if readonly:
+                raise BufferError("read-only data cannot be exported as a legacy capsule")
+        if broken == "read-only-legacy-refused" and readonly and mv is None:
+            return self.base.__dlpack__()  # the same memory, as a writeable legacy capsule
+        if broken == "copy-true-new-memory" and kw.get("copy") is True:
+            kw["copy"] = None
+            capsule = a.__dlpack__(**kw)
+            _capsule.set_flags(capsule, _capsule.read(capsule).flags | _capsule.IS_COPIED)
+            return capsule
+        if broken == "copy-false-in-place" and kw.get("copy") is False:
+            kw["copy"] = True
+        if broken == "dl-device-own" and kw.get("dl_device") == (1, 0):
+            kw.update(dl_device=None, copy=True)
+        if broken == "dl-device-unreachable" and kw.get("dl_device") not in (None, (1, 0)):
+            kw["dl_device"] = None
+        capsule = a.__dlpack__(**kw)
+        info = _capsule.read(capsule)
+        if broken == "copy-true-flagged" and kw.get("copy") is True:
+            _capsule.set_flags(capsule, info.flags & ~_capsule.IS_COPIED)
+        if broken == "read-only-flagged" and readonly and info.versioned:
+            _capsule.set_flags(capsule, info.flags & ~_capsule.READ_ONLY)
+        if broken == "holds-the-array" and a.dtype == np.int64:
+            _capsule.set_dtype(capsule, 1, 64)  # the sign bit dropped: int64 as uint64
+        return capsule
+
+
+def standin_make(broken=None):
+    def make(shape, dtype, *, readonly=False):
+        base = testing.values(shape, dtype)
+        a = base.view()
+        a.flags.writeable = not readonly
+        return Standin(a, base, broken)
+    return make
+
+
+def numpy_make(shape, dtype, *, readonly=False):
+    a = testing.values(shape, dtype)
+    a.flags.writeable = not readonly
+    return a
+
+
+def test_a_producer_that_keeps_every_rule_passes_every_check():
+    report = testing.check_producer(standin_make(), name="a stand-in")
+    assert [row.outcome for row in report.rows] == ["passed"] * len(testing.RULES), str(report)
+    testing.assert_conforms(report)
+
+
+@pytest.mark.parametrize("rule", list(testing.RULES))
+def test_a_producer_that_breaks_one_rule_fails_exactly_that_rule(rule):
+    report = testing.check_producer(standin_make(rule), name=f"a stand-in breaking {rule}")
+    assert report.failed == (rule,), str(report)
+    assert report[rule].evidence.startswith(("asked", "x.__dlpack_device__()", "int64")), report[rule].evidence
+    with pytest.raises(AssertionError) as info:
+        testing.assert_conforms(report)
+    said = str(info.value)
+    assert f"breaks 1 DLPack rule:\n- {testing.RULES[rule].number} {rule}: " in said
+    assert testing.RULES[rule].text in said and testing.RULES[rule].link in said
+    testing.assert_conforms(report, allow={rule: "decided otherwise"})
+
+
+def test_every_rule_is_numbered_once_with_a_link():
+    numbers = [r.number for r in testing.RULES.values()]
+    assert len(set(numbers)) == len(numbers) and numbers == sorted(numbers, key=lambda n: tuple(map(int, n.split("."))))
+    assert all(r.link.startswith("https://") for r in testing.RULES.values())
+
+
+def test_the_rules_page_lists_the_rules_as_the_module_numbers_them():
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "internals" / "rules.md"
+    if not page.exists():
+        pytest.skip("the docs are not beside these tests")
+    listed = re.findall(r"^\| (\d+\.\d+) \| `([a-z0-9-]+)` \|", page.read_text(), re.M)
+    assert listed == [(r.number, r.id) for r in testing.RULES.values()]
+
+
+def test_allow_names_only_rules():
+    report = testing.check_producer(numpy_make)
+    with pytest.raises(ValueError, match=r"allow= names no rule: 'copy-is-flagged' \(the rules: no-keywords-legacy, "):
+        testing.assert_conforms(report, allow={"copy-is-flagged": "a typo"})
+
+
+def test_numpy_and_gpu_dlpacks_own_producers_pass_every_rule():
+    testing.assert_conforms(testing.check_producer(numpy_make))
+
+    def wrapped(shape, dtype, *, readonly=False):
+        return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
+
+    report = testing.check_producer(wrapped)
+    assert report.subject == "Exportable" and report.failed == (), str(report)
+
+
+def test_torch_forgets_to_flag_its_copies(torch):
+    # Measured with torch 2.13, 2.14 and 2.15: copy=True copies, and the
+    # capsule does not say IS_COPIED (rules page, rule 2: the layer sets it).
+    def make(shape, dtype, *, readonly=False):
+        if readonly:
+            raise NotImplementedError("torch has no read-only tensors")
+        return torch.from_numpy(testing.values(shape, dtype))
+
+    report = testing.check_producer(make)
+    assert report.failed == ("copy-true-flagged",), str(report)
+    assert report["read-only-flagged"].outcome == "not applicable"
+    assert "torch has no read-only tensors" in report["read-only-flagged"].evidence
+
+
+def test_jax_breaks_what_its_row_says(jax):
+    # JAX's arrays are immutable (its row: immutable-unflagged), and before
+    # 0.12 it exports legacy capsules only (legacy-only-export). Without
+    # x64 it has no 64-bit dtypes: its make refuses them.
+    jnp = jax.numpy
+
+    def make(shape, dtype, *, readonly=False):
+        if np.dtype(dtype).itemsize * (2 if np.dtype(dtype).kind != "c" else 1) > 8 and not jax.config.jax_enable_x64:
+            raise TypeError(f"{dtype} needs x64")
+        return jnp.asarray(testing.values(shape, dtype))
+
+    report = testing.check_producer(make)
+    faults = _peers.export_faults_of(_peers.by_name("jax"), jax.__version__)
+    expected = {"read-only-legacy-refused"} if "immutable-unflagged" in faults else set()
+    if "legacy-only-export" in faults:
+        expected.add("versioned-when-asked")
+    else:
+        expected.add("read-only-flagged")  # a versioned capsule, not flagged READ_ONLY
+    assert set(report.failed) == expected, str(report)
+    assert report["holds-the-array"].outcome == "passed"
