@@ -14,6 +14,11 @@ under test with ``shape`` and ``dtype`` (a NumPy dtype name) holding
 holds read-only (``NotImplementedError`` where it has none). A dtype it
 does not have: ``TypeError`` or ``ValueError``, and that dtype is left out.
 
+In a pytest suite, ``test_dlpack = ProducerTests(make, allow=...)`` in a
+test module is one test per rule (gpu_dlpack's pytest plugin,
+``_gpu_dlpack_pytest``, which pytest loads with the package and which does
+nothing else).
+
 The checks read capsules with gpu_dlpack's own reader (`inspect`) and
 import them with its own ``from_dlpack``: a malformed capsule fails the
 rule that asked for it, with the layer's error as evidence.
@@ -33,7 +38,7 @@ from . import _capsule
 from ._devices import DLDeviceType
 from ._import import from_dlpack
 
-__all__ = ["RULES", "Report", "Row", "Rule", "assert_conforms", "check_producer", "values"]
+__all__ = ["RULES", "ProducerTests", "Report", "Row", "Rule", "assert_conforms", "check_producer", "values"]
 
 _ARRAY_API = "https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html"
 _DEVICE_API = ("https://data-apis.org/array-api/latest/API_specification/generated/"
@@ -572,3 +577,81 @@ def check_producer(make: Callable, *, dtypes=DTYPES, name: str | None = None) ->
             outcome, evidence = FAILED, f"the check met {_said(exc)}"
         rows.append(Row(rule, outcome, evidence))
     return Report(subject, tuple(rows))
+
+
+class ProducerTests:
+    """A test per rule of `RULES`, for a pytest suite: bound to a ``test_``
+    name in a test module, gpu_dlpack's pytest plugin collects it as one
+    test per rule, which passes, fails with the rule's evidence and words,
+    is skipped where the rule does not apply, or is an expected failure
+    where ``allow`` names it (with the reason given).
+
+    Parameters
+    ----------
+    make : callable
+        As `check_producer` takes it.
+    allow : mapping of str to str, optional
+        The rules the library decided to differ on: rule id -> why.
+    dtypes : sequence of str, optional
+        As `check_producer` takes them.
+    name : str, optional
+        As `check_producer` takes it.
+
+    Examples
+    --------
+    In a test module (``test_dlpack.py``) of the library's own suite:
+
+    >>> from gpu_dlpack import testing
+    >>> def make(shape, dtype, *, readonly=False):
+    ...     a = testing.values(shape, dtype)
+    ...     a.flags.writeable = not readonly
+    ...     return a
+    >>> test_dlpack = testing.ProducerTests(make)
+    >>> test_dlpack.report().failed
+    ()
+    """
+
+    def __init__(self, make: Callable, *, allow: Mapping[str, str] | None = None, dtypes=DTYPES,
+                 name: str | None = None):
+        self.make, self.dtypes, self.name = make, tuple(dtypes), name
+        self.allow = dict(allow or {})
+        unknown = sorted(set(self.allow) - set(RULES))
+        if unknown:
+            raise ValueError(f"allow= names no rule: {', '.join(map(repr, unknown))} (the rules: {', '.join(RULES)})")
+        self._report: Report | None = None
+
+    def report(self) -> Report:
+        """The `Report` of ``make``'s arrays, made at the first call.
+
+        Returns
+        -------
+        Report
+            As `check_producer` gives it.
+        """
+        if self._report is None:
+            self._report = check_producer(self.make, dtypes=self.dtypes, name=self.name)
+        return self._report
+
+    def run(self, rule_id: str) -> None:
+        """One rule's test, as the plugin runs it.
+
+        Parameters
+        ----------
+        rule_id : str
+            The rule's id (a key of `RULES`).
+
+        Raises
+        ------
+        AssertionError
+            The rule failed and is not allowed.
+        pytest.skip.Exception, pytest.xfail.Exception
+            The rule does not apply; the rule failed and is allowed.
+        """
+        import pytest
+
+        row = self.report()[rule_id]
+        if row.outcome == NOT_APPLICABLE:
+            pytest.skip(f"not applicable: {row.evidence}")
+        if row.outcome == FAILED and rule_id in self.allow:
+            pytest.xfail(f"allowed: {self.allow[rule_id]} ({row.evidence})")
+        assert_conforms(Report(self.report().subject, (row,)))

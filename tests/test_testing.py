@@ -8,6 +8,9 @@ and gpu_dlpack's own ``wrap`` pass every rule; torch and JAX fail the rules
 their rows in ``_peers`` say they break, as measured here.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -175,3 +178,44 @@ def test_jax_breaks_what_its_row_says(jax):
         expected.add("versioned-when-asked")  # (JAX 0.12's versioned capsules say READ_ONLY)
     assert set(report.failed) == expected, str(report)
     assert report["holds-the-array"].outcome == "passed"
+
+
+def _pytest(tmp_path, source, *args):
+    (tmp_path / "test_dlpack.py").write_text(source)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsx", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_plugin_makes_a_test_per_rule_as_the_guide_shows(tmp_path, torch):
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "guide" / "conformance.md"
+    if not page.exists():
+        pytest.skip("the docs are not beside these tests")
+    source = re.search(r"```python\n(# test_dlpack\.py\n.*?)```", page.read_text(), re.S).group(1)
+    status, out = _pytest(tmp_path, source)
+    assert status == 0, out
+    assert re.search(r"\b11 passed, 2 skipped, 1 xfailed\b", out), out
+    assert "XFAIL test_dlpack.py::test_dlpack::copy-true-flagged - allowed: torch's copies are its own" in out
+    assert "not applicable: the library holds no read-only arrays" in out
+    # Without allow=, the rule fails, naming what was asked and the standard's words.
+    status, out = _pytest(tmp_path, source.replace('allow={"copy-true-flagged": "torch\'s copies are its own"}', ""))
+    assert status == 1 and re.search(r"\b1 failed, 11 passed, 2 skipped\b", out), out
+    assert "breaks 1 DLPack rule:\n- 2.2 copy-true-flagged: asked x.__dlpack__(max_version=(1, 0), copy=True)" in out
+
+
+def test_the_plugin_leaves_everything_else_alone(tmp_path):
+    # A test module without a ProducerTests: its tests as they are, and
+    # nothing of gpu_dlpack (nor NumPy) imported by the plugin, which is
+    # loaded.
+    status, out = _pytest(tmp_path, "import sys\n\ndef test_alone(request):\n"
+                          "    assert request.config.pluginmanager.has_plugin('gpu_dlpack')\n"
+                          "    assert not {'gpu_dlpack', 'numpy'} & set(sys.modules)\n")
+    assert status == 0 and "1 passed" in out, out
+
+
+def test_producer_tests_refuse_an_allow_that_names_no_rule():
+    with pytest.raises(ValueError, match="allow= names no rule: 'copy-flagged'"):
+        testing.ProducerTests(numpy_make, allow={"copy-flagged": "a typo"})
