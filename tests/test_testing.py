@@ -17,6 +17,8 @@ import pytest
 import gpu_dlpack
 from gpu_dlpack import _capsule, _peers, testing
 
+from . import conformance_peers
+
 
 class Standin:
     """gpu_dlpack's exports of a NumPy array (which keep every rule, on
@@ -219,3 +221,74 @@ def test_the_plugin_leaves_everything_else_alone(tmp_path):
 def test_producer_tests_refuse_an_allow_that_names_no_rule():
     with pytest.raises(ValueError, match="allow= names no rule: 'copy-flagged'"):
         testing.ProducerTests(numpy_make, allow={"copy-flagged": "a typo"})
+
+
+def _docs_table() -> dict:
+    """(library, version) -> the rule ids the guide's table says it breaks."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "guide" / "conformance.md"
+    if not page.exists():
+        pytest.skip("the docs are not beside these tests")
+    text = page.read_text()
+    table = text[text.index("## The peers, checked"):]
+    rows = {}
+    for library, versions, rules in re.findall(r"^\| ([\w.]+) \| ([\w., ]+) \| (.+) \|$", table, re.M):
+        for v in versions.split(","):
+            rows[(library, v.strip())] = set(re.findall(r"`([a-z0-9-]+)`", rules))
+    return rows
+
+
+def _measured(library):
+    """(version, the rules it breaks) of an installed peer; skipped where it is not."""
+    if library in conformance_peers.APART:
+        done = subprocess.run([sys.executable, "-m", "tests.conformance_peers", library], capture_output=True,
+                              text=True, timeout=600, cwd=pathlib_root(), env=_quiet_env())
+        assert done.returncode == 0, done.stderr[-3000:]
+        found = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+        if library not in found:
+            pytest.skip(f"{library} is not installed")
+        version, failed = found[library]
+        return version, set(failed)
+    try:
+        make = conformance_peers.make_of(library)
+    except ImportError:
+        pytest.skip(f"{library} is not installed")
+    return conformance_peers.version(library), set(testing.check_producer(make).failed)
+
+
+def pathlib_root():
+    import pathlib
+
+    return str(pathlib.Path(__file__).parents[1])
+
+
+def _quiet_env():
+    import os
+
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+
+
+@pytest.mark.parametrize("library", list(conformance_peers.PEERS))
+def test_each_peer_breaks_what_the_guide_and_the_fault_table_say(library):
+    version, failed = _measured(library)
+    # The fault table agrees: each producer fault it lists for this version
+    # breaks its rule here, and each rule broken that a fault of the table
+    # names is listed for this version.
+    peer = _peers.by_name(library)
+    table = _peers.export_faults_of(peer, version) if peer is not None else frozenset()
+    for rule in testing.RULES.values():
+        listed = table & set(rule.faults)
+        assert bool(listed) == (rule.id in failed) or not rule.faults, (library, version, rule.id, sorted(table))
+    rows = _docs_table()
+    if (library, version) not in rows:
+        pytest.skip(f"the guide's table has no row for {library} {version}: it breaks {sorted(failed)}")
+    assert failed == rows[(library, version)], (library, version)
+
+
+def test_gpu_dlpacks_own_row_of_the_guide():
+    def wrapped(shape, dtype, *, readonly=False):
+        return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
+
+    assert _docs_table()[("gpu_dlpack.wrap", gpu_dlpack.__version__)] == set(testing.check_producer(wrapped).failed)
