@@ -103,7 +103,7 @@ numpydoc_validation_checks = {
 numpydoc_validation_exclude = {
     # Records the package makes, never the caller: their fields are their
     # Attributes, not the Parameters of a constructor.
-    r"\.(CapsuleInfo|ArrayView|Shard|Conversion|Explanation|Match)$",
+    r"\.(CapsuleInfo|ArrayView|Shard|Conversion|Explanation|Match|Report|Row|Rule)$",
     # The codes of dlpack.h, named in the enum.
     r"\.DLDeviceType(\.\w+)?$",
 }

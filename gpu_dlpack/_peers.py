@@ -278,6 +278,8 @@ PEERS = (
         # numpy.from_dlpack before 2.1 asks for legacy capsules (convert lands
         # data in NumPy through gpu_dlpack.from_dlpack, which reads both).
         faults=(Fault("legacy-only", until=(2, 1), seen=("1.26.4",)),),
+        # ...and its __dlpack__ takes no max_version (gpu_dlpack.testing, rule 1.3).
+        export_faults=(Fault("legacy-only-export", until=(2, 1), seen=("1.26.4",)),),
     ),
     Peer(
         "torch", "torch", array="Tensor",
@@ -430,6 +432,9 @@ PEERS = (
             Fault("legacy-only", seen=("0.32.4",)),
             Fault("unaligned-copies", seen=("0.32.4",)),
         ),
+        # mx.array.__dlpack__(max_version=(1, 0)) gives a "dltensor" capsule
+        # (gpu_dlpack.testing, rule 1.3).
+        export_faults=(Fault("legacy-only-export", seen=("0.32.4",)),),
     ),
     # pyarrow is a producer only (it imports no DLPack): its arrays of
     # values without nulls (one subclass of pyarrow.Array per type) export

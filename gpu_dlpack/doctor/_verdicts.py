@@ -15,7 +15,8 @@ from .. import _explain
 #: The rules that exist to refuse, by number (docs/internals/rules.md).
 RULES_THAT_REFUSE = {1: "Versions", 2: "Copy", 5: "Read-only"}
 #: Every rule a refusal may name, as the rules page titles it.
-RULE_NAMES = {**RULES_THAT_REFUSE, 3: "Device", 4: "Streams", 6: "Capsule kinds", 7: "bfloat16 and float8"}
+RULE_NAMES = {**RULES_THAT_REFUSE, 3: "Device", 4: "Streams", 6: "Capsule kinds", 7: "bfloat16 and float8",
+              8: "The capsule holds the array"}
 
 
 def rule_of(result) -> int | None:

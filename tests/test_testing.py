@@ -1,0 +1,294 @@
+"""``gpu_dlpack.testing``: the conformance checks a library runs against
+itself.
+
+Every rule is proven able to fail: a stand-in producer that breaks exactly
+that rule (and keeps every other) fails exactly that rule's check, and the
+one that breaks none passes them all. Then the real producers here: NumPy
+and gpu_dlpack's own ``wrap`` pass every rule; torch and JAX fail the rules
+their rows in ``_peers`` say they break, as measured here.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpu_dlpack
+from gpu_dlpack import _capsule, _peers, testing
+
+from . import conformance_peers
+
+
+class Standin:
+    """gpu_dlpack's exports of a NumPy array (which keep every rule, on
+    every NumPy), with the one fault ``broken`` names."""
+
+    def __init__(self, a, base, broken):
+        self.a, self.base, self.broken = a, base, broken
+
+    def __dlpack_device__(self):
+        return (1, None) if self.broken == "dlpack-device" else (1, 0)
+
+    def __dlpack__(self, **kw):
+        a, broken = self.a, self.broken
+        mv, readonly = kw.get("max_version"), not a.flags.writeable
+        if broken == "stream-none-host" and "stream" in kw:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'stream'")
+        if broken == "no-keywords-legacy" and mv is None:
+            return gpu_dlpack.export(a, max_version=(1, 0))
+        if broken == "old-max-version-legacy" and mv is not None and mv[0] == 0:
+            raise BufferError(f"this producer does not support any version below (1, 0) but {mv} was requested")
+        if broken == "future-max-version" and mv is not None and mv[0] >= 2:
+            raise BufferError(f"max_version {mv} is not supported")
+        if broken == "versioned-when-asked" and mv is not None:
+            kw.pop("max_version")
+            if readonly:
+                raise BufferError("read-only data cannot be exported as a legacy capsule")
+        if broken == "read-only-legacy-refused" and readonly and mv is None:
+            return gpu_dlpack.export(self.base)  # the same memory, as a writeable legacy capsule
+        if broken == "copy-true-new-memory" and kw.get("copy") is True:
+            kw["copy"] = None
+            capsule = gpu_dlpack.export(a, **kw)
+            _capsule.set_flags(capsule, _capsule.read(capsule).flags | _capsule.IS_COPIED)
+            return capsule
+        if broken == "copy-false-in-place" and kw.get("copy") is False:
+            kw["copy"] = True
+        if broken == "dl-device-own" and kw.get("dl_device") == (1, 0):
+            kw.update(dl_device=None, copy=True)
+        if broken == "dl-device-unreachable" and kw.get("dl_device") not in (None, (1, 0)):
+            kw["dl_device"] = None
+        capsule = gpu_dlpack.export(a, **kw)
+        info = _capsule.read(capsule)
+        if broken == "copy-true-flagged" and kw.get("copy") is True:
+            _capsule.set_flags(capsule, info.flags & ~_capsule.IS_COPIED)
+        if broken == "read-only-flagged" and readonly and info.versioned:
+            _capsule.set_flags(capsule, info.flags & ~_capsule.READ_ONLY)
+        if broken == "holds-the-array" and a.dtype == np.int64:
+            _capsule.set_dtype(capsule, 1, 64)  # the sign bit dropped: int64 as uint64
+        return capsule
+
+
+def standin_make(broken=None):
+    def make(shape, dtype, *, readonly=False):
+        base = testing.values(shape, dtype)
+        a = base.view()
+        a.flags.writeable = not readonly
+        return Standin(a, base, broken)
+    return make
+
+
+def numpy_make(shape, dtype, *, readonly=False):
+    a = testing.values(shape, dtype)
+    a.flags.writeable = not readonly
+    return a
+
+
+def test_a_producer_that_keeps_every_rule_passes_every_check():
+    report = testing.check_producer(standin_make(), name="a stand-in")
+    assert [row.outcome for row in report.rows] == ["passed"] * len(testing.RULES), str(report)
+    testing.assert_conforms(report)
+
+
+@pytest.mark.parametrize("rule", list(testing.RULES))
+def test_a_producer_that_breaks_one_rule_fails_exactly_that_rule(rule):
+    report = testing.check_producer(standin_make(rule), name=f"a stand-in breaking {rule}")
+    assert report.failed == (rule,), str(report)
+    assert report[rule].evidence.startswith(("asked", "x.__dlpack_device__()", "int64")), report[rule].evidence
+    with pytest.raises(AssertionError) as info:
+        testing.assert_conforms(report)
+    said = str(info.value)
+    assert f"breaks 1 DLPack rule:\n- {testing.RULES[rule].number} {rule}: " in said
+    assert testing.RULES[rule].text in said and testing.RULES[rule].link in said
+    testing.assert_conforms(report, allow={rule: "decided otherwise"})
+
+
+def test_every_rule_is_numbered_once_with_a_link():
+    numbers = [r.number for r in testing.RULES.values()]
+    assert len(set(numbers)) == len(numbers) and numbers == sorted(numbers, key=lambda n: tuple(map(int, n.split("."))))
+    assert all(r.link.startswith("https://") for r in testing.RULES.values())
+
+
+def test_the_rules_page_lists_the_rules_as_the_module_numbers_them():
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "internals" / "rules.md"
+    if not page.exists():
+        pytest.skip("the docs are not beside these tests")
+    listed = re.findall(r"^\| (\d+\.\d+) \| `([a-z0-9-]+)` \|", page.read_text(), re.M)
+    assert listed == [(r.number, r.id) for r in testing.RULES.values()]
+
+
+def test_allow_names_only_rules():
+    report = testing.check_producer(standin_make())
+    with pytest.raises(ValueError, match=r"allow= names no rule: 'copy-is-flagged' \(the rules: no-keywords-legacy, "):
+        testing.assert_conforms(report, allow={"copy-is-flagged": "a typo"})
+
+
+def test_numpy_and_gpu_dlpacks_own_producers_pass_every_rule():
+    report = testing.check_producer(numpy_make)
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        # Before 2.1 NumPy's __dlpack__ takes stream= only (max_version,
+        # dl_device and copy are the array API's of 2023.12).
+        assert report["versioned-when-asked"].evidence.endswith("unexpected keyword argument 'max_version'")
+        assert "no-keywords-legacy" not in report.failed and "holds-the-array" not in report.failed
+    elif np.lib.NumpyVersion(np.__version__) < "2.4.0":
+        # NumPy 2.2 refuses a device it cannot handle with ValueError.
+        assert report.failed == ("dl-device-unreachable",), str(report)
+        assert "it raised ValueError: unsupported device requested" in report["dl-device-unreachable"].evidence
+    else:
+        testing.assert_conforms(report)
+
+    def wrapped(shape, dtype, *, readonly=False):
+        return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
+
+    report = testing.check_producer(wrapped)
+    assert report.subject == "Exportable" and report.failed == (), str(report)
+
+
+def test_torch_forgets_to_flag_its_copies(torch):
+    # Measured with torch 2.13, 2.14 and 2.15: copy=True copies, and the
+    # capsule does not say IS_COPIED (rules page, rule 2: the layer sets it).
+    def make(shape, dtype, *, readonly=False):
+        if readonly:
+            raise NotImplementedError("torch has no read-only tensors")
+        return torch.from_numpy(testing.values(shape, dtype))
+
+    report = testing.check_producer(make)
+    assert report.failed == ("copy-true-flagged",), str(report)
+    assert report["read-only-flagged"].outcome == "not applicable"
+    assert "torch has no read-only tensors" in report["read-only-flagged"].evidence
+
+
+def test_jax_breaks_what_its_row_says(jax):
+    # JAX's arrays are immutable, and its legacy capsules of them are
+    # writeable to their consumer (its row: immutable-unflagged); before
+    # 0.12 it exports legacy capsules only (legacy-only-export). Without
+    # x64 it has no 64-bit dtypes: its make refuses them.
+    jnp = jax.numpy
+
+    def make(shape, dtype, *, readonly=False):
+        if np.dtype(dtype).itemsize * (2 if np.dtype(dtype).kind != "c" else 1) > 8 and not jax.config.jax_enable_x64:
+            raise TypeError(f"{dtype} needs x64")
+        return jnp.asarray(testing.values(shape, dtype))
+
+    report = testing.check_producer(make)
+    faults = _peers.export_faults_of(_peers.by_name("jax"), jax.__version__)
+    expected = {"read-only-legacy-refused"} if "immutable-unflagged" in faults else set()
+    if "legacy-only-export" in faults:
+        expected.add("versioned-when-asked")  # (JAX 0.12's versioned capsules say READ_ONLY)
+    assert set(report.failed) == expected, str(report)
+    assert report["holds-the-array"].outcome == "passed"
+
+
+def _pytest(tmp_path, source, *args):
+    (tmp_path / "test_dlpack.py").write_text(source)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsx", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_plugin_makes_a_test_per_rule_as_the_guide_shows(tmp_path, torch):
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "guide" / "conformance.md"
+    if not page.exists():
+        pytest.skip("the docs are not beside these tests")
+    source = re.search(r"```python\n(# test_dlpack\.py\n.*?)```", page.read_text(), re.S).group(1)
+    status, out = _pytest(tmp_path, source)
+    assert status == 0, out
+    assert re.search(r"\b11 passed, 2 skipped, 1 xfailed\b", out), out
+    assert "XFAIL test_dlpack.py::test_dlpack::copy-true-flagged - allowed: torch's copies are its own" in out
+    assert "not applicable: the library holds no read-only arrays" in out
+    # Without allow=, the rule fails, naming what was asked and the standard's words.
+    status, out = _pytest(tmp_path, source.replace('allow={"copy-true-flagged": "torch\'s copies are its own"}', ""))
+    assert status == 1 and re.search(r"\b1 failed, 11 passed, 2 skipped\b", out), out
+    assert "breaks 1 DLPack rule:\n- 2.2 copy-true-flagged: asked x.__dlpack__(max_version=(1, 0), copy=True)" in out
+
+
+def test_the_plugin_leaves_everything_else_alone(tmp_path):
+    # A test module without a ProducerTests: its tests as they are, and
+    # nothing of gpu_dlpack (nor NumPy) imported by the plugin, which is
+    # loaded.
+    status, out = _pytest(tmp_path, "import sys\n\ndef test_alone(request):\n"
+                          "    assert request.config.pluginmanager.has_plugin('gpu_dlpack')\n"
+                          "    assert not {'gpu_dlpack', 'numpy'} & set(sys.modules)\n")
+    assert status == 0 and "1 passed" in out, out
+
+
+def test_producer_tests_refuse_an_allow_that_names_no_rule():
+    with pytest.raises(ValueError, match="allow= names no rule: 'copy-flagged'"):
+        testing.ProducerTests(numpy_make, allow={"copy-flagged": "a typo"})
+
+
+def _docs_table() -> dict:
+    """(library, version) -> the rule ids the guide's table says it breaks."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parents[1] / "docs" / "guide" / "conformance.md"
+    if not page.exists():
+        pytest.skip("the docs are not beside these tests")
+    text = page.read_text()
+    table = text[text.index("## The peers, checked"):]
+    rows = {}
+    for library, versions, rules in re.findall(r"^\| ([\w.]+) \| ([\w., ]+) \| (.+) \|$", table, re.M):
+        for v in versions.split(","):
+            rows[(library, v.strip())] = set(re.findall(r"`([a-z0-9-]+)`", rules))
+    return rows
+
+
+def _measured(library):
+    """(version, the rules it breaks) of an installed peer; skipped where it is not."""
+    if library in conformance_peers.APART:
+        done = subprocess.run([sys.executable, "-m", "tests.conformance_peers", library], capture_output=True,
+                              text=True, timeout=600, cwd=pathlib_root(), env=_quiet_env())
+        assert done.returncode == 0, done.stderr[-3000:]
+        found = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+        if library not in found:
+            pytest.skip(f"{library} is not installed")
+        version, failed = found[library]
+        return version, set(failed)
+    try:
+        make = conformance_peers.make_of(library)
+    except ImportError:
+        pytest.skip(f"{library} is not installed")
+    return conformance_peers.version(library), set(testing.check_producer(make).failed)
+
+
+def pathlib_root():
+    import pathlib
+
+    return str(pathlib.Path(__file__).parents[1])
+
+
+def _quiet_env():
+    import os
+
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+
+
+@pytest.mark.parametrize("library", list(conformance_peers.PEERS))
+def test_each_peer_breaks_what_the_guide_and_the_fault_table_say(library):
+    version, failed = _measured(library)
+    # The fault table agrees: each producer fault it lists for this version
+    # breaks its rule here, and each rule broken that a fault of the table
+    # names is listed for this version.
+    peer = _peers.by_name(library)
+    table = _peers.export_faults_of(peer, version) if peer is not None else frozenset()
+    for rule in testing.RULES.values():
+        listed = table & set(rule.faults)
+        assert bool(listed) == (rule.id in failed) or not rule.faults, (library, version, rule.id, sorted(table))
+    rows = _docs_table()
+    if (library, version) not in rows:
+        pytest.skip(f"the guide's table has no row for {library} {version}: it breaks {sorted(failed)}")
+    assert failed == rows[(library, version)], (library, version)
+
+
+def test_gpu_dlpacks_own_row_of_the_guide():
+    def wrapped(shape, dtype, *, readonly=False):
+        return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
+
+    assert _docs_table()[("gpu_dlpack.wrap", gpu_dlpack.__version__)] == set(testing.check_producer(wrapped).failed)
