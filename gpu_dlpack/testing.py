@@ -167,9 +167,13 @@ class Report:
 
     Examples
     --------
+    A producer that says nothing of read-only data (``wrap`` asked to
+    keep none read-only):
+
+    >>> import gpu_dlpack
     >>> from gpu_dlpack import testing
-    >>> report = testing.check_producer(lambda shape, dtype, readonly=False: testing.values(shape, dtype),
-    ...                                 name="numpy, never read-only")
+    >>> report = testing.check_producer(lambda shape, dtype, readonly=False: gpu_dlpack.wrap(
+    ...     testing.values(shape, dtype)), name="never read-only")
     >>> report["read-only-flagged"].outcome, report.failed
     ('failed', ('read-only-flagged', 'read-only-legacy-refused'))
     """
@@ -568,12 +572,12 @@ def check_producer(make: Callable, *, dtypes=DTYPES, name: str | None = None) ->
 
     Examples
     --------
-    >>> import numpy as np
+    gpu_dlpack's own producer, which keeps every rule:
+
+    >>> import gpu_dlpack
     >>> from gpu_dlpack import testing
     >>> def make(shape, dtype, *, readonly=False):
-    ...     a = testing.values(shape, dtype)
-    ...     a.flags.writeable = not readonly
-    ...     return a
+    ...     return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
     >>> testing.check_producer(make).failed
     ()
     """
@@ -618,11 +622,10 @@ class ProducerTests:
     --------
     In a test module (``test_dlpack.py``) of the library's own suite:
 
+    >>> import gpu_dlpack
     >>> from gpu_dlpack import testing
     >>> def make(shape, dtype, *, readonly=False):
-    ...     a = testing.values(shape, dtype)
-    ...     a.flags.writeable = not readonly
-    ...     return a
+    ...     return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
     >>> test_dlpack = testing.ProducerTests(make)
     >>> test_dlpack.report().failed
     ()
