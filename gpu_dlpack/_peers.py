@@ -442,7 +442,11 @@ PEERS = (
     # only; __dlpack__ takes stream=None alone (-1: NotImplementedError).
     Peer(
         "pyarrow", "pyarrow", array="Array", array_module="pyarrow", consumer=(),
-        export_faults=(Fault("read-only-legacy-export", seen=("26.0.1",)),),
+        export_faults=(
+            Fault("read-only-legacy-export", seen=("25.0.1", "26.0.1")),
+            # Before 26, __dlpack__ takes stream= alone (gpu_dlpack.testing, rule 1.3).
+            Fault("legacy-only-export", until=(26, 0, 1), seen=("25.0.1",)),
+        ),
     ),
     # dask arrays are lazy graphs of NumPy or CuPy chunks: no DLPack of their
     # own, in either role.

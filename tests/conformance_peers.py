@@ -120,15 +120,19 @@ PEERS = {
     "paddle": ("paddle", "paddlepaddle", _paddle),
 }
 APART = ("tensorflow", "paddle")
+#: Libraries whose exports are NumPy's own: what they break depends on NumPy's version too.
+OVER_NUMPY = ("array_api_strict",)
 
 
 def version(library) -> str:
+    """The installed version (``"2.6.1 on NumPy 2.2.6"`` for a library over NumPy)."""
     dist = PEERS[library][1]
     for name in (dist, dist.removesuffix("-cpu")):
         try:
-            return importlib.metadata.version(name).partition("+")[0]
+            found = importlib.metadata.version(name).partition("+")[0]
         except importlib.metadata.PackageNotFoundError:
-            pass
+            continue
+        return f"{found} on NumPy {np.__version__}" if library in OVER_NUMPY else found
     raise importlib.metadata.PackageNotFoundError(dist)
 
 
