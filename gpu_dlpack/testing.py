@@ -276,6 +276,19 @@ def _read(capsule):
         return None, f"a capsule gpu_dlpack cannot read ({_said(exc)})"
 
 
+def _answered(x, **keywords):
+    """(the capsule ``x.__dlpack__(**keywords)`` gave, read, None), or
+    (None, None, the evidence: what it raised, or why its capsule cannot be
+    read)."""
+    capsule, exc = _ask(x, **keywords)
+    if exc is not None:
+        return None, None, f"asked {_asked(x, **keywords)}; it raised {_said(exc)}"
+    info, bad = _read(capsule)
+    if info is None:
+        return None, None, f"asked {_asked(x, **keywords)}; it gave {bad}"
+    return capsule, info, None
+
+
 def _address(info) -> int:
     return info.data + info.byte_offset
 
@@ -306,28 +319,24 @@ class _Producer:
     def plain(self):
         """An array of two dimensions (one, where the library has no other:
         pyarrow's) of the first dtype ``make`` has."""
+        return self.array(*self.plain_key())
+
+    def plain_key(self) -> tuple:
+        """(shape, dtype) of `plain`'s array."""
         for dtype in ("float32", *self.dtypes):
             for shape in ((2, 3), (6,)):
                 x = self.array(shape, dtype)
                 if not isinstance(x, Exception):
-                    return x
+                    return shape, dtype
         raise ValueError(f"make refused every dtype asked ({', '.join(self.dtypes)}): {_said(x)}")
-
-    def plain_shape(self) -> tuple:
-        """The shape of `plain`'s array."""
-        x = self.plain()
-        return next(key[0] for key, made in self._made.items() if made is x)
 
 
 def _name_rule(keywords: dict, wanted: str, why: str):
     def check(p: _Producer):
         x = p.plain()
-        capsule, exc = _ask(x, **keywords)
-        if exc is not None:
-            return FAILED, f"asked {_asked(x, **keywords)}; it raised {_said(exc)}"
-        info, bad = _read(capsule)
-        if info is None:
-            return FAILED, f"asked {_asked(x, **keywords)}; it gave {bad}"
+        _capsule, info, wrong = _answered(x, **keywords)
+        if wrong:
+            return FAILED, wrong
         if info.name != wanted:
             return FAILED, f"asked {_asked(x, **keywords)}; it gave a {info.name!r} capsule ({why})"
         return PASSED, ""
@@ -336,12 +345,9 @@ def _name_rule(keywords: dict, wanted: str, why: str):
 
 def _check_versioned(p: _Producer):
     x = p.plain()
-    capsule, exc = _ask(x, max_version=(1, 0))
-    if exc is not None:
-        return FAILED, f"asked {_asked(x, max_version=(1, 0))}; it raised {_said(exc)}"
-    info, bad = _read(capsule)
-    if info is None:
-        return FAILED, f"asked {_asked(x, max_version=(1, 0))}; it gave {bad}"
+    _capsule, info, wrong = _answered(x, max_version=(1, 0))
+    if wrong:
+        return FAILED, wrong
     if not info.versioned:
         return FAILED, f"asked {_asked(x, max_version=(1, 0))}; it gave a legacy 'dltensor' capsule"
     if info.version[0] != 1:
@@ -350,14 +356,8 @@ def _check_versioned(p: _Producer):
 
 
 def _check_future(p: _Producer):
-    x = p.plain()
-    capsule, exc = _ask(x, max_version=(2, 0))
-    if exc is not None:
-        return FAILED, f"asked {_asked(x, max_version=(2, 0))}; it raised {_said(exc)}"
-    info, bad = _read(capsule)
-    if info is None:
-        return FAILED, f"asked {_asked(x, max_version=(2, 0))}; it gave {bad}"
-    return PASSED, ""
+    _capsule, _info, wrong = _answered(p.plain(), max_version=(2, 0))
+    return (FAILED, wrong) if wrong else (PASSED, "")
 
 
 def _own(x):
@@ -378,14 +378,9 @@ def _copy_rule(flag: bool):
         if own is None:
             return NOT_APPLICABLE, f"no capsule of the array to compare with: {why}"
         asked = dict(max_version=(1, 0), copy=True)
-        capsule, exc = _ask(x, **asked)
-        if exc is not None and flag:
-            return NOT_APPLICABLE, f"it made no copy to flag (rule 2.1: {_said(exc)})"
-        if exc is not None:
-            return FAILED, f"asked {_asked(x, **asked)}; it raised {_said(exc)}"
-        info, bad = _read(capsule)
-        if info is None:
-            return FAILED, f"asked {_asked(x, **asked)}; it gave {bad}"
+        capsule, info, wrong = _answered(x, **asked)
+        if wrong:
+            return (NOT_APPLICABLE, f"it made no copy to flag (rule 2.1: {wrong})") if flag else (FAILED, wrong)
         if flag:
             if not info.versioned:
                 return NOT_APPLICABLE, "the copy came in a legacy capsule, which has no flags (rule 1.3)"
@@ -408,12 +403,9 @@ def _in_place_rule(keywords: Callable[[Any], dict]):
         if own is None:
             return NOT_APPLICABLE, f"no capsule of the array to compare with: {why}"
         asked = dict(max_version=(1, 0), **keywords(own))
-        capsule, exc = _ask(x, **asked)
-        if exc is not None:
-            return FAILED, f"asked {_asked(x, **asked)}; it raised {_said(exc)}"
-        info, bad = _read(capsule)
-        if info is None:
-            return FAILED, f"asked {_asked(x, **asked)}; it gave {bad}"
+        _capsule, info, wrong = _answered(x, **asked)
+        if wrong:
+            return FAILED, wrong
         if _address(info) != _address(own) or info.device != own.device:
             return FAILED, (f"asked {_asked(x, **asked)}; it gave memory at {_address(info):#x} on {info.device}, "
                             f"not the array's own ({_address(own):#x} on {own.device})")
@@ -467,7 +459,7 @@ def _check_stream_host(p: _Producer):
 
 def _read_only_rule(legacy: bool):
     def check(p: _Producer):
-        x = p.array(p.plain_shape(), "float32", readonly=True)
+        x = p.array(*p.plain_key(), readonly=True)
         if isinstance(x, NotImplementedError):
             return NOT_APPLICABLE, f"the library holds no read-only arrays (make raised {_said(x)})"
         if isinstance(x, Exception):

@@ -14,10 +14,22 @@ import numpy as np
 from gpu_dlpack import testing
 
 
-def _no_read_only(library):
-    def refuse():
-        raise NotImplementedError(f"{library} has no read-only arrays")
-    return refuse
+def _maker(library, build, *, immutable=False, lacks=lambda shape, dtype: None, made=None):
+    """``make`` of a library: ``build(values)`` is its array of them;
+    ``immutable``: every array of it is read-only (else it has none);
+    ``lacks(shape, dtype)``: what of these it does not have, or None;
+    ``made(array)``: the dtype name it made, where it may make another."""
+    def make(shape, dtype, *, readonly=False):
+        if readonly and not immutable:
+            raise NotImplementedError(f"{library} has no read-only arrays")
+        missing = lacks(shape, np.dtype(dtype))
+        if missing:
+            raise TypeError(f"{library} has no {missing}")
+        x = build(testing.values(shape, dtype))
+        if made is not None and made(x) != np.dtype(dtype).name:
+            raise TypeError(f"{library} made {made(x)} of {dtype}")
+        return x
+    return make
 
 
 def _numpy(m):
@@ -28,96 +40,37 @@ def _numpy(m):
     return make
 
 
-def _torch(m):
-    def make(shape, dtype, *, readonly=False):
-        if readonly:
-            _no_read_only("torch")()
-        return m.from_numpy(testing.values(shape, dtype))
-    return make
-
-
-def _jax(m):
-    # Its arrays are all immutable (readonly=True makes one like any
-    # other); without x64 it has no 64-bit dtypes.
-    def make(shape, dtype, *, readonly=False):
-        if np.dtype(dtype).itemsize > (8 if np.dtype(dtype).kind == "c" else 4) and not m.config.jax_enable_x64:
-            raise TypeError(f"{dtype} needs JAX's x64")
-        return m.numpy.asarray(testing.values(shape, dtype))
-    return make
-
-
-def _array_api_strict(m):
-    def make(shape, dtype, *, readonly=False):
-        if readonly:
-            _no_read_only("array_api_strict")()
-        if dtype == "float16":
-            raise TypeError("array_api_strict has no float16")
-        return m.asarray(testing.values(shape, dtype))
-    return make
-
-
-def _mlx(m):
-    def make(shape, dtype, *, readonly=False):
-        if readonly:
-            _no_read_only("MLX")()
-        if dtype in ("float64", "complex128"):
-            raise TypeError(f"MLX has no {dtype}")
-        return m.array(testing.values(shape, dtype))
-    return make
-
-
-def _pyarrow(m):
-    # Its arrays have one dimension and are all immutable.
-    def make(shape, dtype, *, readonly=False):
-        if len(shape) != 1:
-            raise ValueError("pyarrow's arrays have one dimension")
-        if np.dtype(dtype).kind == "c":
-            raise TypeError("pyarrow has no complex type")
-        return m.array(testing.values(shape, dtype))
-    return make
-
-
-def _tvm_ffi(m):
-    def make(shape, dtype, *, readonly=False):
-        if readonly:
-            _no_read_only("tvm-ffi")()
-        return m.from_dlpack(testing.values(shape, dtype))
-    return make
-
-
 def _tensorflow(m):
-    # Its tensors are all immutable.
-    def make(shape, dtype, *, readonly=False):
+    def build(a):
         with m.device("CPU:0"):
-            t = m.constant(testing.values(shape, dtype))
-        if t.dtype.name != np.dtype(dtype).name:
-            raise TypeError(f"tensorflow made {t.dtype.name}")
-        return t
-    return make
+            return m.constant(a)
+    return _maker("tensorflow", build, immutable=True, made=lambda t: t.dtype.name)
 
 
-def _paddle(m):
-    def make(shape, dtype, *, readonly=False):
-        if readonly:
-            _no_read_only("paddle")()
-        t = m.to_tensor(testing.values(shape, dtype), place=m.CPUPlace())
-        if str(t.dtype).rpartition(".")[2] != np.dtype(dtype).name:
-            raise TypeError(f"paddle made {t.dtype}")
-        return t
-    return make
+def _no_x64(m):
+    """What JAX lacks without x64: its 64-bit types."""
+    return lambda shape, dtype: (f"{dtype} without x64" if not m.config.jax_enable_x64
+                                 and dtype.itemsize > (8 if dtype.kind == "c" else 4) else None)
 
 
 #: library -> (module, its distribution, make of the module)
 PEERS = {
     "numpy": ("numpy", "numpy", _numpy),
-    "torch": ("torch", "torch", _torch),
-    "jax": ("jax", "jax", _jax),
-    "array_api_strict": ("array_api_strict", "array-api-strict", _array_api_strict),
-    "mlx": ("mlx.core", "mlx", _mlx),
-    "pyarrow": ("pyarrow", "pyarrow", _pyarrow),
-    "tvm_ffi": ("tvm_ffi", "apache-tvm-ffi", _tvm_ffi),
+    "torch": ("torch", "torch", lambda m: _maker("torch", m.from_numpy)),
+    "jax": ("jax", "jax", lambda m: _maker("jax", m.numpy.asarray, immutable=True, lacks=_no_x64(m))),
+    "array_api_strict": ("array_api_strict", "array-api-strict", lambda m: _maker(
+        "array_api_strict", m.asarray, lacks=lambda shape, dtype: dtype.name if dtype == np.float16 else None)),
+    "mlx": ("mlx.core", "mlx", lambda m: _maker(
+        "MLX", m.array, lacks=lambda shape, dtype: dtype.name if dtype.name in ("float64", "complex128") else None)),
+    # Its arrays have one dimension, and are all immutable.
+    "pyarrow": ("pyarrow", "pyarrow", lambda m: _maker(
+        "pyarrow", m.array, immutable=True,
+        lacks=lambda shape, dtype: ("arrays of more dimensions than one" if len(shape) != 1
+                                    else "complex type" if dtype.kind == "c" else None))),
+    "tvm_ffi": ("tvm_ffi", "apache-tvm-ffi", lambda m: _maker("tvm-ffi", m.from_dlpack)),
     "tensorflow": ("tensorflow", "tensorflow-cpu", _tensorflow),
-    "paddle": ("paddle", "paddlepaddle", _paddle),
+    "paddle": ("paddle", "paddlepaddle", lambda m: _maker(
+        "paddle", lambda a: m.to_tensor(a, place=m.CPUPlace()), made=lambda t: str(t.dtype).rpartition(".")[2])),
 }
 APART = ("tensorflow", "paddle")
 #: Libraries whose exports are NumPy's own: what they break depends on NumPy's version too.
