@@ -1,6 +1,6 @@
-"""gpu_dlpack's pytest plugin: a ``gpu_dlpack.testing.ProducerTests`` bound
-to a ``test_`` name in a test module is collected as one test per DLPack
-rule.
+"""gpu_dlpack's pytest plugin: a ``gpu_dlpack.testing.ProducerTests`` (or
+``ConsumerTests``) bound to a ``test_`` name in a test module is collected
+as one test per DLPack rule.
 
 Pytest loads it with the package (an entry point, ``pytest11``); it is a
 module of its own, outside the package, so that loading it imports nothing
@@ -15,7 +15,7 @@ import pytest
 
 def _is_suite(obj) -> bool:
     cls = type(obj)
-    return cls.__name__ == "ProducerTests" and cls.__module__ == "gpu_dlpack.testing"
+    return cls.__name__ in ("ProducerTests", "ConsumerTests") and cls.__module__ == "gpu_dlpack.testing"
 
 
 def pytest_pycollect_makeitem(collector, name, obj):
@@ -32,9 +32,7 @@ class Rules(pytest.Collector):
         self.suite = suite
 
     def collect(self):
-        from gpu_dlpack.testing import RULES
-
-        for rule in RULES.values():
+        for rule in self.suite.rules.values():
             yield Rule.from_parent(self, name=rule.id, number=rule.number)
 
 

@@ -4,9 +4,13 @@
 DLPack 1.x for a producer (``__dlpack__``, ``__dlpack_device__``) against
 the arrays ``make`` returns, and gives a `Report`: one row per rule,
 passed, failed with what was asked and what came back, or not applicable
-and why. ``assert_conforms(report, allow=...)`` turns the failed rows into
-one ``AssertionError`` that names each rule, its evidence and the
-standard's words, less the rules a maintainer decided to differ on.
+and why. ``check_consumer(from_dlpack)`` does the same for an importer,
+with producers and capsules the checks make, each case in a child process
+where ``from_dlpack`` can be imported there by name (a consumer that
+crashes fails the rule it crashed on). ``assert_conforms(report,
+allow=...)`` turns the failed rows into one ``AssertionError`` that names
+each rule, its evidence and the standard's words, less the rules a
+maintainer decided to differ on.
 
 ``make(shape, dtype, *, readonly=False)`` returns an array of the library
 under test with ``shape`` and ``dtype`` (a NumPy dtype name) holding
@@ -14,8 +18,8 @@ under test with ``shape`` and ``dtype`` (a NumPy dtype name) holding
 holds read-only (``NotImplementedError`` where it has none). A dtype it
 does not have: ``TypeError`` or ``ValueError``, and that dtype is left out.
 
-In a pytest suite, ``test_dlpack = ProducerTests(make, allow=...)`` in a
-test module is one test per rule (gpu_dlpack's pytest plugin,
+In a pytest suite, ``test_dlpack = ProducerTests(make, allow=...)`` (or
+``ConsumerTests(from_dlpack, ...)``) in a test module is one test per rule (gpu_dlpack's pytest plugin,
 ``_gpu_dlpack_pytest``, which pytest loads with the package and which does
 nothing else).
 
@@ -28,7 +32,13 @@ Floor: a face, beside ``_convert``: it stands on both directions.
 
 from __future__ import annotations
 
+import gc
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
@@ -37,9 +47,11 @@ import numpy as np
 
 from . import _capsule
 from ._devices import DLDeviceType
+from ._export import export, wrap
 from ._import import from_dlpack
 
-__all__ = ["RULES", "ProducerTests", "Report", "Row", "Rule", "assert_conforms", "check_producer", "values"]
+__all__ = ["CONSUMER_RULES", "RULES", "ConsumerTests", "ProducerTests", "Report", "Row", "Rule", "assert_conforms",
+           "check_consumer", "check_producer", "values"]
 
 _ARRAY_API = "https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html"
 _DEVICE_API = ("https://data-apis.org/array-api/latest/API_specification/generated/"
@@ -106,6 +118,59 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("8.1", "holds-the-array",
          "the capsule holds the array: its shape, its dtype and its values, for every dtype the library "
          "has, 0-d and empty arrays too", _ARRAY_API),
+)}
+
+_FROM_DLPACK = "https://data-apis.org/array-api/latest/API_specification/generated/array_api.from_dlpack.html"
+_DLPACK_OWNERSHIP = "https://dmlc.github.io/dlpack/latest/python_spec.html#semantics"
+
+#: The importer's rules, in order: id -> Rule, numbered under rule 9
+#: (import) of gpu_dlpack's rules page; ``faults``: the consumer faults of
+#: gpu_dlpack's table of peers (``faults`` in ``gpu_dlpack/_peers.py``)
+#: that break it.
+CONSUMER_RULES: dict[str, Rule] = {r.id: r for r in (
+    Rule("9.1", "asks-versioned",
+         "from_dlpack asks the producer for a versioned capsule (max_version=(1, 0) or newer): only it can say "
+         "that data is read-only", _FROM_DLPACK, ("legacy-only",)),
+    Rule("9.2", "old-producer-asked-again",
+         "a producer whose __dlpack__ takes no max_version (written before the standard's 2023.12 version) is "
+         "still imported: the consumer asks again without it", _ARRAY_API),
+    Rule("9.3", "in-place",
+         "copy=None reuses the producer's memory where it can: host data aligned to 64 bytes is imported in "
+         "place", _FROM_DLPACK),
+    Rule("9.4", "unaligned-in-place",
+         "...and host data 4 bytes past a 64-byte boundary (the alignment of its dtype) is imported in place too",
+         _FROM_DLPACK, ("unaligned-copies",)),
+    Rule("9.5", "copy-true-copies",
+         "copy=True always copies: the import's memory is apart from the producer's, with the same values",
+         _FROM_DLPACK, ("copy-shares",)),
+    Rule("9.6", "read-only-honoured",
+         "a capsule that says READ_ONLY is imported read-only, copied or refused: no write through the import "
+         "reaches the producer's memory", _DLPACK_FLAGS, ("read-only-ignored",)),
+    Rule("9.7", "imports-the-array",
+         "the import holds the producer's array: its shape, its dtype (never narrowed) and its values, for every "
+         "dtype the library has, 0-d and empty arrays too", _FROM_DLPACK, ("narrows-64-bit", "narrows-float64")),
+    Rule("9.8", "negative-strides",
+         "an array with a negative stride (a[::-1]) is imported with its values in their places", _FROM_DLPACK,
+         ("negative-strides", "non-compact-strides")),
+    Rule("9.9", "stepped-strides",
+         "an array with a step (a[::2]) is imported with its values in their places", _FROM_DLPACK,
+         ("non-compact-strides",)),
+    Rule("9.10", "fortran-order",
+         "a transposed array (Fortran order) is imported with its values in their places", _FROM_DLPACK,
+         ("c-order-only",)),
+    Rule("9.11", "unreached-negative-stride",
+         "a negative stride on an axis of length 1, which reaches no element, is imported as any other",
+         _FROM_DLPACK, ("negative-strides-anywhere",)),
+    Rule("9.12", "unreachable-device-refused",
+         "a capsule of memory on a device the library cannot reach (CUDA, without a GPU build) raises: it is "
+         "never read as host memory, and never crashes the process", _FROM_DLPACK, ("gpu-import-crashes",)),
+    Rule("9.13", "freed-once",
+         "the producer's tensor is freed exactly once, when the import is gone (its deleter called once)",
+         _DLPACK_OWNERSHIP),
+    Rule("9.14", "refused-freed-once",
+         "a capsule the consumer refuses (a dtype code DLPack does not define) raises, and its tensor is freed "
+         "exactly once: by the consumer that claimed it, or by its producer where it was left unconsumed",
+         _DLPACK_OWNERSHIP),
 )}
 
 PASSED, FAILED, NOT_APPLICABLE = "passed", "failed", "not applicable"
@@ -237,9 +302,10 @@ def assert_conforms(report: Report, allow: Mapping[str, str] | None = None) -> N
     >>> testing.assert_conforms(report, allow={"copy-true-flagged": "torch's own"})
     """
     allow = dict(allow or {})
-    unknown = sorted(set(allow) - set(RULES))
+    ids = [row.rule.id for row in report.rows]
+    unknown = sorted(set(allow) - set(ids))
     if unknown:
-        raise ValueError(f"allow= names no rule: {', '.join(map(repr, unknown))} (the rules: {', '.join(RULES)})")
+        raise ValueError(f"allow= names no rule: {', '.join(map(repr, unknown))} (the rules: {', '.join(ids)})")
     broken = [row for row in report.rows if row.outcome == FAILED and row.rule.id not in allow]
     if broken:
         raise AssertionError(
@@ -266,6 +332,18 @@ def _ask(x, **keywords):
 
 def _said(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def _run(check, subject) -> tuple:
+    """A check's (outcome, evidence): the checks ask for what libraries warn
+    of (legacy capsules), so a suite run with warnings as errors checks the
+    rules all the same."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return check(subject)
+        except Exception as exc:  # the library raised where the check did not expect it
+            return FAILED, f"the check met {_said(exc)}"
 
 
 def _read(capsule):
@@ -578,21 +656,543 @@ def check_producer(make: Callable, *, dtypes=DTYPES, name: str | None = None) ->
         subject = name or type(producer.plain()).__qualname__
     except ValueError as exc:
         raise ValueError(f"check_producer: {exc}") from None
-    rows = []
-    for rule_id, rule in RULES.items():
-        # The checks ask for what producers warn of (legacy capsules): a
-        # suite run with warnings as errors checks the rules all the same.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+    return Report(subject, tuple(Row(rule, *_run(_CHECKS[rule_id], producer)) for rule_id, rule in RULES.items()))
+
+
+# -- the importer's rules --------------------------------------------------------
+
+
+_ALIGNMENT = 64  # bytes (the "unaligned-copies" consumers import such data in place)
+
+
+def _aligned(a, offset=0) -> np.ndarray:
+    """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte
+    boundary: what a consumer does with alignment shows the same on every run."""
+    raw = np.empty(a.nbytes + 2 * _ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % _ALIGNMENT + offset
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def _address_of(x) -> int | None:
+    """The address of the first element of ``x`` (any DLPack producer), read
+    from its capsule as gpu_dlpack exports it (None: it cannot)."""
+    try:
+        info = _capsule.read(export(x, max_version=(1, 0)))
+    except Exception:
+        return None
+    return info.data + info.byte_offset
+
+
+def _write_through(out, source: np.ndarray) -> tuple[bool, str]:
+    """Write into ``out``, an import of read-only ``source``: (whether the
+    source kept its values, what happened). An array that takes no item
+    assignment (tvm-ffi's Tensor) is written through NumPy's import of it,
+    where that is writeable."""
+    index = (0,) * source.ndim
+    before = source[index].item()
+    try:
+        out[index] = before + 41  # a Python scalar: every library takes one
+    except Exception as exc:
+        refused = f"it refuses writes ({type(exc).__name__})"
+        try:
+            view = np.from_dlpack(out)
+        except Exception:
+            return True, refused
+        if not view.flags.writeable:
+            return True, refused + "; its export says READ_ONLY"
+        view[index] = before + 41
+        if source[index].item() != before:
+            return False, "its export is writeable, and a write through it reaches the read-only source"
+        return True, "the write went to a copy"
+    if source[index].item() != before:
+        return False, "a write through the import reaches the read-only source"
+    return True, "the write went to a copy"
+
+
+class _Given:
+    """A producer with ``__dlpack__`` alone (no C exchange API): the capsule
+    ``export`` makes of its array, asked as the consumer asks (``edit``
+    changes it; ``device``: what ``__dlpack_device__`` says), each request
+    and capsule kept."""
+
+    def __init__(self, a, edit=None, device=(1, 0)):
+        self.a, self.edit, self.device = a, edit, device
+        self.asked: list = []
+        self.capsules: list = []
+
+    def __dlpack__(self, **kw):
+        self.asked.append(kw)
+        if self.edit is None and self.device == (1, 0):
+            capsule = export(self.a, **kw)
+        else:  # NumPy's own capsule of the host array (its destructor), made into another
+            mv = kw.get("max_version")
             try:
-                outcome, evidence = _CHECKS[rule_id](producer)
-            except Exception as exc:  # the library raised where the check did not expect it
-                outcome, evidence = FAILED, f"the check met {_said(exc)}"
-        rows.append(Row(rule, outcome, evidence))
-    return Report(subject, tuple(rows))
+                capsule = self.a.__dlpack__(max_version=mv) if mv is not None and mv[0] >= 1 else self.a.__dlpack__()
+            except TypeError:  # NumPy before 2.1 makes legacy capsules only
+                capsule = export(self.a, max_version=mv)
+            self.edit(capsule)
+        self.capsules.append(capsule)
+        return capsule
+
+    def __dlpack_device__(self):
+        return self.device
 
 
-class ProducerTests:
+class _Old(_Given):
+    """A producer whose ``__dlpack__`` takes ``stream`` alone (a type of its
+    own: a consumer may remember what a type takes)."""
+
+    def __dlpack__(self, stream=None):
+        return super().__dlpack__(stream=stream)
+
+
+class _Consumer:
+    """The importer under test, and how its imports are read."""
+
+    def __init__(self, fn: Callable, dtypes):
+        self.fn, self.dtypes = fn, dtypes
+
+    @staticmethod
+    def held(x) -> np.ndarray | None:
+        """A host copy of an import, through its own DLPack, else
+        ``numpy.array`` (None: it cannot be read)."""
+        try:
+            return np.array(from_dlpack(x, device="cpu", copy=True))
+        except Exception:
+            pass
+        try:
+            return np.array(x)
+        except Exception:
+            return None
+
+    def imports(self, a, **keywords):
+        """(fn's import of ``wrap(a)``, None), or (None, the evidence)."""
+        try:
+            return self.fn(wrap(a), **keywords), None
+        except Exception as exc:
+            return None, f"{self.call(keywords)} raised {_said(exc)}"
+
+    @staticmethod
+    def call(keywords=None) -> str:
+        return f"from_dlpack({', '.join(['wrap(a)'] + [f'{k}={v!r}' for k, v in (keywords or {}).items()])})"
+
+
+def _check_asks(c: _Consumer):
+    p = _Given(_aligned(values((2, 3), "float32")))
+    try:
+        c.fn(p)
+    except Exception as exc:
+        if not p.asked:
+            return FAILED, f"from_dlpack(x) raised {_said(exc)} before it called x.__dlpack__"
+    if not p.asked:
+        return FAILED, "from_dlpack(x) never called x.__dlpack__"
+    mv = p.asked[0].get("max_version")
+    if mv is None or mv[0] < 1:
+        return FAILED, f"from_dlpack(x) asked {_asked(p, **p.asked[0])}: no versioned capsule"
+    return PASSED, ""
+
+
+def _check_old_producer(c: _Consumer):
+    a = _aligned(values((2, 3), "float32"))
+    p = _Old(a)
+    try:
+        got = c.fn(p)
+    except Exception as exc:
+        return FAILED, (f"from_dlpack(x) of an x whose __dlpack__ takes stream= alone, asked "
+                        f"{', '.join(_asked(p, **kw) for kw in p.asked) or 'nothing'}, raised {_said(exc)}")
+    held = c.held(got)
+    if held is None or not np.array_equal(held, a):
+        return FAILED, f"from_dlpack(x) of an x whose __dlpack__ takes stream= alone holds {_shown(held)}"
+    return PASSED, ""
+
+
+def _shown(held) -> str:
+    return "what cannot be read" if held is None else f"{held.dtype} {held.tolist()}"
+
+
+def _in_place_rule(offset: int):
+    def check(c: _Consumer):
+        a = _aligned(values((2, 3), "float32"), offset)
+        got, wrong = c.imports(a)
+        if wrong:
+            return FAILED, wrong
+        where = _address_of(got)
+        if where is None:
+            return NOT_APPLICABLE, "the import's address cannot be read (it exports no DLPack)"
+        if where != a.ctypes.data:
+            place = f"{offset} bytes past a 64-byte boundary" if offset else "aligned to 64 bytes"
+            return FAILED, f"{_Consumer.call()} of host data {place} copied it (to {where:#x})"
+        return PASSED, ""
+    return check
+
+
+def _check_copy(c: _Consumer):
+    a = _aligned(values((2, 3), "float32"))
+    try:
+        got = c.fn(wrap(a), copy=True)
+    except TypeError as exc:
+        return NOT_APPLICABLE, f"from_dlpack takes no copy= ({_said(exc)})"
+    except Exception as exc:
+        return FAILED, f"{_Consumer.call({'copy': True})} raised {_said(exc)}"
+    held, where = c.held(got), _address_of(got)
+    if where == a.ctypes.data:
+        return FAILED, f"{_Consumer.call({'copy': True})} gave the producer's own memory ({where:#x})"
+    if held is None or not np.array_equal(held, a):
+        return FAILED, f"{_Consumer.call({'copy': True})} holds {_shown(held)}"
+    return PASSED, ""
+
+
+def _check_read_only(c: _Consumer):
+    a = _aligned(values((2, 3), "float32"))
+    a.flags.writeable = False
+    w = wrap(a)
+    try:
+        got = c.fn(w)
+    except Exception:
+        if (w.last_request or {}).get("max_version") is None:
+            return NOT_APPLICABLE, "it asks for legacy capsules, which read-only data cannot travel in (rule 9.1)"
+        return PASSED, ""  # refused: honoured
+    kept, what = _write_through(got, a)
+    return (PASSED, "") if kept else (FAILED, f"{_Consumer.call()} of read-only data: {what}")
+
+
+def _check_holds(c: _Consumer):
+    wrong, imported = [], 0
+    for dtype in c.dtypes:
+        for shape in _SHAPES:
+            a = values(shape, dtype)
+            got, refused = c.imports(a)
+            if refused:
+                continue  # a dtype, or a shape, the library does not have
+            imported += 1
+            held = c.held(got)
+            if held is None:
+                wrong.append(f"{dtype} {shape}: the import cannot be read")
+            elif held.shape != shape or held.dtype != a.dtype:
+                wrong.append(f"{dtype} {shape}: the import is {held.dtype} {held.shape}")
+            elif not np.array_equal(held, a):
+                wrong.append(f"{dtype} {shape}: it holds {held.tolist()}, not {a.tolist()}")
+    if not imported:
+        return NOT_APPLICABLE, "it imported none of the dtypes asked"
+    if wrong:
+        more = f"; and {len(wrong) - 4} more" if len(wrong) > 4 else ""
+        return FAILED, "; ".join(wrong[:4]) + more
+    return PASSED, ""
+
+
+def _layouts():
+    base = _aligned(values((12,), "float32"))
+    return {
+        "negative-strides": ("a[::-1]", base[::-1]),
+        "stepped-strides": ("a[::2]", base[::2]),
+        "fortran-order": ("a.reshape(3, 4).T", base.reshape(3, 4).T),
+        "unreached-negative-stride": (
+            "shape (1, 3), strides (-12, 4)",
+            np.lib.stride_tricks.as_strided(base[3:], shape=(1, 3), strides=(-12, 4))),
+    }
+
+
+def _layout_rule(rule_id: str):
+    def check(c: _Consumer):
+        what, a = _layouts()[rule_id]
+        got, wrong = c.imports(a)
+        if wrong:
+            return FAILED, f"{wrong} (a = {what})"
+        held = c.held(got)
+        if held is None or not np.array_equal(held, a):
+            return FAILED, f"{_Consumer.call()} of {what} holds {_shown(held)}, not {a.tolist()}"
+        if hasattr(type(got), "__array__"):  # and its own reading of it (Paddle 3.3's numpy() reads garbage)
+            try:
+                own = np.asarray(got)
+            except Exception as exc:
+                return FAILED, f"{_Consumer.call()} of {what}: numpy.asarray of the import raised {_said(exc)}"
+            if not np.array_equal(own, a):
+                return FAILED, f"{_Consumer.call()} of {what}: numpy.asarray of the import gives {_shown(own)}"
+        return PASSED, ""
+    return check
+
+
+def _check_unreachable(c: _Consumer):
+    a = _aligned(values((2, 3), "float32"))
+    before = _owners(a)
+    p = _Given(a, edit=lambda capsule: _capsule.set_device(capsule, int(DLDeviceType.CUDA), 0), device=(2, 0))
+    try:
+        got = c.fn(p)
+    except Exception:
+        got = p = None  # (what the error's frames hold is let go once the error is)
+    if p is None:
+        return (PASSED, "") if _owners(a) == before else (
+            FAILED, "from_dlpack(x) of a capsule of CUDA memory raised, and freed its tensor other than once")
+    try:
+        device = _capsule.read(export(got, max_version=(1, 0))).device
+    except Exception:
+        device = None
+    if device is not None and device.dlpack[0] != int(DLDeviceType.CPU):
+        return PASSED, ""  # it holds the memory as the device's, untouched
+    return FAILED, f"from_dlpack(x) of a capsule of CUDA memory gave an array on {device or 'a device it hides'}"
+
+
+def _owners(a) -> int:
+    gc.collect()
+    return sys.getrefcount(a)
+
+
+def _check_freed_once(c: _Consumer):
+    a = _aligned(values((2, 3), "float32"))
+    before = _owners(a)
+    p = _Given(a)
+    try:
+        got = c.fn(p)
+    except Exception as exc:
+        return NOT_APPLICABLE, f"from_dlpack(x) raised {_said(exc)}"
+    del got, p
+    after = _owners(a)
+    if after > before:
+        return FAILED, "from_dlpack(x) of an x gone: the producer's tensor was never freed (its deleter never ran)"
+    if after < before:
+        return FAILED, "from_dlpack(x) of an x gone: the producer's tensor was freed more than once"
+    return PASSED, ""
+
+
+def _check_refused(c: _Consumer):
+    a = _aligned(values((2, 3), "float32"))
+    before = _owners(a)
+    p = _Given(a, edit=lambda capsule: _capsule.set_dtype(capsule, 99, 32))
+    try:
+        c.fn(p)
+    except Exception:
+        pass
+    else:
+        return NOT_APPLICABLE, "it imports a capsule of dtype code 99 (no dtype of DLPack): it refused nothing"
+    del p  # and the capsules it made: freed by their producer where the consumer left them unconsumed
+    after = _owners(a)
+    if after != before:
+        return FAILED, (f"from_dlpack(x) of a capsule of dtype code 99 raised, and its tensor was "
+                        f"{'never freed' if after > before else 'freed more than once'}")
+    return PASSED, ""
+
+
+_CONSUMER_CHECKS: dict[str, Callable[[_Consumer], tuple]] = {
+    "asks-versioned": _check_asks,
+    "old-producer-asked-again": _check_old_producer,
+    "in-place": _in_place_rule(0),
+    "unaligned-in-place": _in_place_rule(4),
+    "copy-true-copies": _check_copy,
+    "read-only-honoured": _check_read_only,
+    "imports-the-array": _check_holds,
+    "negative-strides": _layout_rule("negative-strides"),
+    "stepped-strides": _layout_rule("stepped-strides"),
+    "fortran-order": _layout_rule("fortran-order"),
+    "unreached-negative-stride": _layout_rule("unreached-negative-stride"),
+    "unreachable-device-refused": _check_unreachable,
+    "freed-once": _check_freed_once,
+    "refused-freed-once": _check_refused,
+}
+
+
+# -- a consumer in a child process -----------------------------------------------
+
+_CHILD = "import sys; from gpu_dlpack.testing import _child; _child(sys.argv[1])"
+_MARK = "gpu_dlpack.testing:"  # what starts each line of the child's that the parent reads
+_CHILD_TIMEOUT = 300  # seconds, for one child
+
+
+def _target(fn) -> str | None:
+    """``"module:qualified.name"`` of ``fn`` where importing it gives ``fn``
+    back, in a child process; None where it does not."""
+    if isinstance(fn, str):
+        return fn
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not name or "<" in name or module == "__main__":
+        return None
+    try:
+        found = _resolved(f"{module}:{name}")
+    except Exception:
+        return None
+    return f"{module}:{name}" if found is fn else None
+
+
+def _resolved(target: str):
+    import importlib
+
+    module, _, name = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _child(spec: str) -> None:
+    """Run the checks ``spec`` names (JSON) in this process, a line before
+    and after each."""
+    spec = json.loads(spec)
+    c = _Consumer(_resolved(spec["target"]), tuple(spec["dtypes"]))
+    for rule_id in spec["rules"]:
+        print(_MARK + json.dumps({"start": rule_id}), flush=True)
+        outcome, evidence = _run(_CONSUMER_CHECKS[rule_id], c)
+        print(_MARK + json.dumps({"done": rule_id, "row": [outcome, evidence]}), flush=True)
+
+
+def _death(status) -> str:
+    """What a child process's exit ``status`` (None: it timed out) says happened to it."""
+    if status is None:
+        return "hangs: the child process timed out"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"aborts the process ({name})"
+    if status == 134:  # 128 + SIGABRT, as a shell reports it
+        return "aborts the process (SIGABRT)"
+    return f"kills the process (exit status {status})"
+
+
+def _apart(target: str, rule_ids, dtypes) -> dict:
+    """rule id -> (outcome, evidence), each check run in a child process; a
+    check the child died in fails with how it died, and a new child goes on
+    with the rest."""
+    rows: dict = {}
+    todo = list(rule_ids)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd()] + [p for p in sys.path if p]))
+    while todo:
+        spec = json.dumps({"target": target, "rules": todo, "dtypes": list(dtypes)})
+        try:
+            done = subprocess.run([sys.executable, "-c", _CHILD, spec], capture_output=True, text=True, env=env,
+                                  timeout=_CHILD_TIMEOUT)
+            out, status = done.stdout, done.returncode
+        except subprocess.TimeoutExpired as exc:
+            out, status = exc.stdout or "", None
+            out = out.decode() if isinstance(out, bytes) else out
+        started = None
+        for line in out.splitlines():
+            if not line.startswith(_MARK):
+                continue  # the library's own output
+            msg = json.loads(line[len(_MARK):])
+            if "start" in msg:
+                started = msg["start"]
+            else:
+                rows[msg["done"]] = tuple(msg["row"])
+                started = None
+        if started is not None:
+            rows[started] = (FAILED, f"from_dlpack {_death(status)} in this check")
+        elif status:
+            for rule_id in todo:
+                if rule_id not in rows:
+                    rows[rule_id] = (FAILED, f"the child process it ran in exited with status {status} before "
+                                             "the check began")
+        todo = [rule_id for rule_id in todo if rule_id not in rows]
+    return rows
+
+
+def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | None = None,
+                   isolate: bool | None = None) -> Report:
+    """Check a library's importer against every rule of a DLPack consumer.
+
+    Parameters
+    ----------
+    from_dlpack : callable or str
+        The importer under test: ``from_dlpack(x, **keywords)`` of a DLPack
+        producer ``x``, as the standard's ``from_dlpack`` (``copy=`` is
+        checked where it takes it), or ``"module:name"`` of one.
+    dtypes : sequence of str, optional
+        The dtypes imported (default: every one DLPack and NumPy share).
+    name : str, optional
+        What the report calls it (default: its module and name).
+    isolate : bool, optional
+        Run the checks in a child process, so that an importer that crashes
+        fails the rule it crashed on instead of ending the caller (default:
+        where ``from_dlpack`` is a module's function that a child process
+        imports by name; True where it is not is a ``ValueError``).
+
+    Returns
+    -------
+    Report
+        A row per rule of `CONSUMER_RULES`: passed, failed with its
+        evidence, or not applicable and why. Imports are read back through
+        their own DLPack (``gpu_dlpack.from_dlpack``), else ``numpy.array``.
+
+    Examples
+    --------
+    gpu_dlpack's own importer, which keeps every rule:
+
+    >>> import gpu_dlpack
+    >>> from gpu_dlpack import testing
+    >>> testing.check_consumer(gpu_dlpack.from_dlpack, isolate=False).failed
+    ()
+    """
+    target = _target(from_dlpack)
+    if isolate and target is None:
+        raise ValueError(f"check_consumer(isolate=True): {from_dlpack!r} cannot be imported by name in a child "
+                         "process; pass a module's function, or 'module:name'")
+    subject = name or target or getattr(from_dlpack, "__qualname__", repr(from_dlpack))
+    if isolate is None:
+        isolate = target is not None
+    if isolate:
+        found = _apart(target, list(CONSUMER_RULES), tuple(dtypes))
+    else:
+        c = _Consumer(_resolved(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack, tuple(dtypes))
+        found = {rule_id: _run(check, c) for rule_id, check in _CONSUMER_CHECKS.items()}
+    return Report(subject, tuple(Row(rule, *found[rule_id]) for rule_id, rule in CONSUMER_RULES.items()))
+
+
+class _RuleTests:
+    """What `ProducerTests` and `ConsumerTests` share: a report made at the
+    first test, and a test per rule."""
+
+    rules: dict[str, Rule] = {}
+
+    def __init__(self, allow: Mapping[str, str] | None):
+        self.allow = dict(allow or {})
+        unknown = sorted(set(self.allow) - set(self.rules))
+        if unknown:
+            raise ValueError(f"allow= names no rule: {', '.join(map(repr, unknown))} "
+                             f"(the rules: {', '.join(self.rules)})")
+        self._report: Report | None = None
+
+    def check(self) -> Report:
+        raise NotImplementedError
+
+    def report(self) -> Report:
+        """The `Report`, made at the first call.
+
+        Returns
+        -------
+        Report
+            As the check gives it.
+        """
+        if self._report is None:
+            self._report = self.check()
+        return self._report
+
+    def run(self, rule_id: str) -> None:
+        """One rule's test, as the plugin runs it.
+
+        Parameters
+        ----------
+        rule_id : str
+            The rule's id (a key of ``rules``).
+
+        Raises
+        ------
+        AssertionError
+            The rule failed and is not allowed.
+        pytest.skip.Exception, pytest.xfail.Exception
+            The rule does not apply; the rule failed and is allowed.
+        """
+        import pytest
+
+        row = self.report()[rule_id]
+        if row.outcome == NOT_APPLICABLE:
+            pytest.skip(f"not applicable: {row.evidence}")
+        if row.outcome == FAILED and rule_id in self.allow:
+            pytest.xfail(f"allowed: {self.allow[rule_id]} ({row.evidence})")
+        assert_conforms(Report(self.report().subject, (row,)))
+
+
+class ProducerTests(_RuleTests):
     """A test per rule of `RULES`, for a pytest suite: bound to a ``test_``
     name in a test module, gpu_dlpack's pytest plugin collects it as one
     test per rule, which passes, fails with the rule's evidence and words,
@@ -623,47 +1223,50 @@ class ProducerTests:
     ()
     """
 
+    rules = RULES
+
     def __init__(self, make: Callable, *, allow: Mapping[str, str] | None = None, dtypes=DTYPES,
                  name: str | None = None):
+        super().__init__(allow)
         self.make, self.dtypes, self.name = make, tuple(dtypes), name
-        self.allow = dict(allow or {})
-        unknown = sorted(set(self.allow) - set(RULES))
-        if unknown:
-            raise ValueError(f"allow= names no rule: {', '.join(map(repr, unknown))} (the rules: {', '.join(RULES)})")
-        self._report: Report | None = None
 
-    def report(self) -> Report:
-        """The `Report` of ``make``'s arrays, made at the first call.
+    def check(self) -> Report:
+        """`check_producer` of ``make``."""
+        return check_producer(self.make, dtypes=self.dtypes, name=self.name)
 
-        Returns
-        -------
-        Report
-            As `check_producer` gives it.
-        """
-        if self._report is None:
-            self._report = check_producer(self.make, dtypes=self.dtypes, name=self.name)
-        return self._report
 
-    def run(self, rule_id: str) -> None:
-        """One rule's test, as the plugin runs it.
+class ConsumerTests(_RuleTests):
+    """A test per rule of `CONSUMER_RULES`, for a pytest suite, as
+    `ProducerTests` makes them for a producer.
 
-        Parameters
-        ----------
-        rule_id : str
-            The rule's id (a key of `RULES`).
+    Parameters
+    ----------
+    from_dlpack : callable or str
+        As `check_consumer` takes it (a module's function runs in a child
+        process: a crash fails the rule it crashed on).
+    allow : mapping of str to str, optional
+        The rules the library decided to differ on: rule id -> why.
+    dtypes : sequence of str, optional
+        As `check_consumer` takes them.
+    name : str, optional
+        As `check_consumer` takes it.
 
-        Raises
-        ------
-        AssertionError
-            The rule failed and is not allowed.
-        pytest.skip.Exception, pytest.xfail.Exception
-            The rule does not apply; the rule failed and is allowed.
-        """
-        import pytest
+    Examples
+    --------
+    In a test module (``test_dlpack.py``) of the library's own suite:
 
-        row = self.report()[rule_id]
-        if row.outcome == NOT_APPLICABLE:
-            pytest.skip(f"not applicable: {row.evidence}")
-        if row.outcome == FAILED and rule_id in self.allow:
-            pytest.xfail(f"allowed: {self.allow[rule_id]} ({row.evidence})")
-        assert_conforms(Report(self.report().subject, (row,)))
+    >>> import numpy as np
+    >>> from gpu_dlpack import testing
+    >>> test_import = testing.ConsumerTests(np.from_dlpack, allow={"old-producer-asked-again": "ours"})
+    """
+
+    rules = CONSUMER_RULES
+
+    def __init__(self, from_dlpack: Callable | str, *, allow: Mapping[str, str] | None = None, dtypes=DTYPES,
+                 name: str | None = None):
+        super().__init__(allow)
+        self.from_dlpack, self.dtypes, self.name = from_dlpack, tuple(dtypes), name
+
+    def check(self) -> Report:
+        """`check_consumer` of ``from_dlpack``."""
+        return check_consumer(self.from_dlpack, dtypes=self.dtypes, name=self.name)

@@ -1,8 +1,11 @@
 """How to make an array of each peer for ``gpu_dlpack.testing``'s checks
-(``make(shape, dtype, *, readonly=False)``), and, run as a script, the
-rules each library named on the command line breaks (JSON: name ->
-[version, [rule ids]]): TensorFlow and PaddlePaddle run apart, each in a
-process of its own (PaddlePaddle imported after TensorFlow crashes)."""
+(``make(shape, dtype, *, readonly=False)``) and where its importer is
+(``CONSUMERS``), and, run as a script, the rules each library named on
+the command line breaks as a producer (JSON: name -> [version, [rule
+ids]]): TensorFlow and PaddlePaddle run apart, each in a process of its
+own (PaddlePaddle imported after TensorFlow crashes). Importers are
+checked in child processes of their own (``check_consumer`` of a name),
+so none of them is imported by the process that checks them."""
 
 import importlib
 import importlib.metadata
@@ -73,6 +76,26 @@ PEERS = {
         "paddle", lambda a: m.to_tensor(a, place=m.CPUPlace()), made=lambda t: str(t.dtype).rpartition(".")[2])),
 }
 APART = ("tensorflow", "paddle")
+
+#: library -> its importer, as check_consumer takes it ("module:name").
+CONSUMERS = {
+    "numpy": "numpy:from_dlpack",
+    "torch": "torch:from_dlpack",
+    "jax": "jax.dlpack:from_dlpack",
+    "array_api_strict": "array_api_strict:from_dlpack",
+    "mlx": "mlx.core:from_dlpack",
+    "tvm_ffi": "tvm_ffi:from_dlpack",
+    "tensorflow": "tests.conformance_peers:tensorflow_from_dlpack",
+    "paddle": "paddle:from_dlpack",
+}
+
+
+def tensorflow_from_dlpack(x):
+    """TensorFlow's importer takes a capsule: the one ``x.__dlpack__()``
+    gives (it reads legacy capsules only), as its users call it."""
+    import tensorflow as tf
+
+    return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
 #: Libraries whose exports are NumPy's own: what they break depends on NumPy's version too.
 OVER_NUMPY = ("array_api_strict",)
 
@@ -87,6 +110,17 @@ def version(library) -> str:
             continue
         return f"{found} on NumPy {np.__version__}" if library in OVER_NUMPY else found
     raise importlib.metadata.PackageNotFoundError(dist)
+
+
+#: Importers whose faults depend on the Python they run on too.
+ON_PYTHON = ("tensorflow",)
+
+
+def consumer_version(library) -> str:
+    """The installed version, as the guide's table of importers keys it
+    (``"2.21.0 on Python 3.13"`` for an importer of ``ON_PYTHON``)."""
+    found = version(library)
+    return f"{found} on Python {sys.version_info[0]}.{sys.version_info[1]}" if library in ON_PYTHON else found
 
 
 def make_of(library):
@@ -104,3 +138,16 @@ if __name__ == "__main__":
             continue
         out[library] = [version(library), list(testing.check_producer(make).failed)]
     print(json.dumps(out))
+
+
+def aborts_on_steps(x, **keywords):
+    """An importer that kills its process on a step (``a[::2]``), as torch
+    2.13 does on a negative stride; gpu_dlpack's otherwise."""
+    import os
+
+    import gpu_dlpack
+
+    got = gpu_dlpack.from_dlpack(x, **keywords)
+    if got.ndim == 1 and got.strides[0] > got.itemsize:
+        os.abort()
+    return got

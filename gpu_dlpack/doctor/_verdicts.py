@@ -16,7 +16,7 @@ from .. import _explain
 RULES_THAT_REFUSE = {1: "Versions", 2: "Copy", 5: "Read-only"}
 #: Every rule a refusal may name, as the rules page titles it.
 RULE_NAMES = {**RULES_THAT_REFUSE, 3: "Device", 4: "Streams", 6: "Capsule kinds", 7: "bfloat16 and float8",
-              8: "The capsule holds the array"}
+              8: "The capsule holds the array", 9: "Import"}
 
 
 def rule_of(result) -> int | None:
