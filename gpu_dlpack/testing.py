@@ -32,11 +32,13 @@ Floor: a face, beside ``_convert``: it stands on both directions.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import math
 import os
 import signal
+import struct
 import subprocess
 import sys
 import warnings
@@ -45,11 +47,12 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from . import _capsule
+from . import _capsule, _compiled
 from ._devices import DLDeviceType
 from ._export import export, wrap
 from ._import import from_dlpack
 from ._peers import ALIGNMENT  # bytes: the "unaligned-copies" consumers import such data in place
+from ._versions import DLPACK_VERSION
 
 __all__ = ["CONSUMER_RULES", "RULES", "ConsumerTests", "ProducerTests", "Report", "Row", "Rule", "assert_conforms",
            "check_consumer", "check_producer", "values"]
@@ -163,8 +166,9 @@ CONSUMER_RULES: dict[str, Rule] = {r.id: r for r in (
          "a negative stride on an axis of length 1, which reaches no element, is imported as any other",
          _FROM_DLPACK, ("negative-strides-anywhere",)),
     Rule("9.12", "unreachable-device-refused",
-         "a capsule of memory on a device the library cannot reach (CUDA, without a GPU build) raises: it is "
-         "never read as host memory, and never crashes the process", _FROM_DLPACK, ("gpu-import-crashes",)),
+         "a capsule of memory on a device the library cannot reach (CUDA, without a GPU build) raises, its "
+         "tensor freed exactly once: it is never read as host memory, and never crashes the process",
+         _FROM_DLPACK, ("gpu-import-crashes",)),
     Rule("9.13", "freed-once",
          "the producer's tensor is freed exactly once, when the import is gone (its deleter called once)",
          _DLPACK_OWNERSHIP),
@@ -711,31 +715,19 @@ def _write_through(out, source: np.ndarray) -> tuple[bool, str]:
 
 class _Given:
     """A producer with ``__dlpack__`` alone (no C exchange API): the capsule
-    ``export`` makes of its array, asked as the consumer asks (``edit``
-    changes it; ``device``: what ``__dlpack_device__`` says), each request
-    and capsule kept."""
+    ``export`` makes of its host array, as the consumer asks; each request
+    kept."""
 
-    def __init__(self, a, edit=None, device=(1, 0)):
-        self.a, self.edit, self.device = a, edit, device
+    def __init__(self, a):
+        self.a = a
         self.asked: list = []
-        self.capsules: list = []
 
     def __dlpack__(self, **kw):
         self.asked.append(kw)
-        if self.edit is None and self.device == (1, 0):
-            capsule = export(self.a, **kw)
-        else:  # NumPy's own capsule of the host array (its destructor), made into another
-            mv = kw.get("max_version")
-            try:
-                capsule = self.a.__dlpack__(max_version=mv) if mv is not None and mv[0] >= 1 else self.a.__dlpack__()
-            except TypeError:  # NumPy before 2.1 makes legacy capsules only
-                capsule = export(self.a, max_version=mv)
-            self.edit(capsule)
-        self.capsules.append(capsule)
-        return capsule
+        return export(self.a, **kw)
 
     def __dlpack_device__(self):
-        return self.device
+        return (1, 0)
 
 
 class _Old(_Given):
@@ -962,17 +954,67 @@ def _layout_rule(rule_id: str):
     return check
 
 
+# The struct of a capsule the checks make, packed as dlpack.h lays it out:
+# DLManagedTensorVersioned (version, manager_ctx, deleter, flags, DLTensor)
+# or DLManagedTensor (DLTensor, manager_ctx, deleter); the core's
+# counted_capsule sets the last two and counts the deleter's calls in the
+# int64 after the struct, which the shape and the strides follow.
+_VERSIONED_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")
+_LEGACY_HEAD = struct.Struct("<QiiiBBHQQQQQ")
+
+
+class _Counted:
+    """A producer of capsules over a C-contiguous NumPy array's memory,
+    labelled with ``device`` and DLPack dtype ``(code, bits)``, whose deleter
+    counts its calls (``calls()``: one number per capsule made)."""
+
+    def __init__(self, a, device=(1, 0), dtype=(2, 32)):
+        self.a, self.device, self.dtype = a, device, dtype
+        self.made: list = []  # (the struct's memory, its head's size) of each capsule
+
+    def __dlpack__(self, **kw):
+        mv = kw.get("max_version")
+        versioned = mv is not None and mv[0] >= 1
+        head = _VERSIONED_HEAD if versioned else _LEGACY_HEAD
+        a, ndim = self.a, self.a.ndim
+        mem = ctypes.create_string_buffer(head.size + 8 + 16 * ndim)
+        at = ctypes.addressof(mem) + head.size + 8
+        tensor = (a.ctypes.data, *self.device, ndim, *self.dtype, 1, at if ndim else 0, at + 8 * ndim if ndim else 0, 0)
+        if versioned:
+            head.pack_into(mem, 0, *DLPACK_VERSION, 0, 0, 0, *tensor)
+        else:
+            head.pack_into(mem, 0, *tensor, 0, 0)
+        struct.pack_into(f"<{2 * ndim}q", mem, head.size + 8, *a.shape, *(n // a.itemsize for n in a.strides))
+        self.made.append((mem, head.size))
+        return _compiled.counted_capsule(ctypes.addressof(mem), (mem, a), versioned)
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def calls(self) -> list:
+        return [ctypes.c_int64.from_buffer(mem, at).value for mem, at in self.made]
+
+
+def _freed_once(p: _Counted, what: str) -> tuple:
+    """The row of the capsules ``p`` made, every one of them gone: each
+    freed exactly once, by its consumer or, left unconsumed, by its capsule."""
+    gc.collect()
+    calls = p.calls()
+    if any(n == 0 for n in calls):
+        return FAILED, f"from_dlpack(x) {what}, and its tensor was never freed (its deleter never ran)"
+    if any(n > 1 for n in calls):
+        return FAILED, f"from_dlpack(x) {what}, and its tensor was freed {max(calls)} times (its deleter called again)"
+    return PASSED, ""
+
+
 def _check_unreachable(c: _Consumer):
-    a = _host_data()
-    before = _owners(a)
-    p = _Given(a, edit=lambda capsule: _capsule.set_device(capsule, int(DLDeviceType.CUDA), 0), device=(2, 0))
+    p = _Counted(_host_data(), device=(int(DLDeviceType.CUDA), 0))
     try:
         got = c.fn(p)
     except Exception:
-        got = p = None  # (what the error's frames hold is let go once the error is)
-    if p is None:
-        return (PASSED, "") if _owners(a) == before else (
-            FAILED, "from_dlpack(x) of a capsule of CUDA memory raised, and freed its tensor other than once")
+        got = None
+    if got is None:  # (what the error's frames held is let go with it)
+        return _freed_once(p, "of a capsule of CUDA memory raised")
     try:
         device = _capsule.read(export(got, max_version=(1, 0))).device
     except Exception:
@@ -982,44 +1024,25 @@ def _check_unreachable(c: _Consumer):
     return FAILED, f"from_dlpack(x) of a capsule of CUDA memory gave an array on {device or 'a device it hides'}"
 
 
-def _owners(a) -> int:
-    gc.collect()
-    return sys.getrefcount(a)
-
-
 def _check_freed_once(c: _Consumer):
-    a = _host_data()
-    before = _owners(a)
-    p = _Given(a)
+    p = _Counted(_host_data())
     try:
         got = c.fn(p)
     except Exception as exc:
         return NOT_APPLICABLE, f"from_dlpack(x) raised {_said(exc)}"
-    del got, p
-    after = _owners(a)
-    if after > before:
-        return FAILED, "from_dlpack(x) of an x gone: the producer's tensor was never freed (its deleter never ran)"
-    if after < before:
-        return FAILED, "from_dlpack(x) of an x gone: the producer's tensor was freed more than once"
-    return PASSED, ""
+    del got
+    return _freed_once(p, "of an x gone")
 
 
 def _check_refused(c: _Consumer):
-    a = _host_data()
-    before = _owners(a)
-    p = _Given(a, edit=lambda capsule: _capsule.set_dtype(capsule, 99, 32))
+    p = _Counted(_host_data(), dtype=(99, 32))
     try:
         c.fn(p)
     except Exception:
-        pass
+        pass  # (what the error's frames held is let go with it, after this block)
     else:
         return NOT_APPLICABLE, "it imports a capsule of dtype code 99 (no dtype of DLPack): it refused nothing"
-    del p  # and the capsules it made: freed by their producer where the consumer left them unconsumed
-    after = _owners(a)
-    if after != before:
-        return FAILED, (f"from_dlpack(x) of a capsule of dtype code 99 raised, and its tensor was "
-                        f"{'never freed' if after > before else 'freed more than once'}")
-    return PASSED, ""
+    return _freed_once(p, "of a capsule of dtype code 99 raised")
 
 
 _CONSUMER_CHECKS: dict[str, Callable[[_Consumer], tuple]] = {

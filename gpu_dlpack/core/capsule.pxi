@@ -565,6 +565,50 @@ def kept_capsule(ptr, keep, /):
     return capsule
 
 
+# The capsules gpu_dlpack.testing hands an importer it checks: over a struct
+# in memory that keep holds (as kept_capsule's), followed by an int64 that
+# counts the deleter's calls. The first call lets keep go (the checker
+# holds it too, so the struct outlives every call); every call counts, so
+# an importer that frees a tensor twice is seen doing it, not crashing.
+cdef void count_call(int64_t *calls, void **ctx) noexcept nogil:
+    cdef PyObject *keep
+    if not Py_IsInitialized():
+        return
+    with gil:
+        calls[0] += 1
+        keep = <PyObject *>ctx[0]
+        ctx[0] = NULL
+        if keep != NULL:
+            drop_keeping_error(keep)
+
+
+cdef void counted_versioned(DLManagedTensorVersioned *m) noexcept nogil:
+    count_call(<int64_t *>(m + 1), &m.manager_ctx)
+
+
+cdef void counted_legacy(DLManagedTensor *m) noexcept nogil:
+    count_call(<int64_t *>(m + 1), &m.manager_ctx)
+
+
+@cython.embedsignature.format("clinic")
+def counted_capsule(ptr, keep, versioned, /):
+    """A capsule over a struct and the count after it, holding keep until its deleter runs."""
+    cdef void *p = PyLong_AsVoidPtr(ptr)
+    if p == NULL:
+        raise ValueError("counted_capsule() needs the address of a struct")
+    if versioned:
+        capsule = PyCapsule_New(p, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+        Py_INCREF(keep)
+        (<DLManagedTensorVersioned *>p).manager_ctx = <void *>keep
+        (<DLManagedTensorVersioned *>p).deleter = counted_versioned
+    else:
+        capsule = PyCapsule_New(p, LEGACY, <PyCapsule_Destructor>legacy_capsule_destructor)
+        Py_INCREF(keep)
+        (<DLManagedTensor *>p).manager_ctx = <void *>keep
+        (<DLManagedTensor *>p).deleter = counted_legacy
+    return capsule
+
+
 # -- a capsule's kind and pointer, and the patches of a tensor's fields ------------
 # What Python reads of a capsule by its name, and writes into a tensor the
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3
