@@ -289,11 +289,28 @@ def test_each_peer_breaks_what_the_guide_and_the_fault_table_say(library):
     assert failed == rows[(library, version)], (library, version)
 
 
-def test_gpu_dlpacks_own_row_of_the_guide():
+class _Held(gpu_dlpack.Producer):
+    """A class of the producer kit, over a NumPy array."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def dlpack_memory(self):
+        return self.a
+
+
+def test_gpu_dlpacks_own_rows_of_the_guide():
     def wrapped(shape, dtype, *, readonly=False):
         return gpu_dlpack.wrap(testing.values(shape, dtype), readonly=readonly)
 
-    assert _docs_table()[("gpu_dlpack.wrap", gpu_dlpack.__version__)] == set(testing.check_producer(wrapped).failed)
+    def kit(shape, dtype, *, readonly=False):
+        a = testing.values(shape, dtype)
+        a.flags.writeable = not readonly
+        return _Held(a)
+
+    table = _docs_table()
+    assert table[("gpu_dlpack.wrap", gpu_dlpack.__version__)] == set(testing.check_producer(wrapped).failed)
+    assert table[("gpu_dlpack.Producer", gpu_dlpack.__version__)] == set(testing.check_producer(kit).failed)
 
 
 # -- the importer's checks -------------------------------------------------------
@@ -465,3 +482,48 @@ def test_the_plugin_makes_a_test_per_consumer_rule(tmp_path):
     assert status == 1 and re.search(r"\b1 failed, 12 passed, 1 xfailed\b", out), out
     assert "XFAIL test_dlpack.py::test_import::in-place - allowed: we copy" in out
     assert "breaks 1 DLPack rule:\n- 9.4 unaligned-in-place: from_dlpack(wrap(a)) of host data 4 bytes past" in out
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_counted_capsules_count_every_deleter_call(versioned):
+    # The capsules the importer's checks make: freed once by a consumer,
+    # once by their own destructor when left unconsumed, and a deleter
+    # called again is counted, not acted on (scripts/sanitize.sh runs this).
+    import gc
+
+    asked = {"max_version": (1, 0)} if versioned else {}
+    a = testing._host_data()
+    p = testing._Counted(a)
+    got = gpu_dlpack.from_dlpack(p.__dlpack__(**asked))
+    assert got.tolist() == a.tolist() and p.calls() == [0]
+    del got
+    gc.collect()
+    assert p.calls() == [1]
+    capsule = p.__dlpack__(**asked)
+    assert _capsule.read(capsule).name == ("dltensor_versioned" if versioned else "dltensor")
+    del capsule
+    assert p.calls() == [1, 1]
+    capsule = p.__dlpack__(**asked)
+    mem, at = p.made[-1]
+    deleter_at = 16 if versioned else 56  # dlpack.h's layouts: the deleter after manager_ctx
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_buffer(mem, deleter_at).value)
+    _capsule.discard(capsule)  # claimed, its deleter run once
+    deleter(ctypes.addressof(mem))  # and again, as a faulty consumer would
+    assert p.calls() == [1, 1, 2]
+    del capsule
+    assert p.calls() == [1, 1, 2]
+
+
+@pytest.mark.gpu
+def test_cupys_arrays_on_a_gpu_break_what_the_guide_says(cp):
+    # CuPy's producer, its arrays on the GPU (the simulated CUDA in the test
+    # command, scripts/gpu-sim.sh): every capsule read back through a copy
+    # to the host.
+    def make(shape, dtype, *, readonly=False):
+        if readonly:
+            raise NotImplementedError("CuPy has no read-only arrays")
+        return cp.asarray(testing.values(shape, dtype))
+
+    report = testing.check_producer(make)
+    assert report["holds-the-array"].outcome == "passed", str(report)
+    assert _docs_table().get(("cupy", f"{cp.__version__} on a GPU")) == set(report.failed), str(report)
