@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 
-from .. import _capsule, _peers, testing
+from .. import _peers, testing
 from ._measure import _origin
 
 #: The layouts probed: case -> the importer's rule of gpu_dlpack.testing
@@ -200,35 +200,53 @@ def table_rows(row: dict) -> list | None:
     return out
 
 
-def _unflagged(prod: dict):
-    """Whether a capsule of its (immutable) host array does not say
-    READ_ONLY: a legacy one never can."""
-    caps = [c for c in prod["capsules"].values() if "error" not in c]
-    if not caps:
-        return None
-    return any(c["name"] == _capsule.LEGACY or not (c.get("flags") or 0) & _capsule.READ_ONLY for c in caps)
+def _rule(prod: dict, rule_id: str) -> tuple:
+    """(outcome, evidence) of a producer rule of gpu_dlpack.testing, as the
+    probe of its host arrays found it ((None, "") where it did not run)."""
+    return tuple((prod.get("rules") or {}).get(rule_id) or (None, ""))
+
+
+def _judged(outcome, broken: bool):
+    """True where the rule failed as the fault breaks it, False where it
+    passed, None where it cannot say (not applicable, or failed otherwise)."""
+    return False if outcome == testing.PASSED else True if outcome == testing.FAILED and broken else None
+
+
+def _legacy_export(prod: dict):
+    outcome, evidence = _rule(prod, "versioned-when-asked")
+    return _judged(outcome, "a legacy 'dltensor' capsule" in evidence)
 
 
 def _device_id_none(prod: dict):
-    answer = prod.get("device_answer")
-    return None if answer is None else len(answer) == 2 and answer[1] is None
+    outcome, evidence = _rule(prod, "dlpack-device")
+    return _judged(outcome, evidence.endswith("None), not a pair of ints"))
 
 
-#: The producer faults the doctor measures on its probe of a host array:
-#: fault -> (True where it holds, False where not, None where the probe
-#: cannot say; what was looked at; whether the layer's correction acts
-#: where the fault no longer holds: adapting a legacy answer, or reading a
-#: None device id, acts on nothing once the producer stops giving them,
-#: while a refusal of its legacy capsules stays).
+def _unflagged(prod: dict):
+    """Whether a capsule of its (immutable) host arrays cannot say READ_ONLY:
+    a legacy one given for them, or a versioned one unflagged."""
+    flagged, refused = _rule(prod, "read-only-flagged")[0], _rule(prod, "read-only-legacy-refused")[0]
+    if testing.FAILED in (flagged, refused):
+        return True
+    return False if refused == testing.PASSED and flagged in (testing.PASSED, testing.NOT_APPLICABLE) else None
+
+
+#: The producer faults the doctor measures with gpu_dlpack.testing's rules
+#: of a producer, on its host arrays: fault -> (True where it holds, False
+#: where not, None where the rules cannot say; what was looked at; whether
+#: the layer's correction acts where the fault no longer holds: adapting a
+#: legacy answer, or reading a None device id, acts on nothing once the
+#: producer stops giving them, while a refusal of its legacy capsules stays).
 _PRODUCER_PROBES = {
     "legacy-only-export": (
-        lambda p: None if "error" in p["capsules"]["1.0"] else p["capsules"]["1.0"]["name"] == _capsule.LEGACY,
-        "__dlpack__(max_version=(1, 0)) of a host array", False),
+        _legacy_export, "rule 1.3 (versioned-when-asked) on a host array: __dlpack__(max_version=(1, 0))", False),
     "immutable-unflagged": (
-        _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
-    "device-id-none": (_device_id_none, "__dlpack_device__() of a host array", False),
+        _unflagged, "rules 5.1 and 5.2 (read-only-flagged, read-only-legacy-refused) on its immutable host arrays",
+        True),
+    "device-id-none": (_device_id_none, "rule 3.1 (dlpack-device) on a host array: __dlpack_device__()", False),
     "read-only-legacy-export": (
-        _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
+        _unflagged, "rules 5.1 and 5.2 (read-only-flagged, read-only-legacy-refused) on its immutable host arrays",
+        True),
 }
 
 

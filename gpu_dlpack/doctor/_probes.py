@@ -129,7 +129,33 @@ def probe_producer(peer, module, gpu=False) -> dict:
     out["copy"] = _producer_copy(x) if keywords["copy"] else {
         "copies": None, "flag": None, "detail": "does not take copy"
     }
+    out["rules"] = None if gpu else _producer_rules(peer, module)
     return out
+
+
+def _producer_rules(peer, module) -> dict | None:
+    """gpu_dlpack.testing's rules of a producer, checked on the library's
+    host arrays of float32: rule id -> [outcome, evidence] (None where it
+    makes none). Read-only data is what ``peer.readonly`` makes, or any of
+    its arrays where the table says they are all immutable."""
+    row = _peers.by_name(peer.name)
+    immutable = row is not None and any(f.id in _peers.READ_ONLY_ARRAYS for f in row.export_faults)
+
+    def make(shape, dtype, *, readonly=False):
+        if peer.flat and len(shape) != 1:
+            raise TypeError(f"{peer.name}'s arrays here have one dimension")
+        a = testing.values(shape, dtype)
+        made = peer.host(module, a) if not readonly or immutable else (
+            peer.readonly(module, a) if peer.readonly is not None else None)
+        if made is None:
+            raise NotImplementedError(f"the doctor makes no read-only arrays of {peer.name}")
+        return made
+
+    try:
+        report = testing.check_producer(make, dtypes=("float32",), name=peer.name)
+    except ValueError:
+        return None
+    return {row.rule.id: [row.outcome, row.evidence] for row in report.rows}
 
 
 def _producer_read_only(peer, module):
