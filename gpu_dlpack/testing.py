@@ -923,13 +923,13 @@ def _layouts():
     }
 
 
-def _layout_outcome(c: _Consumer, a) -> str:
+def _layout_outcome(c: _Consumer, a, producer: Callable = wrap) -> str:
     """What ``from_dlpack`` makes of ``wrap(a)``: "zero-copy", "copies",
     "wrong values" (of the import read through its own DLPack), "wrong
     values (its own reading)" (of ``numpy.asarray`` of it: Paddle 3.3's
     reads garbage) or "raises: <error>" (gpu-dlpack doctor's words)."""
     try:
-        got = c.fn(wrap(a))
+        got = c.fn(producer(a))
     except Exception as exc:
         return f"raises: {_said(exc)}"
     held = c.held(got)
@@ -948,7 +948,10 @@ def _layout_outcome(c: _Consumer, a) -> str:
 def _layout_rule(rule_id: str):
     def check(c: _Consumer):
         what, a = _layouts()[rule_id]
-        outcome = _layout_outcome(c, a)
+        # A stride of an axis of length 1 is one a producer may leave out
+        # (NumPy 2.2 does, in a legacy capsule of a C-contiguous array): a
+        # capsule of the checks' own says it.
+        outcome = _layout_outcome(c, a, _Counted if rule_id == "unreached-negative-stride" else wrap)
         # "<the call> of <what>: <outcome>" (gpu-dlpack doctor reads the outcome)
         return PASSED if outcome in ("zero-copy", "copies") else FAILED, f"{_Consumer.call()} of {what}: {outcome}"
     return check
