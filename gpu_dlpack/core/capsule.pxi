@@ -565,11 +565,10 @@ def kept_capsule(ptr, keep, /):
     return capsule
 
 
-# The capsules gpu_dlpack.testing hands an importer it checks: over a struct
-# in memory that keep holds (as kept_capsule's), followed by an int64 that
-# counts the deleter's calls. The first call lets keep go (the checker
-# holds it too, so the struct outlives every call); every call counts, so
-# an importer that frees a tensor twice is seen doing it, not crashing.
+# The capsules gpu_dlpack.testing hands an importer: kept_capsule's, with an
+# int64 after the struct that counts the deleter's calls. The first lets keep
+# go (the checker holds it too: the struct outlives every call), every one
+# counts: an importer that frees a tensor twice is seen, not a crash.
 cdef void count_call(int64_t *calls, void **ctx) noexcept nogil:
     cdef PyObject *keep
     if not Py_IsInitialized():
@@ -596,14 +595,13 @@ def counted_capsule(ptr, keep, versioned, /):
     cdef void *p = PyLong_AsVoidPtr(ptr)
     if p == NULL:
         raise ValueError("counted_capsule() needs the address of a struct")
+    capsule = PyCapsule_New(p, VERSIONED if versioned else LEGACY, <PyCapsule_Destructor>capsule_destructor
+                            if versioned else <PyCapsule_Destructor>legacy_capsule_destructor)
+    Py_INCREF(keep)
     if versioned:
-        capsule = PyCapsule_New(p, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
-        Py_INCREF(keep)
         (<DLManagedTensorVersioned *>p).manager_ctx = <void *>keep
         (<DLManagedTensorVersioned *>p).deleter = counted_versioned
     else:
-        capsule = PyCapsule_New(p, LEGACY, <PyCapsule_Destructor>legacy_capsule_destructor)
-        Py_INCREF(keep)
         (<DLManagedTensor *>p).manager_ctx = <void *>keep
         (<DLManagedTensor *>p).deleter = counted_legacy
     return capsule
