@@ -50,6 +50,7 @@ PATH: str = _loaded.__file__
 CapsuleFields: Any = _loaded.CapsuleFields
 OWNING_DESTRUCTORS: tuple = _loaded.OWNING_DESTRUCTORS
 checked: Any = _loaded.checked
+counted_capsule: Any = _loaded.counted_capsule
 discard: Any = _loaded.discard
 is_unconsumed: Any = _loaded.is_unconsumed
 kept_capsule: Any = _loaded.kept_capsule

@@ -32,11 +32,13 @@ Floor: a face, beside ``_convert``: it stands on both directions.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import math
 import os
 import signal
+import struct
 import subprocess
 import sys
 import warnings
@@ -45,10 +47,12 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from . import _capsule
+from . import _capsule, _compiled
 from ._devices import DLDeviceType
 from ._export import export, wrap
 from ._import import from_dlpack
+from ._peers import ALIGNMENT  # bytes: the "unaligned-copies" consumers import such data in place
+from ._versions import DLPACK_VERSION
 
 __all__ = ["CONSUMER_RULES", "RULES", "ConsumerTests", "ProducerTests", "Report", "Row", "Rule", "assert_conforms",
            "check_consumer", "check_producer", "values"]
@@ -162,8 +166,9 @@ CONSUMER_RULES: dict[str, Rule] = {r.id: r for r in (
          "a negative stride on an axis of length 1, which reaches no element, is imported as any other",
          _FROM_DLPACK, ("negative-strides-anywhere",)),
     Rule("9.12", "unreachable-device-refused",
-         "a capsule of memory on a device the library cannot reach (CUDA, without a GPU build) raises: it is "
-         "never read as host memory, and never crashes the process", _FROM_DLPACK, ("gpu-import-crashes",)),
+         "a capsule of memory on a device the library cannot reach (CUDA, without a GPU build) raises, its "
+         "tensor freed exactly once: it is never read as host memory, and never crashes the process",
+         _FROM_DLPACK, ("gpu-import-crashes",)),
     Rule("9.13", "freed-once",
          "the producer's tensor is freed exactly once, when the import is gone (its deleter called once)",
          _DLPACK_OWNERSHIP),
@@ -662,14 +667,11 @@ def check_producer(make: Callable, *, dtypes=DTYPES, name: str | None = None) ->
 # -- the importer's rules --------------------------------------------------------
 
 
-_ALIGNMENT = 64  # bytes (the "unaligned-copies" consumers import such data in place)
-
-
 def _aligned(a, offset=0) -> np.ndarray:
     """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte
     boundary: what a consumer does with alignment shows the same on every run."""
-    raw = np.empty(a.nbytes + 2 * _ALIGNMENT, np.uint8)
-    start = (-raw.ctypes.data) % _ALIGNMENT + offset
+    raw = np.empty(a.nbytes + 2 * ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT + offset
     out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
@@ -695,7 +697,7 @@ def _write_through(out, source: np.ndarray) -> tuple[bool, str]:
     try:
         out[index] = before + 41  # a Python scalar: every library takes one
     except Exception as exc:
-        refused = f"it refuses writes ({type(exc).__name__})"
+        refused = f"refuses writes ({type(exc).__name__})"
         try:
             view = np.from_dlpack(out)
         except Exception:
@@ -707,37 +709,25 @@ def _write_through(out, source: np.ndarray) -> tuple[bool, str]:
             return False, "its export is writeable, and a write through it reaches the read-only source"
         return True, "the write went to a copy"
     if source[index].item() != before:
-        return False, "a write through the import reaches the read-only source"
+        return False, "writes into the read-only source"
     return True, "the write went to a copy"
 
 
 class _Given:
     """A producer with ``__dlpack__`` alone (no C exchange API): the capsule
-    ``export`` makes of its array, asked as the consumer asks (``edit``
-    changes it; ``device``: what ``__dlpack_device__`` says), each request
-    and capsule kept."""
+    ``export`` makes of its host array, as the consumer asks; each request
+    kept."""
 
-    def __init__(self, a, edit=None, device=(1, 0)):
-        self.a, self.edit, self.device = a, edit, device
+    def __init__(self, a):
+        self.a = a
         self.asked: list = []
-        self.capsules: list = []
 
     def __dlpack__(self, **kw):
         self.asked.append(kw)
-        if self.edit is None and self.device == (1, 0):
-            capsule = export(self.a, **kw)
-        else:  # NumPy's own capsule of the host array (its destructor), made into another
-            mv = kw.get("max_version")
-            try:
-                capsule = self.a.__dlpack__(max_version=mv) if mv is not None and mv[0] >= 1 else self.a.__dlpack__()
-            except TypeError:  # NumPy before 2.1 makes legacy capsules only
-                capsule = export(self.a, max_version=mv)
-            self.edit(capsule)
-        self.capsules.append(capsule)
-        return capsule
+        return export(self.a, **kw)
 
     def __dlpack_device__(self):
-        return self.device
+        return (1, 0)
 
 
 class _Old(_Given):
@@ -779,23 +769,69 @@ class _Consumer:
         return f"from_dlpack({', '.join(['wrap(a)'] + [f'{k}={v!r}' for k, v in (keywords or {}).items()])})"
 
 
-def _check_asks(c: _Consumer):
-    p = _Given(_aligned(values((2, 3), "float32")))
+# -- what an importer does, as the rules and gpu-dlpack doctor read it ------------
+
+
+def _host_data(offset=0) -> np.ndarray:
+    return _aligned(values((2, 3), "float32"), offset)
+
+
+def _first_ask(fn) -> tuple[dict | None, Exception | None]:
+    """(the keywords ``fn`` first passed to a producer with ``__dlpack__``
+    alone, or None where it asked nothing; what ``fn`` raised, or None)."""
+    p = _Given(_host_data())
     try:
-        c.fn(p)
+        fn(p)
     except Exception as exc:
-        if not p.asked:
-            return FAILED, f"from_dlpack(x) raised {_said(exc)} before it called x.__dlpack__"
-    if not p.asked:
-        return FAILED, "from_dlpack(x) never called x.__dlpack__"
-    mv = p.asked[0].get("max_version")
+        return (p.asked[0] if p.asked else None), exc
+    return (p.asked[0] if p.asked else None), None
+
+
+def _imported_at(fn, offset: int) -> tuple:
+    """(the address of ``fn(wrap(a))``, None where it cannot be read; a's)
+    for host data ``offset`` bytes past a 64-byte boundary; what ``fn``
+    raised is raised."""
+    a = _host_data(offset)
+    return _address_of(fn(wrap(a))), a.ctypes.data
+
+
+def _copy_import(fn) -> tuple:
+    """(``fn(wrap(a), copy=True)``, whether the request reached the
+    producer, ``a``); what ``fn`` raised is raised."""
+    a = _host_data()
+    w = wrap(a)
+    got = fn(w, copy=True)
+    return got, bool(w.last_request and w.last_request.get("copy") is True), a
+
+
+def _read_only_import(fn) -> tuple:
+    """(whether no write through ``fn``'s import of read-only data reaches
+    it, None where it cannot be told; what happened; what ``fn`` raised)."""
+    a = _host_data()
+    a.flags.writeable = False
+    w = wrap(a)
+    try:
+        got = fn(w)
+    except Exception as exc:
+        if (w.last_request or {}).get("max_version") is None:
+            return None, "asks for legacy capsules only, so read-only data is refused", exc
+        return None, f"import failed: {_said(exc)}", exc
+    return (*_write_through(got, a), None)
+
+
+def _check_asks(c: _Consumer):
+    asked, exc = _first_ask(c.fn)
+    if asked is None:
+        return FAILED, (f"from_dlpack(x) raised {_said(exc)} before it called x.__dlpack__" if exc is not None
+                        else "from_dlpack(x) never called x.__dlpack__")
+    mv = asked.get("max_version")
     if mv is None or mv[0] < 1:
-        return FAILED, f"from_dlpack(x) asked {_asked(p, **p.asked[0])}: no versioned capsule"
+        return FAILED, f"from_dlpack(x) asked {_asked(None, **asked)}: no versioned capsule"
     return PASSED, ""
 
 
 def _check_old_producer(c: _Consumer):
-    a = _aligned(values((2, 3), "float32"))
+    a = _host_data()
     p = _Old(a)
     try:
         got = c.fn(p)
@@ -812,16 +848,15 @@ def _shown(held) -> str:
     return "what cannot be read" if held is None else f"{held.dtype} {held.tolist()}"
 
 
-def _in_place_rule(offset: int):
+def _import_in_place_rule(offset: int):
     def check(c: _Consumer):
-        a = _aligned(values((2, 3), "float32"), offset)
-        got, wrong = c.imports(a)
-        if wrong:
-            return FAILED, wrong
-        where = _address_of(got)
+        try:
+            where, source = _imported_at(c.fn, offset)
+        except Exception as exc:
+            return FAILED, f"{_Consumer.call()} raised {_said(exc)}"
         if where is None:
             return NOT_APPLICABLE, "the import's address cannot be read (it exports no DLPack)"
-        if where != a.ctypes.data:
+        if where != source:
             place = f"{offset} bytes past a 64-byte boundary" if offset else "aligned to 64 bytes"
             return FAILED, f"{_Consumer.call()} of host data {place} copied it (to {where:#x})"
         return PASSED, ""
@@ -829,32 +864,26 @@ def _in_place_rule(offset: int):
 
 
 def _check_copy(c: _Consumer):
-    a = _aligned(values((2, 3), "float32"))
+    call = _Consumer.call({"copy": True})
     try:
-        got = c.fn(wrap(a), copy=True)
+        got, _forwarded, a = _copy_import(c.fn)
     except TypeError as exc:
         return NOT_APPLICABLE, f"from_dlpack takes no copy= ({_said(exc)})"
     except Exception as exc:
-        return FAILED, f"{_Consumer.call({'copy': True})} raised {_said(exc)}"
+        return FAILED, f"{call} raised {_said(exc)}"
     held, where = c.held(got), _address_of(got)
     if where == a.ctypes.data:
-        return FAILED, f"{_Consumer.call({'copy': True})} gave the producer's own memory ({where:#x})"
+        return FAILED, f"{call} gave the producer's own memory ({where:#x})"
     if held is None or not np.array_equal(held, a):
-        return FAILED, f"{_Consumer.call({'copy': True})} holds {_shown(held)}"
+        return FAILED, f"{call} holds {_shown(held)}"
     return PASSED, ""
 
 
 def _check_read_only(c: _Consumer):
-    a = _aligned(values((2, 3), "float32"))
-    a.flags.writeable = False
-    w = wrap(a)
-    try:
-        got = c.fn(w)
-    except Exception:
-        if (w.last_request or {}).get("max_version") is None:
-            return NOT_APPLICABLE, "it asks for legacy capsules, which read-only data cannot travel in (rule 9.1)"
-        return PASSED, ""  # refused: honoured
-    kept, what = _write_through(got, a)
+    kept, what, exc = _read_only_import(c.fn)
+    if exc is not None:  # refused: honoured, where it asked for a capsule that says READ_ONLY
+        return ((NOT_APPLICABLE, "it asks for legacy capsules, which read-only data cannot travel in (rule 9.1)")
+                if what.startswith("asks for legacy") else (PASSED, ""))
     return (PASSED, "") if kept else (FAILED, f"{_Consumer.call()} of read-only data: {what}")
 
 
@@ -894,37 +923,101 @@ def _layouts():
     }
 
 
+def _layout_outcome(c: _Consumer, a, producer: Callable = wrap) -> str:
+    """What ``from_dlpack`` makes of ``wrap(a)``: "zero-copy", "copies",
+    "wrong values" (of the import read through its own DLPack), "wrong
+    values (its own reading)" (of ``numpy.asarray`` of it: Paddle 3.3's
+    reads garbage) or "raises: <error>" (gpu-dlpack doctor's words)."""
+    try:
+        got = c.fn(producer(a))
+    except Exception as exc:
+        return f"raises: {_said(exc)}"
+    held = c.held(got)
+    if held is None or held.shape != a.shape or not np.array_equal(held, a):
+        return "wrong values"
+    if hasattr(type(got), "__array__"):
+        try:
+            own = np.asarray(got)
+        except Exception:
+            own = None
+        if own is None or not np.array_equal(own, a):
+            return "wrong values (its own reading)"
+    return "zero-copy" if _address_of(got) == a.ctypes.data else "copies"
+
+
 def _layout_rule(rule_id: str):
     def check(c: _Consumer):
         what, a = _layouts()[rule_id]
-        got, wrong = c.imports(a)
-        if wrong:
-            return FAILED, f"{wrong} (a = {what})"
-        held = c.held(got)
-        if held is None or not np.array_equal(held, a):
-            return FAILED, f"{_Consumer.call()} of {what} holds {_shown(held)}, not {a.tolist()}"
-        if hasattr(type(got), "__array__"):  # and its own reading of it (Paddle 3.3's numpy() reads garbage)
-            try:
-                own = np.asarray(got)
-            except Exception as exc:
-                return FAILED, f"{_Consumer.call()} of {what}: numpy.asarray of the import raised {_said(exc)}"
-            if not np.array_equal(own, a):
-                return FAILED, f"{_Consumer.call()} of {what}: numpy.asarray of the import gives {_shown(own)}"
-        return PASSED, ""
+        # A stride of an axis of length 1 is one a producer may leave out
+        # (NumPy 2.2 does, in a legacy capsule of a C-contiguous array): a
+        # capsule of the checks' own says it.
+        outcome = _layout_outcome(c, a, _Counted if rule_id == "unreached-negative-stride" else wrap)
+        # "<the call> of <what>: <outcome>" (gpu-dlpack doctor reads the outcome)
+        return PASSED if outcome in ("zero-copy", "copies") else FAILED, f"{_Consumer.call()} of {what}: {outcome}"
     return check
 
 
+# The struct of a capsule the checks make, packed as dlpack.h lays it out:
+# DLManagedTensorVersioned (version, manager_ctx, deleter, flags, DLTensor)
+# or DLManagedTensor (DLTensor, manager_ctx, deleter); the core's
+# counted_capsule sets the last two and counts the deleter's calls in the
+# int64 after the struct, which the shape and the strides follow.
+_VERSIONED_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")
+_LEGACY_HEAD = struct.Struct("<QiiiBBHQQQQQ")
+
+
+class _Counted:
+    """A producer of capsules over a C-contiguous NumPy array's memory,
+    labelled with ``device`` and DLPack dtype ``(code, bits)``, whose deleter
+    counts its calls (``calls()``: one number per capsule made)."""
+
+    def __init__(self, a, device=(1, 0), dtype=(2, 32)):
+        self.a, self.device, self.dtype = a, device, dtype
+        self.made: list = []  # (the struct's memory, its head's size) of each capsule
+
+    def __dlpack__(self, **kw):
+        mv = kw.get("max_version")
+        versioned = mv is not None and mv[0] >= 1
+        head = _VERSIONED_HEAD if versioned else _LEGACY_HEAD
+        a, ndim = self.a, self.a.ndim
+        mem = ctypes.create_string_buffer(head.size + 8 + 16 * ndim)
+        at = ctypes.addressof(mem) + head.size + 8
+        tensor = (a.ctypes.data, *self.device, ndim, *self.dtype, 1, at if ndim else 0, at + 8 * ndim if ndim else 0, 0)
+        if versioned:
+            head.pack_into(mem, 0, *DLPACK_VERSION, 0, 0, 0, *tensor)
+        else:
+            head.pack_into(mem, 0, *tensor, 0, 0)
+        struct.pack_into(f"<{2 * ndim}q", mem, head.size + 8, *a.shape, *(n // a.itemsize for n in a.strides))
+        self.made.append((mem, head.size))
+        return _compiled.counted_capsule(ctypes.addressof(mem), (mem, a), versioned)
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def calls(self) -> list:
+        return [ctypes.c_int64.from_buffer(mem, at).value for mem, at in self.made]
+
+
+def _freed_once(p: _Counted, what: str) -> tuple:
+    """The row of the capsules ``p`` made, every one of them gone: each
+    freed exactly once, by its consumer or, left unconsumed, by its capsule."""
+    gc.collect()
+    calls = p.calls()
+    if any(n == 0 for n in calls):
+        return FAILED, f"from_dlpack(x) {what}, and its tensor was never freed (its deleter never ran)"
+    if any(n > 1 for n in calls):
+        return FAILED, f"from_dlpack(x) {what}, and its tensor was freed {max(calls)} times (its deleter called again)"
+    return PASSED, ""
+
+
 def _check_unreachable(c: _Consumer):
-    a = _aligned(values((2, 3), "float32"))
-    before = _owners(a)
-    p = _Given(a, edit=lambda capsule: _capsule.set_device(capsule, int(DLDeviceType.CUDA), 0), device=(2, 0))
+    p = _Counted(_host_data(), device=(int(DLDeviceType.CUDA), 0))
     try:
         got = c.fn(p)
     except Exception:
-        got = p = None  # (what the error's frames hold is let go once the error is)
-    if p is None:
-        return (PASSED, "") if _owners(a) == before else (
-            FAILED, "from_dlpack(x) of a capsule of CUDA memory raised, and freed its tensor other than once")
+        got = None
+    if got is None:  # (what the error's frames held is let go with it)
+        return _freed_once(p, "of a capsule of CUDA memory raised")
     try:
         device = _capsule.read(export(got, max_version=(1, 0))).device
     except Exception:
@@ -934,51 +1027,32 @@ def _check_unreachable(c: _Consumer):
     return FAILED, f"from_dlpack(x) of a capsule of CUDA memory gave an array on {device or 'a device it hides'}"
 
 
-def _owners(a) -> int:
-    gc.collect()
-    return sys.getrefcount(a)
-
-
 def _check_freed_once(c: _Consumer):
-    a = _aligned(values((2, 3), "float32"))
-    before = _owners(a)
-    p = _Given(a)
+    p = _Counted(_host_data())
     try:
         got = c.fn(p)
     except Exception as exc:
         return NOT_APPLICABLE, f"from_dlpack(x) raised {_said(exc)}"
-    del got, p
-    after = _owners(a)
-    if after > before:
-        return FAILED, "from_dlpack(x) of an x gone: the producer's tensor was never freed (its deleter never ran)"
-    if after < before:
-        return FAILED, "from_dlpack(x) of an x gone: the producer's tensor was freed more than once"
-    return PASSED, ""
+    del got
+    return _freed_once(p, "of an x gone")
 
 
 def _check_refused(c: _Consumer):
-    a = _aligned(values((2, 3), "float32"))
-    before = _owners(a)
-    p = _Given(a, edit=lambda capsule: _capsule.set_dtype(capsule, 99, 32))
+    p = _Counted(_host_data(), dtype=(99, 32))
     try:
         c.fn(p)
     except Exception:
-        pass
+        pass  # (what the error's frames held is let go with it, after this block)
     else:
         return NOT_APPLICABLE, "it imports a capsule of dtype code 99 (no dtype of DLPack): it refused nothing"
-    del p  # and the capsules it made: freed by their producer where the consumer left them unconsumed
-    after = _owners(a)
-    if after != before:
-        return FAILED, (f"from_dlpack(x) of a capsule of dtype code 99 raised, and its tensor was "
-                        f"{'never freed' if after > before else 'freed more than once'}")
-    return PASSED, ""
+    return _freed_once(p, "of a capsule of dtype code 99 raised")
 
 
 _CONSUMER_CHECKS: dict[str, Callable[[_Consumer], tuple]] = {
     "asks-versioned": _check_asks,
     "old-producer-asked-again": _check_old_producer,
-    "in-place": _in_place_rule(0),
-    "unaligned-in-place": _in_place_rule(4),
+    "in-place": _import_in_place_rule(0),
+    "unaligned-in-place": _import_in_place_rule(4),
     "copy-true-copies": _check_copy,
     "read-only-honoured": _check_read_only,
     "imports-the-array": _check_holds,
@@ -1015,13 +1089,25 @@ def _target(fn) -> str | None:
 
 
 def _resolved(target: str):
+    """The object ``"module:dotted.name"`` names (its parts may be
+    submodules, imported as needed); ``"module:name|other.name"``: the
+    first of them the module has."""
     import importlib
 
-    module, _, name = target.partition(":")
-    obj = importlib.import_module(module)
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
+    module, _, names = target.partition(":")
+    for name in names.split("|"):
+        obj, path = importlib.import_module(module), module
+        try:
+            for part in name.split("."):
+                path += "." + part
+                try:
+                    obj = getattr(obj, part)
+                except AttributeError:
+                    obj = importlib.import_module(path)
+        except ImportError:
+            continue
+        return obj
+    raise AttributeError(f"{module} has no {' or '.join(names.split('|'))}")
 
 
 def _child(spec: str) -> None:
@@ -1050,13 +1136,18 @@ def _death(status) -> str:
     return f"kills the process (exit status {status})"
 
 
-def _apart(target: str, rule_ids, dtypes) -> dict:
-    """rule id -> (outcome, evidence), each check run in a child process; a
-    check the child died in fails with how it died, and a new child goes on
-    with the rest."""
+#: What _apart says of a check the child did not finish: it died in it, or before it.
+DIED, NOT_RUN = "died", "not run"
+
+
+def _apart(target: str, rule_ids, dtypes, env: Mapping[str, str] | None = None) -> dict:
+    """rule id -> (outcome, evidence), each check run in a child process
+    (with ``env`` added to its environment); a check the child died in is
+    (DIED, how it died), and a new child goes on with the rest: those it
+    died before are (NOT_RUN, its exit status)."""
     rows: dict = {}
     todo = list(rule_ids)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd()] + [p for p in sys.path if p]))
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join([os.getcwd()] + [p for p in sys.path if p]))
     while todo:
         spec = json.dumps({"target": target, "rules": todo, "dtypes": list(dtypes)})
         try:
@@ -1077,14 +1168,21 @@ def _apart(target: str, rule_ids, dtypes) -> dict:
                 rows[msg["done"]] = tuple(msg["row"])
                 started = None
         if started is not None:
-            rows[started] = (FAILED, f"from_dlpack {_death(status)} in this check")
+            rows[started] = (DIED, _death(status))
         elif status:
-            for rule_id in todo:
-                if rule_id not in rows:
-                    rows[rule_id] = (FAILED, f"the child process it ran in exited with status {status} before "
-                                             "the check began")
+            rows.update({rule_id: (NOT_RUN, f"the child process exited with status {status}")
+                         for rule_id in todo if rule_id not in rows})
         todo = [rule_id for rule_id in todo if rule_id not in rows]
     return rows
+
+
+def _row(rule: Rule, outcome: str, evidence: str) -> Row:
+    """The row of what _apart or a check found."""
+    if outcome == DIED:
+        return Row(rule, FAILED, f"from_dlpack {evidence} in this check")
+    if outcome == NOT_RUN:
+        return Row(rule, FAILED, f"not run: {evidence} before the check began")
+    return Row(rule, outcome, evidence)
 
 
 def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | None = None,
@@ -1135,7 +1233,7 @@ def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | No
     else:
         c = _Consumer(_resolved(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack, tuple(dtypes))
         found = {rule_id: _run(check, c) for rule_id, check in _CONSUMER_CHECKS.items()}
-    return Report(subject, tuple(Row(rule, *found[rule_id]) for rule_id, rule in CONSUMER_RULES.items()))
+    return Report(subject, tuple(_row(rule, *found[rule_id]) for rule_id, rule in CONSUMER_RULES.items()))
 
 
 class _RuleTests:

@@ -112,17 +112,6 @@ def version(library) -> str:
     raise importlib.metadata.PackageNotFoundError(dist)
 
 
-#: Importers whose faults depend on the Python they run on too.
-ON_PYTHON = ("tensorflow",)
-
-
-def consumer_version(library) -> str:
-    """The installed version, as the guide's table of importers keys it
-    (``"2.21.0 on Python 3.13"`` for an importer of ``ON_PYTHON``)."""
-    found = version(library)
-    return f"{found} on Python {sys.version_info[0]}.{sys.version_info[1]}" if library in ON_PYTHON else found
-
-
 def make_of(library):
     """``make`` of an installed library (ImportError where it is not)."""
     module, _dist, make = PEERS[library]

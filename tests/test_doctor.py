@@ -341,27 +341,36 @@ def test_a_row_the_probe_no_longer_finds_says_so():
     assert {t["fault"]: t["state"] for t in _faults.table_rows(r)}["read-only-ignored"] == "holds"
 
 
-@pytest.mark.parametrize("capsule, answer, states", [
-    ({"name": "dltensor", "version": None, "flags": 0}, [1, None],
+_KEPT = ["passed", ""]
+_LEGACY = ["failed", "asked x.__dlpack__(max_version=(1, 0)); it gave a legacy 'dltensor' capsule"]
+_WRITEABLE_LEGACY = ["failed", "asked x.__dlpack__() of read-only data; it gave a capsule its consumer may write through"]
+
+
+@pytest.mark.parametrize("rules, states", [
+    ({"versioned-when-asked": _LEGACY, "read-only-flagged": ["not applicable", "a legacy capsule has no flags"],
+      "read-only-legacy-refused": _WRITEABLE_LEGACY,
+      "dlpack-device": ["failed", "x.__dlpack_device__() returned (1, None), not a pair of ints"]},
      {"legacy-only-export": "holds", "immutable-unflagged": "holds", "device-id-none": "holds"}),
-    ({"name": "dltensor_versioned", "version": [1, 3], "flags": 1}, [1, 0],
+    ({"versioned-when-asked": _KEPT, "read-only-flagged": _KEPT, "read-only-legacy-refused": _KEPT, "dlpack-device": _KEPT},
      {"legacy-only-export": "no longer holds", "immutable-unflagged": "no longer holds",
       "device-id-none": "no longer holds"}),
     # JAX 0.12: versioned capsules flagged READ_ONLY, but its legacy ones cannot say it
-    ({"name": "dltensor_versioned", "version": [1, 3], "flags": 1, "legacy": True}, [1, 0],
+    ({"versioned-when-asked": _KEPT, "read-only-flagged": _KEPT, "read-only-legacy-refused": _WRITEABLE_LEGACY,
+      "dlpack-device": _KEPT},
      {"legacy-only-export": "no longer holds", "immutable-unflagged": "holds", "device-id-none": "no longer holds"}),
-    ({"name": "dltensor_versioned", "version": [1, 3], "flags": 0}, None,
-     {"legacy-only-export": "no longer holds", "immutable-unflagged": "holds", "device-id-none": "not measured"}),
+    # a rule that failed otherwise, or did not apply, cannot say
+    ({"versioned-when-asked": ["failed", "asked x.__dlpack__(max_version=(1, 0)); it raised TypeError: no"],
+      "read-only-flagged": ["failed", "its capsule's flags are 0: no READ_ONLY"], "read-only-legacy-refused": _KEPT,
+      "dlpack-device": ["not applicable", "no capsule to compare with"]},
+     {"legacy-only-export": "not measured", "immutable-unflagged": "holds", "device-id-none": "not measured"}),
 ])
-def test_the_producer_rows_are_measured_on_the_probe_of_a_host_array(monkeypatch, capsule, answer, states):
+def test_the_producer_rows_are_measured_by_the_rules_on_its_host_arrays(monkeypatch, rules, states):
     from gpu_dlpack import _peers
     from gpu_dlpack.doctor import _faults
 
     peer = _peers.Peer("lib", "lib", export_faults=tuple(_peers.Fault(f) for f in states))
     monkeypatch.setattr(_peers, "by_name", lambda name: peer)
-    capsule = dict(capsule)
-    none = {"name": "dltensor", "version": None, "flags": 0} if capsule.pop("legacy", False) else capsule
-    prod = {"probed": True, "capsules": {"none": none, "1.0": capsule}, "device_answer": answer}
+    prod = {"probed": True, "rules": rules}
     r = {"name": "lib", "module": "lib", "installed": True, "version": "1.0", "producer": prod}
     assert {t["fault"]: t["state"] for t in _faults.table_rows(r) if t["role"] == "producer"} == states
 
@@ -370,11 +379,14 @@ def test_a_producer_row_that_no_longer_holds_fails_strict_where_the_layer_acts_o
     from gpu_dlpack import _peers
     from gpu_dlpack.doctor import _faults, _findings
 
+    kept = {"versioned-when-asked": _KEPT, "read-only-flagged": _KEPT, "read-only-legacy-refused": _KEPT,
+            "dlpack-device": _KEPT}
+    keywords = {"stream": True, "max_version": True, "dl_device": True, "copy": True}
+    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 1}
+    capsules = {"none": versioned, "1.0": versioned}
     # A legacy-only export fixed: the layer's adaptation acts on nothing, a note in the table only.
     peer = _peers.Peer("lib", "lib", export_faults=(_peers.Fault("legacy-only-export"),))
-    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 1}
-    prod = {"probed": True, "capsules": {"none": versioned, "1.0": versioned}, "device_answer": [1, 0],
-            "keywords": {"stream": True, "max_version": True, "dl_device": True, "copy": True}}
+    prod = {"probed": True, "rules": dict(kept), "keywords": keywords, "capsules": capsules}
     r = {"name": "lib", "module": "lib", "installed": True, "error": None, "version": "1.0", "producer": prod}
     monkeypatch.setattr(_peers, "by_name", lambda name: peer)
     r["table"] = _faults.table_rows(r)
@@ -383,14 +395,12 @@ def test_a_producer_row_that_no_longer_holds_fails_strict_where_the_layer_acts_o
     # Immutable arrays now flagged in every capsule: the layer still refuses their legacy capsules.
     peer = _peers.Peer("lib", "lib", export_faults=(_peers.Fault("immutable-unflagged"),))
     monkeypatch.setattr(_peers, "by_name", lambda name: peer)
-    versioned = {"name": "dltensor_versioned", "version": [1, 3], "flags": 1}
-    prod = {"probed": True, "capsules": {"none": versioned, "1.0": versioned}, "device_answer": [1, 0],
-            "keywords": {"stream": True, "max_version": True, "dl_device": True, "copy": True}}
+    prod = {"probed": True, "rules": dict(kept), "keywords": keywords, "capsules": capsules}
     r = {"name": "lib", "module": "lib", "installed": True, "error": None, "version": "1.0", "producer": prod}
     r["table"] = _faults.table_rows(r)
     (found,) = [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]
     assert found["strict"] and "immutable-unflagged" in found["problem"] and "lib 1.0" in found["problem"]
-    prod["capsules"]["1.0"] = {"name": "dltensor", "version": None, "flags": 0}
+    prod["rules"]["read-only-legacy-refused"] = _WRITEABLE_LEGACY
     r["table"] = _faults.table_rows(r)
     assert not [f for f in _findings._library_findings(r) if f["hazard"] == "producer-fault-gone"]
 
@@ -880,21 +890,23 @@ def test_the_doctors_child_probes_keep_jax_on_the_cpu(monkeypatch):
     # A child cannot open an accelerator the parent holds (a TPU, libtpu's
     # lock file): it probes host memory with JAX on the CPU, whatever the
     # parent's JAX_PLATFORMS.
-    import subprocess
-
+    from gpu_dlpack import testing
     from gpu_dlpack.doctor import _faults
 
-    seen = {}
+    seen = []
 
-    def popen(args, **kwargs):
-        seen.update(kwargs["env"])
-        raise OSError("not started")
+    def apart(target, rule_ids, dtypes, env=None):
+        seen.append((target, dict(env or {})))
+        return {rule_id: (testing.PASSED, "from_dlpack(wrap(a)) of a: zero-copy") for rule_id in rule_ids}
 
     monkeypatch.setenv("JAX_PLATFORMS", "tpu")
-    monkeypatch.setattr(subprocess, "Popen", popen)
-    with pytest.raises(OSError, match="not started"):
-        _faults._spawn([])
-    assert seen["JAX_PLATFORMS"] == "cpu"
+    monkeypatch.setattr(testing, "_apart", apart)
+    monkeypatch.setattr(_faults, "_measured", {})
+    found = _faults.start([p for p in doctor.PEERS if p.name == "jax"]).results()
+    if not seen:
+        pytest.skip("JAX is not installed")
+    assert seen == [("jax:dlpack.from_dlpack", {"JAX_PLATFORMS": "cpu"})]
+    assert set(found.values()) == {"zero-copy"}
 
 
 # -- a peer that cannot open its accelerator -------------------------------------

@@ -565,6 +565,48 @@ def kept_capsule(ptr, keep, /):
     return capsule
 
 
+# The capsules gpu_dlpack.testing hands an importer: kept_capsule's, with an
+# int64 after the struct that counts the deleter's calls. The first lets keep
+# go (the checker holds it too: the struct outlives every call), every one
+# counts: an importer that frees a tensor twice is seen, not a crash.
+cdef void count_call(int64_t *calls, void **ctx) noexcept nogil:
+    cdef PyObject *keep
+    if not Py_IsInitialized():
+        return
+    with gil:
+        calls[0] += 1
+        keep = <PyObject *>ctx[0]
+        ctx[0] = NULL
+        if keep != NULL:
+            drop_keeping_error(keep)
+
+
+cdef void counted_versioned(DLManagedTensorVersioned *m) noexcept nogil:
+    count_call(<int64_t *>(m + 1), &m.manager_ctx)
+
+
+cdef void counted_legacy(DLManagedTensor *m) noexcept nogil:
+    count_call(<int64_t *>(m + 1), &m.manager_ctx)
+
+
+@cython.embedsignature.format("clinic")
+def counted_capsule(ptr, keep, versioned, /):
+    """A capsule over a struct and the count after it, holding keep until its deleter runs."""
+    cdef void *p = PyLong_AsVoidPtr(ptr)
+    if p == NULL:
+        raise ValueError("counted_capsule() needs the address of a struct")
+    capsule = PyCapsule_New(p, VERSIONED if versioned else LEGACY, <PyCapsule_Destructor>capsule_destructor
+                            if versioned else <PyCapsule_Destructor>legacy_capsule_destructor)
+    Py_INCREF(keep)
+    if versioned:
+        (<DLManagedTensorVersioned *>p).manager_ctx = <void *>keep
+        (<DLManagedTensorVersioned *>p).deleter = counted_versioned
+    else:
+        (<DLManagedTensor *>p).manager_ctx = <void *>keep
+        (<DLManagedTensor *>p).deleter = counted_legacy
+    return capsule
+
+
 # -- a capsule's kind and pointer, and the patches of a tensor's fields ------------
 # What Python reads of a capsule by its name, and writes into a tensor the
 # layer has just made (its dtype, its device, the strides NumPy 2.1 to 2.3

@@ -62,7 +62,10 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
           "floor_error": str | null,
           "read_only": {"flag": bool | null, "legacy": "refused" | "exported" | null,
                         "detail": str | null} | null,   # null: it makes no read-only data
-          "copy": {"copies": bool | null, "flag": bool | null, "detail": str | null}
+          "copy": {"copies": bool | null, "flag": bool | null, "detail": str | null},
+          # gpu_dlpack.testing's rules of a producer on its host arrays
+          # (float32), which judge its faults of the table: null on a GPU
+          "rules": {RULE: [OUTCOME_OF_RULE, str]} | null
         },
         "consumer": {                                   # null when not imported
           "probed": bool, "reason": str | null,
@@ -110,6 +113,8 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
                "flags": int}   # the DLPack flags (0 for a legacy capsule)
               or {"error": str}
     FAULT   = an id of gpu_dlpack._peers.FAULTS ("read-only-ignored", "negative-strides", ...)
+    RULE    = an id of gpu_dlpack.testing.RULES ("versioned-when-asked", ...)
+    OUTCOME_OF_RULE = "passed" | "failed" | "not applicable"  # and the evidence
     OUTCOME = "zero-copy" | "copies" | "wrong values" | "raises: <error>"
               | "aborts the process (SIGABRT)" | "kills the process (...)" | "hangs: ..."
               | "not probed: ..."

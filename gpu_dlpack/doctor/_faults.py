@@ -4,12 +4,13 @@ version that ``gpu_dlpack.convert`` acts on).
 
 Most faults are read from the consumer probe (``_probes``): READ_ONLY
 ignored, legacy capsules only, ``copy=True`` that shares, unaligned data
-copied. Strides are probed in a child process, because a consumer may abort
-the process on them (torch 2.12 and 2.13 on a negative stride): the child
-imports each consumer in turn and prints one JSON line per case before and
-after it; when it dies, the case it was in is the one that killed it, and a
-new child goes on with the rest. Results are kept per process for the same
-libraries and versions.
+copied. Layouts are checked by ``gpu_dlpack.testing``'s rules of an
+importer (a negative stride, a step, a transposition), each in a child
+process, because a consumer may abort the process on them (torch 2.12 and
+2.13 on a negative stride): when a child dies, the rule it was in is the
+one that killed it, and a new child goes on with the rest. They run in a
+thread while the doctor probes the rest; results are kept per process for
+the same libraries and versions.
 
 A fault measured that the table does not list for the installed version,
 or one the table lists that was not measured, is a finding.
@@ -17,133 +18,25 @@ or one the table lists that was not measured, is a finding.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
+import threading
 
-import numpy as np
+from .. import _peers, testing
+from ._measure import _origin
 
-from .. import _capsule, _peers
-from ._measure import _aligned, _err, _host_values, _origin, _pointer, _resolve
-
-#: The layouts the child probes: a negative stride, a step, and a
-#: transposition (Fortran order) of an aligned dense buffer, which a
-#: consumer that copies unaligned data takes in place.
-CASES = {"negative": (slice(None, None, -1),), "stepped": (slice(None, None, 2),), "transposed": None}
-
-_CHILD_TIMEOUT = 240  # seconds, for all the consumers together
+#: The layouts probed: case -> the importer's rule of gpu_dlpack.testing
+#: that checks it (a negative stride, a step, and a transposition of an
+#: aligned dense buffer, which a consumer that copies unaligned data takes
+#: in place).
+CASES = {"negative": "negative-strides", "stepped": "stepped-strides", "transposed": "fortran-order"}
 
 
-def _sample(case):
-    base = np.arange(12, dtype=np.float32)
-    return _aligned(base).reshape(3, 4).T if case == "transposed" else base[CASES[case]]
-
-
-# -- the child -------------------------------------------------------------------
-
-def _child(units) -> None:
-    """Probe ``units`` (``[name, module, submodules, consumer paths, case]``)
-    in this process, one JSON line before and after each."""
-    import importlib
-
-    from .._export import wrap
-
-    for name, module, submodules, paths, case in units:
-        print(json.dumps({"start": [name, case]}), flush=True)
-        try:
-            m = importlib.import_module(module)
-            for sub in submodules:
-                importlib.import_module(sub)
-            fn, _ = _resolve(m, paths)
-            a = _sample(case)
-            got = fn(wrap(a))
-            values = _host_values(got)
-            if values is None or values.tolist() != a.tolist():
-                outcome = "wrong values"
-            elif not _reads_back(got, a):
-                # Its own reading of what it imported (Paddle 3.3 keeps a
-                # negative stride that its own numpy() cannot read).
-                outcome = "wrong values (its own reading)"
-            else:
-                outcome = "zero-copy" if _pointer(got) == a.ctypes.data else "copies"
-        except BaseException as exc:  # a probe reports, it never stops the child
-            outcome = f"raises: {_err(exc)}"
-        print(json.dumps({"done": [name, case], "outcome": outcome}), flush=True)
-
-
-def _reads_back(got, a) -> bool:
-    """Whether the library reads its imported array back to ``a``'s values
-    itself (``numpy.asarray``, through its ``__array__``); True where it
-    has none."""
-    if not hasattr(type(got), "__array__"):
-        return True
-    try:
-        return np.asarray(got).tolist() == a.tolist()
-    except MemoryError:
-        return False
-    except Exception:  # a library that refuses __array__ is judged by DLPack alone
-        return True
-
-
-_CODE = "import json, sys; from gpu_dlpack.doctor._faults import _child; _child(json.loads(sys.argv[1]))"
-
-
-def _spawn(units: list):
-    # The child probes host memory only: JAX is kept on the CPU there, off
-    # an accelerator the parent may hold (a TPU is one process's at a time:
-    # libtpu's lock file), so that no finding comes from the child failing
-    # to open it.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), JAX_PLATFORMS="cpu")
-    return subprocess.Popen(
-        [sys.executable, "-c", _CODE, json.dumps(units)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True, env=env,
-    )
-
-
-def _collect(proc, units: list, results: dict) -> list:
-    """Read a child's outcomes into ``results``; the units still to probe
-    (after the one that killed it, if one did)."""
-    try:
-        out, _ = proc.communicate(timeout=_CHILD_TIMEOUT)
-        status = proc.returncode
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        status = None
-    started = None
-    for line in out.splitlines():
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue  # a library printed something
-        if "start" in msg:
-            started = tuple(msg["start"])
-        elif "done" in msg:
-            results[tuple(msg["done"])] = msg["outcome"]
-            started = None
-    todo = [u for u in units if (u[0], u[4]) not in results]
-    if started is None:
-        for name, *_rest, case in todo:  # the child died before any of them
-            results[(name, case)] = f"not probed: the child process exited with status {status}"
-        return []
-    results[started] = _death(status)
-    return [u for u in todo if (u[0], u[4]) not in results]
-
-
-def _death(status) -> str:
-    if status is None:
-        return "hangs: the child process timed out"
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"aborts the process ({name})"
-    if status == 134:  # 128 + SIGABRT, as a shell reports it
-        return "aborts the process (SIGABRT)"
-    return f"kills the process (exit status {status})"
+def _outcome(outcome: str, evidence: str) -> str:
+    """The doctor's word for a layout rule's row (``OUTCOME``)."""
+    if outcome == testing.DIED:
+        return evidence
+    if outcome == testing.NOT_RUN:
+        return f"not probed: {evidence}"
+    return evidence.partition(": ")[2]  # "<the call> of <what>: <outcome>"
 
 
 #: Outcomes measured by this process's children: (unit, where its module is) -> outcome.
@@ -151,41 +44,44 @@ _measured: dict = {}
 
 
 class StrideProbe:
-    """The stride probes of the host consumers, running in a child process
-    while the doctor probes the rest (made by ``start``)."""
+    """The layout rules of the host consumers, checked in child processes
+    from a thread while the doctor probes the rest (made by ``start``)."""
 
     def __init__(self, units: list):
         self.units = units
         self.keys = {u: (u, _origin(u[1])) for u in units}
         self.todo = [u for u in units if self.keys[u] not in _measured]
-        self.proc = _spawn(self.todo) if self.todo else None
+        self.found: dict = {}
+        self.thread = threading.Thread(target=self._run, daemon=True) if self.todo else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def _run(self) -> None:
+        for u in self.todo:
+            name, module, paths = u
+            # A child cannot open an accelerator the parent may hold (a TPU
+            # is one process's at a time: libtpu's lock file): JAX is kept
+            # on the CPU there, so that no finding comes from that.
+            rows = testing._apart(f"{module}:{'|'.join(paths)}", CASES.values(), ("float32",),
+                                  env={"JAX_PLATFORMS": "cpu"})
+            self.found[u] = {case: _outcome(*rows[rule_id]) for case, rule_id in CASES.items()}
 
     def results(self) -> dict:
         """``{(name, case): outcome}`` for every unit, once every child is done."""
-        found: dict = {}
-        todo, proc = self.todo, self.proc
-        while proc is not None:
-            todo = _collect(proc, todo, found)
-            proc = _spawn(todo) if todo else None
-        self.proc = None
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
         for u in self.todo:
-            _measured[self.keys[u]] = found[(u[0], u[4])]
+            _measured[self.keys[u]] = self.found[u]
         self.todo = []
-        return {(u[0], u[4]): _measured[self.keys[u]] for u in self.units}
+        return {(u[0], case): outcome for u in self.units for case, outcome in _measured[self.keys[u]].items()}
 
 
 def start(peers) -> StrideProbe:
-    """Start the stride probes of ``peers`` whose from_dlpack takes host
-    data and whose module is installed. The cases the table says may kill
-    the process go last, so that one child usually probes everything."""
-    units = []
-    for peer in peers:
-        if not peer.host_consumer or _origin(peer.module) is None:
-            continue
-        for case in CASES:
-            units.append((peer.name, peer.module, tuple(peer.submodules), tuple(peer.consumer), case))
-    risky = {p.name for p in peers if "negative-strides" in _table_of({"module": p.module, "version": None})}
-    units.sort(key=lambda u: u[4] == "negative" and u[0] in risky)
+    """Start the layout checks of ``peers`` whose from_dlpack takes host
+    data and whose module is installed."""
+    units = [(peer.name, peer.module, tuple(peer.consumer)) for peer in peers
+             if peer.host_consumer and _origin(peer.module) is not None]
     return StrideProbe(units)
 
 
@@ -304,35 +200,53 @@ def table_rows(row: dict) -> list | None:
     return out
 
 
-def _unflagged(prod: dict):
-    """Whether a capsule of its (immutable) host array does not say
-    READ_ONLY: a legacy one never can."""
-    caps = [c for c in prod["capsules"].values() if "error" not in c]
-    if not caps:
-        return None
-    return any(c["name"] == _capsule.LEGACY or not (c.get("flags") or 0) & _capsule.READ_ONLY for c in caps)
+def _rule(prod: dict, rule_id: str) -> tuple:
+    """(outcome, evidence) of a producer rule of gpu_dlpack.testing, as the
+    probe of its host arrays found it ((None, "") where it did not run)."""
+    return tuple((prod.get("rules") or {}).get(rule_id) or (None, ""))
+
+
+def _judged(outcome, broken: bool):
+    """True where the rule failed as the fault breaks it, False where it
+    passed, None where it cannot say (not applicable, or failed otherwise)."""
+    return False if outcome == testing.PASSED else True if outcome == testing.FAILED and broken else None
+
+
+def _legacy_export(prod: dict):
+    outcome, evidence = _rule(prod, "versioned-when-asked")
+    return _judged(outcome, "a legacy 'dltensor' capsule" in evidence)
 
 
 def _device_id_none(prod: dict):
-    answer = prod.get("device_answer")
-    return None if answer is None else len(answer) == 2 and answer[1] is None
+    outcome, evidence = _rule(prod, "dlpack-device")
+    return _judged(outcome, evidence.endswith("None), not a pair of ints"))
 
 
-#: The producer faults the doctor measures on its probe of a host array:
-#: fault -> (True where it holds, False where not, None where the probe
-#: cannot say; what was looked at; whether the layer's correction acts
-#: where the fault no longer holds: adapting a legacy answer, or reading a
-#: None device id, acts on nothing once the producer stops giving them,
-#: while a refusal of its legacy capsules stays).
+def _unflagged(prod: dict):
+    """Whether a capsule of its (immutable) host arrays cannot say READ_ONLY:
+    a legacy one given for them, or a versioned one unflagged."""
+    flagged, refused = _rule(prod, "read-only-flagged")[0], _rule(prod, "read-only-legacy-refused")[0]
+    if testing.FAILED in (flagged, refused):
+        return True
+    return False if refused == testing.PASSED and flagged in (testing.PASSED, testing.NOT_APPLICABLE) else None
+
+
+#: The producer faults the doctor measures with gpu_dlpack.testing's rules
+#: of a producer, on its host arrays: fault -> (True where it holds, False
+#: where not, None where the rules cannot say; what was looked at; whether
+#: the layer's correction acts where the fault no longer holds: adapting a
+#: legacy answer, or reading a None device id, acts on nothing once the
+#: producer stops giving them, while a refusal of its legacy capsules stays).
 _PRODUCER_PROBES = {
     "legacy-only-export": (
-        lambda p: None if "error" in p["capsules"]["1.0"] else p["capsules"]["1.0"]["name"] == _capsule.LEGACY,
-        "__dlpack__(max_version=(1, 0)) of a host array", False),
+        _legacy_export, "rule 1.3 (versioned-when-asked) on a host array: __dlpack__(max_version=(1, 0))", False),
     "immutable-unflagged": (
-        _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
-    "device-id-none": (_device_id_none, "__dlpack_device__() of a host array", False),
+        _unflagged, "rules 5.1 and 5.2 (read-only-flagged, read-only-legacy-refused) on its immutable host arrays",
+        True),
+    "device-id-none": (_device_id_none, "rule 3.1 (dlpack-device) on a host array: __dlpack_device__()", False),
     "read-only-legacy-export": (
-        _unflagged, "the READ_ONLY flag of __dlpack__() and __dlpack__(max_version=(1, 0)) of a host array", True),
+        _unflagged, "rules 5.1 and 5.2 (read-only-flagged, read-only-legacy-refused) on its immutable host arrays",
+        True),
 }
 
 

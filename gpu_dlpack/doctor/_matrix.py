@@ -7,14 +7,14 @@ import functools
 
 import numpy as np
 
-from .. import _convert, _explain, _peers
+from .. import _convert, _explain, _peers, testing
 from .._devices import Device, DLDeviceType
 from .._export import export as gpu_export
 from .._export import wrap
 from .._import import from_dlpack as gd_from_dlpack
 from ._measure import VALUES, _err, _host_values, _pointer, _quiet, _readonly_numpy, _sent
 from ._peers import _jax_devices, _peer_gpu_usable
-from ._probes import _no_dlpack, _write_through
+from ._probes import _no_dlpack
 from ._verdicts import judge
 
 
@@ -37,7 +37,7 @@ def _result(call, run, source, readonly_source=False, wrapper=None, expected=VAL
     result["outcome"] = "zero-copy" if shared else "copied"
     result["ok"] = True
     if readonly_source and shared and isinstance(source, np.ndarray):
-        honoured, _ = _write_through(got, source)
+        honoured, _ = testing._write_through(got, source)
         if not honoured:
             result["hazards"].append("consumer-ignores-read-only")
     return result

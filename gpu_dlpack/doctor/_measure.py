@@ -10,21 +10,10 @@ import warnings
 import numpy as np
 
 from .. import _capsule
-from .._peers import ALIGNMENT  # bytes; JAX copies host buffers aligned less
+from ..testing import _aligned  # the checks' samples are the doctor's
 
 VALUES = np.arange(6, dtype=np.float32).reshape(2, 3)
 _MESSAGE_WIDTH = 300
-
-
-def _aligned(a, offset=0):
-    """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte
-    boundary, so that what a consumer does with alignment shows the same on
-    every run."""
-    raw = np.empty(a.nbytes + 2 * ALIGNMENT, np.uint8)
-    start = (-raw.ctypes.data) % ALIGNMENT + offset
-    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
 
 
 def _readonly_numpy(m, a):

@@ -8,13 +8,10 @@ import importlib.metadata
 import os
 import sys
 
-import numpy as np
-
-from .. import _capsule, _peers
+from .. import _capsule, _peers, testing
 from .._devices import Device
 from .._export import wrap
-from ._measure import (VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _readonly_numpy, _resolve,
-                       _sent)
+from ._measure import VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _resolve, _sent
 from ._peers import _peer_gpu_usable
 from ._unopened import unopened
 
@@ -132,7 +129,33 @@ def probe_producer(peer, module, gpu=False) -> dict:
     out["copy"] = _producer_copy(x) if keywords["copy"] else {
         "copies": None, "flag": None, "detail": "does not take copy"
     }
+    out["rules"] = None if gpu else _producer_rules(peer, module)
     return out
+
+
+def _producer_rules(peer, module) -> dict | None:
+    """gpu_dlpack.testing's rules of a producer, checked on the library's
+    host arrays of float32: rule id -> [outcome, evidence] (None where it
+    makes none). Read-only data is what ``peer.readonly`` makes, or any of
+    its arrays where the table says they are all immutable."""
+    row = _peers.by_name(peer.name)
+    immutable = row is not None and any(f.id in _peers.READ_ONLY_ARRAYS for f in row.export_faults)
+
+    def make(shape, dtype, *, readonly=False):
+        if peer.flat and len(shape) != 1:
+            raise TypeError(f"{peer.name}'s arrays here have one dimension")
+        a = testing.values(shape, dtype)
+        made = peer.host(module, a) if not readonly or immutable else (
+            peer.readonly(module, a) if peer.readonly is not None else None)
+        if made is None:
+            raise NotImplementedError(f"the doctor makes no read-only arrays of {peer.name}")
+        return made
+
+    try:
+        report = testing.check_producer(make, dtypes=("float32",), name=peer.name)
+    except ValueError:
+        return None
+    return {row.rule.id: [row.outcome, row.evidence] for row in report.rows}
 
 
 def _producer_read_only(peer, module):
@@ -173,57 +196,10 @@ def _producer_copy(x):
 # -- consumers ---------------------------------------------------------------
 
 
-def _write_through(out, source):
-    """Write into an import of read-only ``source``: (honoured, detail).
-    An array that takes no item assignment (tvm-ffi's Tensor) is written
-    through NumPy's import of it, where that is writeable."""
-    index = (0,) * len(source.shape)
-    before = source[index].item()
-    try:
-        out[index] = before + 41  # a Python scalar: every library takes one
-    except Exception as exc:
-        refused = f"refuses writes ({type(exc).__name__})"
-        try:
-            view = np.from_dlpack(out)
-        except Exception:
-            return True, refused
-        if not view.flags.writeable:
-            return True, refused + "; its export says READ_ONLY"
-        view[index] = before + 41
-        if source[index].item() != before:
-            return False, "its export is writeable, and a write through it reaches the read-only source"
-        return True, "the write went to a copy"
-    if source[index].item() != before:
-        return False, "writes into the read-only source"
-    return True, "the write went to a copy"
-
-
-class _Asked:
-    """A producer with ``__dlpack__`` alone (no C exchange API, which
-    gpu_dlpack.wrap offers): what a consumer asks of such a producer."""
-
-    def __init__(self, a):
-        self._a = a
-        self.asked = None
-
-    def __dlpack__(self, **kwargs):
-        if self.asked is None:
-            self.asked = kwargs
-        return self._a.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._a.__dlpack_device__()
-
-
 def _asks(fn):
     """The keywords ``fn`` first passes to a plain producer's ``__dlpack__``
     (None: it asked nothing, or failed before)."""
-    p = _Asked(_aligned(VALUES))
-    try:
-        fn(p)
-    except Exception:
-        pass
-    return _sent(p.asked)
+    return _sent(testing._first_ask(fn)[0])
 
 
 @_quiet()
@@ -273,37 +249,24 @@ def probe_consumer(peer, module) -> dict:
 def _consumer_unaligned(fn):
     """Whether an import of host data 4 bytes past a 64-byte boundary is
     zero-copy (True), copied (False) or fails (the error)."""
-    src = _aligned(VALUES, offset=4)
     try:
-        got = fn(wrap(src))
+        where, source = testing._imported_at(fn, 4)
     except Exception as exc:
         return _err(exc)
-    p = _pointer(got)
-    return "the result's address could not be read" if p is None else p == src.ctypes.data
+    return "the result's address could not be read" if where is None else where == source
 
 
 def _consumer_copy(fn):
-    src = _aligned(VALUES)
-    w = wrap(src)
     try:
-        got = fn(w, copy=True)
+        got, forwarded, src = testing._copy_import(fn)
     except Exception as exc:
         return {"forwarded": None, "copied": None, "error": _err(exc)}
-    forwarded = bool(w.last_request and w.last_request.get("copy") is True)
     p = _pointer(got)
     return {"forwarded": forwarded, "copied": None if p is None else p != src.ctypes.data, "error": None}
 
 
 def _consumer_read_only(fn):
-    src = _readonly_numpy(None, VALUES)
-    w = wrap(src)
-    try:
-        got = fn(w)
-    except Exception as exc:
-        if w.last_request is not None and w.last_request.get("max_version") is None:
-            return {"honoured": None, "detail": "asks for legacy capsules only, so read-only data is refused"}
-        return {"honoured": None, "detail": f"import failed: {_err(exc)}"}
-    honoured, detail = _write_through(got, src)
+    honoured, detail, _exc = testing._read_only_import(fn)
     return {"honoured": honoured, "detail": detail}
 
 
