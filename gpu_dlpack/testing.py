@@ -126,6 +126,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
 
 _FROM_DLPACK = "https://data-apis.org/array-api/latest/API_specification/generated/array_api.from_dlpack.html"
 _DLPACK_OWNERSHIP = "https://dmlc.github.io/dlpack/latest/python_spec.html#semantics"
+_DLPACK_VERSIONING = "https://dmlc.github.io/dlpack/latest/c_api.html#c.DLPackVersion"
 
 #: The importer's rules, in order: id -> Rule, numbered under rule 9
 #: (import) of gpu_dlpack's rules page; ``faults``: the consumer faults of
@@ -176,6 +177,12 @@ CONSUMER_RULES: dict[str, Rule] = {r.id: r for r in (
          "a capsule the consumer refuses (a dtype code DLPack does not define) raises, and its tensor is freed "
          "exactly once: by the consumer that claimed it, or by its producer where it was left unconsumed",
          _DLPACK_OWNERSHIP),
+    Rule("9.15", "unknown-major-refused",
+         "a versioned capsule of a major version newer than the consumer's raises, its tensor freed exactly "
+         "once: the consumer checks the version before it reads another field", _DLPACK_VERSIONING),
+    Rule("9.16", "malformed-refused",
+         "a capsule no producer should make (NULL data with elements, a negative extent, a NULL shape, a vector "
+         "dtype) raises, its tensor freed exactly once, and never crashes the process", _DLPACK_OWNERSHIP),
 )}
 
 PASSED, FAILED, NOT_APPLICABLE = "passed", "failed", "not applicable"
@@ -969,25 +976,30 @@ _LEGACY_HEAD = struct.Struct("<QiiiBBHQQQQQ")
 class _Counted:
     """A producer of capsules over a C-contiguous NumPy array's memory,
     labelled with ``device`` and DLPack dtype ``(code, bits)``, whose deleter
-    counts its calls (``calls()``: one number per capsule made)."""
+    counts its calls (``calls()``: one number per capsule made). ``wrong``
+    writes what no producer should: ``version`` (a versioned capsule's),
+    ``data`` (an address), ``shape``, ``lanes``, ``null_shape``."""
 
-    def __init__(self, a, device=(1, 0), dtype=(2, 32)):
-        self.a, self.device, self.dtype = a, device, dtype
+    def __init__(self, a, device=(1, 0), dtype=(2, 32), **wrong):
+        self.a, self.device, self.dtype, self.wrong = a, device, dtype, wrong
         self.made: list = []  # (the struct's memory, its head's size) of each capsule
 
     def __dlpack__(self, **kw):
         mv = kw.get("max_version")
         versioned = mv is not None and mv[0] >= 1
         head = _VERSIONED_HEAD if versioned else _LEGACY_HEAD
-        a, ndim = self.a, self.a.ndim
+        a, ndim, wrong = self.a, self.a.ndim, self.wrong
         mem = ctypes.create_string_buffer(head.size + 8 + 16 * ndim)
         at = ctypes.addressof(mem) + head.size + 8
-        tensor = (a.ctypes.data, *self.device, ndim, *self.dtype, 1, at if ndim else 0, at + 8 * ndim if ndim else 0, 0)
+        shape_at = 0 if not ndim or wrong.get("null_shape") else at
+        tensor = (wrong.get("data", a.ctypes.data), *self.device, ndim, *self.dtype, wrong.get("lanes", 1), shape_at,
+                  at + 8 * ndim if ndim else 0, 0)
         if versioned:
-            head.pack_into(mem, 0, *DLPACK_VERSION, 0, 0, 0, *tensor)
+            head.pack_into(mem, 0, *wrong.get("version", DLPACK_VERSION), 0, 0, 0, *tensor)
         else:
             head.pack_into(mem, 0, *tensor, 0, 0)
-        struct.pack_into(f"<{2 * ndim}q", mem, head.size + 8, *a.shape, *(n // a.itemsize for n in a.strides))
+        struct.pack_into(f"<{2 * ndim}q", mem, head.size + 8, *wrong.get("shape", a.shape),
+                         *(n // a.itemsize for n in a.strides))
         self.made.append((mem, head.size))
         return _compiled.counted_capsule(ctypes.addressof(mem), (mem, a), versioned)
 
@@ -1048,6 +1060,50 @@ def _check_refused(c: _Consumer):
     return _freed_once(p, "of a capsule of dtype code 99 raised")
 
 
+def _check_unknown_major(c: _Consumer):
+    p = _Counted(_host_data(), version=(DLPACK_VERSION[0] + 1, 0))
+    try:
+        got = c.fn(p)
+    except Exception:
+        got = None
+    asked = [capsule_kind for capsule_kind in p.made if capsule_kind[1] == _VERSIONED_HEAD.size]
+    if not asked:
+        return NOT_APPLICABLE, "it asks for legacy capsules, which carry no version (rule 9.1)"
+    if got is not None:
+        return FAILED, f"from_dlpack(x) of a capsule of DLPack {DLPACK_VERSION[0] + 1}.0 imported it"
+    return _freed_once(p, f"of a capsule of DLPack {DLPACK_VERSION[0] + 1}.0 raised")
+
+
+#: What no producer writes, each in a capsule the importer must refuse: what
+#: it is -> _Counted's ``wrong``.
+_MALFORMED = {
+    "NULL data for 6 elements": {"data": 0},
+    "an extent of -1": {"shape": (2, -1)},
+    "ndim 2 and a NULL shape": {"null_shape": True},
+    "4 lanes (a vector dtype)": {"lanes": 4},
+}
+
+
+def _check_malformed(c: _Consumer):
+    wrong_ones = []
+    for what, wrong in _MALFORMED.items():
+        _in_case(what)
+        p = _Counted(_host_data(), **wrong)
+        try:
+            got = c.fn(p)
+        except Exception:
+            got = None
+        if got is not None:
+            del got  # (never read: the import of a capsule no producer should make)
+            wrong_ones.append(f"from_dlpack(x) of a capsule of {what} imported it")
+            continue
+        outcome, evidence = _freed_once(p, f"of a capsule of {what} raised")
+        if outcome != PASSED:
+            wrong_ones.append(evidence)
+    _in_case(None)
+    return (FAILED, "; ".join(wrong_ones)) if wrong_ones else (PASSED, "")
+
+
 _CONSUMER_CHECKS: dict[str, Callable[[_Consumer], tuple]] = {
     "asks-versioned": _check_asks,
     "old-producer-asked-again": _check_old_producer,
@@ -1063,6 +1119,8 @@ _CONSUMER_CHECKS: dict[str, Callable[[_Consumer], tuple]] = {
     "unreachable-device-refused": _check_unreachable,
     "freed-once": _check_freed_once,
     "refused-freed-once": _check_refused,
+    "unknown-major-refused": _check_unknown_major,
+    "malformed-refused": _check_malformed,
 }
 
 
@@ -1110,9 +1168,21 @@ def _resolved(target: str):
     raise AttributeError(f"{module} has no {' or '.join(names.split('|'))}")
 
 
+_IN_CHILD = False
+
+
+def _in_case(what) -> None:
+    """In a child process, say which case of a check runs (a death in it is
+    reported with it)."""
+    if _IN_CHILD:
+        print(_MARK + json.dumps({"case": what}), flush=True)
+
+
 def _child(spec: str) -> None:
     """Run the checks ``spec`` names (JSON) in this process, a line before
     and after each."""
+    global _IN_CHILD
+    _IN_CHILD = True
     spec = json.loads(spec)
     c = _Consumer(_resolved(spec["target"]), tuple(spec["dtypes"]))
     for rule_id in spec["rules"]:
@@ -1157,18 +1227,20 @@ def _apart(target: str, rule_ids, dtypes, env: Mapping[str, str] | None = None) 
         except subprocess.TimeoutExpired as exc:
             out, status = exc.stdout or "", None
             out = out.decode() if isinstance(out, bytes) else out
-        started = None
+        started = case = None
         for line in out.splitlines():
             if not line.startswith(_MARK):
                 continue  # the library's own output
             msg = json.loads(line[len(_MARK):])
             if "start" in msg:
-                started = msg["start"]
+                started, case = msg["start"], None
+            elif "case" in msg:
+                case = msg["case"]
             else:
                 rows[msg["done"]] = tuple(msg["row"])
                 started = None
         if started is not None:
-            rows[started] = (DIED, _death(status))
+            rows[started] = (DIED, _death(status) + (f" (a capsule of {case})" if case else ""))
         elif status:
             rows.update({rule_id: (NOT_RUN, f"the child process exited with status {status}")
                          for rule_id in todo if rule_id not in rows})

@@ -83,6 +83,7 @@ elif [ "$quick" = 1 ]; then
     tests/test_bad_arguments.py tests/test_import_rules.py tests/test_export_rules.py tests/test_fuzz.py \
     tests/test_reentrancy.py tests/test_producer_kit.py::test_a_hook_that_names_no_memory_but_itself_is_a_type_error_not_a_recursion \
     tests/test_testing.py::test_counted_capsules_count_every_deleter_call \
+    tests/test_testing.py::test_an_importer_that_keeps_every_rule_passes_every_check \
     --deselect tests/test_core.py::test_exchanges_through_the_c_api_leak_nothing  # RSS-based
 else
   step "the suite"
