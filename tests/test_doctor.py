@@ -890,17 +890,17 @@ def test_the_doctors_child_probes_keep_jax_on_the_cpu(monkeypatch):
     # A child cannot open an accelerator the parent holds (a TPU, libtpu's
     # lock file): it probes host memory with JAX on the CPU, whatever the
     # parent's JAX_PLATFORMS.
-    from gpu_dlpack import testing
     from gpu_dlpack.doctor import _faults
+    from gpu_dlpack.testing import _children
 
     seen = []
 
     def apart(target, rule_ids, dtypes, env=None):
         seen.append((target, dict(env or {})))
-        return {rule_id: (testing.PASSED, "from_dlpack(wrap(a)) of a: zero-copy") for rule_id in rule_ids}
+        return {rule_id: ("passed", "from_dlpack(wrap(a)) of a: zero-copy") for rule_id in rule_ids}
 
     monkeypatch.setenv("JAX_PLATFORMS", "tpu")
-    monkeypatch.setattr(testing, "_apart", apart)
+    monkeypatch.setattr(_children, "apart", apart)
     monkeypatch.setattr(_faults, "_measured", {})
     found = _faults.start([p for p in doctor.PEERS if p.name == "jax"]).results()
     if not seen:

@@ -18,6 +18,7 @@ import pytest
 
 import gpu_dlpack
 from gpu_dlpack import _capsule, _peers, testing
+from gpu_dlpack.testing import _children, _consumer
 
 from . import conformance_peers
 
@@ -432,9 +433,9 @@ def test_an_importer_that_crashes_fails_the_rule_it_crashed_on_in_a_child_proces
 def test_isolation_needs_a_name_a_child_process_can_import():
     with pytest.raises(ValueError, match=r"cannot be imported by name in a child process; pass a module's function"):
         testing.check_consumer(lambda x, **kw: x, isolate=True)
-    assert testing._target(np.from_dlpack) == "numpy:from_dlpack"
-    assert testing._target(gpu_dlpack.from_dlpack) == "gpu_dlpack._import:from_dlpack"
-    assert testing._target(standin_import()) is None
+    assert _children.target_of(np.from_dlpack) == "numpy:from_dlpack"
+    assert _children.target_of(gpu_dlpack.from_dlpack) == "gpu_dlpack._import:from_dlpack"
+    assert _children.target_of(standin_import()) is None
 
 
 def _consumer_docs_table() -> dict:
@@ -501,8 +502,8 @@ def test_counted_capsules_count_every_deleter_call(versioned):
     import gc
 
     asked = {"max_version": (1, 0)} if versioned else {}
-    a = testing._host_data()
-    p = testing._Counted(a)
+    a = _consumer._host_data()
+    p = _consumer._Counted(a)
     got = gpu_dlpack.from_dlpack(p.__dlpack__(**asked))
     assert got.tolist() == a.tolist() and p.calls() == [0]
     del got

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import threading
 
-from .. import _peers, testing
+from .. import _peers
+from ..testing import _children
+from ..testing._report import FAILED, NOT_APPLICABLE, PASSED
 from ._measure import _origin
 
 #: The layouts probed: case -> the importer's rule of gpu_dlpack.testing
@@ -32,9 +34,9 @@ CASES = {"negative": "negative-strides", "stepped": "stepped-strides", "transpos
 
 def _outcome(outcome: str, evidence: str) -> str:
     """The doctor's word for a layout rule's row (``OUTCOME``)."""
-    if outcome == testing.DIED:
+    if outcome == _children.DIED:
         return evidence
-    if outcome == testing.NOT_RUN:
+    if outcome == _children.NOT_RUN:
         return f"not probed: {evidence}"
     return evidence.partition(": ")[2]  # "<the call> of <what>: <outcome>"
 
@@ -62,7 +64,7 @@ class StrideProbe:
             # A child cannot open an accelerator the parent may hold (a TPU
             # is one process's at a time: libtpu's lock file): JAX is kept
             # on the CPU there, so that no finding comes from that.
-            rows = testing._apart(f"{module}:{'|'.join(paths)}", CASES.values(), ("float32",),
+            rows = _children.apart(f"{module}:{'|'.join(paths)}", CASES.values(), ("float32",),
                                   env={"JAX_PLATFORMS": "cpu"})
             self.found[u] = {case: _outcome(*rows[rule_id]) for case, rule_id in CASES.items()}
 
@@ -209,7 +211,7 @@ def _rule(prod: dict, rule_id: str) -> tuple:
 def _judged(outcome, broken: bool):
     """True where the rule failed as the fault breaks it, False where it
     passed, None where it cannot say (not applicable, or failed otherwise)."""
-    return False if outcome == testing.PASSED else True if outcome == testing.FAILED and broken else None
+    return False if outcome == PASSED else True if outcome == FAILED and broken else None
 
 
 def _legacy_export(prod: dict):
@@ -226,9 +228,9 @@ def _unflagged(prod: dict):
     """Whether a capsule of its (immutable) host arrays cannot say READ_ONLY:
     a legacy one given for them, or a versioned one unflagged."""
     flagged, refused = _rule(prod, "read-only-flagged")[0], _rule(prod, "read-only-legacy-refused")[0]
-    if testing.FAILED in (flagged, refused):
+    if FAILED in (flagged, refused):
         return True
-    return False if refused == testing.PASSED and flagged in (testing.PASSED, testing.NOT_APPLICABLE) else None
+    return False if refused == PASSED and flagged in (PASSED, NOT_APPLICABLE) else None
 
 
 #: The producer faults the doctor measures with gpu_dlpack.testing's rules

@@ -7,7 +7,8 @@ import functools
 
 import numpy as np
 
-from .. import _convert, _explain, _peers, testing
+from .. import _convert, _explain, _peers
+from ..testing import _consumer
 from .._devices import Device, DLDeviceType
 from .._export import export as gpu_export
 from .._export import wrap
@@ -37,7 +38,7 @@ def _result(call, run, source, readonly_source=False, wrapper=None, expected=VAL
     result["outcome"] = "zero-copy" if shared else "copied"
     result["ok"] = True
     if readonly_source and shared and isinstance(source, np.ndarray):
-        honoured, _ = testing._write_through(got, source)
+        honoured, _ = _consumer._write_through(got, source)
         if not honoured:
             result["hazards"].append("consumer-ignores-read-only")
     return result

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from .. import _capsule
-from ..testing import _aligned  # the checks' samples are the doctor's
+from ..testing._consumer import _aligned  # the checks' samples are the doctor's
 
 VALUES = np.arange(6, dtype=np.float32).reshape(2, 3)
 _MESSAGE_WIDTH = 300

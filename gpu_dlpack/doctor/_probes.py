@@ -9,6 +9,7 @@ import os
 import sys
 
 from .. import _capsule, _peers, testing
+from ..testing import _consumer
 from .._devices import Device
 from .._export import wrap
 from ._measure import VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _resolve, _sent
@@ -199,7 +200,7 @@ def _producer_copy(x):
 def _asks(fn):
     """The keywords ``fn`` first passes to a plain producer's ``__dlpack__``
     (None: it asked nothing, or failed before)."""
-    return _sent(testing._first_ask(fn)[0])
+    return _sent(_consumer._first_ask(fn)[0])
 
 
 @_quiet()
@@ -250,7 +251,7 @@ def _consumer_unaligned(fn):
     """Whether an import of host data 4 bytes past a 64-byte boundary is
     zero-copy (True), copied (False) or fails (the error)."""
     try:
-        where, source = testing._imported_at(fn, 4)
+        where, source = _consumer._imported_at(fn, 4)
     except Exception as exc:
         return _err(exc)
     return "the result's address could not be read" if where is None else where == source
@@ -258,7 +259,7 @@ def _consumer_unaligned(fn):
 
 def _consumer_copy(fn):
     try:
-        got, forwarded, src = testing._copy_import(fn)
+        got, forwarded, src = _consumer._copy_import(fn)
     except Exception as exc:
         return {"forwarded": None, "copied": None, "error": _err(exc)}
     p = _pointer(got)
@@ -266,7 +267,7 @@ def _consumer_copy(fn):
 
 
 def _consumer_read_only(fn):
-    honoured, detail, _exc = testing._read_only_import(fn)
+    honoured, detail, _exc = _consumer._read_only_import(fn)
     return {"honoured": honoured, "detail": detail}
 
 
