@@ -9,6 +9,7 @@ their rows in ``_peers`` say they break, as measured here.
 """
 
 import ctypes
+import os
 import re
 import subprocess
 import sys
@@ -428,6 +429,24 @@ def test_an_importer_that_crashes_fails_the_rule_it_crashed_on_in_a_child_proces
     assert report.failed == ("stepped-strides",), str(report)
     assert report["stepped-strides"].evidence == "from_dlpack aborts the process (SIGABRT) in this check"
     assert report.subject == "tests.conformance_peers:aborts_on_steps"
+
+
+def test_an_importer_not_installed_is_said_so_before_any_child_starts():
+    with pytest.raises(ModuleNotFoundError, match=r"no module named 'no_such_library' here: 'no_such_library:f'"):
+        testing.check_consumer("no_such_library:f")
+    with pytest.raises(ModuleNotFoundError, match="no_such_library"):
+        testing.check_consumer("no_such_library.sub:f")
+
+
+def test_the_children_import_from_where_the_parent_tells_its_interpreters_to(tmp_path, monkeypatch):
+    # A module only the environment's PYTHONPATH names (as the test
+    # command names the folder whose sitecustomize hides peers): the
+    # children import it from there too.
+    (tmp_path / "elsewhere_import.py").write_text("import gpu_dlpack\nfrom_dlpack = gpu_dlpack.from_dlpack\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    rows = _children.apart("elsewhere_import:from_dlpack", ["imports-the-array"], ("float32",))
+    assert rows == {"imports-the-array": (testing._report.PASSED, "")}, rows
 
 
 def test_isolation_needs_a_name_a_child_process_can_import():

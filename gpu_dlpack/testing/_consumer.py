@@ -21,7 +21,7 @@ from .._peers import ALIGNMENT  # bytes: the "unaligned-copies" consumers import
 from .._versions import DLPACK_VERSION
 from . import _children
 from ._report import (ARRAY_API, DLPACK_FLAGS, DLPACK_OWNERSHIP, DLPACK_VERSIONING, DTYPES, FAILED, FROM_DLPACK,
-                      NOT_APPLICABLE, PASSED, SHAPES, Report, Row, Rule, _asked, _run, _said, values)
+                      NOT_APPLICABLE, PASSED, SHAPES, Report, Row, Rule, listed, _asked, _run, _said, values)
 
 #: The importer's rules, in order: id -> Rule, numbered under rule 9
 #: (import) of gpu_dlpack's rules page; ``faults``: the consumer faults of
@@ -322,8 +322,7 @@ def _check_holds(c: _Consumer):
     if not imported:
         return NOT_APPLICABLE, "it imported none of the dtypes asked"
     if wrong:
-        more = f"; and {len(wrong) - 4} more" if len(wrong) > 4 else ""
-        return FAILED, "; ".join(wrong[:4]) + more
+        return listed(wrong)
     return PASSED, ""
 
 
@@ -373,13 +372,11 @@ def _layout_rule(rule_id: str):
     return check
 
 
-# The struct of a capsule the checks make, packed as dlpack.h lays it out:
-# DLManagedTensorVersioned (version, manager_ctx, deleter, flags, DLTensor)
-# or DLManagedTensor (DLTensor, manager_ctx, deleter); the core's
-# counted_capsule sets the last two and counts the deleter's calls in the
-# int64 after the struct, which the shape and the strides follow.
-_VERSIONED_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")
-_LEGACY_HEAD = struct.Struct("<QiiiBBHQQQQQ")
+# The struct of a capsule the checks make is packed as dlpack.h lays it out
+# (_capsule.VERSIONED_HEAD, LEGACY_HEAD); the core's counted_capsule sets
+# manager_ctx and the deleter and counts the deleter's calls in the int64
+# after the struct, which the shape and the strides follow.
+_VERSIONED_HEAD, _LEGACY_HEAD = _capsule.VERSIONED_HEAD, _capsule.LEGACY_HEAD
 
 
 class _Counted:
@@ -581,6 +578,14 @@ def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | No
         evidence, or not applicable and why. Imports are read back through
         their own DLPack (``gpu_dlpack.from_dlpack``), else ``numpy.array``.
 
+    Raises
+    ------
+    ModuleNotFoundError
+        ``from_dlpack`` names a module (``"module:name"``) that is not
+        installed.
+    ValueError
+        ``isolate=True`` for an importer a child process cannot import by name.
+
     Examples
     --------
     gpu_dlpack's own importer, which keeps every rule:
@@ -598,6 +603,7 @@ def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | No
     if isolate is None:
         isolate = target is not None
     if isolate:
+        _children.importable(target)
         found = _children.apart(target, list(CONSUMER_RULES), tuple(dtypes))
     else:
         c = _Consumer(_children.resolved(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack, tuple(dtypes))
