@@ -388,6 +388,23 @@ def standin_import(broken=None):
     return from_dlpack
 
 
+def test_an_importer_that_bounds_no_extent_fails_on_the_hostile_capsules():
+    # It refuses what is plainly malformed (gpu_dlpack's importer does), and
+    # takes a capsule whose extent or stride reaches past the address
+    # space: 9.16 fails on those two, and only on them.
+    def from_dlpack(x, **kw):
+        wrong = getattr(x, "wrong", None) or {}
+        if "strides" in wrong or max(wrong.get("shape", (0,))) > 1 << 40:
+            return x.__dlpack__(max_version=(1, 0))  # taken, never read
+        return gpu_dlpack.from_dlpack(x, **kw)
+
+    row = testing.check_consumer(from_dlpack, isolate=False)["malformed-refused"]
+    assert row.outcome == testing._report.FAILED
+    assert row.evidence == ("from_dlpack(x) of a capsule of shape (2**62, 3): more bytes than an address space holds "
+                            "imported it; from_dlpack(x) of a capsule of a stride of 2**61 elements: past the end of "
+                            "the address space imported it")
+
+
 def test_an_importer_that_keeps_every_rule_passes_every_check():
     report = testing.check_consumer(standin_import(), name="a stand-in")
     assert [row.outcome for row in report.rows] == ["passed"] * len(testing.CONSUMER_RULES), str(report)

@@ -77,7 +77,8 @@ CONSUMER_RULES: dict[str, Rule] = {r.id: r for r in (
          "once: the consumer checks the version before it reads another field", DLPACK_VERSIONING),
     Rule("9.16", "malformed-refused",
          "a capsule no producer should make (NULL data with elements, a negative extent, a NULL shape, a vector "
-         "dtype) raises, its tensor freed exactly once, and never crashes the process", DLPACK_OWNERSHIP),
+         "dtype, more bytes than the address space holds, a stride past its end) raises, its tensor freed "
+         "exactly once, and never crashes the process", DLPACK_OWNERSHIP),
 )}
 
 # -- the importer's rules --------------------------------------------------------
@@ -384,7 +385,8 @@ class _Counted:
     labelled with ``device`` and DLPack dtype ``(code, bits)``, whose deleter
     counts its calls (``calls()``: one number per capsule made). ``wrong``
     writes what no producer should: ``version`` (a versioned capsule's),
-    ``data`` (an address), ``shape``, ``lanes``, ``null_shape``."""
+    ``data`` (an address), ``shape``, ``strides`` (in elements), ``lanes``,
+    ``null_shape``."""
 
     def __init__(self, a, device=(1, 0), dtype=(2, 32), **wrong):
         self.a, self.device, self.dtype, self.wrong = a, device, dtype, wrong
@@ -405,7 +407,7 @@ class _Counted:
         else:
             head.pack_into(mem, 0, *tensor, 0, 0)
         struct.pack_into(f"<{2 * ndim}q", mem, head.size + 8, *wrong.get("shape", a.shape),
-                         *(n // a.itemsize for n in a.strides))
+                         *wrong.get("strides", [n // a.itemsize for n in a.strides]))
         self.made.append((mem, head.size))
         return _compiled.counted_capsule(ctypes.addressof(mem), (mem, a), versioned)
 
@@ -487,6 +489,10 @@ _MALFORMED = {
     "an extent of -1": {"shape": (2, -1)},
     "ndim 2 and a NULL shape": {"null_shape": True},
     "4 lanes (a vector dtype)": {"lanes": 4},
+    # hostile: what the layer's fuzzers make, an import of which would read
+    # or index past the end of the address space
+    "shape (2**62, 3): more bytes than an address space holds": {"shape": (1 << 62, 3)},
+    "a stride of 2**61 elements: past the end of the address space": {"strides": (1 << 61, 1)},
 }
 
 
