@@ -53,6 +53,12 @@ check_platform(sys.byteorder, sys.maxsize)
 
 _VERSION_FMT = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
+#: The structs of a capsule as dlpack.h lays them out (the platform
+#: check_platform accepts): DLManagedTensorVersioned (version, manager_ctx,
+#: deleter, flags, then the DLTensor: data, device, ndim, dtype, shape,
+#: strides, byte_offset) and DLManagedTensor (the DLTensor, manager_ctx, deleter).
+VERSIONED_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")
+LEGACY_HEAD = struct.Struct("<QiiiBBHQQQQQ")
 
 
 @dataclass(frozen=True, init=False)

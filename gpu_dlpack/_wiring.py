@@ -11,6 +11,9 @@ This module stands just under the package's face (``__init__`` calls
 
 from __future__ import annotations
 
+import inspect
+import operator
+
 import numpy as np
 
 from . import _capsule, _devices, _dtypes, _errors, _exchange, _export, _faults, _import, _peers, _streams, _versions
@@ -52,16 +55,17 @@ def _import_plan(t):
     asking Python: ``(api, attrs, methods, codes, host, read_only)``, or None.
 
     ``api`` is the type's DLPack C exchange API (None: not read), with its
-    guards: attributes and methods (each asked of arrays of the dtype codes
-    in its mask in ``codes``) that must be false for the plain exchange
-    (``_peers.VIEWS``). ``host`` is the type's host test (``_peers.HostTest``)
-    where the core may ask the producer's ``__dlpack__`` itself; ``read_only``
-    whether its arrays are read-only whatever its capsules say
-    (``_peers.ExportFacts.read_only``): the core imports them read-only.
-    Only a row's array type and its plain subclasses have a plan: their
-    methods, which the core calls by name, are the row's own
-    (``ExportFacts.readers``), and a subclass with a hook of its own takes
-    the general path."""
+    guards, each of which must be false for the plain exchange: ``attrs``,
+    data descriptors of the type that the core reads with their ``__get__``
+    (as ``getattr`` reads them), and ``methods``, callables it calls with
+    the array, each for arrays of the dtype codes in its mask in ``codes``
+    (``_peers.Exchange``, and the views of ``_peers.VIEWS`` by their readers,
+    ``ExportFacts.readers``: the row's own methods). ``host`` is the type's
+    host test (``_peers.HostTest``) where the core may ask the producer's
+    ``__dlpack__`` itself; ``read_only`` whether its arrays are read-only
+    whatever its capsules say (``_peers.ExportFacts.read_only``): the core
+    imports them read-only. Only a row's array type and its plain subclasses
+    have a plan: a subclass with a hook of its own takes the general path."""
     peer = _peers.of_array_type(t) if isinstance(t, type) else None
     if peer is None:
         return None
@@ -74,12 +78,34 @@ def _import_plan(t):
     guards = peer.exchange or _peers.Exchange((), (), ())
     every = (1 << 32) - 1
     kinds = sum(1 << _CODES[kind] for kind in guards.method_kinds) if guards.method_kinds else every
-    methods = list(guards.methods)
-    codes = [kinds] * len(methods)
-    for view in _peers.export_facts(t).views:
-        methods.append(view.test)
+    attrs, methods, codes = [], [], []
+    for name in guards.attrs:
+        read = _data_descriptor(t, name)
+        if read is None:  # read by name, as any attribute
+            methods.append(operator.attrgetter(name))
+            codes.append(every)
+        else:
+            attrs.append(read)
+    for name in guards.methods:
+        methods.append(operator.methodcaller(name))
+        codes.append(kinds)
+    facts = _peers.export_facts(t)
+    for view, (test, _resolve) in zip(facts.views, facts.readers):
+        methods.append(test)
         codes.append(sum(1 << _CODES[kind] for kind in view.kinds) if view.kinds else every)
-    return api, guards.attrs, tuple(methods), tuple(codes), host, _peers.export_facts(t).read_only
+    return api, tuple(attrs), tuple(methods), tuple(codes), host, facts.read_only
+
+
+def _data_descriptor(t, name):
+    """The data descriptor (a getset or a property: its ``__get__`` is what
+    ``getattr`` reads) that attribute ``name`` of ``t``'s instances is, or
+    None where ``getattr`` may read something else (another kind of
+    attribute, or a ``__getattribute__`` of the type's own)."""
+    if t.__getattribute__ is not object.__getattribute__:
+        return None
+    found = inspect.getattr_static(t, name, None)
+    kind = type(found)
+    return found if hasattr(kind, "__get__") and hasattr(kind, "__set__") else None
 
 
 _CODES = {name: code for code, name in _dtypes.CODE_NAMES.items()}

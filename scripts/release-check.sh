@@ -14,6 +14,10 @@
 #    test-requires): cibuildwheel's test command from pyproject.toml, run in
 #    a copy of its test-sources, as cibuildwheel runs it on each wheel: the
 #    suite on the wheel's compiled core.
+# 5. the pytest plugin as the conformance page has a maintainer use it, in a
+#    fresh venv of the wheel and pytest alone (NumPy comes with the wheel):
+#    a test per rule of NumPy's export and import, NumPy's one broken
+#    importer rule allowed.
 # What needs containers, macOS, Windows or PyPI itself (the wheels for each
 # platform, the upload) runs in .github/workflows/release.yml. About a minute.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
@@ -69,5 +73,34 @@ in_venv() {
   (cd "$tmp/test_cwd" && env -u PYTHONPATH -u PYTHON PATH="$tmp/venv/bin:$PATH" VIRTUAL_ENV="$tmp/venv" sh -c "$1")
 }
 in_venv "$command"
+
+say "5. the pytest plugin, in a venv of the wheel and pytest alone"
+"$py" -m venv "$tmp/plain"
+"$tmp/plain/bin/python" -m pip install -q --disable-pip-version-check "$wheel" pytest
+mkdir "$tmp/plugin"
+cat >"$tmp/plugin/test_dlpack.py" <<'PY'
+import numpy as np
+
+from gpu_dlpack import testing
+
+
+def make(shape, dtype, *, readonly=False):
+    a = testing.values(shape, dtype)
+    a.flags.writeable = not readonly
+    return a
+
+
+test_export = testing.ProducerTests(make)
+test_import = testing.ConsumerTests(np.from_dlpack, allow={"malformed-refused": "NumPy reads a NULL shape"})
+PY
+(cd "$tmp/plugin" && env -u PYTHONPATH "$tmp/plain/bin/python" -m pytest -p no:cacheprovider -v -rsx . \
+  >"$tmp/plugin.log" 2>&1) || { tail -n 40 "$tmp/plugin.log"; exit 1; }
+rules=$(grep -cE "^test_dlpack.py::test_(export|import)::[a-z0-9-]+ (PASSED|SKIPPED|XFAIL)" "$tmp/plugin.log" || true)
+if [ "$rules" != 30 ] || ! grep -q "^XFAIL test_dlpack.py::test_import::malformed-refused - allowed" "$tmp/plugin.log"; then
+  tail -n 40 "$tmp/plugin.log"
+  say "the plugin reported $rules of the 30 rules (14 of the producer, 16 of the importer)"
+  exit 1
+fi
+say "   $(tail -n 1 "$tmp/plugin.log" | tr -d '=')"
 
 say "passed: $(basename "$sdist") and $(basename "$wheel")"

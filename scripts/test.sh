@@ -52,8 +52,9 @@
 # their versioned capsules, which the layer hands on as DLPack 1.2:
 #   9b. the suite (on the core built in step 2).
 # 10. The release artefacts: build, twine check, the sdist refused at its
-#    build where no compiler works, the wheel tested in a fresh venv
-#    (scripts/release-check.sh, about a minute).
+#    build where no compiler works, the wheel tested in a fresh venv, the
+#    pytest plugin in a venv of the wheel and pytest alone
+#    (scripts/release-check.sh, about a minute and a half).
 # 11. The matrix (scripts/matrix.sh): every other CPython the package claims
 #    (3.10, 3.12, 3.13), each in .venv-py3.X from requirements/test-py3.X.txt
 #    with the newest NumPy, JAX and (3.13) torch it admits: the core built

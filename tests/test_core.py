@@ -533,6 +533,57 @@ def test_the_dtype_check_is_the_cores_over_the_table_of_dtypes():
         assert _capsule.is_unconsumed(cap) is False and rec.calls == 1
 
 
+def test_the_guards_are_the_rows_own_descriptors_and_readers(torch):
+    # The core reads an attribute guard through the type's data descriptor
+    # and calls the views' readers (the row's own methods), the objects the
+    # general path reads: no name is looked up per export.
+    from gpu_dlpack import _peers, _wiring
+
+    api, attrs, methods, codes, _, _ = _wiring._import_plan(torch.Tensor)
+    assert attrs == (torch._C.TensorBase.__dict__["requires_grad"],)
+    readers = _peers.export_facts(torch.Tensor).readers
+    assert methods == tuple(test for test, _ in readers) and methods[0] is torch.Tensor.is_neg
+    assert len(codes) == len(methods)
+
+
+def test_an_attribute_guard_is_read_by_name_where_getattr_may_read_another():
+    from gpu_dlpack._wiring import _data_descriptor
+
+    class Getset:
+        x = property(lambda self: 1)
+        y = 1
+
+    class Own(Getset):
+        def __getattribute__(self, name):
+            return object.__getattribute__(self, name)
+
+    assert _data_descriptor(Getset, "x") is Getset.__dict__["x"]
+    assert _data_descriptor(Getset, "y") is None and _data_descriptor(Getset, "z") is None
+    assert _data_descriptor(Own, "x") is None
+
+
+@pytest.mark.parametrize("field, bad, words", [(1, lambda attrs: ("requires_grad",), "descriptors"),
+                                               (2, lambda methods: (1,) * len(methods), "callables")])
+def test_an_import_plan_whose_guards_the_core_cannot_read_is_refused(torch, monkeypatch, field, bad, words):
+    from gpu_dlpack import _wiring
+
+    real = _wiring._import_plan
+
+    def plan(t):
+        found = real(t)
+        return found if found is None else found[:field] + (bad(found[field]),) + found[field + 1:]
+
+    monkeypatch.setattr(_wiring, "_import_plan", plan)
+    _wiring.forget()
+    try:
+        with pytest.raises(TypeError, match=words):
+            gpu_dlpack.from_dlpack(torch.ones(2))
+    finally:
+        monkeypatch.undo()
+        _wiring.forget()
+    assert gpu_dlpack.from_dlpack(torch.ones(2)).tolist() == [1.0, 1.0]
+
+
 def test_a_producer_table_forgotten_while_its_guards_run_stays_alive_for_that_import(torch):
     # The guards (torch's requires_grad, is_conj) are Python where a torch
     # function mode is active: one may make the core forget what it learnt

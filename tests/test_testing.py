@@ -9,6 +9,7 @@ their rows in ``_peers`` say they break, as measured here.
 """
 
 import ctypes
+import os
 import re
 import subprocess
 import sys
@@ -387,6 +388,23 @@ def standin_import(broken=None):
     return from_dlpack
 
 
+def test_an_importer_that_bounds_no_extent_fails_on_the_hostile_capsules():
+    # It refuses what is plainly malformed (gpu_dlpack's importer does), and
+    # takes a capsule whose extent or stride reaches past the address
+    # space: 9.16 fails on those two, and only on them.
+    def from_dlpack(x, **kw):
+        wrong = getattr(x, "wrong", None) or {}
+        if "strides" in wrong or max(wrong.get("shape", (0,))) > 1 << 40:
+            return x.__dlpack__(max_version=(1, 0))  # taken, never read
+        return gpu_dlpack.from_dlpack(x, **kw)
+
+    row = testing.check_consumer(from_dlpack, isolate=False)["malformed-refused"]
+    assert row.outcome == testing._report.FAILED
+    assert row.evidence == ("from_dlpack(x) of a capsule of shape (2**62, 3): more bytes than an address space holds "
+                            "imported it; from_dlpack(x) of a capsule of a stride of 2**61 elements: past the end of "
+                            "the address space imported it")
+
+
 def test_an_importer_that_keeps_every_rule_passes_every_check():
     report = testing.check_consumer(standin_import(), name="a stand-in")
     assert [row.outcome for row in report.rows] == ["passed"] * len(testing.CONSUMER_RULES), str(report)
@@ -428,6 +446,24 @@ def test_an_importer_that_crashes_fails_the_rule_it_crashed_on_in_a_child_proces
     assert report.failed == ("stepped-strides",), str(report)
     assert report["stepped-strides"].evidence == "from_dlpack aborts the process (SIGABRT) in this check"
     assert report.subject == "tests.conformance_peers:aborts_on_steps"
+
+
+def test_an_importer_not_installed_is_said_so_before_any_child_starts():
+    with pytest.raises(ModuleNotFoundError, match=r"no module named 'no_such_library' here: 'no_such_library:f'"):
+        testing.check_consumer("no_such_library:f")
+    with pytest.raises(ModuleNotFoundError, match="no_such_library"):
+        testing.check_consumer("no_such_library.sub:f")
+
+
+def test_the_children_import_from_where_the_parent_tells_its_interpreters_to(tmp_path, monkeypatch):
+    # A module only the environment's PYTHONPATH names (as the test
+    # command names the folder whose sitecustomize hides peers): the
+    # children import it from there too.
+    (tmp_path / "elsewhere_import.py").write_text("import gpu_dlpack\nfrom_dlpack = gpu_dlpack.from_dlpack\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    rows = _children.apart("elsewhere_import:from_dlpack", ["imports-the-array"], ("float32",))
+    assert rows == {"imports-the-array": (testing._report.PASSED, "")}, rows
 
 
 def test_isolation_needs_a_name_a_child_process_can_import():

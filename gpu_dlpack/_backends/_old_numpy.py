@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _capsule, _errors
 
-_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")  # version, ctx, deleter, flags, DLTensor
+_HEAD = _capsule.VERSIONED_HEAD
 _HEAD_SIZE = _HEAD.size  # 80
 
 # The address of arrays without elements, never freed: an array over it may

@@ -27,6 +27,7 @@ from dlpack cimport (
 # a tensor freed first): NULL or -1 comes back as it is, Cython raises nothing.
 cdef extern from "Python.h":
     PyObject *raw_getattr "PyObject_GetAttr"(PyObject *o, PyObject *name)
+    PyObject *raw_vectorcall "PyObject_Vectorcall"(PyObject *f, PyObject **args, size_t nargsf, PyObject *kwnames)
     PyObject *raw_call_method "PyObject_CallMethodNoArgs"(PyObject *o, PyObject *name)
     PyObject *raw_compare "PyObject_RichCompare"(PyObject *a, PyObject *b, int op)
     int raw_is_true "PyObject_IsTrue"(PyObject *o)
@@ -58,8 +59,8 @@ cdef enum:
 cdef struct ImportEntry:
     const DLPackExchangeAPI *api  # NULL: not read
     PyObject *api_owner  # the capsule of the table: it lives as long as the entry
-    PyObject *attrs    # attributes that must be false for the plain export
-    PyObject *methods  # methods whose result must be false ...
+    PyObject *attrs    # data descriptors whose value (their __get__) must be false for the plain export
+    PyObject *methods  # callables whose result for the array must be false ...
     uint32_t method_codes[GUARD_METHODS]  # ... each for these dtype codes (bit per code)
     PyObject *host_method  # the host test (_peers.HostTest), or NULL: len() of ...
     PyObject *host_pieces  # ... this attribute is 1 (one device), and ...
@@ -143,6 +144,12 @@ cdef object learned_entry(object producer_type):
     cdef Py_ssize_t nm = PyTuple_GET_SIZE(<object>methods), i
     if nm > GUARD_METHODS or PyTuple_GET_SIZE(<object>codes) != nm:
         raise ValueError("an import plan has one code mask per guard method, at most 8")
+    for i in range(PyTuple_GET_SIZE(<object>attrs)):
+        if (<TypeSlots *>PyTuple_GET_ITEM(<object>attrs, i).ob_type).tp_descr_get == NULL:
+            raise TypeError("an import plan's guard attributes are descriptors (read by their __get__)")
+    for i in range(nm):
+        if not callable(<object>PyTuple_GET_ITEM(<object>methods, i)):
+            raise TypeError("an import plan's guard methods are callables (called with the array)")
     for i in range(nm):
         masks[i] = <uint32_t>PyLong_AsUnsignedLong(<object>PyTuple_GET_ITEM(<object>codes, i))
     cdef const DLPackExchangeAPI *api = NULL
@@ -234,13 +241,15 @@ cdef int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
     """1 when every guard of the entry is false for x, 0 when one is true or
     cannot be read (the error cleared: the general path asks again and reports)."""
     cdef Py_ssize_t i
+    cdef PyObject *d
     for i in range(PyTuple_GET_SIZE(<object>e.attrs)):
-        if not is_false(raw_getattr(x, PyTuple_GET_ITEM(<object>e.attrs, i))):
+        d = PyTuple_GET_ITEM(<object>e.attrs, i)
+        if not is_false((<TypeSlots *>d.ob_type).tp_descr_get(d, x, <PyObject *>x.ob_type)):
             return 0
     for i in range(PyTuple_GET_SIZE(<object>e.methods)):
         if code < 0 or code >= 32 or not ((e.method_codes[i] >> code) & 1):
             continue
-        if not is_false(raw_call_method(x, PyTuple_GET_ITEM(<object>e.methods, i))):
+        if not is_false(raw_vectorcall(PyTuple_GET_ITEM(<object>e.methods, i), &x, 1, NULL)):
             return 0
     return 1
 

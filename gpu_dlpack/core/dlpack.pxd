@@ -65,6 +65,7 @@ cdef extern from "Python.h":
         object (*tp_alloc)(PyTypeObject *type, Py_ssize_t nitems)
         object (*tp_new)(PyTypeObject *type, object args, PyObject *kwargs)
         PyObject *tp_dict
+        PyObject *(*tp_descr_get)(PyObject *descr, PyObject *obj, PyObject *type)
     # The calls whose failure the caller checks (or clears) itself.
     void *pointer_or_null "PyCapsule_GetPointer"(PyObject *capsule, const char *name) noexcept
     const char *name_or_null "PyCapsule_GetName"(PyObject *capsule) noexcept

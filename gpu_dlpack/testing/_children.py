@@ -54,6 +54,21 @@ def resolved(target: str):
     raise AttributeError(f"{module} has no {' or '.join(names.split('|'))}")
 
 
+def importable(target: str) -> None:
+    """Raise ModuleNotFoundError where the module of ``"module:name"`` is
+    not installed (its children would each die importing it)."""
+    import importlib.util
+
+    module = target.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except ImportError:  # a parent package that is not there
+        found = None
+    if found is None:
+        raise ModuleNotFoundError(f"no module named {module!r} here: {target!r} cannot be imported to be checked",
+                                  name=module)
+
+
 IN_CHILD = False
 
 
@@ -90,7 +105,10 @@ def apart(target: str, rule_ids, dtypes, env: Mapping[str, str] | None = None) -
     died before are (NOT_RUN, its exit status)."""
     rows: dict = {}
     todo = list(rule_ids)
-    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join([os.getcwd()] + [p for p in sys.path if p]))
+    # What the parent imports from, and what its environment adds for the
+    # interpreters it starts (PYTHONPATH: a sitecustomize there runs in the child too).
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) + [os.getcwd()] + sys.path if p]
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
     while todo:
         spec = json.dumps({"target": target, "rules": todo, "dtypes": list(dtypes)})
         try:

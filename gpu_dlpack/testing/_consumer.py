@@ -21,7 +21,7 @@ from .._peers import ALIGNMENT  # bytes: the "unaligned-copies" consumers import
 from .._versions import DLPACK_VERSION
 from . import _children
 from ._report import (ARRAY_API, DLPACK_FLAGS, DLPACK_OWNERSHIP, DLPACK_VERSIONING, DTYPES, FAILED, FROM_DLPACK,
-                      NOT_APPLICABLE, PASSED, SHAPES, Report, Row, Rule, _asked, _run, _said, values)
+                      NOT_APPLICABLE, PASSED, SHAPES, Report, Row, Rule, listed, _asked, _run, _said, values)
 
 #: The importer's rules, in order: id -> Rule, numbered under rule 9
 #: (import) of gpu_dlpack's rules page; ``faults``: the consumer faults of
@@ -77,7 +77,8 @@ CONSUMER_RULES: dict[str, Rule] = {r.id: r for r in (
          "once: the consumer checks the version before it reads another field", DLPACK_VERSIONING),
     Rule("9.16", "malformed-refused",
          "a capsule no producer should make (NULL data with elements, a negative extent, a NULL shape, a vector "
-         "dtype) raises, its tensor freed exactly once, and never crashes the process", DLPACK_OWNERSHIP),
+         "dtype, more bytes than the address space holds, a stride past its end) raises, its tensor freed "
+         "exactly once, and never crashes the process", DLPACK_OWNERSHIP),
 )}
 
 # -- the importer's rules --------------------------------------------------------
@@ -322,8 +323,7 @@ def _check_holds(c: _Consumer):
     if not imported:
         return NOT_APPLICABLE, "it imported none of the dtypes asked"
     if wrong:
-        more = f"; and {len(wrong) - 4} more" if len(wrong) > 4 else ""
-        return FAILED, "; ".join(wrong[:4]) + more
+        return listed(wrong)
     return PASSED, ""
 
 
@@ -373,13 +373,11 @@ def _layout_rule(rule_id: str):
     return check
 
 
-# The struct of a capsule the checks make, packed as dlpack.h lays it out:
-# DLManagedTensorVersioned (version, manager_ctx, deleter, flags, DLTensor)
-# or DLManagedTensor (DLTensor, manager_ctx, deleter); the core's
-# counted_capsule sets the last two and counts the deleter's calls in the
-# int64 after the struct, which the shape and the strides follow.
-_VERSIONED_HEAD = struct.Struct("<IIQQQQiiiBBHQQQ")
-_LEGACY_HEAD = struct.Struct("<QiiiBBHQQQQQ")
+# The struct of a capsule the checks make is packed as dlpack.h lays it out
+# (_capsule.VERSIONED_HEAD, LEGACY_HEAD); the core's counted_capsule sets
+# manager_ctx and the deleter and counts the deleter's calls in the int64
+# after the struct, which the shape and the strides follow.
+_VERSIONED_HEAD, _LEGACY_HEAD = _capsule.VERSIONED_HEAD, _capsule.LEGACY_HEAD
 
 
 class _Counted:
@@ -387,7 +385,8 @@ class _Counted:
     labelled with ``device`` and DLPack dtype ``(code, bits)``, whose deleter
     counts its calls (``calls()``: one number per capsule made). ``wrong``
     writes what no producer should: ``version`` (a versioned capsule's),
-    ``data`` (an address), ``shape``, ``lanes``, ``null_shape``."""
+    ``data`` (an address), ``shape``, ``strides`` (in elements), ``lanes``,
+    ``null_shape``."""
 
     def __init__(self, a, device=(1, 0), dtype=(2, 32), **wrong):
         self.a, self.device, self.dtype, self.wrong = a, device, dtype, wrong
@@ -408,7 +407,7 @@ class _Counted:
         else:
             head.pack_into(mem, 0, *tensor, 0, 0)
         struct.pack_into(f"<{2 * ndim}q", mem, head.size + 8, *wrong.get("shape", a.shape),
-                         *(n // a.itemsize for n in a.strides))
+                         *wrong.get("strides", [n // a.itemsize for n in a.strides]))
         self.made.append((mem, head.size))
         return _compiled.counted_capsule(ctypes.addressof(mem), (mem, a), versioned)
 
@@ -490,6 +489,10 @@ _MALFORMED = {
     "an extent of -1": {"shape": (2, -1)},
     "ndim 2 and a NULL shape": {"null_shape": True},
     "4 lanes (a vector dtype)": {"lanes": 4},
+    # hostile: what the layer's fuzzers make, an import of which would read
+    # or index past the end of the address space
+    "shape (2**62, 3): more bytes than an address space holds": {"shape": (1 << 62, 3)},
+    "a stride of 2**61 elements: past the end of the address space": {"strides": (1 << 61, 1)},
 }
 
 
@@ -581,6 +584,14 @@ def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | No
         evidence, or not applicable and why. Imports are read back through
         their own DLPack (``gpu_dlpack.from_dlpack``), else ``numpy.array``.
 
+    Raises
+    ------
+    ModuleNotFoundError
+        ``from_dlpack`` names a module (``"module:name"``) that is not
+        installed.
+    ValueError
+        ``isolate=True`` for an importer a child process cannot import by name.
+
     Examples
     --------
     gpu_dlpack's own importer, which keeps every rule:
@@ -598,6 +609,7 @@ def check_consumer(from_dlpack: Callable | str, *, dtypes=DTYPES, name: str | No
     if isolate is None:
         isolate = target is not None
     if isolate:
+        _children.importable(target)
         found = _children.apart(target, list(CONSUMER_RULES), tuple(dtypes))
     else:
         c = _Consumer(_children.resolved(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack, tuple(dtypes))

@@ -11,8 +11,12 @@ from .. import _capsule
 from .._devices import DLDeviceType
 from .._import import from_dlpack
 from ._report import (ARRAY_API, DEVICE_API, DLPACK_COPIED, DLPACK_FLAGS, DTYPES, FAILED, NOT_APPLICABLE, PASSED,
-                      SHAPES, Report, Row, Rule, _ask, _asked, _run, _said, values)
+                      SHAPES, Report, Row, Rule, listed, _ask, _asked, _run, _said, values)
 
+#: The producer's rules, in order: id -> Rule. Each number's first part is
+#: the rule of gpu_dlpack's own rules page (docs/internals/rules.md) it
+#: belongs to: 1 versions, 2 copy, 3 device, 4 streams, 5 read-only, 8 the
+#: capsule holds the array.
 RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("1.1", "no-keywords-legacy",
          "__dlpack__() asked for no max_version gives a legacy 'dltensor' capsule: a consumer that names no "
@@ -304,8 +308,7 @@ def _check_holds(p: _Producer):
     if not made:
         return NOT_APPLICABLE, "make refused every dtype asked"
     if wrong:
-        more = f"; and {len(wrong) - 4} more" if len(wrong) > 4 else ""
-        return FAILED, "; ".join(wrong[:4]) + more
+        return listed(wrong)
     return PASSED, ""
 
 

@@ -35,16 +35,20 @@ class Rule(NamedTuple):
     faults: tuple = ()
 
 
-#: The producer's rules, in order: id -> Rule. Each number's first part is
-#: the rule of gpu_dlpack's own rules page (docs/internals/rules.md) it
-#: belongs to: 1 versions, 2 copy, 3 device, 4 streams, 5 read-only, 8 the
-#: capsule holds the array.
+#: The outcomes of a row.
 PASSED, FAILED, NOT_APPLICABLE = "passed", "failed", "not applicable"
 
 #: The dtypes ``check_producer`` asks ``make`` for, by default.
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
           "float32", "float64", "complex64", "complex128")
 SHAPES = ((), (0,), (5,), (2, 3))
+
+
+def listed(wrong: list) -> tuple[str, str]:
+    """A failed row's outcome and evidence: the first four of what is
+    ``wrong``, and how many more."""
+    more = f"; and {len(wrong) - 4} more" if len(wrong) > 4 else ""
+    return FAILED, "; ".join(wrong[:4]) + more
 
 
 def values(shape, dtype) -> np.ndarray:
