@@ -218,6 +218,29 @@ def test_platform_says_why_the_gpu_is_not_usable(report):
 # -- measured facts (the peers' behaviour in SPEC section 5) -------------------
 
 
+def test_the_read_only_cell_reads_the_data_rules_5_1_and_5_2_judge(report):
+    # One read-only datum per library, displayed and judged: any of its
+    # arrays where they are all immutable (JAX, TensorFlow, pyarrow), whose
+    # legacy export is rule 5.2's failure and the display's "legacy export!".
+    seen = 0
+    for r in report["libraries"]:
+        prod = r.get("producer") or {}
+        rules, ro = prod.get("rules"), prod.get("read_only")
+        if not prod.get("probed") or rules is None:
+            continue
+        flagged, legacy = rules["read-only-flagged"][0], rules["read-only-legacy-refused"][0]
+        if ro is None:
+            assert flagged == legacy == "not applicable", r["name"]
+            continue
+        seen += 1
+        assert (ro["legacy"] == "exported") == (legacy == "failed"), (r["name"], ro, rules["read-only-legacy-refused"])
+        assert (ro["flag"] is False) == (flagged == "failed"), (r["name"], ro, rules["read-only-flagged"])
+    assert seen >= 2  # NumPy's, and array-api-strict's or an immutable library's
+    jax_row = row(report, "jax")
+    if jax_row["version"] is not None:
+        assert jax_row["producer"]["read_only"]["legacy"] == "exported"
+
+
 def test_producers_are_measured(report, jax):
     numpy = row(report, "numpy")["producer"]
     assert numpy["capsules"]["none"] == {"name": "dltensor", "version": None, "flags": 0}
