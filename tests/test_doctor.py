@@ -218,6 +218,36 @@ def test_platform_says_why_the_gpu_is_not_usable(report):
 # -- measured facts (the peers' behaviour in SPEC section 5) -------------------
 
 
+def test_the_read_only_and_copy_cells_agree_with_the_rules_that_judge_them(report):
+    # One read-only datum per library, displayed and judged: any of its
+    # arrays where they are all immutable (JAX, TensorFlow, pyarrow), whose
+    # legacy export is rule 5.2's failure and the display's "legacy export!".
+    seen = 0
+    for r in report["libraries"]:
+        prod = r.get("producer") or {}
+        rules, ro = prod.get("rules"), prod.get("read_only")
+        if not prod.get("probed") or rules is None:
+            continue
+        flagged, legacy = rules["read-only-flagged"][0], rules["read-only-legacy-refused"][0]
+        if ro is None:
+            assert flagged == legacy == "not applicable", r["name"]
+            continue
+        seen += 1
+        assert (ro["legacy"] == "exported") == (legacy == "failed"), (r["name"], ro, rules["read-only-legacy-refused"])
+        assert (ro["flag"] is False) == (flagged == "failed"), (r["name"], ro, rules["read-only-flagged"])
+    assert seen >= 2  # NumPy's, and array-api-strict's or an immutable library's
+    # The copy=True cell and rules 2.1 and 2.2 ask the same request of the same array.
+    for r in report["libraries"]:
+        prod = r.get("producer") or {}
+        if prod.get("probed") and prod.get("rules") is not None:
+            copy, rules = prod["copy"], prod["rules"]
+            assert (copy["copies"] is True) == (rules["copy-true-new-memory"][0] == "passed"), (r["name"], copy)
+            assert (copy["flag"] is False) == (rules["copy-true-flagged"][0] == "failed"), (r["name"], copy)
+    jax_row = row(report, "jax")
+    if jax_row["version"] is not None:
+        assert jax_row["producer"]["read_only"]["legacy"] == "exported"
+
+
 def test_producers_are_measured(report, jax):
     numpy = row(report, "numpy")["producer"]
     assert numpy["capsules"]["none"] == {"name": "dltensor", "version": None, "flags": 0}

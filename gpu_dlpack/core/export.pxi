@@ -19,6 +19,15 @@ cdef object general_inspect = None
 cdef object general_convert = None
 
 
+# The keyword names of each general call: the call's arguments go in one
+# array, by vectorcall (no dict of keywords made per call).
+cdef tuple EXPORT_KEYWORDS = ("stream", "max_version", "dl_device", "copy", "readonly", "min_version")
+cdef tuple WRAP_KEYWORDS = ("readonly", "min_version")
+cdef tuple FROM_DLPACK_KEYWORDS = ("device", "copy", "stream", "require_alignment", "require_contiguous")
+cdef tuple CONVERT_KEYWORDS = ("device", "copy", "stream", "on_readonly", "report", "require_alignment",
+                               "require_contiguous")
+
+
 cdef inline object unconfigured():
     configured()
     raise RuntimeError(NOT_CONFIGURED.decode())
@@ -108,8 +117,15 @@ def export(x, /, *, stream=None, max_version=None, dl_device=None, copy=None, re
                 return capsule
     if general_export is None:
         return unconfigured()
-    return general_export(x, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy,
-                          readonly=readonly, min_version=min_version)
+    cdef PyObject *a[7]
+    a[0] = <PyObject *>x
+    a[1] = <PyObject *>stream
+    a[2] = <PyObject *>max_version
+    a[3] = <PyObject *>dl_device
+    a[4] = <PyObject *>copy
+    a[5] = <PyObject *>readonly
+    a[6] = <PyObject *>min_version
+    return take(PyObject_Vectorcall(<PyObject *>general_export, a, 1, <PyObject *>EXPORT_KEYWORDS))
 
 
 # wrap(x, /, *, readonly=False, min_version=None): the Exportable of the
@@ -123,7 +139,11 @@ def wrap(x, /, *, readonly=False, min_version=None):
             return made
     if general_wrap is None:
         return unconfigured()
-    return general_wrap(x, readonly=readonly, min_version=min_version)
+    cdef PyObject *a[3]
+    a[0] = <PyObject *>x
+    a[1] = <PyObject *>readonly
+    a[2] = <PyObject *>min_version
+    return take(PyObject_Vectorcall(<PyObject *>general_wrap, a, 1, <PyObject *>WRAP_KEYWORDS))
 
 
 # from_dlpack(x, /, *, ...): asked for nothing but x (or device= the CPU, as
@@ -148,8 +168,14 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None, require_alignment=
                 return imported
     if general_from_dlpack is None:
         return unconfigured()
-    return general_from_dlpack(x, device=device, copy=copy, stream=stream, require_alignment=require_alignment,
-                               require_contiguous=require_contiguous)
+    cdef PyObject *a[6]
+    a[0] = <PyObject *>x
+    a[1] = <PyObject *>device
+    a[2] = <PyObject *>copy
+    a[3] = <PyObject *>stream
+    a[4] = <PyObject *>require_alignment
+    a[5] = <PyObject *>require_contiguous
+    return take(PyObject_Vectorcall(<PyObject *>general_from_dlpack, a, 1, <PyObject *>FROM_DLPACK_KEYWORDS))
 
 
 # inspect_capsule(capsule): the core's read (which hands to the Python read
@@ -188,8 +214,17 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
                     return imported
     if general_convert is None:
         return unconfigured()
-    return general_convert(x, to, device=device, copy=copy, stream=stream, on_readonly=on_readonly, report=report,
-                           require_alignment=require_alignment, require_contiguous=require_contiguous)
+    cdef PyObject *a[9]
+    a[0] = <PyObject *>x
+    a[1] = <PyObject *>to
+    a[2] = <PyObject *>device
+    a[3] = <PyObject *>copy
+    a[4] = <PyObject *>stream
+    a[5] = <PyObject *>on_readonly
+    a[6] = <PyObject *>report
+    a[7] = <PyObject *>require_alignment
+    a[8] = <PyObject *>require_contiguous
+    return take(PyObject_Vectorcall(<PyObject *>general_convert, a, 2, <PyObject *>CONVERT_KEYWORDS))
 
 
 # Each public function's own parameters, as Cython made them (front()).

@@ -126,7 +126,8 @@ def probe_producer(peer, module, gpu=False) -> dict:
     out["keywords"] = keywords
     out["keyword_errors"] = errors
     out["floor"], out["floor_error"] = _floor(x) if keywords["max_version"] else (None, None)
-    out["read_only"] = _producer_read_only(peer, module) if peer.readonly and not gpu else None
+    read_only = None if gpu else _read_only_maker(peer)
+    out["read_only"] = None if read_only is None else _producer_read_only(read_only, module, peer.values)
     out["copy"] = _producer_copy(x) if keywords["copy"] else {
         "copies": None, "flag": None, "detail": "does not take copy"
     }
@@ -134,20 +135,28 @@ def probe_producer(peer, module, gpu=False) -> dict:
     return out
 
 
+def _read_only_maker(peer):
+    """(module, ndarray) -> the library's read-only host data (None: it
+    makes none): any of its host arrays where the table of peers says they
+    are all immutable, else ``peer.readonly``. The rules and the display
+    read the same data."""
+    row = _peers.by_name(peer.name)
+    if row is not None and any(f.id in _peers.READ_ONLY_ARRAYS for f in row.export_faults):
+        return peer.host
+    return peer.readonly
+
+
 def _producer_rules(peer, module) -> dict | None:
     """gpu_dlpack.testing's rules of a producer, checked on the library's
     host arrays of float32: rule id -> [outcome, evidence] (None where it
-    makes none). Read-only data is what ``peer.readonly`` makes, or any of
-    its arrays where the table says they are all immutable."""
-    row = _peers.by_name(peer.name)
-    immutable = row is not None and any(f.id in _peers.READ_ONLY_ARRAYS for f in row.export_faults)
+    makes none). Read-only data is what ``_read_only_maker`` makes."""
+    read_only = _read_only_maker(peer)
 
     def make(shape, dtype, *, readonly=False):
         if peer.flat and len(shape) != 1:
             raise TypeError(f"{peer.name}'s arrays here have one dimension")
         a = testing.values(shape, dtype)
-        made = peer.host(module, a) if not readonly or immutable else (
-            peer.readonly(module, a) if peer.readonly is not None else None)
+        made = peer.host(module, a) if not readonly else (None if read_only is None else read_only(module, a))
         if made is None:
             raise NotImplementedError(f"the doctor makes no read-only arrays of {peer.name}")
         return made
@@ -159,10 +168,10 @@ def _producer_rules(peer, module) -> dict | None:
     return {row.rule.id: [row.outcome, row.evidence] for row in report.rows}
 
 
-def _producer_read_only(peer, module):
+def _producer_read_only(make, module, values):
     result = {"flag": None, "legacy": None, "detail": None}
     try:
-        r = peer.readonly(module, VALUES)
+        r = make(module, values)
     except Exception as exc:
         return dict(result, detail=f"could not make read-only data: {_err(exc)}")
     if r is None:  # this release makes none (torch before 2.14)

@@ -45,10 +45,9 @@ def _producer_cells(row):
     ro = p.get("read_only")
     if ro is None:
         ro_text = "n/a"
-    elif ro["flag"] is None:
-        ro_text = ro.get("detail") or "?"
     else:
-        ro_text = ("sets" if ro["flag"] else "NOT SET") + ("" if ro["legacy"] != "exported" else ", legacy export!")
+        ro_text = (ro.get("detail") or "?" if ro["flag"] is None else "sets" if ro["flag"] else "NOT SET") + (
+            "" if ro["legacy"] != "exported" else ", legacy export!")
     c = p["copy"]
     if c["copies"] is None:
         copy_text = c["detail"] or "?"
