@@ -78,20 +78,13 @@ say "5. the pytest plugin, in a venv of the wheel and pytest alone"
 "$py" -m venv "$tmp/plain"
 "$tmp/plain/bin/python" -m pip install -q --disable-pip-version-check "$wheel" pytest
 mkdir "$tmp/plugin"
-cat >"$tmp/plugin/test_dlpack.py" <<'PY'
-import numpy as np
+# The test module as the conformance page shows it, taken from the page.
+python - "$root/docs/guide/conformance.md" "$tmp/plugin/test_dlpack.py" <<'PY'
+import re
+import sys
 
-from gpu_dlpack import testing
-
-
-def make(shape, dtype, *, readonly=False):
-    a = testing.values(shape, dtype)
-    a.flags.writeable = not readonly
-    return a
-
-
-test_export = testing.ProducerTests(make)
-test_import = testing.ConsumerTests(np.from_dlpack, allow={"malformed-refused": "NumPy reads a NULL shape"})
+page = open(sys.argv[1]).read()
+open(sys.argv[2], "w").write(re.search(r"```python\n# test_numpy_dlpack\.py\n(.*?)```", page, re.S).group(1))
 PY
 (cd "$tmp/plugin" && env -u PYTHONPATH "$tmp/plain/bin/python" -m pytest -p no:cacheprovider -v -rsx . \
   >"$tmp/plugin.log" 2>&1) || { tail -n 40 "$tmp/plugin.log"; exit 1; }
