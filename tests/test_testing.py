@@ -502,7 +502,14 @@ def test_each_importer_breaks_what_the_guide_and_the_fault_table_say(library, mo
         version = conformance_peers.version(library)
     except Exception:
         pytest.skip(f"{library} is not installed")
-    failed = set(testing.check_consumer(conformance_peers.CONSUMERS[library]).failed)
+    try:
+        report = testing.check_consumer(conformance_peers.CONSUMERS[library])
+    except ModuleNotFoundError as exc:  # installed, and hidden from this run
+        pytest.skip(str(exc))
+    missing = [row.evidence for row in report.rows if "No module named" in row.evidence]
+    if missing:  # its importer imports a module hidden from this run (TensorFlow's ml_dtypes)
+        pytest.skip(missing[0])
+    failed = set(report.failed)
     peer = _peers.by_name(library)
     table = set(_peers.active_faults(peer, version.partition(" ")[0])) if peer is not None else set()
     for rule in testing.CONSUMER_RULES.values():
