@@ -156,7 +156,7 @@ def check_library(r):
         assert _is(prod["floor"], list, None)
         if prod["read_only"] is not None:
             assert _is(prod["read_only"]["flag"], bool, None)
-            assert prod["read_only"]["legacy"] in ("refused", "exported", None)
+            assert prod["read_only"]["legacy"] in ("refused", "exported", "versioned", None)
         assert _is(prod["copy"]["copies"], bool, None) and _is(prod["copy"]["flag"], bool, None)
     elif prod is not None:
         assert _is(prod["reason"], str)
@@ -234,7 +234,9 @@ def test_the_read_only_and_copy_cells_agree_with_the_rules_that_judge_them(repor
             continue
         seen += 1
         assert (ro["legacy"] == "exported") == (legacy == "failed"), (r["name"], ro, rules["read-only-legacy-refused"])
-        assert (ro["flag"] is False) == (flagged == "failed"), (r["name"], ro, rules["read-only-flagged"])
+        # (a versioned request the producer cannot take fails 5.1 too: pyarrow 25 takes no max_version)
+        assert (ro["flag"] is False or (ro["flag"] is None and "versioned export failed" in (ro["detail"] or ""))) == (
+            flagged == "failed"), (r["name"], ro, rules["read-only-flagged"])
     assert seen  # NumPy's at least
     # The copy=True cell and rules 2.1 and 2.2 ask the same request of the same array.
     for r in report["libraries"]:
@@ -259,11 +261,11 @@ def test_producers_are_measured(report, jax):
     if torch_row["version"] is not None:
         # torch makes read-only data from 2.14 (ReadOnlyTensorWrapper), whose
         # versioned capsules say READ_ONLY (2.15.0 answers a request for a
-        # legacy capsule with a versioned one too: "exported"); before, it
-        # has none: not applicable.
+        # legacy capsule with such a versioned one too: "versioned"); before,
+        # it has none: not applicable.
         if _release(torch_row["version"]) >= (2, 14):
             got = torch_row["producer"]["read_only"]
-            assert got["flag"] is True and got["detail"] is None and got["legacy"] in ("refused", "exported"), got
+            assert got["flag"] is True and got["detail"] is None and got["legacy"] in ("refused", "versioned"), got
         else:
             assert torch_row["producer"]["read_only"] is None
     jax_row = row(report, "jax")

@@ -60,7 +60,7 @@ The JSON report (``gpu-dlpack doctor --json``, schema ``gpu_dlpack.doctor/1``)::
           "keyword_errors": {keyword: str},
           "floor": [int, int] | null,        # lowest max_version accepted, when above (0, 0)
           "floor_error": str | null,
-          "read_only": {"flag": bool | null, "legacy": "refused" | "exported" | null,
+          "read_only": {"flag": bool | null, "legacy": "refused" | "exported" | "versioned" | null,
                         "detail": str | null} | null,   # null: it makes no read-only data
           "copy": {"copies": bool | null, "flag": bool | null, "detail": str | null},
           # gpu_dlpack.testing's rules of a producer on its host arrays

@@ -185,10 +185,12 @@ def _producer_read_only(make, module, values):
     except Exception as exc:
         result["detail"] = f"versioned export failed: {_err(exc)}"
     try:
-        type(r).__dlpack__(r)
-        result["legacy"] = "exported"
+        answer = _capsule.read(type(r).__dlpack__(r))
     except Exception:
         result["legacy"] = "refused"
+    else:
+        # A versioned capsule that says READ_ONLY answers it safely (torch 2.15's), as rule 5.2 reads it.
+        result["legacy"] = "versioned" if answer.versioned and answer.readonly else "exported"
     return result
 
 
