@@ -266,15 +266,9 @@ def _from_dlpack_of(module, name, peer) -> Callable:
         except ImportError:
             pass
     root = importlib.import_module(peer.module)
-    for path in peer.consumer:
-        obj: Any = root
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        if callable(obj):
-            return obj
+    found, _ = _peers.named_callable(root, peer.consumer)
+    if found is not None:
+        return found
     raise _errors.consumer_without_from_dlpack(name, [f"{root.__name__}.{p}" for p in peer.consumer])
 
 

@@ -680,6 +680,22 @@ def by_name(name: str) -> Peer | None:
     return None
 
 
+def named_callable(root, paths) -> tuple:
+    """``(obj, path)``: the first of the dotted ``paths`` (a row's
+    ``consumer``) that names a callable under ``root``; ``(None, None)``
+    where none does."""
+    for path in paths:
+        obj = root
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if callable(obj):
+            return obj, path
+    return None, None
+
+
 def release(version: str | None) -> tuple:
     """The release numbers of a version string: ``"2.13.0+cpu"`` -> ``(2, 13, 0)``;
     () when there are none. (Only release numbers are compared: a table

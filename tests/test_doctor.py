@@ -623,7 +623,6 @@ def test_the_doctor_finds_each_library_where_convert_does():
     # (gpu_dlpack._peers): the doctor's peers say only how to make arrays,
     # and probe the very function convert hands arrays to.
     from gpu_dlpack import _convert, _peers
-    from gpu_dlpack.doctor._probes import _resolve
 
     checked = 0
     for peer in doctor.PEERS:
@@ -640,7 +639,7 @@ def test_the_doctor_finds_each_library_where_convert_does():
             continue
         for sub in peer.submodules:
             importlib.import_module(sub)
-        assert _resolve(module, peer.consumer)[0] is _convert._read_consumer(peer.name).call, peer.name  # uncached
+        assert _peers.named_callable(module, peer.consumer)[0] is _convert._read_consumer(peer.name).call, peer.name  # uncached
         checked += 1
     if not checked:  # the run on NumPy alone, or with the optional peers hidden
         pytest.skip("no library here whose own from_dlpack convert calls")

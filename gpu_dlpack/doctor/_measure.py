@@ -95,19 +95,6 @@ def _origin(module: str):
     return spec.origin or (tuple(spec.submodule_search_locations or ()) or None)
 
 
-def _resolve(module, paths):
-    for path in paths:
-        obj = module
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        if callable(obj):
-            return obj, path
-    return None, None
-
-
 def _capsule_kind(make):
     try:
         info = _capsule.read(make())

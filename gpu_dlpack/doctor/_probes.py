@@ -12,7 +12,7 @@ from .. import _capsule, _peers, testing
 from ..testing import _consumer
 from .._devices import Device
 from .._export import wrap
-from ._measure import VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _resolve, _sent
+from ._measure import VALUES, _aligned, _capsule_kind, _err, _origin, _pointer, _quiet, _sent
 from ._peers import _peer_gpu_usable
 from ._unopened import unopened
 
@@ -216,7 +216,7 @@ def _asks(fn):
 
 @_quiet()
 def probe_consumer(peer, module) -> dict:
-    fn, path = _resolve(module, peer.consumer)
+    fn, path = _peers.named_callable(module, peer.consumer)
     call = f"{peer.module}.{path}" if path else None
     out = {"probed": False, "reason": None, "call": call}
     if not peer.consumer:
@@ -303,7 +303,7 @@ class _Loaded:
         self.peer = peer
         self.module = module
         self.row = row
-        self.consume, _ = _resolve(module, peer.consumer) if module is not None else (None, None)
+        self.consume, _ = _peers.named_callable(module, peer.consumer) if module is not None else (None, None)
 
 
 def load(peer) -> _Loaded:
