@@ -945,6 +945,17 @@ def test_the_adaptation_adds_a_byte_offset_to_the_data_as_an_address(versioned):
     assert rec.calls == 1
 
 
+def test_inspect_of_capsules_of_one_array_makes_no_new_shape_strides_or_address():
+    # The values of the last record are given again while they are the
+    # same (tuples and ints cannot change); another array's are its own.
+    x, y = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+    a, b = (gpu_dlpack.inspect(x.__dlpack__(max_version=(1, 0))) for _ in range(2))
+    assert a.shape is b.shape and a.strides is b.strides and a.data is b.data
+    c = gpu_dlpack.inspect(y.__dlpack__(max_version=(1, 0)))
+    assert (c.shape, c.strides, c.data) == ((3, 4), (4, 1), y.ctypes.data)
+    assert (a.shape, a.strides, a.data) == ((2, 3), (3, 1), x.ctypes.data)
+
+
 # -- a capsule's kind and pointer, and the patches of a tensor's fields --------------
 # The core's primitives the layer calls by a capsule or an address (once
 # ctypes calls in _capsule.py): each answers or writes exactly its field, and

@@ -325,6 +325,29 @@ cdef inline object same_request(object request, object max_version):
     return request
 
 
+# The request of a plain call asked for max_version (the same object) and
+# nothing else, made once where it can be: a legacy request's is a constant;
+# for an exact tuple, the last one made is kept (a tuple cannot change), so
+# that a consumer that asks each new wrapper the same (torch's from_dlpack,
+# its max_version a constant) makes none.
+cdef tuple LEGACY_REQUEST = (None, None, None, None)
+cdef object kept_request = None
+cdef object kept_request_lock = object()  # a free-threaded build's: the GIL's elsewhere
+
+
+cdef inline object plain_request(object max_version):
+    global kept_request
+    if max_version is None:
+        return LEGACY_REQUEST
+    if not PyTuple_CheckExact(max_version):
+        return (None, max_version, None, None)
+    with cython.critical_section(kept_request_lock):
+        request = same_request(kept_request, max_version)
+        if request is None:
+            request = kept_request = (None, max_version, None, None)
+    return request
+
+
 # The capsule of the plan asked for max_version (and nothing else), or
 # NOT_PLAIN: the general path runs.
 cdef object run_plan(ExportableBase self, object max_version, bint versioned):
@@ -334,7 +357,7 @@ cdef object run_plan(ExportableBase self, object max_version, bint versioned):
     # checked after it, and held.
     request = same_request(self._request, max_version)
     if request is None:
-        request = (None, max_version, None, None)
+        request = plain_request(max_version)
     if not plan_holds(self) or (versioned and not accepted_versioned(verdict, <PyObject *>max_version)):
         return NOT_PLAIN
     # The plan held for the rest of the call: the array, the dtype, what

@@ -102,6 +102,23 @@ cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
     return t
 
 
+# The last data address read, and its int, given again for the same address
+# (an int cannot change): inspect of capsules of one array makes no new one.
+cdef void *kept_address = NULL
+cdef object kept_address_int = None
+
+
+cdef inline object address_kept(void *data):
+    global kept_address, kept_address_int
+    with cython.critical_section(kept_lock):
+        if kept_address_int is not None and kept_address == data:
+            return kept_address_int
+    v = PyLong_FromVoidPtr(data)
+    with cython.critical_section(kept_lock):
+        kept_address, kept_address_int = data, v
+    return v
+
+
 # The fields of the record inspect returns, held in the object: the base of
 # _capsule.CapsuleInfo, the record's face (a frozen dataclass of these fields
 # with the properties derived from them), which read() makes directly.
@@ -186,7 +203,7 @@ cdef inline object read_info(object capsule):
     info.shape = int64s_kept(0, shape, t.ndim)
     info.strides = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
     info.byte_offset = t.byte_offset
-    info.data = PyLong_FromVoidPtr(t.data)
+    info.data = address_kept(t.data)
     return info
 
 
