@@ -134,6 +134,31 @@ def test_tvm_consumes_torch_wrapped(measure, tvm_ffi, t):
     assert out.data_ptr() == t.data_ptr()
 
 
+# The pieces of the wrapped call, beside it: making the wrapper (for a torch
+# tensor, its device read through torch's C exchange API), the exchange of a
+# wrapper made once, and torch's own cost of the guards the exchange asks
+# (requires_grad; the negative bit, which torch's C exchange API leaves
+# unresolved). docs/internals/benchmarks.md reads the floor they set.
+
+@_bench("tvm-ffi consumes through the C exchange API")
+def test_tvm_consumes_torch_wrapped_pieces_wrap(measure, t):
+    w = measure(lambda: gpu_dlpack.wrap(t), "gpu_dlpack.wrap(t)", role="other")
+    assert w.__dlpack_device__() == (1, 0)
+
+
+@_bench("tvm-ffi consumes through the C exchange API")
+def test_tvm_consumes_torch_wrapped_pieces_exchange(measure, tvm_ffi, t):
+    w = gpu_dlpack.wrap(t)
+    out = measure(lambda: tvm_ffi.from_dlpack(w), "tvm_ffi.from_dlpack(w), w = wrap(t)", role="other")
+    assert out.data_ptr() == t.data_ptr()
+
+
+@_bench("tvm-ffi consumes through the C exchange API")
+def test_tvm_consumes_torch_wrapped_pieces_guards(measure, t):
+    got = measure(lambda: (t.requires_grad, t.is_neg()), "(t.requires_grad, t.is_neg())", role="other")
+    assert got == (False, False)
+
+
 @_bench("tvm-ffi consumes through the C exchange API")
 def test_tvm_consumes_numpy_wrapped(measure, tvm_ffi, x):
     out = measure(
