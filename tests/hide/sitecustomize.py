@@ -35,12 +35,17 @@ class HideFinder:
         getattr(self.inner, "invalidate_caches", lambda: None)()
 
 
+# The distributions whose names do not start with the module they install.
+_DISTRIBUTIONS = {"paddle": ("paddlepaddle",), "tvm_ffi": ("apache_tvm_ffi",)}
+
+
 def _hidden_distribution(dist) -> bool:
     try:
         name = (dist.metadata["Name"] or "").lower().replace("-", "_")
     except Exception:
         return False
-    return any(name == h or name.startswith(h + "_") or name.startswith(h) and h == "paddle" for h in HIDDEN)
+    return any(name == h or name.startswith(h + "_") or name in _DISTRIBUTIONS.get(h, ()) or
+               name.startswith(tuple(d + "_" for d in _DISTRIBUTIONS.get(h, ()))) for h in HIDDEN)
 
 
 def install():
