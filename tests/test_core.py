@@ -952,8 +952,9 @@ def test_inspect_of_capsules_of_one_array_makes_no_new_shape_strides_or_address(
     a, b = (gpu_dlpack.inspect(x.__dlpack__(max_version=(1, 0))) for _ in range(2))
     assert a.shape is b.shape and a.strides is b.strides and a.data is b.data
     c = gpu_dlpack.inspect(y.__dlpack__(max_version=(1, 0)))
-    assert (c.shape, c.strides, c.data) == ((3, 4), (4, 1), y.ctypes.data)
-    assert (a.shape, a.strides, a.data) == ((2, 3), (3, 1), x.ctypes.data)
+    # (NumPy 2.1 to 2.3 leave a C-contiguous array's strides out)
+    assert (c.shape, c.data) == ((3, 4), y.ctypes.data) and c.strides in (None, (4, 1))
+    assert (a.shape, a.data) == ((2, 3), x.ctypes.data) and a.strides in (None, (3, 1))
 
 
 # -- a capsule's kind and pointer, and the patches of a tensor's fields --------------
