@@ -32,4 +32,4 @@ def floor():
 
     before = gpu_dlpack.MIN_DLPACK_VERSION
     yield
-    gpu_dlpack.MIN_DLPACK_VERSION = before
+    gpu_dlpack.set_min_dlpack_version(before)

@@ -93,10 +93,10 @@ def test_floor_applies_to_a_max_version_accepted_before(how, floor):
     x = np.arange(3.0)
     asked = (1, 0)
     gpu_dlpack.inspect(_exports(x)[how](max_version=asked))
-    gpu_dlpack.MIN_DLPACK_VERSION = (1, 1)
+    gpu_dlpack.set_min_dlpack_version((1, 1))
     with pytest.raises(BufferError, match="below \\(1, 1\\)"):
         _exports(x)[how](max_version=asked)
-    gpu_dlpack.MIN_DLPACK_VERSION = (0, 5)
+    gpu_dlpack.set_min_dlpack_version((0, 5))
     assert gpu_dlpack.inspect(_exports(x)[how](max_version=asked)).versioned
 
 

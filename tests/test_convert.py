@@ -115,7 +115,7 @@ def test_a_plain_array_reaches_torch_as_the_capsule_torch_would_ask_a_wrapper_fo
     capsule = gpu_dlpack.convert(np.arange(3.0), "torch")
     assert seen == [capsule] and gpu_dlpack.inspect(capsule).versioned == (c.asks is not None)
     monkeypatch.setitem(_convert._consumers, "torch", c)
-    gpu_dlpack.MIN_DLPACK_VERSION = (1, 1)
+    gpu_dlpack.set_min_dlpack_version((1, 1))
     a = np.arange(3.0)
     with pytest.raises(gpu_dlpack.DLPackVersionError, match="below \\(1, 1\\)"):
         torch.from_dlpack(gpu_dlpack.wrap(a))

@@ -969,7 +969,7 @@ class VersionedOnly(Producer):
 def _jax_floor_fixed():
     with pytest.raises(BufferError, match="below"):
         OldConsumer.from_dlpack(gpu_dlpack.wrap(_jax().numpy.arange(3.0)))
-    gpu_dlpack.MIN_DLPACK_VERSION = (0, 4)
+    gpu_dlpack.set_min_dlpack_version((0, 4))
     # (An old consumer asks for a legacy capsule: JAX's immutable array is
     # handed over as a copy, rule 5.)
     out = OldConsumer.from_dlpack(gpu_dlpack.wrap(gpu_dlpack.from_dlpack(_jax().numpy.arange(3.0), copy=True)))

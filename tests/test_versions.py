@@ -182,13 +182,29 @@ def test_the_floor_set_at_run_time_takes_effect_on_wrappers_made_before(floor):
 
 def test_floor_is_settable_at_run_time(floor):
     a = np.arange(3)
-    gpu_dlpack.MIN_DLPACK_VERSION = (0, 8)
+    assert gpu_dlpack.set_min_dlpack_version((0, 8)) == (0, 5)
     assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 8)
     with pytest.raises(BufferError, match=r"below \(0, 8\)"):
         export(a, max_version=(0, 7))
-    gpu_dlpack.MIN_DLPACK_VERSION = "0.3"
+    assert gpu_dlpack.set_min_dlpack_version("0.3") == (0, 8)
     assert inspect(export(a, max_version=(0, 4))).name == "dltensor"
     assert gpu_dlpack.set_min_dlpack_version((0, 5)) == (0, 3)
+
+
+def test_assigning_the_floor_sets_it_and_warns_that_it_is_deprecated(floor):
+    # Assigning the module attribute still sets the floor, validated, for
+    # the release that deprecates it; the warning names the caller's line
+    # and the function to call instead.
+    with pytest.warns(DeprecationWarning, match=r"set_min_dlpack_version") as seen:
+        gpu_dlpack.MIN_DLPACK_VERSION = "0.8"
+    assert seen[0].filename == __file__
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 8)
+    with pytest.raises(BufferError, match=r"below \(0, 8\)"):
+        export(np.arange(3), max_version=(0, 7))
+    with pytest.warns(DeprecationWarning):
+        with pytest.raises(ValueError, match="MIN_DLPACK_VERSION"):
+            gpu_dlpack.MIN_DLPACK_VERSION = (2, 0)
+    assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 8)
 
 
 def test_a_verdict_the_core_cached_does_not_outlive_a_new_floor(floor):
@@ -199,7 +215,7 @@ def test_a_verdict_the_core_cached_does_not_outlive_a_new_floor(floor):
     for _ in range(3):
         assert inspect(export(a, max_version=(1, 0))).name == "dltensor_versioned"
         assert inspect(w.__dlpack__(max_version=(1, 0))).name == "dltensor_versioned"
-    gpu_dlpack.MIN_DLPACK_VERSION = (1, 1)
+    gpu_dlpack.set_min_dlpack_version((1, 1))
     with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\)"):
         export(a, max_version=(1, 0))
     with pytest.raises(gpu_dlpack.DLPackVersionError, match=r"below \(1, 1\)"):
@@ -209,7 +225,7 @@ def test_a_verdict_the_core_cached_does_not_outlive_a_new_floor(floor):
 @pytest.mark.parametrize("bad", [(2, 0), (-1, 0), "x", (0,), 5])
 def test_a_bad_floor_at_run_time_is_refused(bad, floor):
     with pytest.raises(ValueError):
-        gpu_dlpack.MIN_DLPACK_VERSION = bad
+        gpu_dlpack.set_min_dlpack_version(bad)
     assert gpu_dlpack.MIN_DLPACK_VERSION == (0, 5)
 
 
@@ -257,7 +273,7 @@ def test_max_version_not_a_2_tuple_of_ints_is_a_type_error_showing_the_form(bad)
 
 
 def test_bool_needs_dlpack_0_8(floor):
-    gpu_dlpack.MIN_DLPACK_VERSION = (0, 5)
+    gpu_dlpack.set_min_dlpack_version((0, 5))
     b = np.array([True, False])
     with pytest.raises(BufferError, match="bool needs DLPack 0.8"):
         export(b, max_version=(0, 7))
