@@ -115,6 +115,20 @@ _id = id
 _PLAIN = _dtypes.PLAIN
 
 
+def stream_for(x, stream, dl_device=None):
+    """``stream`` as a handle; for none, inside a ``use_stream`` block, the
+    block's stream for the memory the consumer of ``x`` receives (None for
+    memory without GPU streams: a NumPy array that stays on the host)."""
+    if stream is not None:
+        return _streams.handle_of(stream)
+    if (dl_device is not None or type(x) is not np.ndarray) and _streams.in_block():
+        try:
+            return _streams.block_stream(_rules.target_device(_backends.device_of(x), dl_device))
+        except (AttributeError, TypeError, ValueError, BufferError):
+            pass  # the export itself reports what is wrong
+    return None
+
+
 def resolved_views(x, copy):
     """``x`` with the views (``_peers.ExportFacts.views``) it holds unresolved (torch's
     negative and conjugate bits) resolved: a new array holding the values

@@ -93,12 +93,8 @@ def marked(x, call, *args):
     a ``__dlpack__`` that does)."""
     ids = asked.ids
     depth = len(ids)
-    # The mark is made inside the try and cut back to where it stood, on
-    # each way out, inside the try or its handler: an interrupt landing
-    # anywhere leaves no mark behind (a stale one would refuse the next
-    # request of the object). (Not a finally: CPython runs the finally of a
-    # normal exit as code outside the try, where an interrupt landing after
-    # the call skips it.)
+    # Made and cut back inside the try, as _versions.under_floor does its
+    # floor: an interrupt landing anywhere leaves no stale mark behind.
     try:
         ids.append(id(x))
         answer = call(*args)
@@ -107,12 +103,6 @@ def marked(x, call, *args):
         del ids[depth:]
         raise
     return answer
-
-
-def ask_instance(x, kwargs):
-    """``x.__dlpack__(**kwargs)`` of a producer whose instance answers it (a
-    proxy's ``__getattr__``), marked as asked, as ``request`` marks it."""
-    return marked(x, lambda: x.__dlpack__(**kwargs))
 
 
 def asking(x) -> bool:
