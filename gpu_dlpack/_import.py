@@ -22,7 +22,7 @@ from . import (
 from ._backends import numpy_backend
 from . import _compiled
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import AskedAgain, answer_after, gave_legacy, request
+from ._producer import AskedAgain, answer_after, request
 from ._shards import Shard
 from ._typing import Array, DeviceLike, StreamLike
 
@@ -280,10 +280,8 @@ def host_capsule(x, capsule=None, error=None, said=CPU):
             capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     elif type(capsule) is not _CapsuleType:
         raise _errors.producer_not_a_capsule(x, capsule)
-    versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
-    if not versioned:
-        gave_legacy.add(type(x))
-    else:
+    versioned, header = _capsule.checked(capsule)
+    if versioned:
         _as_its_row_says(x, capsule, header)
     return _land_on_host(capsule, versioned, header, False, x, said)
 

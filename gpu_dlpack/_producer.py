@@ -21,10 +21,6 @@ _CapsuleType = type(datetime.datetime_CAPI)
 # type -> 1 (takes only stream) or 2 (takes nothing)
 _old_producers: dict = {}
 
-#: Producer types that answered a versioned request with a legacy capsule
-#: (JAX always does). Their capsules are opened as legacy first: only a guess
-#: that saves a ctypes call, since the capsule's name is always checked.
-gave_legacy: set = set()
 
 
 def request(x, stream=None, max_version=None, dl_device=None, copy=None):
