@@ -220,47 +220,11 @@ class Owner:
 # several threads handed one capsule exactly one takes it, and an interrupt
 # cannot land between a claim and the hand-over of the tensor. What each
 # refuses the core raises, worded by _errors (not_taken, capsule_fault...).
-
-#: True for an unconsumed versioned capsule, False for a legacy one.
-kind = _compiled.kind
-is_unconsumed = _compiled.is_unconsumed
-#: ``pointer(capsule, versioned)``; ValueError (the C API's) for any other capsule.
-pointer = _compiled.pointer
-#: ``checked(capsule, likely_versioned=True, not_exchanged=None)``: ``(versioned,
-#: header)`` after the checks every exchange makes; with ``not_exchanged``
-#: (``_dtypes.not_exchanged``) the dtype's too, against ``_dtypes.KNOWN`` as
-#: the core was told, refused with the error that function words. A refused
-#: capsule is discarded, its deleter run once, now.
-checked = _compiled.checked
-#: ``discard(capsule, versioned)``: claim the capsule and run its deleter once.
-discard = _compiled.discard
-#: ``read(capsule)``: the ``CapsuleInfo`` of an unconsumed capsule (inspect).
-read = _compiled.read
-#: ``stamp_version(capsule, version_word(version))``, into a capsule NumPy has just made.
-stamp_version = _compiled.stamp_version
-#: ``set_flags(ptr, flags)``, ``set_version(ptr, (major, minor))`` of a
-#: versioned tensor; ``set_dtype(ptr, versioned, code, bits)`` (one lane) and
-#: ``set_device(ptr, versioned, device_type, device_id)`` of any.
-set_flags = _compiled.set_flags
-set_version = _compiled.set_version
-set_dtype = _compiled.set_dtype
-set_device = _compiled.set_device
-#: Only for a capsule NumPy's own ``__dlpack__`` has just returned (2.1 to
-#: 2.3 write a C-contiguous array's strides after its shape and leave them
-#: out): True when they were left out, and are now pointed at.
-point_strides_after_shape = _compiled.point_strides_after_shape
-#: ``kept_capsule(ptr, keep)``: a versioned capsule over a struct whose
-#: deleter is 0, holding ``keep`` until the core's deleter runs.
-kept_capsule = _compiled.kept_capsule
-#: The core's capsule destructors by kind: each frees an unconsumed capsule's tensor.
-OWNING_DESTRUCTORS = _compiled.OWNING_DESTRUCTORS
-
-
-#: ``move(capsule)``: a new unconsumed capsule of the same kind (its name
-#: says which) that holds the tensor of ``capsule``, renamed ``used_*`` in
-#: the same step: the new capsule's destructor frees the tensor if it is
-#: dropped unconsumed. MemoryError leaves ``capsule`` as it was.
-move = _compiled.move
+# Their signatures and what each does: the core's docstrings.
+from ._compiled import (  # noqa: E402
+    OWNING_DESTRUCTORS, checked, discard, is_unconsumed, kept_capsule, kind, move, point_strides_after_shape,
+    pointer, read, set_device, set_dtype, set_flags, set_version, stamp_version,
+)
 
 
 def take(capsule) -> Owner:

@@ -46,40 +46,17 @@ core: Any = _loaded
 #: Where it was loaded from (the doctor reports it).
 PATH: str = _loaded.__file__
 
-# The capsule ABI (``_capsule``'s primitives) and inspect's record.
-CapsuleFields: Any = _loaded.CapsuleFields
-OWNING_DESTRUCTORS: tuple = _loaded.OWNING_DESTRUCTORS
-checked: Any = _loaded.checked
-counted_capsule: Any = _loaded.counted_capsule
-discard: Any = _loaded.discard
-is_unconsumed: Any = _loaded.is_unconsumed
-kept_capsule: Any = _loaded.kept_capsule
-kind: Any = _loaded.kind
-move: Any = _loaded.move
-point_strides_after_shape: Any = _loaded.point_strides_after_shape
-pointer: Any = _loaded.pointer
-read: Any = _loaded.read
-set_device: Any = _loaded.set_device
-set_dtype: Any = _loaded.set_dtype
-set_flags: Any = _loaded.set_flags
-set_version: Any = _loaded.set_version
-stamp_version: Any = _loaded.stamp_version
-# The version check (``_versions``), the adaptation (``_exchange``), the
-# import of a producer's C exchange API (the CuPy backend), the exported
-# object (``_export``) and the public functions (``front``).
-Verdict: Any = _loaded.Verdict
-rebuild: Any = _loaded.rebuild
-exchange: Any = _loaded.exchange
-import_host: Any = _loaded.import_host  # convert's copy of immutable host data
-ExportableBase: Any = _loaded.ExportableBase
-front: Any = _loaded.front
-# The CUDA runtime calls (``_handoff``, ``_copies``).
-RUNTIME_ENTRIES: tuple = _loaded.RUNTIME_ENTRIES
-bind_runtime: Any = _loaded.bind_runtime
-capturing: Any = _loaded.capturing
-handoff: Any = _loaded.handoff
-copy: Any = _loaded.copy
-# The policy it reads, which ``_wiring`` makes and puts in force.
-Policy: Any = _loaded.Policy
-configure: Any = _loaded.configure
-forget: Any = _loaded.forget
+# The pieces of the core the package stands on, by concept: the capsule ABI
+# (``_capsule``'s primitives) and inspect's record; the version check
+# (``_versions``), the adaptation (``_exchange``), the import of a
+# producer's C exchange API (the CuPy backend; ``import_host``: convert's
+# copy of immutable host data), the exported object (``_export``) and the
+# public functions (``front``); the CUDA runtime calls (``_handoff``,
+# ``_copies``); the policy it reads, which ``_wiring`` makes and puts in force.
+from gpu_dlpack._core import (  # noqa: E402
+    OWNING_DESTRUCTORS, CapsuleFields, checked, counted_capsule, discard, is_unconsumed, kept_capsule, kind, move,
+    point_strides_after_shape, pointer, read, set_device, set_dtype, set_flags, set_version, stamp_version,
+    Verdict, rebuild, exchange, import_host, ExportableBase, front,
+    RUNTIME_ENTRIES, bind_runtime, capturing, handoff, copy,
+    Policy, configure, forget,
+)

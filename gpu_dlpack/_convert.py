@@ -23,11 +23,12 @@ import difflib
 import functools
 import importlib
 import math
+import operator
 import sys
 import warnings
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, TypedDict, overload
 
 import numpy as np
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     import jax
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     import torch
+    from typing_extensions import Unpack
 
 _ndarray = np.ndarray
 _VERSION = _versions.DLPACK_VERSION
@@ -201,23 +203,16 @@ def _read_consumer(to) -> Consumer:
 
 
 def _read_setting(root, path):
-    obj = _read_attribute(root, path)
+    obj = operator.attrgetter(path)(root)
     return bool(obj() if callable(obj) else obj)
 
 
 def _answer(root, probe: _peers.Probe) -> bool:
     """The library's answer to its row's ``probe``: an exception is no."""
     try:
-        return bool(_read_attribute(root, probe.path)(*probe.args))
+        return bool(operator.attrgetter(probe.path)(root)(*probe.args))
     except Exception:
         return False
-
-
-def _read_attribute(root, path):
-    obj = root
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _meant(name: str) -> tuple[str, ...]:
@@ -425,46 +420,32 @@ def _copy_of(capsule, info, alignment: int, stream):
 
 # -- convert --------------------------------------------------------------------
 
+class _Options(TypedDict, total=False):  # convert's keywords besides report, for its overloads
+    device: DeviceLike | None
+    copy: bool | None
+    stream: StreamLike | None
+    on_readonly: OnReadOnly
+    require_alignment: int
+    require_contiguous: bool
+
+
 @overload
-def convert(x: Any, to: Literal["numpy"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[False] = ...) -> np.ndarray: ...
+def convert(x: Any, to: Literal["numpy"], /, *, report: Literal[False] = ..., **kw: Unpack[_Options]) -> np.ndarray: ...
 @overload
-def convert(x: Any, to: Literal["torch"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[False] = ...) -> torch.Tensor: ...
+def convert(x: Any, to: Literal["torch"], /, *, report: Literal[False] = ..., **kw: Unpack[_Options]) -> torch.Tensor: ...
 @overload
-def convert(x: Any, to: Literal["jax"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[False] = ...) -> jax.Array: ...
+def convert(x: Any, to: Literal["jax"], /, *, report: Literal[False] = ..., **kw: Unpack[_Options]) -> jax.Array: ...
 @overload
-def convert(x: Any, to: Literal["cupy"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[False] = ...) -> cupy.ndarray: ...
+def convert(x: Any, to: Literal["cupy"], /, *, report: Literal[False] = ..., **kw: Unpack[_Options]) -> cupy.ndarray: ...
 @overload
-def convert(x: Any, to: Literal["array_api_strict"], /, *, device: DeviceLike | None = ...,
-            copy: bool | None = ..., stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[False] = ...) -> array_api_strict._array_object.Array: ...
+def convert(x: Any, to: Literal["array_api_strict"], /, *, report: Literal[False] = ...,
+            **kw: Unpack[_Options]) -> array_api_strict._array_object.Array: ...
 @overload
-def convert(x: Any, to: Literal["numba"], /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[False] = ...) -> DeviceNDArray: ...
+def convert(x: Any, to: Literal["numba"], /, *, report: Literal[False] = ..., **kw: Unpack[_Options]) -> DeviceNDArray: ...
 @overload
-def convert(x: Any, to: Library | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: Literal[True]) -> Conversion: ...
+def convert(x: Any, to: Library | ModuleType, /, *, report: Literal[True], **kw: Unpack[_Options]) -> Conversion: ...
 @overload
-def convert(x: Any, to: Library | ModuleType, /, *, device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: StreamLike | None = ..., on_readonly: OnReadOnly = ...,
-            require_alignment: int = ..., require_contiguous: bool = ...,
-            report: bool = ...) -> Any: ...
+def convert(x: Any, to: Library | ModuleType, /, *, report: bool = ..., **kw: Unpack[_Options]) -> Any: ...
 
 
 def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False,
@@ -616,10 +597,7 @@ def _handed_copy(x, c: Consumer):
     return c.call(capsule)
 
 
-# The plain cases of convert to a library gpu_dlpack lands on the host with
-# nothing to correct (NumPy: _wiring tells the core which) are made by the
-# core from the first call, as from_dlpack's; every other call is the
-# function above, which help(), inspect and mypy see.
+# The public functions are the core's fronts (core/export.pxi): plain cases there, the rest the function above.
 if not TYPE_CHECKING:
     convert = _compiled.front("convert", convert)
 

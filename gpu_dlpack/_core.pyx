@@ -1,21 +1,48 @@
 # cython: language_level=3, binding=False, embedsignature=True, embedsignature.format=clinic
 """The compiled hot path of gpu_dlpack."""
 
-# The module's face: the core's state, what Python tells the core (the
-# set_* setters), what it forgets, and module setup. The concepts are one file
+# The module's face: the policy Python puts in force, what the core
+# forgets, and module setup. The concepts are one file
 # each in core/, included below in floor order, lowest first
 # (docs/internals/core.md).
 
+# What the core uses of Python's C API, libc, NumPy and DLPack, for every file
+# of core/ (each included into this one module).
 cimport cython
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.exc cimport PyErr_SetString
-from cpython.long cimport PyLong_FromVoidPtr
-from libc.stdint cimport uint32_t, uint64_t
-from libc.string cimport memset
 cimport numpy as cnp
-
-from dlpack cimport DLDataType, DLPackVersion, MAX_NDIM, call_or_null
+from cpython.dict cimport PyDict_GetItem, PyDict_GetItemWithError
+from cpython.exc cimport (
+    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_Occurred,
+    PyErr_Restore, PyErr_SetString,
+)
+from cpython.getargs cimport PyArg_ParseTuple
+from cpython.list cimport PyList_GET_SIZE
+from cpython.long cimport (
+    PyLong_AsLong, PyLong_AsLongAndOverflow, PyLong_AsUnsignedLong, PyLong_AsUnsignedLongLong, PyLong_AsVoidPtr,
+    PyLong_CheckExact, PyLong_FromVoidPtr,
+)
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
+from cpython.object cimport Py_EQ, Py_TYPE, PyObject, PyObject_IsTrue, PyObject_RichCompareBool, PyTypeObject
+from cpython.pycapsule cimport (
+    PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
+    PyCapsule_New,
+)
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.ref cimport Py_CLEAR, Py_DECREF, Py_INCREF, Py_XDECREF, Py_XINCREF
+from cpython.set cimport PySet_Contains
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.type cimport PyType_IsSubtype, PyType_Modified
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_CompareWithASCIIString
+from libc.stdint cimport (
+    INT32_MAX, INT32_MIN, int32_t, int64_t, intptr_t, UINT32_MAX, uint32_t, uint64_t, uint8_t, uintptr_t,
+)
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset, strcmp
+from dlpack cimport (
+    as_u64, as_ulong, call_or_null, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+    DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackVersion, DLTensor, FLAG_READ_ONLY, kDLCPU, MAX_NDIM,
+    name_or_null, named, pointer_or_null, rename, TypeSlots,
+)
 
 # NumPy's C API, through its own headers (cnp): its table is loaded here,
 # once per load of the module. A NumPy that cannot be imported, or whose C
@@ -196,7 +223,6 @@ def forget():
 
 
 set_up_exchange_api()
-EXCHANGE_API = ExportableBase.__dict__["__dlpack_c_exchange_api__"]
 # The addresses of the core's owning capsule destructors, by kind.
 OWNING_DESTRUCTORS = (PyLong_FromVoidPtr(<void *>legacy_capsule_destructor),
                       PyLong_FromVoidPtr(<void *>capsule_destructor))

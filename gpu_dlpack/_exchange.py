@@ -26,7 +26,7 @@ from . import (
 from ._backends import cupy_backend, numpy_backend
 from . import _compiled
 from ._devices import CPU, HOST_ACCESSIBLE, Device, host_tested, types
-from ._producer import AskedAgain, answer_after, gave_legacy, request
+from ._producer import AskedAgain, answer_after, request
 
 _ndarray = np.ndarray
 
@@ -113,6 +113,20 @@ _profiles = _peers._PROFILES  # type -> its Profile, once read
 
 _id = id
 _PLAIN = _dtypes.PLAIN
+
+
+def stream_for(x, stream, dl_device=None):
+    """``stream`` as a handle; for none, inside a ``use_stream`` block, the
+    block's stream for the memory the consumer of ``x`` receives (None for
+    memory without GPU streams: a NumPy array that stays on the host)."""
+    if stream is not None:
+        return _streams.handle_of(stream)
+    if (dl_device is not None or type(x) is not np.ndarray) and _streams.in_block():
+        try:
+            return _streams.block_stream(_rules.target_device(_backends.device_of(x), dl_device))
+        except (AttributeError, TypeError, ValueError, BufferError):
+            pass  # the export itself reports what is wrong
+    return None
 
 
 def resolved_views(x, copy):
@@ -209,11 +223,7 @@ def host_answer(x, source, capsule, readonly, stream, max_version, dl_device, co
         capsule, _ = request(x, max_version=_versions.DLPACK_VERSION if ask_versioned else None)
     elif type(capsule) is not _capsule.CapsuleType:
         raise _errors.producer_not_a_capsule(x, capsule)
-    versioned, header = _capsule.checked(
-        capsule, ask_versioned and type(x) not in gave_legacy, _dtypes.not_exchanged
-    )
-    if ask_versioned and not versioned:
-        gave_legacy.add(type(x))
+    versioned, header = _capsule.checked(capsule, True, _dtypes.not_exchanged)
     if not _rules.capsule_agrees(source, header.device_type, header.device_id):
         _capsule.discard(capsule)
         got = Device((header.device_type, header.device_id))
@@ -271,11 +281,7 @@ def _export_device_producer(x, source, readonly, stream, max_version, dl_device,
         x, stream=stream, max_version=_versions.DLPACK_VERSION if want_versioned else None,
         dl_device=target.dlpack if moves else None, copy=copy,
     )
-    versioned, header = _capsule.checked(
-        capsule, want_versioned and type(x) not in gave_legacy, _dtypes.not_exchanged
-    )
-    if want_versioned and not versioned:
-        gave_legacy.add(type(x))
+    versioned, header = _capsule.checked(capsule, True, _dtypes.not_exchanged)
     got = Device((header.device_type, header.device_id))
     if got != target and not (moves and got == source) and not _rules.capsule_agrees(
             source, header.device_type, header.device_id):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _backends, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _streams, _versions
+from . import _backends, _errors, _exchange, _peers, _producer, _protocols, _rules, _shards, _versions
 from . import _compiled
 from ._devices import CPU, Device, types
 from ._typing import Capsule, DeviceLike, StreamLike, Version
@@ -116,33 +116,14 @@ def export(
     >>> gpu_dlpack.inspect(old).name
     'dltensor'
     """
-    if stream is None:
-        # A NumPy array that stays on the host has no stream to take.
-        if (dl_device is not None or type(x) is not _ndarray) and _streams.in_block():
-            # The block's stream for the memory the consumer receives, if
-            # that memory has GPU streams.
-            try:
-                source = _backends.device_of(x)
-                target = _rules.target_device(source, dl_device)
-            except (AttributeError, TypeError, ValueError, BufferError):
-                pass  # the export itself reports what is wrong
-            else:
-                stream = _streams.block_stream(target)
-    elif type(stream) is not int:
-        stream = _streams.handle_of(stream)
+    stream = _exchange.stream_for(x, stream, dl_device)
     if readonly is not False and readonly is not True:
         raise _errors.bad_flag("readonly", readonly)
-    if min_version is None:
-        return _exchange._export(x, readonly, stream, max_version, dl_device, copy)
-    floor = _versions.parse_floor(min_version, "min_version")
-    _versions.check_max_version(max_version, floor)
-    return _versions.under_floor(floor, _exchange._export, x, readonly, stream, max_version, dl_device, copy)
+    floor = None if min_version is None else _versions.parse_floor(min_version, "min_version")
+    return _under_floor(floor, x, readonly, stream, max_version, dl_device, copy)
 
 
-# The public export is the core's: its plain cases (a NumPy array of a NumPy
-# dtype, a host producer with a C exchange API, asked for nothing but
-# max_version) run there, every other call is the function above, whose
-# docstring and annotations it takes (mypy reads the function above).
+# The public functions are the core's fronts (core/export.pxi): plain cases there, the rest the function above.
 if not TYPE_CHECKING:
     export = _compiled.front("export", export)
 
@@ -179,13 +160,6 @@ class Exportable(_compiled.ExportableBase):
 
     if not TYPE_CHECKING:  # (mypy does not see the fields of the compiled base)
         __slots__ = ()  # no __dict__: the fields are the compiled base's
-    _x: Any
-    _readonly: bool
-    _floor: Version | None
-    _source: Device | None
-    _device: tuple[int, int]
-    _reported: Device | None
-    _request: tuple | None
     _held: tuple | None
 
     def __init__(self, x: Any, readonly: bool = False, min_version: Version | str | None = None) -> None:
@@ -260,15 +234,11 @@ class Exportable(_compiled.ExportableBase):
         held = self._held
         if held is not None and (held[0] == cuda) and isinstance(self._x, _protocols.OneCapsule):
             return held[1]  # a raw capsule is read once
-        if cuda:
-            capsule = _exchange._export(self._x, self._readonly, 1, _versions.DLPACK_VERSION, None, None, self._source)
-            interface, owner = _protocols.cuda_interface(capsule, self._readonly, 1)
-        else:
-            to_host = None if self._device == _CPU_DLPACK else _CPU_DLPACK
-            capsule = _exchange._export(
-                self._x, self._readonly, None, _versions.DLPACK_VERSION, to_host, None, self._source
-            )
-            interface, owner = _protocols.array_interface(capsule, self._readonly)
+        to_host = None if cuda or self._device == _CPU_DLPACK else _CPU_DLPACK
+        capsule = _exchange._export(
+            self._x, self._readonly, 1 if cuda else None, _versions.DLPACK_VERSION, to_host, None, self._source)
+        interface, owner = (_protocols.cuda_interface(capsule, self._readonly, 1) if cuda
+                            else _protocols.array_interface(capsule, self._readonly))
         self._held = (cuda, interface, owner)
         return interface
 
@@ -314,12 +284,15 @@ def general_dlpack(
     (it has set ``w._request``): the exchange under the rules."""
     if w._reported is not None:
         dl_device = _rules.served_device(w._reported, dl_device, stream)
-    floor = w._floor
+    return _under_floor(w._floor, w._x, w._readonly, stream, max_version, dl_device, copy, w._source)
+
+
+def _under_floor(floor, x, readonly, stream, max_version, dl_device, copy, source=None):
+    # The exchange under a floor of one call or one wrapper (None: the floor in force).
     if floor is None:
-        return _exchange._export(w._x, w._readonly, stream, max_version, dl_device, copy, w._source)
+        return _exchange._export(x, readonly, stream, max_version, dl_device, copy, source)
     _versions.check_max_version(max_version, floor)
-    return _versions.under_floor(floor, _exchange._export, w._x, w._readonly, stream, max_version, dl_device, copy,
-                                 w._source)
+    return _versions.under_floor(floor, _exchange._export, x, readonly, stream, max_version, dl_device, copy, source)
 
 
 _made = _compiled.ExportableBase.__init__
@@ -390,9 +363,7 @@ def wrap(x: Any, /, *, readonly: bool = False, min_version: Version | str | None
     return Exportable(x, readonly, min_version)
 
 
-# The public wrap is the core's: it makes the plain cases (a NumPy array of a
-# NumPy dtype, a host producer with a C exchange API or a host test), the
-# function above every other one.
+# The public functions are the core's fronts (core/export.pxi): plain cases there, the rest the function above.
 if not TYPE_CHECKING:
     wrap = _compiled.front("wrap", wrap)
 

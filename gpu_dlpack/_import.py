@@ -22,7 +22,7 @@ from . import (
 from ._backends import numpy_backend
 from . import _compiled
 from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
-from ._producer import AskedAgain, answer_after, gave_legacy, request
+from ._producer import AskedAgain, answer_after, request
 from ._shards import Shard
 from ._typing import Array, DeviceLike, StreamLike
 
@@ -146,8 +146,7 @@ def from_dlpack(
     if type(x) is _CapsuleType:
         return _from_capsule(x, device, copy, stream)  # checks the rest once it owns x
     _rules.check_copy(copy)
-    if stream is not None and type(stream) is not int:
-        stream = _streams.handle_of(stream)
+    stream = _streams.handle_of(stream)
     try:
         type(x).__dlpack_device__
         type(x).__dlpack__
@@ -234,9 +233,7 @@ def _whole_elements(shape, strides, itemsize) -> bool:
     return all(s % itemsize == 0 or n == 1 for n, s in zip(shape, strides))
 
 
-# The public from_dlpack is the core's: asked for nothing but x, it imports
-# the producers it was told about (a C exchange API, JAX's capsules) before
-# any Python runs; every other call is the function above.
+# The public functions are the core's fronts (core/export.pxi): plain cases there, the rest the function above.
 if not TYPE_CHECKING:
     from_dlpack = _compiled.front("from_dlpack", from_dlpack)
 
@@ -255,8 +252,7 @@ def _meeting(x, device, copy, stream, alignment, contiguous):
         return out
     if copy is False:
         raise _errors.requirement_needs_copy(what, address, alignment, out.shape, strides)
-    if stream is not None and type(stream) is not int:
-        stream = _streams.handle_of(stream)
+    stream = _streams.handle_of(stream)
     return backend.aligned_copy(out, alignment, stream)
 
 
@@ -284,10 +280,8 @@ def host_capsule(x, capsule=None, error=None, said=CPU):
             capsule, _ = request(x, max_version=_versions.DLPACK_VERSION)
     elif type(capsule) is not _CapsuleType:
         raise _errors.producer_not_a_capsule(x, capsule)
-    versioned, header = _capsule.checked(capsule, type(x) not in gave_legacy)
-    if not versioned:
-        gave_legacy.add(type(x))
-    else:
+    versioned, header = _capsule.checked(capsule)
+    if versioned:
         _as_its_row_says(x, capsule, header)
     return _land_on_host(capsule, versioned, header, False, x, said)
 
@@ -331,8 +325,7 @@ def _from_capsule(capsule, device, copy, stream):
     versioned, header = _capsule.checked(capsule, versioned)
     try:
         _rules.check_copy(copy)
-        if stream is not None and type(stream) is not int:
-            stream = _streams.handle_of(stream)
+        stream = _streams.handle_of(stream)
         source = Device((header.device_type, header.device_id))
         target = _rules.import_target(source, device)
         needs_copy = _rules.import_needs_copy(source, target, copy, _backends.addressable)

@@ -21,10 +21,6 @@ _CapsuleType = type(datetime.datetime_CAPI)
 # type -> 1 (takes only stream) or 2 (takes nothing)
 _old_producers: dict = {}
 
-#: Producer types that answered a versioned request with a legacy capsule
-#: (JAX always does). Their capsules are opened as legacy first: only a guess
-#: that saves a ctypes call, since the capsule's name is always checked.
-gave_legacy: set = set()
 
 
 def request(x, stream=None, max_version=None, dl_device=None, copy=None):
@@ -93,12 +89,8 @@ def marked(x, call, *args):
     a ``__dlpack__`` that does)."""
     ids = asked.ids
     depth = len(ids)
-    # The mark is made inside the try and cut back to where it stood, on
-    # each way out, inside the try or its handler: an interrupt landing
-    # anywhere leaves no mark behind (a stale one would refuse the next
-    # request of the object). (Not a finally: CPython runs the finally of a
-    # normal exit as code outside the try, where an interrupt landing after
-    # the call skips it.)
+    # Made and cut back inside the try, as _versions.under_floor does its
+    # floor: an interrupt landing anywhere leaves no stale mark behind.
     try:
         ids.append(id(x))
         answer = call(*args)
@@ -107,12 +99,6 @@ def marked(x, call, *args):
         del ids[depth:]
         raise
     return answer
-
-
-def ask_instance(x, kwargs):
-    """``x.__dlpack__(**kwargs)`` of a producer whose instance answers it (a
-    proxy's ``__getattr__``), marked as asked, as ``request`` marks it."""
-    return marked(x, lambda: x.__dlpack__(**kwargs))
 
 
 def asking(x) -> bool:

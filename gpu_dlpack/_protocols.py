@@ -19,7 +19,7 @@ import mmap
 import numpy as np
 
 from . import _capsule, _dtypes, _errors, _handoff, _peers, _rules, _streams
-from ._producer import ask_instance, asking
+from ._producer import asking, marked
 from ._backends import cupy_backend, numpy_backend
 from ._devices import CPU, Device, DLDeviceType, cupy_is_rocm
 
@@ -97,7 +97,7 @@ class Forwarded:
         self.obj = obj
 
     def __dlpack__(self, **kwargs):
-        return ask_instance(self.obj, kwargs)
+        return marked(self.obj, lambda: self.obj.__dlpack__(**kwargs))  # as request marks it
 
     def __dlpack_device__(self):
         return self.obj.__dlpack_device__()

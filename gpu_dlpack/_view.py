@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from . import _backends, _capsule, _dtypes, _errors, _exchange, _streams, _versions
+from . import _capsule, _dtypes, _errors, _exchange, _streams, _versions
 from ._devices import DEVICE_ACCESSIBLE, Device, DLDeviceType
 from ._typing import StreamLike
 
@@ -158,13 +158,7 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
         # its import is.
         ready_on, readonly = None, info.readonly or not info.versioned
     else:
-        if stream is not None and type(stream) is not int:
-            stream = _streams.handle_of(stream)
-        if stream is None:
-            try:
-                stream = _streams.block_stream(_backends.device_of(x))
-            except (AttributeError, TypeError, ValueError, BufferError):
-                pass  # the export itself says what is wrong
+        stream = _exchange.stream_for(x, stream)
         capsule = _exchange._export(x, False, stream, _versions.DLPACK_VERSION, None, None)
         try:
             info = _capsule.read(capsule)

@@ -9,12 +9,6 @@
 # READ_ONLY (a legacy capsule cannot say whether its data may be written),
 # and a read-only tensor has no legacy capsule.
 
-from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT32_MAX
-from libc.stdlib cimport malloc, free
-from cpython.exc cimport PyErr_NoMemory, PyErr_Occurred, PyErr_Clear
-from cpython.ref cimport Py_DECREF
-
-from dlpack cimport DLDevice, DLTensor, DLManagedTensor, DLManagedTensorVersioned, FLAG_READ_ONLY
 
 # The producer's deleter, called as the one of the struct over it is: with
 # the GIL or without (a DLPack deleter is plain C; dlpack.pxd declares it

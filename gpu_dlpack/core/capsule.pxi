@@ -2,20 +2,6 @@
 # makes, claiming a capsule in one step, the snapshot of an unconsumed one,
 # writing its version and flags; and the small ones every file inlines.
 
-cimport cython
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_DECREF
-from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Fetch, PyErr_Restore
-from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr, PyLong_AsUnsignedLongLong
-from cpython.tuple cimport PyTuple_New, PyTuple_GET_ITEM, PyTuple_SET_ITEM
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetPointer
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t, INT32_MIN, INT32_MAX, UINT32_MAX
-from libc.string cimport memcpy, strcmp
-
-from dlpack cimport (
-    DLTensor, DLDataType, DLManagedTensor, DLManagedTensorVersioned, MAX_NDIM, TypeSlots,
-    pointer_or_null, name_or_null, rename, named, as_pointer, as_u64, as_ulong, truth,
-)
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil

@@ -3,25 +3,6 @@
 # (exchange), as Python said the type may be read; and the host producers
 # whose capsules the core asks itself (JAX).
 
-cimport cython
-from cpython.exc cimport (
-    PyErr_Clear, PyErr_ExceptionMatches, PyErr_Fetch, PyErr_NoMemory, PyErr_NormalizeException, PyErr_SetString,
-)
-from cpython.dict cimport PyDict_GetItemWithError
-from cpython.getargs cimport PyArg_ParseTuple
-from cpython.long cimport PyLong_AsUnsignedLong, PyLong_FromVoidPtr
-from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from cpython.object cimport PyObject, PyTypeObject, Py_EQ, Py_TYPE
-from cpython.pycapsule cimport PyCapsule_Destructor, PyCapsule_IsValid
-from cpython.pyport cimport PY_SSIZE_T_MAX
-from cpython.ref cimport Py_CLEAR, Py_DECREF, Py_INCREF, Py_XDECREF, Py_XINCREF
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.stdint cimport uint32_t, uintptr_t
-cimport numpy as cnp
-
-from dlpack cimport (
-    DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor, FLAG_READ_ONLY, MAX_NDIM, kDLCPU,
-)
 
 # The C API where a failure is answered on the spot (cleared, handed on, or
 # a tensor freed first): NULL or -1 comes back as it is, Cython raises nothing.

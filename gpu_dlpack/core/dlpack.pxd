@@ -71,12 +71,7 @@ cdef extern from "Python.h":
     const char *name_or_null "PyCapsule_GetName"(PyObject *capsule) noexcept
     int rename "PyCapsule_SetName"(PyObject *capsule, const char *name) noexcept
     bint named "PyCapsule_IsValid"(PyObject *capsule, const char *name) noexcept
-    void *as_pointer "PyLong_AsVoidPtr"(object value) noexcept
     unsigned long long as_u64 "PyLong_AsUnsignedLongLong"(object value) noexcept
     unsigned long as_ulong "PyLong_AsUnsignedLong"(object value) noexcept
-    int truth "PyObject_IsTrue"(object value) noexcept
-    PyObject *unicode_or_null "PyUnicode_FromString"(const char *u) noexcept
-    PyObject *item_or_null "PyDict_GetItemWithError"(PyObject *d, PyObject *key) noexcept
     PyObject *call_or_null "PyObject_Vectorcall"(PyObject *callable, PyObject *const *args, size_t nargsf,
                                                  PyObject *kwnames) noexcept
-    PyObject *format_error "PyErr_Format"(PyObject *exception, const char *format, ...) noexcept

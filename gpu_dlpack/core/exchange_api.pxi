@@ -4,13 +4,6 @@
 # capsule __dlpack__ gives), hands one back as what gpu_dlpack.from_dlpack
 # makes of it, and asks the stream the layer would use on a device.
 
-from libc.stdint cimport int32_t
-from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
-from cpython.ref cimport Py_INCREF
-from cpython.long cimport PyLong_AsVoidPtr
-from cpython.type cimport PyType_Modified
-
-from dlpack cimport DLTensor, DLManagedTensorVersioned, DLPackExchangeAPI, TypeSlots
 
 # The exchange API's entries as the table holds them (a consumer's C calls them).
 ctypedef int (*from_py_t)(void *, DLManagedTensorVersioned **) noexcept

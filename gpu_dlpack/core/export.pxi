@@ -5,10 +5,6 @@
 # function documented in the Python source, whose docstring, annotations and
 # names they take).
 
-cimport cython
-cimport numpy as cnp
-from cpython.unicode cimport PyUnicode_CompareWithASCIIString
-
 
 # The Python function each public function hands its general case to, set
 # once by front() (None until then: the call refuses, unconfigured).
@@ -75,13 +71,6 @@ cdef PyObject *numpy_view(PyObject *x) noexcept:
     return PyObject_VectorcallMethod(<PyObject *>"view", a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
 
 
-from cpython.long cimport PyLong_CheckExact
-from cpython.object cimport PyObject_RichCompareBool, Py_EQ
-from cpython.set cimport PySet_Contains
-from cpython.tuple cimport PyTuple_CheckExact
-from cpython.unicode cimport PyUnicode_CheckExact
-
-
 cdef int names_cpu(PyObject *device) except -1:
     """1 where a device= names the CPU as every caller writes it: a Device
     equal to the CPU's, "cpu", or (1, 0) of exact ints (any other form, 0:
@@ -99,7 +88,6 @@ cdef int names_cpu(PyObject *device) except -1:
     cdef PyObject *index = PyTuple_GET_ITEM(<object>device, 1)
     return (PyLong_CheckExact(<object>kind) and PyLong_CheckExact(<object>index) and
             <object>kind == 1 and <object>index == 0)
-
 
 
 # export(x, /, *, ...): the plain cases (a NumPy array of a NumPy dtype, a

@@ -6,16 +6,6 @@
 # NumPy's capsule is core/numpy_export.pxi's, the DLPack C exchange API its
 # type offers core/exchange_api.pxi's.
 
-cimport cython
-from libc.stdint cimport uint64_t
-from cpython.object cimport PyObject, PyTypeObject, PyObject_RichCompareBool, Py_EQ
-from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.exc cimport PyErr_Clear
-from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
-from cpython.pycapsule cimport PyCapsule_Destructor
-cimport numpy as cnp
-
-from dlpack cimport DLDevice, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, DLPackExchangeAPI
 
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,

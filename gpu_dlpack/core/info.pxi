@@ -3,16 +3,6 @@
 # read (not an unconsumed DLPack capsule, another major version, a malformed
 # header) is the Python read's, which words the error.
 
-cimport cython
-from cpython.object cimport PyObject, PyTypeObject
-from cpython.type cimport PyType_IsSubtype
-from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.long cimport PyLong_FromVoidPtr
-from libc.stdint cimport int32_t, int64_t
-from libc.string cimport memcpy, memcmp
-
-from dlpack cimport DLTensor, DLDataType, DLPackVersion, MAX_NDIM
-
 
 # What the core keeps of what it made (a Device, a version, a dtype: each
 # immutable), per pair; the Devices are forgotten when a policy is put in

@@ -4,15 +4,6 @@
 # 2.1 to 2.3 leave out). The exported object's plain NumPy plan, export()'s
 # plain case and the C exchange API of wrap() make theirs here.
 
-from libc.stdint cimport int64_t, uint64_t, uintptr_t
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.pycapsule cimport PyCapsule_CheckExact, PyCapsule_Destructor
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_DECREF, Py_XDECREF
-from cpython.exc cimport PyErr_Clear, PyErr_Occurred
-cimport numpy as cnp
-
-from dlpack cimport DLDataType, DLTensor, DLManagedTensorVersioned, FLAG_READ_ONLY, MAX_NDIM, name_or_null
 
 cdef extern from "Python.h":
     # Calls whose NULL the core handles where it gets it (an error cleared,

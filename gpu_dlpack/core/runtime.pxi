@@ -4,14 +4,6 @@
 # release the GIL themselves around each CUDA call that may wait; an error
 # is CuPy's own CUDARuntimeError (docs/internals/core.md).
 
-from libc.stdint cimport intptr_t
-from libc.string cimport memset
-from cpython.ref cimport Py_DECREF
-from cpython.dict cimport PyDict_GetItem
-from cpython.exc cimport PyErr_Fetch, PyErr_Restore, PyErr_Clear, PyErr_Occurred
-from cpython.long cimport PyLong_AsVoidPtr, PyLong_AsLong
-from cpython.object cimport PyObject_IsTrue
-from cpython.pycapsule cimport PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer
 
 cdef extern from "Python.h":
     size_t PyLong_AsSize_t(object pylong) except? <size_t>-1

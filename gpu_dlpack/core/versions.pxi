@@ -6,13 +6,6 @@
 # floor in force from the environment, the floor of a call (under_floor);
 # _errors words the refusals.
 
-cimport cython
-from cpython.list cimport PyList_GET_SIZE
-from cpython.long cimport PyLong_CheckExact, PyLong_AsLongAndOverflow
-from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE, PyTuple_GET_ITEM
-from libc.stdint cimport uint64_t
-from libc.string cimport memcpy
-
 
 @cython.final
 cdef class Verdict:

@@ -137,16 +137,9 @@ Floor: the faces; it stands on the two directions and reads the rest as any
 user would.
 """
 
-from ._findings import SEVERITIES, findings
-from ._matrix import exchange, matrix
-from ._measure import VALUES
+from ._findings import SEVERITIES
 from ._peers import PEERS, Peer, generic_peer
-from ._platform import probe_platform
-from ._probes import load, probe_consumer, probe_producer
 from ._render import render
-from ._report import SCHEMA, run, to_json
+from ._report import run, to_json
 
-__all__ = [
-    "PEERS", "SCHEMA", "SEVERITIES", "VALUES", "Peer", "exchange", "findings", "generic_peer", "load",
-    "matrix", "probe_consumer", "probe_platform", "probe_producer", "render", "run", "to_json",
-]
+__all__ = ["PEERS", "SEVERITIES", "Peer", "generic_peer", "render", "run", "to_json"]
