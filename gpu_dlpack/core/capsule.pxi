@@ -5,8 +5,6 @@
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
-    long as_long "PyLong_AsLong"(object value) noexcept
-    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor) noexcept
 
 cdef extern from *:
     ctypedef long long int128 "__int128"
