@@ -197,6 +197,17 @@ def version_word(version) -> int:
     return _U64.unpack(_VERSION_FMT.pack(*version))[0]
 
 
+class Held:
+    """An array interface (``__array_interface__``) and the owner of its
+    memory: NumPy's view of it (``numpy.asarray``) keeps the owner alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, interface, owner):
+        self.__array_interface__ = interface
+        self.owner = owner
+
+
 class Owner:
     """Holds the tensor of a consumed capsule (the owner of memory wrapped by
     another library, such as ``cupy.cuda.UnownedMemory``): the tensor lives

@@ -16,7 +16,9 @@ the package (a leaf: the device parser reads it too).
   the common import of such an array goes straight to NumPy (``_import``);
 - ``exchange``: its type's DLPack C exchange API is read by the compiled
   core, with the guards its own ``__dlpack__`` checks and the exchange
-  skips (``_wiring``); other producers keep their ``__dlpack__``;
+  skips (``_wiring``): attributes of the array, each of which must be
+  false for the plain exchange (else its ``__dlpack__`` is asked, and says
+  what it refuses); other producers keep their ``__dlpack__``;
 - ``devices``: how its device objects name a DLPack device
   (``_devices.Device``): those of torch, CuPy, JAX and array-api-strict.
 
@@ -53,15 +55,6 @@ import operator
 import re
 import sys
 from typing import Callable, NamedTuple
-
-
-class Exchange(NamedTuple):
-    """Guards of a producer's C exchange API: each must be false for the
-    plain exchange; else its ``__dlpack__`` is asked, and says what it refuses."""
-
-    attrs: tuple        # attributes of the array
-    methods: tuple      # methods of the array, called without arguments...
-    method_kinds: tuple  # ...for arrays of these DLPack dtype kinds only (``_dtypes.CODE_NAMES``)
 
 
 class HostTest(NamedTuple):
@@ -234,7 +227,7 @@ class Peer(NamedTuple):
     on_host: str | None = None
     host_test: HostTest | None = None
     numpy_reads: tuple = ()
-    exchange: Exchange | None = None
+    exchange: tuple | None = None
     devices: Devices | None = None
     consumer: tuple = ("from_dlpack",)
     asks: tuple | None = None
@@ -299,7 +292,7 @@ PEERS = (
         # that require grad) and its views unresolved: each of the views
         # below (export_faults) is a guard too, is_conj for complex tensors
         # only (the bit is theirs).
-        exchange=Exchange(("requires_grad",), (), ()),
+        exchange=("requires_grad",),
         devices=Devices(
             "torch", ("type",), "type", {"cpu": "cpu", "cuda": "gpu"}, ("index",), _torch_hip,
             "torch device type",
@@ -373,7 +366,7 @@ PEERS = (
         "paddle", "paddle", array="Tensor", itself="detach",
         # Like torch's, its C exchange API exports tensors that require grad,
         # which its __dlpack__ refuses (requires_grad: not stop_gradient).
-        exchange=Exchange(("requires_grad",), (), ()),
+        exchange=("requires_grad",),
         faults=(
             Fault("read-only-ignored", seen=("3.3.1",)),
             Fault("negative-strides", seen=("3.3.1",)),

@@ -142,15 +142,9 @@ BUFFER_VIEWS = {t: buffer_view for t in (bytes, bytearray, memoryview, array.arr
 
 # -- the CUDA Array Interface -------------------------------------------------
 
-class _HostHolder:
-    """Lends NumPy an array interface (of device memory: a description NumPy
-    never reads) and keeps its owner alive, as the base of NumPy's view."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, interface, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
+# Lends NumPy an array interface (of device memory too: a description NumPy
+# never reads) and keeps its owner alive, as the base of NumPy's view.
+_HostHolder = _capsule.Held
 
 
 def parse_cuda_interface(cai) -> dict:

@@ -82,16 +82,6 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
     return _capsule.kept_capsule(ptr, (mem, arr))
 
 
-class _Held:
-    """An array interface over a consumed capsule's memory, owning it."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, interface, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
-
-
 def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     """A NumPy array over a checked versioned capsule of host memory,
     zero-copy, read-only when the capsule says READ_ONLY."""
@@ -111,4 +101,4 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     }
     if dtype.fields is None and dtype.str.startswith("|V"):
         interface["descr"] = [("", dtype.str)]
-    return np.asarray(_Held(interface, owner))
+    return np.asarray(_capsule.Held(interface, owner))
