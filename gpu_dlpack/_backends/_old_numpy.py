@@ -5,7 +5,7 @@
 Export builds the ``DLManagedTensorVersioned`` here: one allocation holding
 the struct, the shape and the strides, a reference to the array kept until
 the consumer calls the deleter (or the unconsumed capsule dies): the
-compiled core's deleter and destructor (``_capsule.kept_capsule`` takes the
+compiled core's deleter and destructor (``_capsule.counted_capsule`` takes the
 reference and makes the capsule in one step). Import reads a versioned
 capsule through the array interface, the capsule's owner kept alive by the
 array's base. NumPy 2.1 and later never come here.
@@ -68,18 +68,18 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
             )
         strides.append(s // itemsize)
     data = _data_of(arr)
-    mem = ctypes.create_string_buffer(_HEAD_SIZE + 16 * ndim)
+    mem = ctypes.create_string_buffer(_HEAD_SIZE + 8 + 16 * ndim)  # the struct, the core's count, the shape and strides
     ptr = ctypes.addressof(mem)
-    shape_at = ptr + _HEAD_SIZE
+    shape_at = ptr + _HEAD_SIZE + 8
     strides_at = shape_at + 8 * ndim
     _HEAD.pack_into(
-        # (No deleter yet: kept_capsule sets the core's.)
+        # (No deleter yet: counted_capsule sets the core's.)
         mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, 0, flags,
         data, 1, 0, ndim, code, bits, 1,
         shape_at if ndim else 0, strides_at if ndim else 0, 0,
     )
-    struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE, *arr.shape, *strides)
-    return _capsule.kept_capsule(ptr, (mem, arr))
+    struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE + 8, *arr.shape, *strides)
+    return _capsule.counted_capsule(ptr, (mem, arr), True)
 
 
 def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
