@@ -21,7 +21,7 @@ from .. import _reach
 from .. import numpy as numpy_backend
 from .copies import _copy_from_gpu, _copy_from_host, to_host
 from .gpus import (
-    DEVICE_TYPES, INDEXED_TYPES, _consumer_stream, _current_gpu, _lands_on_host, _stream_gpu, owns,
+    DEVICE_TYPES, INDEXED_TYPES, _consumer_stream, _lands_on_host, _stream_gpu, owns,
 )
 
 _T = DLDeviceType
@@ -59,8 +59,7 @@ def import_to(x, source, target, copy, needs_copy, stream):
         if needs_copy:
             # A NumPy array is copied as it is: no capsule to make and take
             # back (the common host-to-device copy, small ones above all).
-            out = _copy_from_host(x, dtype, target, stream, _lands_on_host(target), consumer)
-            return out if isinstance(out, np.ndarray) else _as_dtype(out, dtype)
+            return _as_dtype(_copy_from_host(x, dtype, target, stream, _lands_on_host(target), consumer), dtype)
         # NumPy's own exporter refuses bfloat16 and float8: the layer's does not.
         capsule = numpy_backend.export(x, _rules.Plan(True, False, CPU, CPU, not x.flags.writeable), dtype)
     else:
@@ -84,8 +83,7 @@ def import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
     source = Device((header.device_type, header.device_id))
     _rules.check_move(source, target)
     if target == CPU:
-        if stream is not None:
-            _streams.check_stream(stream, CPU.type)
+        _streams.check_stream(stream, CPU.type)
         return to_host(_consume_checked(capsule, versioned, header), copy)
     gpu = _stream_gpu(target, source.index if source.type in INDEXED_TYPES else None)
     consumer = _consumer_stream(stream, target, gpu)
@@ -119,8 +117,7 @@ def _land(capsule, versioned, header, source, target, copy, needs_copy, stream, 
             producer = _handoff.current_stream(src_gpu)
         return _copy_from_gpu(arr, src_gpu, producer, target, stream, _lands_on_host(target), consumer)
     dtype = _dtypes.from_numpy(host.dtype)
-    out = _copy_from_host(host, dtype, target, stream, _lands_on_host(target), consumer)
-    return out if isinstance(out, np.ndarray) else _as_dtype(out, dtype)
+    return _as_dtype(_copy_from_host(host, dtype, target, stream, _lands_on_host(target), consumer), dtype)
 
 
 def consume(capsule, versioned, header):
@@ -142,7 +139,7 @@ def _consume_checked(capsule, versioned, header):
             "packed sub-byte data (without the IS_SUBBYTE_TYPE_PADDED flag) has no CuPy layout",
         )
     if header.device_type not in _CUPY_TAKES[cupy_is_rocm()]:
-        return _wrap(capsule, versioned, header, _current_gpu(), dtype)
+        return _wrap(capsule, versioned, header, _handoff._runtime().getDevice(), dtype)
     import cupy
 
     if dtype.carrier is not None:
