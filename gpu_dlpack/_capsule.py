@@ -192,6 +192,13 @@ def reach(shape, strides) -> tuple:
     return low, high
 
 
+def byte_strides(strides, itemsize: int) -> tuple | None:
+    """Strides in elements (None: C order) as strides in bytes. (No closure
+    over ``itemsize``: on CPython 3.11 a function whose cell fails to be
+    made, out of memory, leaks its arguments, a capsule among them.)"""
+    return None if strides is None else tuple(map(itemsize.__mul__, strides))
+
+
 def version_word(version) -> int:
     """``version`` as the 64-bit word ``stamp_version`` writes."""
     return _U64.unpack(_VERSION_FMT.pack(*version))[0]

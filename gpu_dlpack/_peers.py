@@ -650,12 +650,7 @@ def named_callable(root, paths) -> tuple:
     ``consumer``) that names a callable under ``root``; ``(None, None)``
     where none does."""
     for path in paths:
-        obj = root
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
+        obj = _attribute(root, path)
         if callable(obj):
             return obj, path
     return None, None

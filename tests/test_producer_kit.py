@@ -312,22 +312,22 @@ def test_from_pointer_takes_the_largest_numbers_that_fit():
 def test_from_pointer_in_c_order_lends_numpy_no_strides_entry():
     # NumPy 2.4.6 leaks a reference to None for each "strides": None of an
     # __array_interface__ it reads: one per from_pointer of host memory.
-    from gpu_dlpack import _protocols
+    from gpu_dlpack import _capsule
 
     buf = np.arange(6.0)
     seen = []
-    real = _protocols._HostHolder.__init__
+    real = _capsule.Held.__init__
 
     def watch(self, interface, owner):
         seen.append(dict(interface))
         real(self, interface, owner)
 
-    _protocols._HostHolder.__init__ = watch
+    _capsule.Held.__init__ = watch
     try:
         gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64)
         gpu_dlpack.from_pointer(buf.ctypes.data, (3,), np.float64, strides=(2,))
     finally:
-        _protocols._HostHolder.__init__ = real
+        _capsule.Held.__init__ = real
     assert "strides" not in seen[0] and seen[1]["strides"] == (16,)
     # So does the array interface of a wrapper over a capsule without
     # strides (a 0-d one: every other capsule the layer exports has them).

@@ -86,10 +86,7 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     """A NumPy array over a checked versioned capsule of host memory,
     zero-copy, read-only when the capsule says READ_ONLY."""
     info = _capsule.read(capsule)
-    itemsize = dtype.itemsize
-    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
-    # be made, out of memory, leaks its arguments, here a capsule.)
-    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
+    strides = _capsule.byte_strides(info.strides, dtype.itemsize)
     owner = _capsule.take(capsule)
     interface = {
         "version": 3,

@@ -132,12 +132,7 @@ def consume(capsule, versioned, header):
 
 
 def _consume_checked(capsule, versioned, header):
-    dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
-    if dtype.padded and not header.flags & _capsule.IS_SUBBYTE_TYPE_PADDED:
-        raise _errors.unsupported_dtype(
-            header.code, header.bits, header.lanes,
-            "packed sub-byte data (without the IS_SUBBYTE_TYPE_PADDED flag) has no CuPy layout",
-        )
+    dtype = numpy_backend.dtype_of(header, "CuPy")
     if header.device_type not in _CUPY_TAKES[cupy_is_rocm()]:
         return _wrap(capsule, versioned, header, _handoff._runtime().getDevice(), dtype)
     import cupy
@@ -162,9 +157,7 @@ def _wrap(capsule, versioned, header, gpu, dtype=None):
     info = _capsule.read(capsule)
     owner = _capsule.take(capsule)
     itemsize = storage.itemsize
-    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
-    # be made, out of memory, leaks its arguments, here a capsule.)
-    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
+    strides = _capsule.byte_strides(info.strides, itemsize)
     start, nbytes, offset = _span(info.data, info.byte_offset, info.shape, info.strides, itemsize)
     try:
         memory = cupy.cuda.UnownedMemory(start, nbytes, owner, gpu)
