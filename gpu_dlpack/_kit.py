@@ -182,7 +182,7 @@ def _held_interface(exportable, interface) -> dict:
     and ``offset`` the first element's place in it: NumPy keeps that buffer,
     not the producer, so memory ``dlpack_memory()`` made afresh stays valid."""
     address, readonly = interface["data"]
-    shape, strides = interface["shape"], interface["strides"]
+    shape, strides = interface["shape"], interface.get("strides")  # left out for C order
     itemsize = np.dtype(interface["descr"] if interface["typestr"][1] == "V" else interface["typestr"]).itemsize
     if strides is None:
         strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * itemsize for i in range(len(shape)))

@@ -341,6 +341,25 @@ def test_from_pointer_in_c_order_lends_numpy_no_strides_entry():
         assert sys.getrefcount(None) - before < 100
 
 
+def test_a_producer_of_a_0_d_array_lends_its_value():
+    # Its array interface has no strides entry (C order): the held copy of
+    # it must read the entry as left out, not fail on it.
+    class Scalar(gpu_dlpack.Producer):
+        def __init__(self, value):
+            self._data = np.array(value)
+
+        def dlpack_memory(self):
+            return self._data
+
+    s = Scalar(2.5)
+    interface = s.__array_interface__
+    assert "strides" not in interface and interface["shape"] == ()
+    a = np.asarray(s)
+    assert a.shape == () and a.tolist() == 2.5
+    s._data[()] = 4.0  # the same memory, not a copy
+    assert a.tolist() == 4.0 and np.from_dlpack(s).tolist() == 4.0
+
+
 def test_an_empty_array_may_have_a_null_pointer():
     p = gpu_dlpack.from_pointer(0, (0, 3), np.float32)
     assert np.from_dlpack(p).shape == (0, 3)
