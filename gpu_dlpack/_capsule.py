@@ -192,9 +192,27 @@ def reach(shape, strides) -> tuple:
     return low, high
 
 
+def byte_strides(strides, itemsize: int) -> tuple | None:
+    """Strides in elements (None: C order) as strides in bytes. (No closure
+    over ``itemsize``: on CPython 3.11 a function whose cell fails to be
+    made, out of memory, leaks its arguments, a capsule among them.)"""
+    return None if strides is None else tuple(map(itemsize.__mul__, strides))
+
+
 def version_word(version) -> int:
     """``version`` as the 64-bit word ``stamp_version`` writes."""
     return _U64.unpack(_VERSION_FMT.pack(*version))[0]
+
+
+class Held:
+    """An array interface (``__array_interface__``) and the owner of its
+    memory: NumPy's view of it (``numpy.asarray``) keeps the owner alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, interface, owner):
+        self.__array_interface__ = interface
+        self.owner = owner
 
 
 class Owner:
@@ -222,7 +240,7 @@ class Owner:
 # refuses the core raises, worded by _errors (not_taken, capsule_fault...).
 # Their signatures and what each does: the core's docstrings.
 from ._compiled import (  # noqa: E402
-    OWNING_DESTRUCTORS, checked, discard, is_unconsumed, kept_capsule, kind, move, point_strides_after_shape,
+    OWNING_DESTRUCTORS, checked, counted_capsule, discard, is_unconsumed, kind, move, point_strides_after_shape,
     pointer, read, set_device, set_dtype, set_flags, set_version, stamp_version,
 )
 

@@ -610,7 +610,8 @@ _profiles = _peers._PROFILES  # type -> its Profile, once read
 
 
 def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required):
-    _faults.check_policy(on_readonly)
+    if type(on_readonly) is not str or on_readonly not in _POLICIES:
+        raise _errors.bad_on_readonly(on_readonly, _faults.POLICIES)
     t = type(x)
     profile = _peers.profile(t)
     if profile.chunks is not None:
@@ -622,19 +623,14 @@ def _convert(x, c: Consumer, device, copy, stream, on_readonly, report, required
         # The consumer's own tensor goes over as a tensor: imported by DLPack,
         # it could become an import of an import, which it deadlocks freeing
         # (a copy, made apart from the source, cannot).
-        result = getattr(x, c.itself)()
-        if not report:
-            return result
         why = f"handed over as a {c.name} tensor, not by DLPack: {c.name} {_peers.FAULTS['nested-import-deadlock'][0]}"
-        return Conversion(result, c.name, c.version, False, None, False, ("nested-import-deadlock",), (why,))
+        return _told(getattr(x, c.itself)(), c, report, False, ("nested-import-deadlock",), why)
     if (copy is not True and device is None and required is _NOTHING_REQUIRED and profile.export.read_only
             and getattr(profile.peer, "name", "") == c.name):
         # An immutable array of the consumer's own library (JAX's): any
         # exchange would give the consumer this array again, or a copy.
-        if not report:
-            return x
         why = f"returned as it is: a {c.name} array, and {c.name}'s arrays are immutable"
-        return Conversion(x, c.name, c.version, False, None, False, (), (why,))
+        return _told(x, c, report, False, (), why)
     target = None if device is None else Device(device)
     placed = _placed_by_consumer(c, device, target)
     if placed:
@@ -730,12 +726,18 @@ def _hosted_by_its_producer(x, copy):
     return None
 
 
+def _told(result, c: Consumer, report, copied, faults, *reasons):
+    """``result``, or for ``report`` its `Conversion`: nothing copied by
+    the layer (``copied``: whether the result holds memory of its own)."""
+    return Conversion(result, c.name, c.version, copied, None, False, faults, reasons) if report else result
+
+
 def _reported(result, c: Consumer, record, copy, report):
     """``result`` as ``convert`` returns it, or its `Conversion` for
     ``report``, once the consumer is known not to have copied what
     ``copy=False`` forbids."""
     if record is None:
-        return Conversion(result, c.name, c.version, None, None, False, (), ()) if report else result
+        return _told(result, c, report, None, ())
     if not report and (copy is not False or c.lands is not None):
         return result
     try:  # (address of the first element, DLPack dtype) of the result, where it gives a capsule
@@ -800,10 +802,7 @@ def _convert_chunks(x, chunks, c: Consumer, device, copy, stream, on_readonly, r
     # The chunks' type, told by an empty array of the consumer's (dask's meta).
     meta = convert(np.empty((0,) * x.ndim, x.dtype), c.module)
     mapped = getattr(x, chunks.map)(functools.partial(_chunk, c.module, keywords), dtype=x.dtype, meta=meta)
-    if not report:
-        return mapped
-    return Conversion(mapped, c.name, c.version, None, None, False, (), (
-        f"a lazy array of chunks: each chunk converted to {c.name} when computed",))
+    return _told(mapped, c, report, None, (), f"a lazy array of chunks: each chunk converted to {c.name} when computed")
 
 
 def _chunk(module, keywords, block):

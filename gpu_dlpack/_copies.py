@@ -28,9 +28,8 @@ import numpy as np
 from . import _handoff
 from . import _compiled
 
-#: Bytes of one pinned staging chunk, and the chunks in the ring: at most
-#: 64 MiB of pinned memory held (measured on an H200 host: 4-8 MiB chunks,
-#: 8-12 threads, 29-40 GB/s from 256 MiB up).
+#: Bytes of one pinned staging chunk, and the chunks in the ring (measured on
+#: an H200 host: 4-8 MiB chunks, 8-12 threads, 29-40 GB/s from 256 MiB up).
 CHUNK_BYTES = 4 << 20
 RING_CHUNKS = 16
 #: Copies smaller than this go straight from pageable memory (the driver's
@@ -131,7 +130,7 @@ class Ring:
         # In a forked child the ring starts again empty: its workers and the
         # thread that held its lock are not there, and its chunks and events
         # are the parent's (kept, never freed: that would call the runtime).
-        _forsaken.extend(self._slots)
+        _handoff._forsaken.extend(self._slots)
         self._slots = []
         self._pool = None
         self._lock = threading.Lock()
@@ -221,7 +220,6 @@ def _fill(runtime, slot, flat, start, n):
 _rings: dict = {}  # gpu -> Ring
 _rings_lock = threading.Lock()
 _inherited: weakref.WeakSet = weakref.WeakSet()  # every ring and pool, for the fork handler
-_forsaken: list = []  # what a forked child inherited and must never free
 
 
 def ring_for(gpu: int, workers: int) -> Ring:
@@ -230,14 +228,6 @@ def ring_for(gpu: int, workers: int) -> Ring:
         if ring is None or ring.closed:
             ring = _rings[gpu] = Ring(Runtime(gpu), workers=workers)
         return ring
-
-
-@atexit.register
-def _close_all():
-    # Chunks still being read by a queued copy must outlive it.
-    for ring in list(_rings.values()):
-        with contextlib.suppress(Exception):
-            ring.close()
 
 
 # -- one copy: the calls it makes, and the pinned memory its result lands in -----
@@ -415,7 +405,6 @@ def _after_fork() -> None:
     _rings_lock = threading.Lock()
     for held in list(_inherited):
         held._after_fork()
-    _forsaken.extend(_rings.values())
     _rings.clear()  # ring_for makes new ones
     _pool = PinnedPool()
 
@@ -442,5 +431,9 @@ def to_host(src: int, nbytes: int, stream: int, gpu: int, pool: PinnedPool | Non
 
 
 @atexit.register
-def _close_pool():
+def _close_all():
     _pool.close()
+    # Chunks still being read by a queued copy must outlive it.
+    for ring in list(_rings.values()):
+        with contextlib.suppress(Exception):
+            ring.close()

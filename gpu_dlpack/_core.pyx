@@ -39,9 +39,11 @@ from libc.stdint cimport (
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset, strcmp
 from dlpack cimport (
-    as_u64, as_ulong, call_or_null, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
-    DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackVersion, DLTensor, FLAG_READ_ONLY, kDLCPU, MAX_NDIM,
-    name_or_null, named, pointer_or_null, rename, TypeSlots,
+    as_long, as_u64, as_ulong, capsule_or_null, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+    DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackVersion, DLTensor, FLAG_READ_ONLY, get_context, kDLCPU,
+    MAX_NDIM, name_or_null, named, pointer_or_null, PY_VECTORCALL_ARGUMENTS_OFFSET, PyObject_Vectorcall,
+    PyObject_VectorcallMethod, raw_call_method, raw_compare, raw_getattr, raw_is_true, raw_length, raw_set_traceback,
+    rename, set_context, take, TypeSlots,
 )
 
 # NumPy's C API, through its own headers (cnp): its table is loaded here,
@@ -173,7 +175,7 @@ cdef PyObject *hand_back(object fn, PyObject **args, Py_ssize_t nargs) noexcept:
     if fn is None:
         PyErr_SetString(RuntimeError, NOT_CONFIGURED)
         return NULL
-    return call_or_null(<PyObject *>fn, args, nargs, NULL)
+    return PyObject_Vectorcall(<PyObject *>fn, args, nargs, NULL)
 
 
 cdef object layer_error(str factory, tuple args):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import importlib.util
 import operator
 from typing import Any, NamedTuple
 
@@ -74,10 +73,6 @@ class DLDeviceType(enum.IntEnum, metaclass=_Codes):
 
     @classmethod
     def _missing_(cls, value):
-        # A code no release of dlpack.h here names: a member named by its
-        # number, made for this use (equal and hashed as the int; not kept
-        # among the members, which would grow with every code ever read).
-        # Not a code: 0, negatives, past an int32.
         if type(value) is not int or not 0 < value <= 2**31 - 1:
             return None
         member = int.__new__(cls, value)
@@ -118,12 +113,7 @@ def types(**want) -> frozenset:
     return frozenset(t for t, m in MEMORY.items() if all(getattr(m, k) == v for k, v in want.items()))
 
 
-#: Memory the host can read and write directly: an array here can become a
-#: NumPy array without a copy. One address space: its device id is always 0.
 HOST_ACCESSIBLE = types(host=True)
-
-#: Memory a GPU reads and writes in place: GPU memory, and the pinned and
-#: managed memory a GPU maps.
 DEVICE_ACCESSIBLE = types(gpu=True)
 
 # Name -> (CUDA-build type, ROCm-build type): the names with a ROCm twin and
@@ -150,11 +140,9 @@ _FORMS = (
 @functools.lru_cache(maxsize=1)
 def cupy_is_rocm() -> bool:
     """True when the installed CuPy is a ROCm (HIP) build."""
-    if importlib.util.find_spec("cupy") is None:
-        return False
     try:
         from cupy.cuda import runtime
-    except Exception:  # a broken CuPy install is not a ROCm one
+    except Exception:  # no CuPy, or a broken one, is not a ROCm one
         return False
     return bool(getattr(runtime, "is_hip", False))
 
@@ -264,8 +252,6 @@ class Device:
         except _errors.GpuDlpackError:
             raise
         except BufferError as exc:
-            # The standard's refusal of a device its producer cannot export
-            # (JAX's on a TPU): the caller is told what gets the data.
             raise _errors.device_unnamed(x, exc) from exc
         try:
             if isinstance(answer, (str, bytes)):
@@ -324,17 +310,12 @@ class Device:
 
 
 def _check_index(index, spec):
-    if type(index) is not int and not (hasattr(index, "__index__") and not isinstance(index, bool)):
-        raise _errors.bad_device(spec, _FORMS)
-    index = int(index)
-    if index < 0:
-        raise _errors.bad_device(spec, _FORMS)
-    return index
+    if (type(index) is int or (hasattr(index, "__index__") and not isinstance(index, bool))) and int(index) >= 0:
+        return int(index)
+    raise _errors.bad_device(spec, _FORMS)
 
 
 def _from_tuple(spec):
-    # Integers only, as DLPack's pair is: a float or a string equal to a
-    # code is no device type (2.9 was read as CUDA, "40" as type 40).
     if len(spec) != 2:
         raise _errors.bad_device(spec, _FORMS)
     try:

@@ -83,12 +83,6 @@ def for_landing(faults: frozenset, lands: str | None) -> frozenset:
     return frozenset(f for f in faults if FAULTS[f][1] == "arrays")
 
 
-def check_policy(on_readonly) -> str:
-    if type(on_readonly) is not str or on_readonly not in POLICIES:
-        raise _errors.bad_on_readonly(on_readonly, POLICIES)
-    return on_readonly
-
-
 def has_negative(shape, strides) -> bool:
     """A negative stride on an axis that is walked (more than one element),
     in an array that has elements."""

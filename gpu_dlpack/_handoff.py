@@ -202,10 +202,7 @@ def collect() -> int:
     return len(kept)
 
 
-# -- CUDA graph capture ------------------------------------------------------------
-# CUDA invalidates a capture at the first operation it cannot record (a host
-# wait, a query of a captured event, the legacy stream): the hand-off is
-# recorded, all else refused before anything is queued (docs/guide/gpu.md).
+# -- CUDA graph capture (docs/guide/gpu.md) -----------------------------------------
 
 NOT_CAPTURING, CAPTURING, LEGACY_OFF_LIMITS = 0, 1, 2
 
@@ -280,10 +277,9 @@ def _capture_stands_in(producer: int, consumer: int, device: int, consumer_devic
 
 
 # -- fork ---------------------------------------------------------------------------
-# A child forked after the GPU was used cannot use it: the CUDA (and HIP)
-# runtime does not survive fork. Its events, streams and pending entries are
-# the parent's: forgotten in the child, never destroyed or waited for there
-# (that would call the runtime), and the objects they keep stay alive.
+# A forked child forgets the parent's events, streams and pending entries,
+# never destroyed or waited for there (that would call the runtime); the
+# objects they keep stay alive.
 
 _forked: list = []  # in a forked child: [whether the parent had used the runtime through the layer]
 _forsaken: list = []  # what a forked child inherited and must never free
@@ -390,9 +386,7 @@ def queue_on(stream: int, device: int):
             yield
 
 
-# -- the hand-off and the copy in the compiled core -----------------------------
-# The core calls the C entries of CuPy's runtime module, the runtime instance
-# that made CuPy's streams and events (docs/internals/core.md).
+# -- the hand-off and the copy in the compiled core (docs/internals/core.md) ----
 
 #: The module whose C entries the core calls (``cupy.cuda.runtime`` re-exports it).
 CUPY_RUNTIME = "cupy_backends.cuda.api.runtime"

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _dtypes, _errors, _protocols, _streams
+from . import _capsule, _dtypes, _errors, _protocols, _streams
 from ._devices import CPU, Device
 from ._export import Exportable, wrap
 from ._typing import Capsule, DeviceLike, StreamLike, Version
@@ -182,17 +182,16 @@ def _held_interface(exportable, interface) -> dict:
     and ``offset`` the first element's place in it: NumPy keeps that buffer,
     not the producer, so memory ``dlpack_memory()`` made afresh stays valid."""
     address, readonly = interface["data"]
-    shape, strides = interface["shape"], interface["strides"]
+    shape, strides = interface["shape"], interface.get("strides")  # left out for C order
     itemsize = np.dtype(interface["descr"] if interface["typestr"][1] == "V" else interface["typestr"]).itemsize
     if strides is None:
         strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * itemsize for i in range(len(shape)))
     if 0 in shape or address == 0:
         return interface  # no memory to keep
-    low = sum(st * (n - 1) for n, st in zip(shape, strides) if st < 0)
-    high = sum(st * (n - 1) for n, st in zip(shape, strides) if st > 0) + itemsize
-    flat = {"version": 3, "shape": (high - low,), "typestr": "|u1", "data": (address + low, readonly)}
+    low, high = _capsule.reach(shape, strides)
+    flat = {"version": 3, "shape": (high + itemsize - low,), "typestr": "|u1", "data": (address + low, readonly)}
     held = dict(interface)
-    held["data"], held["offset"] = np.asarray(_protocols._HostHolder(flat, np.asarray(exportable))), -low
+    held["data"], held["offset"] = np.asarray(_capsule.Held(flat, np.asarray(exportable))), -low
     return held
 
 
@@ -303,8 +302,7 @@ def from_pointer(
             raise _errors.bad_pointer_argument(
                 "strides", strides, f"each step of {itemsize}-byte elements is within an int64 count of bytes"
             )
-        low = sum((n - 1) * s * itemsize for n, s in zip(dims, steps) if n and s < 0)
-        high = sum((n - 1) * s * itemsize for n, s in zip(dims, steps) if n and s > 0)
+        low, high = (end * itemsize for end in _capsule.reach(dims, steps))
     if 0 not in dims and (address + low < 0 or address + high + itemsize > 2**64):
         raise _errors.bad_pointer_argument(
             "strides" if steps is not None else "shape", strides if steps is not None else shape,

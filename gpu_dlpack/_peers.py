@@ -16,7 +16,9 @@ the package (a leaf: the device parser reads it too).
   the common import of such an array goes straight to NumPy (``_import``);
 - ``exchange``: its type's DLPack C exchange API is read by the compiled
   core, with the guards its own ``__dlpack__`` checks and the exchange
-  skips (``_wiring``); other producers keep their ``__dlpack__``;
+  skips (``_wiring``): attributes of the array, each of which must be
+  false for the plain exchange (else its ``__dlpack__`` is asked, and says
+  what it refuses); other producers keep their ``__dlpack__``;
 - ``devices``: how its device objects name a DLPack device
   (``_devices.Device``): those of torch, CuPy, JAX and array-api-strict.
 
@@ -53,15 +55,6 @@ import operator
 import re
 import sys
 from typing import Callable, NamedTuple
-
-
-class Exchange(NamedTuple):
-    """Guards of a producer's C exchange API: each must be false for the
-    plain exchange; else its ``__dlpack__`` is asked, and says what it refuses."""
-
-    attrs: tuple        # attributes of the array
-    methods: tuple      # methods of the array, called without arguments...
-    method_kinds: tuple  # ...for arrays of these DLPack dtype kinds only (``_dtypes.CODE_NAMES``)
 
 
 class HostTest(NamedTuple):
@@ -234,7 +227,7 @@ class Peer(NamedTuple):
     on_host: str | None = None
     host_test: HostTest | None = None
     numpy_reads: tuple = ()
-    exchange: Exchange | None = None
+    exchange: tuple | None = None
     devices: Devices | None = None
     consumer: tuple = ("from_dlpack",)
     asks: tuple | None = None
@@ -273,13 +266,12 @@ def _jax_rocm(device) -> bool:
     return "rocm" in str(getattr(getattr(device, "client", None), "platform_version", "")).lower()
 
 
+# What each fault below is, and what the layer does of it: the tables of
+# docs/guide/libraries.md (tests hold them to these rows).
 PEERS = (
     Peer(
         "numpy", "numpy", lands="host",
-        # numpy.from_dlpack before 2.1 asks for legacy capsules (convert lands
-        # data in NumPy through gpu_dlpack.from_dlpack, which reads both).
         faults=(Fault("legacy-only", until=(2, 1), seen=("1.26.4",)),),
-        # ...and its __dlpack__ takes no max_version (gpu_dlpack.testing, rule 1.3).
         export_faults=(Fault("legacy-only-export", until=(2, 1), seen=("1.26.4",)),),
     ),
     Peer(
@@ -300,7 +292,7 @@ PEERS = (
         # that require grad) and its views unresolved: each of the views
         # below (export_faults) is a guard too, is_conj for complex tensors
         # only (the bit is theirs).
-        exchange=Exchange(("requires_grad",), (), ()),
+        exchange=("requires_grad",),
         devices=Devices(
             "torch", ("type",), "type", {"cpu": "cpu", "cuda": "gpu"}, ("index",), _torch_hip,
             "torch device type",
@@ -312,8 +304,6 @@ PEERS = (
             "_C.DisableTorchFunctionSubclass",
         ),
         faults=(
-            # Before 2.9 torch asked for legacy capsules; since, it reads
-            # versioned ones and ignores their READ_ONLY flag.
             Fault("legacy-only", until=(2, 9)),
             Fault("read-only-ignored", since=(2, 9), seen=("2.13.0", "2.14.1", "2.15.0")),
             # Tensors have no negative strides: 2.12.1 and 2.13.0 abort on
@@ -321,8 +311,6 @@ PEERS = (
             Fault("negative-strides", seen=("2.12.1", "2.13.0", "2.14.1", "2.15.0"), see="pytorch/pytorch#188023"),
         ),
         export_faults=(
-            # __dlpack__ and the C exchange API hand the memory of a negative
-            # view (torch._neg_view(t), t.conj().imag) as it is.
             Fault("negative-bit-unresolved", seen=("2.13.0", "2.14.1", "2.15.0")),
             Fault("conjugate-bit-refused", seen=("2.13.0", "2.14.1", "2.15.0")),
         ),
@@ -350,14 +338,10 @@ PEERS = (
         # Measured on each release from 0.6.2 (the newest for CPython 3.10)
         # to 0.12.1 (docs/internals/faults.md, "JAX by release").
         export_faults=(
-            # From 0.12 it gives versioned capsules, which say READ_ONLY;
-            # its legacy ones (for a consumer that asks for no version)
-            # still cannot, and its arrays are immutable in every release.
             Fault("legacy-only-export", until=(0, 12), seen=("0.10.2",)),
             Fault("immutable-unflagged", seen=("0.10.2", "0.12.0.1", "0.12.1")),
         ),
         faults=(
-            # From 0.12 it asks for versioned capsules (max_version=(1, 3)).
             Fault("legacy-only", until=(0, 12), seen=("0.6.2", "0.10.2", "0.11.2")),
             # With jax_enable_x64 off (its default), dlpack_managed_tensor_to_buffer
             # canonicalizes the dtype by a copy.
@@ -382,22 +366,16 @@ PEERS = (
         "paddle", "paddle", array="Tensor", itself="detach",
         # Like torch's, its C exchange API exports tensors that require grad,
         # which its __dlpack__ refuses (requires_grad: not stop_gradient).
-        exchange=Exchange(("requires_grad",), (), ()),
+        exchange=("requires_grad",),
         faults=(
-            # It asks for versioned capsules and writes through READ_ONLY
-            # ones; a negative stride imports as garbage (reading it asks
-            # for 2**64 bytes: MemoryError).
             Fault("read-only-ignored", seen=("3.3.1",)),
             Fault("negative-strides", seen=("3.3.1",)),
-            # Its CPU build asks for the GPU's current stream of any producer
-            # whose __dlpack_device__ names a GPU, and dies (SIGSEGV).
             Fault("gpu-import-crashes", seen=("3.3.1",), unless="is_compiled_with_cuda"),
             # PaddleDeleterManager::DeleterBridge, re-entered: convert hands
             # a Paddle tensor to Paddle as a tensor, never by an exchange.
             Fault("nested-import-deadlock", seen=("3.3.1",)),
         ),
         export_faults=(
-            # __dlpack_device__ of a CPU tensor gives (kDLCPU, None).
             Fault("device-id-none", seen=("3.3.1",)),
         ),
     ),
@@ -408,19 +386,11 @@ PEERS = (
         consumer=("experimental.dlpack.from_dlpack",), capsule_only=True,
         faults=(
             Fault("legacy-only", seen=("2.21.0",)),
-            # "Invalid strides array from DLPack" for a negative stride, a
-            # step and a transposition alike: C order only.
             Fault("non-compact-strides", seen=("2.21.0",)),
             Fault("c-order-only", seen=("2.21.0",)),
-            # Its CPU build refuses a capsule of GPU memory ("GPU:0 unknown
-            # device") having run its deleter, and leaves it unconsumed: the
-            # producer frees it again (gpu_dlpack.testing, rule 9.12; CPython
-            # 3.13 dies of it, SIGSEGV).
             Fault("gpu-import-crashes", seen=("2.21.0",), unless="test.is_built_with_cuda"),
         ),
         export_faults=(
-            # t.__dlpack__(max_version=(1, 0)) gives a "dltensor" capsule,
-            # of a tensor that is immutable.
             Fault("legacy-only-export", seen=("2.21.0",)),
             Fault("immutable-unflagged", seen=("2.21.0",)),
         ),
@@ -433,13 +403,9 @@ PEERS = (
             Fault("negative-strides", seen=("0.32.4",)),  # ValueError
             Fault("negative-strides-anywhere", seen=("0.32.4",)),
             Fault("narrows-float64", seen=("0.32.4",)),
-            # It asks with no max_version first, and for (1, 1) only after a
-            # BufferError; and it copies every import, aligned or not.
             Fault("legacy-only", seen=("0.32.4",)),
             Fault("unaligned-copies", seen=("0.32.4",)),
         ),
-        # mx.array.__dlpack__(max_version=(1, 0)) gives a "dltensor" capsule
-        # (gpu_dlpack.testing, rule 1.3).
         export_faults=(Fault("legacy-only-export", seen=("0.32.4",)),),
     ),
     # pyarrow is a producer only (it imports no DLPack): its arrays of
@@ -450,7 +416,6 @@ PEERS = (
         "pyarrow", "pyarrow", array="Array", array_module="pyarrow", consumer=(),
         export_faults=(
             Fault("read-only-legacy-export", seen=("25.0.1", "26.0.1")),
-            # Before 26, __dlpack__ takes stream= alone (gpu_dlpack.testing, rule 1.3).
             Fault("legacy-only-export", until=(26, 0, 1), seen=("25.0.1",)),
         ),
     ),
@@ -685,12 +650,7 @@ def named_callable(root, paths) -> tuple:
     ``consumer``) that names a callable under ``root``; ``(None, None)``
     where none does."""
     for path in paths:
-        obj = root
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
+        obj = _attribute(root, path)
         if callable(obj):
             return obj, path
     return None, None

@@ -142,17 +142,6 @@ BUFFER_VIEWS = {t: buffer_view for t in (bytes, bytearray, memoryview, array.arr
 
 # -- the CUDA Array Interface -------------------------------------------------
 
-class _HostHolder:
-    """Lends NumPy an array interface (of device memory: a description NumPy
-    never reads) and keeps its owner alive, as the base of NumPy's view."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, interface, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
-
-
 def parse_cuda_interface(cai) -> dict:
     """The CUDA Array Interface dict checked: ``shape``, ``typestr``,
     ``data``, ``strides``, ``version``, ``stream``; BufferError or TypeError
@@ -275,7 +264,7 @@ def host_array(info, owner) -> np.ndarray:
             # Left out for C order: NumPy (2.4.6) leaks a reference to None for
             # each "strides": None it reads.
             interface["strides"] = info["strides"]
-        view = np.asarray(_HostHolder(interface, owner))
+        view = np.asarray(_capsule.Held(interface, owner))
     if carrier is not None:
         view = view.view(dtype)
     if info["readonly"]:
@@ -328,10 +317,6 @@ def cuda_interface(capsule, readonly: bool, stream) -> tuple:
     if dtype.padded:
         raise _errors.unsupported_dtype(*info.dl_dtype, "the array interfaces have no padded sub-byte types")
     numpy_dtype = dtype.numpy
-    itemsize = numpy_dtype.itemsize
-    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
-    # be made, out of memory, leaks its arguments.)
-    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
     interface = {
         "version": 3,
         "shape": tuple(info.shape),
@@ -341,7 +326,7 @@ def cuda_interface(capsule, readonly: bool, stream) -> tuple:
         # still set (an unchecked item), which surfaces later as a SystemError.
         "descr": numpy_dtype.descr if numpy_dtype.fields is not None else [("", numpy_dtype.str)],
         "data": (info.data + info.byte_offset, bool(readonly or info.readonly)),
-        "strides": strides,
+        "strides": _capsule.byte_strides(info.strides, numpy_dtype.itemsize),
         "stream": stream,
     }
     return interface, _capsule.take(capsule)

@@ -156,9 +156,6 @@ def plan_export(
     if max_version is not None:
         _versions.check_describable(max_version, code, target.type)
     if bits < 8 and (not versioned or max_version < _versions.SUBBYTE_PADDED_SINCE):
-        # Only versioned capsules can say IS_SUBBYTE_TYPE_PADDED, and only a
-        # consumer of 1.1 or later knows the flag: an older one would read
-        # the padded bytes as packed data.
         raise _errors.needs_version(f"a {bits}-bit dtype", _versions.SUBBYTE_PADDED_SINCE, max_version)
     return _new_plan(Plan, (versioned, needs_copy, source, target, read_only))
 

@@ -105,7 +105,6 @@ def resolve(stream, device_type) -> int:
 
 # -- copies the host may read at once -----------------------------------------
 
-#: Memory of one GPU, named by its index (pinned and managed memory say 0).
 INDEXED_TYPES = _devices.types(indexed=True)
 #: Pinned and managed memory: read by the host or by a GPU.
 _HOST_READABLE = _devices.types(host=True, gpu=True)
@@ -136,10 +135,8 @@ def handle_of(stream):
     when it is none (``check_stream`` then judges it). A stream object's
     null handle is unambiguous: on CUDA, the legacy default stream (1),
     without the warning a bare ``0`` gets."""
-    if stream is None or type(stream) is int or isinstance(stream, bool):
-        return stream
-    if hasattr(stream, "__index__"):
-        return stream  # an integer type (numpy.int64...): check_stream takes it
+    if stream is None or hasattr(stream, "__index__"):
+        return stream  # an int or an integer type (numpy.int64...): check_stream takes it
     handle = _read_handle(stream)
     if handle is None:
         return stream

@@ -86,29 +86,15 @@ def _floor_from_environment():
     return parse_floor(raw, ENV_MIN_VERSION) if raw else DEFAULT_MIN_VERSION
 
 
-#: The version check and its state, in the compiled core (a ``_compiled.Verdict``:
-#: the rule is its ``check``, this module the policy it reads). Its
-#: ``floor`` is the floor in force, None until first used; set through
-#: ``set_min_version``. Its ``accepted`` is the verdict it caches: the last
-#: versioned max_version accepted, and the floor it was checked against.
+#: The version check and its state, in the compiled core (a ``_compiled.Verdict``,
+#: whose docstrings say each piece): the rule is its ``check``, this module
+#: the policy it reads.
 VERDICT = _compiled.Verdict(DLPACK_VERSION, _floor_from_environment, _local)
-
-#: One entry per call under way, on any thread, that has a floor of its own
-#: (``under_floor``): while there is one, the verdict cached by the check is
-#: not used, and the thread's floor decides. A list, whose append and remove
-#: are one step each (the check reads its length).
+#: The calls under way with a floor of their own (``under_floor``).
 calls_with_own_floor: list = VERDICT.calls
-
-#: Validate a consumer's ``max_version``: ``check_max_version(max_version,
-#: floor=None)``, True when it asks for a versioned capsule, False for a
-#: legacy one (``None``, or major 0); ``floor`` is a floor of the call's own,
-#: else the thread's ``under_floor``, else the floor in force.
-#: ``_errors.bad_max_version`` for what is not a pair of ints,
-#: ``_errors.below_floor`` below the floor.
+#: ``check_max_version(max_version, floor=None)``: True for a versioned request.
 check_max_version = VERDICT.check
-
-#: The floor in force (read from ``GPU_DLPACK_MIN_VERSION`` at first use;
-#: ValueError while that value is bad).
+#: The floor in force.
 min_version = VERDICT.in_force
 
 

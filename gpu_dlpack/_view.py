@@ -163,7 +163,6 @@ def view(x: Any, /, *, stream: StreamLike | None = None) -> ArrayView:
         try:
             info = _capsule.read(capsule)
         finally:
-            # Read: the capsule goes now, and its deleter with it.
             _capsule.discard(capsule)
         ready_on = _streams.resolve(stream, info.device.type) if info.device.type in _streams.RULES else None
         readonly = info.readonly

@@ -59,7 +59,7 @@ def _import_plan(t):
     data descriptors of the type that the core reads with their ``__get__``
     (as ``getattr`` reads them), and ``methods``, callables it calls with
     the array, each for arrays of the dtype codes in its mask in ``codes``
-    (``_peers.Exchange``, and the views of ``_peers.VIEWS`` by their readers,
+    (the row's ``exchange``, and the views of ``_peers.VIEWS`` by their readers,
     ``ExportFacts.readers``: the row's own methods). ``host`` is the type's
     host test (``_peers.HostTest``) where the core may ask the producer's
     ``__dlpack__`` itself; ``read_only`` whether its arrays are read-only
@@ -75,20 +75,15 @@ def _import_plan(t):
     host = None if peer.host_test is None or not CAPSULES else tuple(peer.host_test)
     if api is None and host is None:
         return None
-    guards = peer.exchange or _peers.Exchange((), (), ())
     every = (1 << 32) - 1
-    kinds = sum(1 << _CODES[kind] for kind in guards.method_kinds) if guards.method_kinds else every
     attrs, methods, codes = [], [], []
-    for name in guards.attrs:
+    for name in peer.exchange or ():
         read = _data_descriptor(t, name)
         if read is None:  # read by name, as any attribute
             methods.append(operator.attrgetter(name))
             codes.append(every)
         else:
             attrs.append(read)
-    for name in guards.methods:
-        methods.append(operator.methodcaller(name))
-        codes.append(kinds)
     facts = _peers.export_facts(t)
     for view, (test, _resolve) in zip(facts.views, facts.readers):
         methods.append(test)

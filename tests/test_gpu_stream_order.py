@@ -57,7 +57,7 @@ def exchange_producer(monkeypatch):
 
     ExchangeProducer.__dlpack_c_exchange_api__ = gpu_dlpack.Exportable.__dlpack_c_exchange_api__
     peer = _peers.Peer("exchange-test-producer", __name__, array=ExchangeProducer.__qualname__,
-                       exchange=_peers.Exchange((), (), ()))
+                       exchange=())
     monkeypatch.setattr(_peers, "PEERS", _peers.PEERS + (peer,))
     from gpu_dlpack._backends.cupy import imports
 

@@ -312,22 +312,22 @@ def test_from_pointer_takes_the_largest_numbers_that_fit():
 def test_from_pointer_in_c_order_lends_numpy_no_strides_entry():
     # NumPy 2.4.6 leaks a reference to None for each "strides": None of an
     # __array_interface__ it reads: one per from_pointer of host memory.
-    from gpu_dlpack import _protocols
+    from gpu_dlpack import _capsule
 
     buf = np.arange(6.0)
     seen = []
-    real = _protocols._HostHolder.__init__
+    real = _capsule.Held.__init__
 
     def watch(self, interface, owner):
         seen.append(dict(interface))
         real(self, interface, owner)
 
-    _protocols._HostHolder.__init__ = watch
+    _capsule.Held.__init__ = watch
     try:
         gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64)
         gpu_dlpack.from_pointer(buf.ctypes.data, (3,), np.float64, strides=(2,))
     finally:
-        _protocols._HostHolder.__init__ = real
+        _capsule.Held.__init__ = real
     assert "strides" not in seen[0] and seen[1]["strides"] == (16,)
     # So does the array interface of a wrapper over a capsule without
     # strides (a 0-d one: every other capsule the layer exports has them).
@@ -339,6 +339,25 @@ def test_from_pointer_in_c_order_lends_numpy_no_strides_entry():
         for _ in range(1000):
             gpu_dlpack.from_pointer(buf.ctypes.data, (2, 3), np.float64)
         assert sys.getrefcount(None) - before < 100
+
+
+def test_a_producer_of_a_0_d_array_lends_its_value():
+    # Its array interface has no strides entry (C order): the held copy of
+    # it must read the entry as left out, not fail on it.
+    class Scalar(gpu_dlpack.Producer):
+        def __init__(self, value):
+            self._data = np.array(value)
+
+        def dlpack_memory(self):
+            return self._data
+
+    s = Scalar(2.5)
+    interface = s.__array_interface__
+    assert "strides" not in interface and interface["shape"] == ()
+    a = np.asarray(s)
+    assert a.shape == () and a.tolist() == 2.5
+    s._data[()] = 4.0  # the same memory, not a copy
+    assert a.tolist() == 4.0 and np.from_dlpack(s).tolist() == 4.0
 
 
 def test_an_empty_array_may_have_a_null_pointer():

@@ -5,7 +5,7 @@
 Export builds the ``DLManagedTensorVersioned`` here: one allocation holding
 the struct, the shape and the strides, a reference to the array kept until
 the consumer calls the deleter (or the unconsumed capsule dies): the
-compiled core's deleter and destructor (``_capsule.kept_capsule`` takes the
+compiled core's deleter and destructor (``_capsule.counted_capsule`` takes the
 reference and makes the capsule in one step). Import reads a versioned
 capsule through the array interface, the capsule's owner kept alive by the
 array's base. NumPy 2.1 and later never come here.
@@ -68,38 +68,25 @@ def export_versioned(arr: np.ndarray, version_word: int, flags: int, code: int, 
             )
         strides.append(s // itemsize)
     data = _data_of(arr)
-    mem = ctypes.create_string_buffer(_HEAD_SIZE + 16 * ndim)
+    mem = ctypes.create_string_buffer(_HEAD_SIZE + 8 + 16 * ndim)  # the struct, the core's count, the shape and strides
     ptr = ctypes.addressof(mem)
-    shape_at = ptr + _HEAD_SIZE
+    shape_at = ptr + _HEAD_SIZE + 8
     strides_at = shape_at + 8 * ndim
     _HEAD.pack_into(
-        # (No deleter yet: kept_capsule sets the core's.)
+        # (No deleter yet: counted_capsule sets the core's.)
         mem, 0, version_word & 0xFFFFFFFF, version_word >> 32, 0, 0, flags,
         data, 1, 0, ndim, code, bits, 1,
         shape_at if ndim else 0, strides_at if ndim else 0, 0,
     )
-    struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE, *arr.shape, *strides)
-    return _capsule.kept_capsule(ptr, (mem, arr))
-
-
-class _Held:
-    """An array interface over a consumed capsule's memory, owning it."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, interface, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
+    struct.pack_into(f"<{ndim}q{ndim}q", mem, _HEAD_SIZE + 8, *arr.shape, *strides)
+    return _capsule.counted_capsule(ptr, (mem, arr), True)
 
 
 def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     """A NumPy array over a checked versioned capsule of host memory,
     zero-copy, read-only when the capsule says READ_ONLY."""
     info = _capsule.read(capsule)
-    itemsize = dtype.itemsize
-    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
-    # be made, out of memory, leaks its arguments, here a capsule.)
-    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
+    strides = _capsule.byte_strides(info.strides, dtype.itemsize)
     owner = _capsule.take(capsule)
     interface = {
         "version": 3,
@@ -111,4 +98,4 @@ def consume_versioned(capsule, dtype: np.dtype) -> np.ndarray:
     }
     if dtype.fields is None and dtype.str.startswith("|V"):
         interface["descr"] = [("", dtype.str)]
-    return np.asarray(_Held(interface, owner))
+    return np.asarray(_capsule.Held(interface, owner))

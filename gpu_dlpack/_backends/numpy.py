@@ -122,13 +122,11 @@ def export(arr: np.ndarray, plan, dtype: _dtypes.DType):
     )
     if plan.versioned:
         _relabel(capsule)
-        if dtype.carrier is not None:
-            _capsule.set_dtype(capsule, dtype.code, dtype.bits)
-            if dtype.padded:
-                flags = _capsule.read(capsule).flags
-                _capsule.set_flags(capsule, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
-    elif dtype.carrier is not None:
+    if dtype.carrier is not None:
         _capsule.set_dtype(capsule, dtype.code, dtype.bits)
+        if plan.versioned and dtype.padded:
+            flags = _capsule.read(capsule).flags
+            _capsule.set_flags(capsule, flags | _capsule.IS_SUBBYTE_TYPE_PADDED)
     return capsule
 
 
@@ -155,12 +153,7 @@ def consume(capsule, versioned, header) -> np.ndarray:
     NumPy renames the capsule, calls the deleter when the array and all its
     views are gone, makes READ_ONLY and legacy imports non-writeable.
     """
-    dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
-    if dtype.padded and not header.flags & _capsule.IS_SUBBYTE_TYPE_PADDED:
-        raise _errors.unsupported_dtype(
-            header.code, header.bits, header.lanes, "packed sub-byte data (without the IS_SUBBYTE_TYPE_PADDED "
-            "flag) has no NumPy layout"
-        )
+    dtype = dtype_of(header, "NumPy")
     if dtype.carrier is not None:
         _capsule.set_dtype(capsule, _dtypes.UINT, dtype.carrier.itemsize * 8)
     if versioned and not VERSIONED_NUMPY:
@@ -187,6 +180,16 @@ def consume(capsule, versioned, header) -> np.ndarray:
     if dtype.carrier is not None:
         arr = arr.view(dtype.numpy)
     return arr
+
+
+def dtype_of(header, holder: str) -> _dtypes.DType:
+    """The dtype of a checked capsule's ``header``, for an array of
+    ``holder`` (NumPy, CuPy), which has no layout for packed sub-byte data."""
+    dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
+    if dtype.padded and not header.flags & _capsule.IS_SUBBYTE_TYPE_PADDED:
+        why = f"packed sub-byte data (without the IS_SUBBYTE_TYPE_PADDED flag) has no {holder} layout"
+        raise _errors.unsupported_dtype(header.code, header.bits, header.lanes, why)
+    return dtype
 
 
 def aligned_copy(arr: np.ndarray, alignment: int, stream=None) -> np.ndarray:

@@ -5,8 +5,6 @@
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
-    long as_long "PyLong_AsLong"(object value) noexcept
-    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor) noexcept
 
 cdef extern from *:
     ctypedef long long int128 "__int128"
@@ -518,43 +516,14 @@ def set_version(capsule, version, /):
     m.version.minor = <uint32_t>minor
 
 
-# -- versioned capsules for NumPy before 2.1 -------------------------------------
-
-cdef void kept_deleter(DLManagedTensorVersioned *m) noexcept nogil:
-    """The deleter of the versioned tensors Python builds for NumPy before 2.1
-    (_old_numpy): manager_ctx holds the Python object that keeps the struct's
-    memory and the array alive. Safe on any thread; after finalization it
-    leaks rather than touch Python."""
-    cdef PyObject *keep
-    if not Py_IsInitialized():
-        return
-    with gil:
-        keep = <PyObject *>m.manager_ctx  # read first: m lives in memory keep holds
-        m.manager_ctx = NULL
-        if keep != NULL:
-            drop_keeping_error(keep)
-
-
-@cython.embedsignature.format("clinic")
-def kept_capsule(ptr, keep, /):
-    """A versioned capsule over a struct, holding keep until its deleter runs."""
-    # The struct is filled but for manager_ctx and deleter. Making the
-    # capsule and taking the reference is one step: no interrupt or error
-    # can land between them and leak keep.
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>PyLong_AsVoidPtr(ptr)
-    if m == NULL:
-        raise ValueError("kept_capsule() needs the address of a struct")
-    capsule = PyCapsule_New(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
-    Py_INCREF(keep)
-    m.manager_ctx = <void *>keep
-    m.deleter = kept_deleter
-    return capsule
-
-
-# The capsules gpu_dlpack.testing hands an importer: kept_capsule's, with an
-# int64 after the struct that counts the deleter's calls. The first lets keep
-# go (the checker holds it too: the struct outlives every call), every one
-# counts: an importer that frees a tensor twice is seen, not a crash.
+# -- capsules over a struct Python built ----------------------------------------
+# The versioned capsules of NumPy before 2.1 (_old_numpy) and those
+# gpu_dlpack.testing hands an importer: manager_ctx holds what keeps the
+# struct's memory (and the array) alive, and an int64 after the struct counts
+# the deleter's calls. The first lets keep go (the checker holds it too: the
+# struct outlives every call), every one counts: an importer that frees a
+# tensor twice is seen, not a crash. Safe on any thread; after finalization
+# it leaks rather than touch Python.
 cdef void count_call(int64_t *calls, void **ctx) noexcept nogil:
     cdef PyObject *keep
     if not Py_IsInitialized():
@@ -578,6 +547,8 @@ cdef void counted_legacy(DLManagedTensor *m) noexcept nogil:
 @cython.embedsignature.format("clinic")
 def counted_capsule(ptr, keep, versioned, /):
     """A capsule over a struct and the count after it, holding keep until its deleter runs."""
+    # Making the capsule and taking the reference is one step: no interrupt
+    # or error can land between them and leak keep.
     cdef void *p = PyLong_AsVoidPtr(ptr)
     if p == NULL:
         raise ValueError("counted_capsule() needs the address of a struct")

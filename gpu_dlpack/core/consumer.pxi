@@ -4,20 +4,6 @@
 # whose capsules the core asks itself (JAX).
 
 
-# The C API where a failure is answered on the spot (cleared, handed on, or
-# a tensor freed first): NULL or -1 comes back as it is, Cython raises nothing.
-cdef extern from "Python.h":
-    PyObject *raw_getattr "PyObject_GetAttr"(PyObject *o, PyObject *name)
-    PyObject *raw_vectorcall "PyObject_Vectorcall"(PyObject *f, PyObject **args, size_t nargsf, PyObject *kwnames)
-    PyObject *raw_call_method "PyObject_CallMethodNoArgs"(PyObject *o, PyObject *name)
-    PyObject *raw_compare "PyObject_RichCompare"(PyObject *a, PyObject *b, int op)
-    int raw_is_true "PyObject_IsTrue"(PyObject *o)
-    Py_ssize_t raw_length "PyObject_Length"(PyObject *o)
-    PyObject *raw_vectorcall_method "PyObject_VectorcallMethod"(PyObject *name, PyObject **args, size_t nargsf,
-                                                                 PyObject *kwnames)
-    int raw_set_traceback "PyException_SetTraceback"(PyObject *exc, PyObject *tb)
-    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
-
 # NumPy's C API where a failure is answered on the spot (the tensor freed or
 # the base disarmed first): its headers' functions, NULL or -1 as they come
 # (cnp leaves the one out, and declares the other to raise).
@@ -57,16 +43,6 @@ cdef inline int cleared() noexcept:
         PyErr_Clear()
         return 0
     return -1
-
-
-cdef inline object owned(PyObject *p):
-    """p, a new reference, as an object that takes it over; for NULL, the
-    error already set raised."""
-    if p == NULL:
-        raise_pending()
-    cdef object o = <object>p
-    Py_DECREF(o)
-    return o
 
 
 cdef void entry_destructor(object capsule) noexcept:
@@ -168,7 +144,7 @@ cdef object learned_entry(object producer_type):
     Py_XINCREF(hm)
     Py_XINCREF(ha)
     Py_XINCREF(hp)
-    return owned(entry)
+    return take(entry)
 
 
 # What Python said of each producer type: type -> its ImportEntry capsule, or
@@ -230,7 +206,7 @@ cdef int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
     for i in range(PyTuple_GET_SIZE(<object>e.methods)):
         if code < 0 or code >= 32 or not ((e.method_codes[i] >> code) & 1):
             continue
-        if not is_false(raw_vectorcall(PyTuple_GET_ITEM(<object>e.methods, i), &x, 1, NULL)):
+        if not is_false(PyObject_Vectorcall(PyTuple_GET_ITEM(<object>e.methods, i), &x, 1, NULL)):
             return 0
     return 1
 
@@ -274,7 +250,7 @@ cdef PyObject *ask_capsule(PyObject *x, int versioned) noexcept:
     cdef PyObject *args[2]
     args[0] = x
     args[1] = <PyObject *>verdict.produced
-    return raw_vectorcall_method(<PyObject *>"__dlpack__", args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+    return PyObject_VectorcallMethod(<PyObject *>"__dlpack__", args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                  <PyObject *>MAX_VERSION_KEYWORD if versioned else NULL)
 
 
@@ -384,11 +360,11 @@ cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
     if capsule == NULL:
         # The producer's error goes on as the Python path's would: never
         # dropped, and the producer never asked the same again.
-        error = owned(taken_error())
+        error = take(taken_error())
         args[1] = <PyObject *>None
         args[2] = <PyObject *>error
         fn = policy.host_capsule
-        return owned(hand_back(fn, args, 3))
+        return take(hand_back(fn, args, 3))
     cdef int versioned
     cdef void *ptr = unconsumed(capsule, &versioned)
     cdef void *got = claim_tensor(capsule, versioned) if ptr != NULL and host_plain(ptr, versioned) and (
@@ -408,7 +384,7 @@ cdef object capsule_import(object x, ImportEntry *e, bint cpu_only=False):
     # The producer's destructor (its capsule now used_* or handed on) may
     # clear an error raised above.
     drop_keeping_error(capsule)
-    return owned(arr)
+    return take(arr)
 
 
 cdef object core_import_host(object x, bint cpu_only=False):
@@ -419,7 +395,7 @@ cdef object core_import_host(object x, bint cpu_only=False):
     configured()
     cdef PyObject *hold
     cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
-    owner = owned(hold)
+    owner = take(hold)
     if <PyObject *>e == <PyObject *>None:
         return None
     if e.api == NULL:
@@ -446,7 +422,7 @@ cdef object core_import_host(object x, bint cpu_only=False):
         if m.deleter != NULL:
             m.deleter(m)
         return None
-    return owned(arr)
+    return take(arr)
 
 
 @cython.embedsignature.format("clinic")
@@ -466,7 +442,7 @@ def exchange(x, /):
     configured()
     cdef PyObject *hold
     cdef ImportEntry *e = import_entry(Py_TYPE(x), &hold)
-    owner = owned(hold)
+    owner = take(hold)
     if <PyObject *>e == <PyObject *>None or e.api == NULL:
         return None
     cdef DLManagedTensorVersioned *m = NULL
@@ -485,5 +461,5 @@ def exchange(x, /):
     if capsule == NULL:
         release_tensor(m, 1)
     # Dropped on a failure below, the capsule frees m.
-    return owned(capsule), PyLong_FromVoidPtr(stream)
+    return take(capsule), PyLong_FromVoidPtr(stream)
 

@@ -4,6 +4,7 @@
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.object cimport PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_Destructor
 
 # --- DLPack 1.3 ---------------------------------------------------------------
 
@@ -66,12 +67,29 @@ cdef extern from "Python.h":
         object (*tp_new)(PyTypeObject *type, object args, PyObject *kwargs)
         PyObject *tp_dict
         PyObject *(*tp_descr_get)(PyObject *descr, PyObject *obj, PyObject *type)
-    # The calls whose failure the caller checks (or clears) itself.
+    # The calls whose failure the caller checks (or clears, or hands on)
+    # itself: NULL or -1 comes back as it is, Cython raises nothing.
     void *pointer_or_null "PyCapsule_GetPointer"(PyObject *capsule, const char *name) noexcept
     const char *name_or_null "PyCapsule_GetName"(PyObject *capsule) noexcept
     int rename "PyCapsule_SetName"(PyObject *capsule, const char *name) noexcept
     bint named "PyCapsule_IsValid"(PyObject *capsule, const char *name) noexcept
+    PyObject *capsule_or_null "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor) noexcept
+    int set_context "PyCapsule_SetContext"(PyObject *capsule, void *context) noexcept
+    void *get_context "PyCapsule_GetContext"(PyObject *capsule) noexcept
+    long as_long "PyLong_AsLong"(object value) noexcept
     unsigned long long as_u64 "PyLong_AsUnsignedLongLong"(object value) noexcept
     unsigned long as_ulong "PyLong_AsUnsignedLong"(object value) noexcept
-    PyObject *call_or_null "PyObject_Vectorcall"(PyObject *callable, PyObject *const *args, size_t nargsf,
-                                                 PyObject *kwnames) noexcept
+    PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) noexcept
+    PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames) noexcept
+    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
+    PyObject *raw_getattr "PyObject_GetAttr"(PyObject *o, PyObject *name) noexcept
+    PyObject *raw_call_method "PyObject_CallMethodNoArgs"(PyObject *o, PyObject *name) noexcept
+    PyObject *raw_compare "PyObject_RichCompare"(PyObject *a, PyObject *b, int op) noexcept
+    int raw_is_true "PyObject_IsTrue"(PyObject *o) noexcept
+    Py_ssize_t raw_length "PyObject_Length"(PyObject *o) noexcept
+    int raw_set_traceback "PyException_SetTraceback"(PyObject *exc, PyObject *tb) noexcept
+
+cdef extern from *:
+    # The new reference a C call returned, from here Cython's (a cast: it
+    # costs nothing); NULL: the error the call left set, raised on.
+    object take "(PyObject *)"(PyObject *ref)

@@ -110,7 +110,7 @@ cdef int set_up_exchange_api() except -1:
     exportable_api.managed_tensor_to_py_object_no_sync = <to_py_t>exportable_to_py
     exportable_api.dltensor_from_py_object_no_sync = NULL
     exportable_api.current_work_stream = <stream_t>exportable_stream
-    tp_dict["__dlpack_c_exchange_api__"] = take(new_capsule(&exportable_api, EXCHANGE_API_NAME, NULL))
+    tp_dict["__dlpack_c_exchange_api__"] = take(capsule_or_null(&exportable_api, EXCHANGE_API_NAME, NULL))
     PyType_Modified(ExportableBase)
     exchange_api_set_up = True  # last: what says it is done
     return 0

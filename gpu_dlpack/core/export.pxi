@@ -106,13 +106,8 @@ def export(x, /, *, stream=None, max_version=None, dl_device=None, copy=None, re
     if general_export is None:
         return unconfigured()
     cdef PyObject *a[7]
-    a[0] = <PyObject *>x
-    a[1] = <PyObject *>stream
-    a[2] = <PyObject *>max_version
-    a[3] = <PyObject *>dl_device
-    a[4] = <PyObject *>copy
-    a[5] = <PyObject *>readonly
-    a[6] = <PyObject *>min_version
+    a[:] = [<PyObject *>x, <PyObject *>stream, <PyObject *>max_version, <PyObject *>dl_device, <PyObject *>copy,
+             <PyObject *>readonly, <PyObject *>min_version]
     return take(PyObject_Vectorcall(<PyObject *>general_export, a, 1, <PyObject *>EXPORT_KEYWORDS))
 
 
@@ -128,9 +123,7 @@ def wrap(x, /, *, readonly=False, min_version=None):
     if general_wrap is None:
         return unconfigured()
     cdef PyObject *a[3]
-    a[0] = <PyObject *>x
-    a[1] = <PyObject *>readonly
-    a[2] = <PyObject *>min_version
+    a[:] = [<PyObject *>x, <PyObject *>readonly, <PyObject *>min_version]
     return take(PyObject_Vectorcall(<PyObject *>general_wrap, a, 1, <PyObject *>WRAP_KEYWORDS))
 
 
@@ -157,12 +150,8 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None, require_alignment=
     if general_from_dlpack is None:
         return unconfigured()
     cdef PyObject *a[6]
-    a[0] = <PyObject *>x
-    a[1] = <PyObject *>device
-    a[2] = <PyObject *>copy
-    a[3] = <PyObject *>stream
-    a[4] = <PyObject *>require_alignment
-    a[5] = <PyObject *>require_contiguous
+    a[:] = [<PyObject *>x, <PyObject *>device, <PyObject *>copy, <PyObject *>stream, <PyObject *>require_alignment,
+             <PyObject *>require_contiguous]
     return take(PyObject_Vectorcall(<PyObject *>general_from_dlpack, a, 1, <PyObject *>FROM_DLPACK_KEYWORDS))
 
 
@@ -203,15 +192,9 @@ def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy"
     if general_convert is None:
         return unconfigured()
     cdef PyObject *a[9]
-    a[0] = <PyObject *>x
-    a[1] = <PyObject *>to
-    a[2] = <PyObject *>device
-    a[3] = <PyObject *>copy
-    a[4] = <PyObject *>stream
-    a[5] = <PyObject *>on_readonly
-    a[6] = <PyObject *>report
-    a[7] = <PyObject *>require_alignment
-    a[8] = <PyObject *>require_contiguous
+    a[:] = [<PyObject *>x, <PyObject *>to, <PyObject *>device, <PyObject *>copy, <PyObject *>stream,
+             <PyObject *>on_readonly, <PyObject *>report, <PyObject *>require_alignment,
+             <PyObject *>require_contiguous]
     return take(PyObject_Vectorcall(<PyObject *>general_convert, a, 2, <PyObject *>CONVERT_KEYWORDS))
 
 

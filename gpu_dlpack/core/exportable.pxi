@@ -7,14 +7,6 @@
 # type offers core/exchange_api.pxi's.
 
 
-cdef extern from "Python.h":
-    # Calls whose NULL the core handles where it gets it (an error cleared,
-    # or raised on with take()), as Python.h declares them, or under a name
-    # of their own where Cython's cpython package declares them raising
-    # (and those of core/numpy_export.pxi).
-    PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-
-
 # The plan of a wrapper (plan_of): the general path (Python's), NumPy's own
 # capsule, the producer's C exchange API, or a host producer's capsule (JAX).
 cdef enum:
@@ -96,11 +88,7 @@ BufferError, TypeError, ValueError
         if self._device is None:
             raise layer_error("unmade_wrapper", (type(self),))
         self._request = (stream, max_version, dl_device, copy)  # a dict only when read
-        a[0] = <PyObject *>self
-        a[1] = <PyObject *>stream
-        a[2] = <PyObject *>max_version
-        a[3] = <PyObject *>dl_device
-        a[4] = <PyObject *>copy
+        a[:] = [<PyObject *>self, <PyObject *>stream, <PyObject *>max_version, <PyObject *>dl_device, <PyObject *>copy]
         fallback = policy.exportable_fallback
         return take(PyObject_Vectorcall(<PyObject *>fallback, a, 5, NULL))
 
@@ -241,11 +229,11 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
     # A C reference: dropped with drop_keeping_error (its destructor may run Python).
     cdef PyObject *answer = ask_capsule(<PyObject *>x, versioned)
     if answer == NULL:
-        error = owned(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
+        error = take(taken_error())  # not an Exception (an interrupt): raised as it is, as in Python
         a[3] = <PyObject *>error
         return take(hand_back(fn, a, 4))
     cdef int kind = -1 if versioned and not accepted_versioned(verdict, <PyObject *>max_version) else kind_of(answer)
-    cdef void *ptr = NULL if kind < 0 else capsule_pointer(answer, VERSIONED if kind else LEGACY)
+    cdef void *ptr = NULL if kind < 0 else pointer_or_null(answer, VERSIONED if kind else LEGACY)
     if ptr == NULL:
         PyErr_Clear()
     cdef DLTensor *t = NULL if ptr == NULL else tensor_of(ptr, kind)
@@ -284,7 +272,7 @@ cdef object capsule_export(object x, object max_version, bint versioned, bint re
 # The capsule that owns the versioned tensor m; out of memory, m is released
 # and the MemoryError raised.
 cdef object owning_capsule(DLManagedTensorVersioned *m):
-    cdef PyObject *made = new_capsule(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
+    cdef PyObject *made = capsule_or_null(m, VERSIONED, <PyCapsule_Destructor>capsule_destructor)
     if made == NULL:
         release_tensor(m, 1)
     return take(made)

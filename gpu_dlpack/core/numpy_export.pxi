@@ -5,24 +5,6 @@
 # plain case and the C exchange API of wrap() make theirs here.
 
 
-cdef extern from "Python.h":
-    # Calls whose NULL the core handles where it gets it (an error cleared,
-    # or raised on with take()), as Python.h declares them, or under a name
-    # of their own where Cython's cpython package declares them raising
-    # (this file's, and the exported object's after it).
-    PyObject *PyObject_Vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-    int set_context "PyCapsule_SetContext"(PyObject *capsule, void *context)
-    void *get_context "PyCapsule_GetContext"(PyObject *capsule)
-    PyObject *get_attr "PyObject_GetAttr"(PyObject *o, PyObject *name)
-    PyObject *new_capsule "PyCapsule_New"(void *pointer, const char *name, PyCapsule_Destructor destructor)
-    void *capsule_pointer "PyCapsule_GetPointer"(PyObject *capsule, const char *name)
-
-cdef extern from *:
-    # The new reference a C call returned, from here Cython's (a cast: it
-    # costs nothing); NULL: the error the call left set, raised on.
-    object take "(PyObject *)"(PyObject *ref)
-
-
 cdef inline bint is_plain(PyObject *dtype) noexcept:
     """Whether dtype is one of PLAN_NUMPY's (compared by identity)."""
     cdef int i
@@ -43,7 +25,7 @@ cdef inline PyObject *descr_of(PyObject *array) noexcept:
 # pointed at when Python confirmed it (numpy_strides_after_shape). -1 (no
 # error set) when the capsule is not one to stamp: the general path builds it.
 cdef int stamp_numpy(PyObject *capsule) noexcept:
-    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>capsule_pointer(capsule, VERSIONED)
+    cdef DLManagedTensorVersioned *m = <DLManagedTensorVersioned *>pointer_or_null(capsule, VERSIONED)
     if m == NULL or (<uintptr_t>m & 7):
         PyErr_Clear()
         return -1
@@ -65,7 +47,7 @@ cdef inline PyObject *numpy_dlpack() noexcept:
     global ndarray_dlpack
     cdef PyObject *found
     if ndarray_dlpack is None:
-        found = get_attr(<PyObject *>cnp.ndarray, <PyObject *>"__dlpack__")
+        found = raw_getattr(<PyObject *>cnp.ndarray, <PyObject *>"__dlpack__")
         if found == NULL:
             PyErr_Clear()
             return NULL
@@ -164,7 +146,7 @@ cdef PyObject *numpy_versioned(PyObject *x) noexcept:
     cdef DLManagedTensorVersioned *m = numpy_tensor(x)
     if m == NULL:
         return NULL
-    cdef PyObject *capsule = new_capsule(m, VERSIONED, <PyCapsule_Destructor>numpy_capsule_destructor)
+    cdef PyObject *capsule = capsule_or_null(m, VERSIONED, <PyCapsule_Destructor>numpy_capsule_destructor)
     if capsule == NULL or set_context(capsule, m) != 0:
         PyErr_Clear()
         if capsule == NULL:

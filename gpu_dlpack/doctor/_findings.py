@@ -16,11 +16,7 @@ def _hazard(hazard_id, subject, severity="hazard", **fields):
     text = _explain.hazards()[hazard_id]
     return {"severity": severity, "subject": subject, "problem": _explain.fill(text["problem"], fields),
             "remedy": _explain.fill(text["remedy"], fields), "hazard": hazard_id,
-            # What hurts even through the layer (doctor --strict fails on it):
-            # a library that cannot be used, a row of the table that does not
-            # hold for the installed version. The other hazards are of the
-            # direct path, and gpu_dlpack corrects each.
-            "strict": bool(text.get("strict", False))}
+            "strict": bool(text.get("strict", False))}  # what --strict fails on (docs/guide/doctor.md)
 
 
 def _library_findings(row):

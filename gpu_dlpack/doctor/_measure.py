@@ -68,13 +68,9 @@ def _pointer(x):
 
 def _host_values(x):
     """``x``'s values as a NumPy array, wherever ``x`` lives."""
-    try:
-        return np.from_dlpack(x, device="cpu", copy=True)
-    except Exception:
-        pass
     # np.from_dlpack(x).copy(): a producer that refuses copy=True (tvm-ffi).
-    for attempt in (lambda: np.from_dlpack(x).copy(), lambda: x.get(), lambda: x.cpu().numpy(),
-                    lambda: np.asarray(x)):
+    for attempt in (lambda: np.from_dlpack(x, device="cpu", copy=True), lambda: np.from_dlpack(x).copy(),
+                    lambda: x.get(), lambda: x.cpu().numpy(), lambda: np.asarray(x)):
         try:
             return np.asarray(attempt())
         except Exception:

@@ -117,14 +117,10 @@ def probe_producer(peer, module, gpu=False) -> dict:
     except Exception:
         own_device = None
     out["device_answer"] = None if own_device is None else list(own_device)  # __dlpack_device__() as it came
-    keywords, errors = {}, {}
-    for keyword, value in (("stream", None), ("max_version", (1, 0)), ("dl_device", own_device), ("copy", None)):
-        taken = _accepts(x, keyword, value)
-        keywords[keyword] = taken is True
-        if taken is not True:
-            errors[keyword] = taken
-    out["keywords"] = keywords
-    out["keyword_errors"] = errors
+    taken = {k: _accepts(x, k, v) for k, v in (("stream", None), ("max_version", (1, 0)), ("dl_device", own_device),
+                                                 ("copy", None))}
+    out["keywords"] = keywords = {k: t is True for k, t in taken.items()}
+    out["keyword_errors"] = {k: t for k, t in taken.items() if t is not True}
     out["floor"], out["floor_error"] = _floor(x) if keywords["max_version"] else (None, None)
     read_only = None if gpu else _read_only_maker(peer)
     out["read_only"] = None if read_only is None else _producer_read_only(read_only, module, peer.values)
@@ -208,12 +204,6 @@ def _producer_copy(x):
 # -- consumers ---------------------------------------------------------------
 
 
-def _asks(fn):
-    """The keywords ``fn`` first passes to a plain producer's ``__dlpack__``
-    (None: it asked nothing, or failed before)."""
-    return _sent(_consumer._first_ask(fn)[0])
-
-
 @_quiet()
 def probe_consumer(peer, module) -> dict:
     fn, path = _peers.named_callable(module, peer.consumer)
@@ -239,10 +229,11 @@ def probe_consumer(peer, module) -> dict:
         except Exception:
             out["lands_on"] = None
         out["zero_copy"] = _pointer(got) == src.ctypes.data
-    out["asks"] = _asks(fn)
+    out["asks"] = _sent(_consumer._first_ask(fn)[0])  # its first request's keywords (None: none made)
     out["unaligned"] = _consumer_unaligned(fn)
     out["copy"] = _consumer_copy(fn)
-    out["read_only"] = _consumer_read_only(fn)
+    honoured, detail, _exc = _consumer._read_only_import(fn)
+    out["read_only"] = {"honoured": honoured, "detail": detail}
     raw = {}
     for kind, make in (("legacy", lambda: VALUES.copy().__dlpack__()),
                        ("versioned", lambda: VALUES.copy().__dlpack__(max_version=(1, 0)))):
@@ -275,11 +266,6 @@ def _consumer_copy(fn):
         return {"forwarded": None, "copied": None, "error": _err(exc)}
     p = _pointer(got)
     return {"forwarded": forwarded, "copied": None if p is None else p != src.ctypes.data, "error": None}
-
-
-def _consumer_read_only(fn):
-    honoured, detail, _exc = _consumer._read_only_import(fn)
-    return {"honoured": honoured, "detail": detail}
 
 
 # -- libraries ---------------------------------------------------------------

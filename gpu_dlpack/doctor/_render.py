@@ -21,6 +21,11 @@ def _table(rows, indent="  "):
     return lines
 
 
+def _section(title, rows):
+    """A table under its title, or nothing where it has no row but its header."""
+    return ["", title] + _table(rows) if len(rows) > 1 else []
+
+
 def _capsule_text(c):
     if "error" in c:
         return "error"
@@ -111,10 +116,8 @@ def render(report) -> str:
     ]
     p = report["platform"]
     lines.append(f"  Python  {p['python']} ({p['implementation']}) on {p['os']}")
-    if "core" in g:
-        lines.append(f"  Core    {g['core']}")
-    if "runtime" in g:
-        lines.append(f"  Runtime {g['runtime']}")
+    lines.append(f"  Core    {g['core']}")
+    lines.append(f"  Runtime {g['runtime']}")
     lines += _gpu_lines(p["gpu"])
     lines += _accelerator_lines(p.get("accelerators", ()))
     lines += _unopened_lines(report["libraries"])
@@ -195,9 +198,7 @@ def _table_lines(report):
         for r in table:
             rows.append([row["name"], row["version"] or "-", r["role"], r["fault"],
                          r["state"] + (f": {r['why']}" if r["state"] == "not measured" else "")])
-    if len(rows) == 1:
-        return []
-    return ["", "gpu_dlpack's table of peer faults, for the installed versions (convert acts on every row)"] + _table(rows)
+    return _section("gpu_dlpack's table of peer faults, for the installed versions (convert acts on every row)", rows)
 
 
 def _fault_lines(report):
@@ -217,9 +218,7 @@ def _fault_lines(report):
             ", ".join(faults["table"]) or "none",
             f"{short.get('negative', '?')} / {short.get('stepped', '?')}" + (f"  ({'; '.join(differ)})" if differ else ""),
         ])
-    if len(rows) == 1:
-        return []
-    return ["", "Consumer faults: measured, and in gpu_dlpack's table for the installed version"] + _table(rows)
+    return _section("Consumer faults: measured, and in gpu_dlpack's table for the installed version", rows)
 
 
 def _accelerator_lines(accelerators):

@@ -59,10 +59,9 @@ def _to_pinned(src, nbytes, shape, dtype, order, stream, gpu, host_done, *source
     is done. A block whose copy failed is freed, never reused."""
     if not nbytes:
         return np.empty(shape, dtype, order=order)
-    pool = _copies.pinned_pool()
     if host_done:
-        return _over_block(_copies.to_host(src, nbytes, stream, gpu, pool), shape, dtype, order)
-    block = pool.take(nbytes)
+        return _over_block(_copies.to_host(src, nbytes, stream, gpu), shape, dtype, order)
+    block = _copies.pinned_pool().take(nbytes)
     out = _over_block(block, shape, dtype, order)
     try:
         _copies.copy_kept(block.ptr, src, nbytes, stream, gpu, sources + (out,))
@@ -170,21 +169,19 @@ def _order(a):
 
 
 def _allocate(target, shape, dtype, order, stream, gpu):
-    """An empty array for a copy to ``target``: CuPy memory ordered on
-    ``stream``, managed memory, or a NumPy array over pinned memory."""
+    """An empty CuPy array for a copy to ``target`` (``DEVICE_TYPES``): GPU
+    memory ordered on ``stream``, or managed memory."""
     import cupy
 
-    if target.type in INDEXED_TYPES:
-        if _is_current(stream, target.index):
-            return cupy.empty(shape, dtype, order=order)
-        with _handoff.queue_on(stream, target.index):
-            return cupy.empty(shape, dtype, order=order)
     if target.type == _T.CUDA_MANAGED:
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         with _handoff.on_device(gpu):
             memory = cupy.cuda.malloc_managed(max(nbytes, 1))
             return cupy.ndarray(shape, dtype, memory, order=order)
-    return _pinned_empty(shape, dtype, order)
+    if _is_current(stream, target.index):
+        return cupy.empty(shape, dtype, order=order)
+    with _handoff.queue_on(stream, target.index):
+        return cupy.empty(shape, dtype, order=order)
 
 
 def _address(a) -> int:

@@ -172,16 +172,12 @@ def _is_pinned(ptr: int) -> bool:
 
 # -- streams -----------------------------------------------------------------
 
-def _current_gpu() -> int:
-    return _handoff._runtime().getDevice()
-
-
 def _stream_gpu(target: Device, fallback: int | None) -> int:
     """The GPU whose streams serve ``target``: its own for GPU memory, else
     the GPU the data comes from, else the current one."""
     if target.type in INDEXED_TYPES:
         return target.index
-    return fallback if fallback is not None else _current_gpu()
+    return fallback if fallback is not None else _handoff._runtime().getDevice()
 
 
 def _consumer_stream(stream, target: Device, gpu: int) -> int:
@@ -191,8 +187,7 @@ def _consumer_stream(stream, target: Device, gpu: int) -> int:
         stream = _streams.block_stream(target)
         if stream is None:
             return _handoff.current_stream(gpu)
-    stream = _streams.check_stream(stream, target.type)
-    return _streams.resolve(stream, target.type)
+    return _streams.check_stream(stream, target.type)
 
 
 def _lands_on_host(target: Device) -> bool:

@@ -21,7 +21,7 @@ from .. import _reach
 from .. import numpy as numpy_backend
 from .copies import _copy_from_gpu, _copy_from_host, to_host
 from .gpus import (
-    DEVICE_TYPES, INDEXED_TYPES, _consumer_stream, _current_gpu, _lands_on_host, _stream_gpu, owns,
+    DEVICE_TYPES, INDEXED_TYPES, _consumer_stream, _lands_on_host, _stream_gpu, owns,
 )
 
 _T = DLDeviceType
@@ -59,8 +59,7 @@ def import_to(x, source, target, copy, needs_copy, stream):
         if needs_copy:
             # A NumPy array is copied as it is: no capsule to make and take
             # back (the common host-to-device copy, small ones above all).
-            out = _copy_from_host(x, dtype, target, stream, _lands_on_host(target), consumer)
-            return out if isinstance(out, np.ndarray) else _as_dtype(out, dtype)
+            return _as_dtype(_copy_from_host(x, dtype, target, stream, _lands_on_host(target), consumer), dtype)
         # NumPy's own exporter refuses bfloat16 and float8: the layer's does not.
         capsule = numpy_backend.export(x, _rules.Plan(True, False, CPU, CPU, not x.flags.writeable), dtype)
     else:
@@ -84,8 +83,7 @@ def import_capsule(capsule, versioned, header, target, copy, needs_copy, stream)
     source = Device((header.device_type, header.device_id))
     _rules.check_move(source, target)
     if target == CPU:
-        if stream is not None:
-            _streams.check_stream(stream, CPU.type)
+        _streams.check_stream(stream, CPU.type)
         return to_host(_consume_checked(capsule, versioned, header), copy)
     gpu = _stream_gpu(target, source.index if source.type in INDEXED_TYPES else None)
     consumer = _consumer_stream(stream, target, gpu)
@@ -119,8 +117,7 @@ def _land(capsule, versioned, header, source, target, copy, needs_copy, stream, 
             producer = _handoff.current_stream(src_gpu)
         return _copy_from_gpu(arr, src_gpu, producer, target, stream, _lands_on_host(target), consumer)
     dtype = _dtypes.from_numpy(host.dtype)
-    out = _copy_from_host(host, dtype, target, stream, _lands_on_host(target), consumer)
-    return out if isinstance(out, np.ndarray) else _as_dtype(out, dtype)
+    return _as_dtype(_copy_from_host(host, dtype, target, stream, _lands_on_host(target), consumer), dtype)
 
 
 def consume(capsule, versioned, header):
@@ -135,14 +132,9 @@ def consume(capsule, versioned, header):
 
 
 def _consume_checked(capsule, versioned, header):
-    dtype = _dtypes.to_numpy(header.code, header.bits, header.lanes)
-    if dtype.padded and not header.flags & _capsule.IS_SUBBYTE_TYPE_PADDED:
-        raise _errors.unsupported_dtype(
-            header.code, header.bits, header.lanes,
-            "packed sub-byte data (without the IS_SUBBYTE_TYPE_PADDED flag) has no CuPy layout",
-        )
+    dtype = numpy_backend.dtype_of(header, "CuPy")
     if header.device_type not in _CUPY_TAKES[cupy_is_rocm()]:
-        return _wrap(capsule, versioned, header, _current_gpu(), dtype)
+        return _wrap(capsule, versioned, header, _handoff._runtime().getDevice(), dtype)
     import cupy
 
     if dtype.carrier is not None:
@@ -165,9 +157,7 @@ def _wrap(capsule, versioned, header, gpu, dtype=None):
     info = _capsule.read(capsule)
     owner = _capsule.take(capsule)
     itemsize = storage.itemsize
-    # (No closure over itemsize: on CPython 3.11 a function whose cell fails to
-    # be made, out of memory, leaks its arguments, here a capsule.)
-    strides = None if info.strides is None else tuple(map(itemsize.__mul__, info.strides))
+    strides = _capsule.byte_strides(info.strides, itemsize)
     start, nbytes, offset = _span(info.data, info.byte_offset, info.shape, info.strides, itemsize)
     try:
         memory = cupy.cuda.UnownedMemory(start, nbytes, owner, gpu)
