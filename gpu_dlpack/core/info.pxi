@@ -98,35 +98,22 @@ cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
     return t
 
 
-# The last record made, and what it was made of (record_key), given again
-# for a capsule that holds the same (a record is frozen): inspect of one
-# capsule, or of the capsules of one array, makes no new one, and reads the
-# device and the layout no more (they were read of these same fields).
+# The last record made and its fields (record_key), given again for a
+# capsule of the same fields (a record is frozen), without reading the
+# device and the layout again: the capsules of one array make one record.
 cdef inline int record_key(int64_t *key, CapsuleHead *head, int versioned, DLTensor *t, const int64_t *shape,
                            const int64_t *strides) noexcept:
     """What a record holds of a copied header, as int64s in key (the data
     address first: the field most likely to differ); their count."""
-    cdef int i
-    key[0] = <int64_t><uintptr_t>t.data
-    key[1] = head.v.version.major if versioned else -1
-    key[2] = head.v.version.minor if versioned else -1
-    key[3] = head.v.flags if versioned else 0
-    key[4] = t.device.device_type
-    key[5] = t.device.device_id
-    key[6] = t.dtype.code
-    key[7] = t.dtype.bits
-    key[8] = t.dtype.lanes
-    key[9] = t.byte_offset
-    key[10] = versioned
-    key[11] = t.ndim
-    key[12] = t.strides != NULL
-    for i in range(t.ndim):
+    cdef int i, n = t.ndim
+    key[0:13] = [<int64_t><uintptr_t>t.data, head.v.version.major if versioned else -1,
+                 head.v.version.minor if versioned else -1, head.v.flags if versioned else 0, t.device.device_type,
+                 t.device.device_id, t.dtype.code, t.dtype.bits, t.dtype.lanes, t.byte_offset, versioned, n,
+                 t.strides != NULL]
+    for i in range(n):
         key[13 + i] = shape[i]
-    if t.strides == NULL:
-        return 13 + t.ndim
-    for i in range(t.ndim):
-        key[13 + t.ndim + i] = strides[i]
-    return 13 + 2 * t.ndim
+        key[13 + n + i] = strides[i] if t.strides != NULL else 0
+    return 13 + 2 * n
 
 
 cdef inline object record_kept(const int64_t *key, int n):
@@ -143,15 +130,11 @@ cdef inline object record_kept(const int64_t *key, int n):
 
 cdef inline void keep_record(object info, const int64_t *key, int n) noexcept:
     global kept_record, kept_key_n
-    cdef PyObject *old
-    cdef int i
+    cdef PyObject *old = NULL
     with cython.critical_section(kept_lock):
-        old = kept_record
+        old, kept_record, kept_key_n = kept_record, <PyObject *>info, n
+        memcpy(kept_key, key, sizeof(int64_t) * <size_t>n)
         Py_INCREF(info)
-        kept_record = <PyObject *>info
-        kept_key_n = n
-        for i in range(n):
-            kept_key[i] = key[i]
     Py_XDECREF(old)  # after the section: its finalizer may run Python
 
 
