@@ -1,17 +1,17 @@
-"""``gpu_dlpack.convert(x, "torch")``, the one call, beside the two calls it
-stands for: ``torch.from_dlpack(gpu_dlpack.wrap(x))`` (what it runs for a
+"""``convert(x, "torch")``, the one call, beside the two calls it
+stands for: ``torch.from_dlpack(wrap(x))`` (what it runs for a
 plain NumPy array, after the checks that none of torch's faults meets it)
 and ``torch.from_dlpack(x)`` (torch alone). Same run, same group, so the
 ratios are read from one report."""
 
 import pytest
 
-import gpu_dlpack
+from gpu_dlpack import convert, wrap
 
 GROUP = "convert a numpy array to torch"
 DIRECT = "torch.from_dlpack(x)"
-WRAPPED = "torch.from_dlpack(gpu_dlpack.wrap(x))"
-CONVERT = 'gpu_dlpack.convert(x, "torch")'
+WRAPPED = "torch.from_dlpack(wrap(x))"
+CONVERT = 'convert(x, "torch")'
 
 
 @pytest.mark.benchmark(group=GROUP)
@@ -22,22 +22,22 @@ def test_torch_direct(measure, torch, x):
 
 @pytest.mark.benchmark(group=GROUP)
 def test_torch_wrapped(measure, torch, x):
-    out = measure(lambda: torch.from_dlpack(gpu_dlpack.wrap(x)), WRAPPED)
+    out = measure(lambda: torch.from_dlpack(wrap(x)), WRAPPED)
     assert out.data_ptr() == x.ctypes.data
 
 
 @pytest.mark.benchmark(group=GROUP)
 def test_convert_against_the_wrapped_call(measure, torch, x):
-    gpu_dlpack.convert(x, "torch")  # the consumer is read once, on first use
-    out = measure(lambda: gpu_dlpack.convert(x, "torch"), CONVERT, role="gpu_dlpack", peer=WRAPPED, target=1.3)
+    convert(x, "torch")  # the consumer is read once, on first use
+    out = measure(lambda: convert(x, "torch"), CONVERT, role="gpu_dlpack", peer=WRAPPED, target=1.3)
     assert out.data_ptr() == x.ctypes.data
 
 
 @pytest.mark.benchmark(group=GROUP)
 def test_convert_against_torch_alone(measure, torch, x):
-    gpu_dlpack.convert(x, "torch")
+    convert(x, "torch")
     out = measure(
-        lambda: gpu_dlpack.convert(x, "torch"), CONVERT + " (against torch alone)", role="gpu_dlpack", peer=DIRECT,
+        lambda: convert(x, "torch"), CONVERT + " (against torch alone)", role="gpu_dlpack", peer=DIRECT,
     )
     assert out.data_ptr() == x.ctypes.data
 
@@ -63,7 +63,7 @@ def test_convert_read_only(measure, torch, x):
     r = x.copy()
     r.flags.writeable = False
     out = measure(
-        lambda: gpu_dlpack.convert(r, "torch"), 'gpu_dlpack.convert(r, "torch")', role="gpu_dlpack",
+        lambda: convert(r, "torch"), 'convert(r, "torch")', role="gpu_dlpack",
         peer="torch.from_dlpack(r).clone()", target=1.5,
     )
     assert out.data_ptr() != r.ctypes.data and out.tolist() == r.tolist()
@@ -77,9 +77,9 @@ def test_torch_import_and_clone_of_jax_peer(measure, torch, j):
 
 @pytest.mark.benchmark(group="convert a jax array to torch (a copy: JAX's arrays are immutable)")
 def test_convert_jax_to_torch(measure, torch, j):
-    gpu_dlpack.convert(j, "torch")
+    convert(j, "torch")
     out = measure(
-        lambda: gpu_dlpack.convert(j, "torch"), 'gpu_dlpack.convert(j, "torch")', role="gpu_dlpack",
+        lambda: convert(j, "torch"), 'convert(j, "torch")', role="gpu_dlpack",
         peer="torch.from_dlpack(j).clone()", target=1.5,
     )
     assert out.data_ptr() != j.unsafe_buffer_pointer() and out.tolist() == j.tolist()

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import sys as _sys
 import types as _types
-import warnings as _warnings
 from typing import TYPE_CHECKING
 
 from . import _interpreter
 
 _interpreter.check_main()  # before NumPy or the compiled core is loaded
 
-from . import _capsule, _compiled, _errors, _versions, _wiring  # noqa: E402
+from . import _capsule, _compiled, _versions, _wiring  # noqa: E402
 from ._capsule import CapsuleInfo  # noqa: E402
 from ._devices import Device, DLDeviceType  # noqa: E402
 from ._convert import Conversion, convert  # noqa: E402
@@ -54,10 +53,9 @@ FLAG_IS_SUBBYTE_TYPE_PADDED = _capsule.IS_SUBBYTE_TYPE_PADDED
 if TYPE_CHECKING:
     #: The version floor in force: the lowest ``max_version`` a consumer may
     #: ask for, ``(0, 5)`` by default (before 0.5 CUDA devices had another
-    #: name). Read at run time; set it with `set_min_dlpack_version`
-    #: (assigning it is deprecated: it warns, and goes in a later release);
-    #: ``GPU_DLPACK_MIN_VERSION=0.8`` in the environment sets it, read at the
-    #: first exchange that needs it.
+    #: name). Read and assigned at run time (validated, as
+    #: `set_min_dlpack_version`); ``GPU_DLPACK_MIN_VERSION=0.8`` in the
+    #: environment sets it, read at the first exchange that needs it.
     MIN_DLPACK_VERSION: Version
 
 
@@ -158,7 +156,7 @@ def explain(exc_or_message: BaseException | str, /) -> Explanation:
 def set_min_dlpack_version(version: Version | str) -> Version:
     """Set the version floor for the whole process; return the old one.
 
-    `MIN_DLPACK_VERSION` reads the floor it sets. For one consumer only,
+    The same as assigning `MIN_DLPACK_VERSION`. For one consumer only,
     ``wrap(x, min_version=...)`` or ``export(x, min_version=...)``;
     ``GPU_DLPACK_MIN_VERSION=0.8`` in the environment sets it too, read at the
     first exchange that needs the floor.
@@ -207,18 +205,19 @@ _PUBLIC = frozenset(__all__) | {"__version__", "inspect"}
 
 
 class _Module(_types.ModuleType):
-    # MIN_DLPACK_VERSION reads the floor in force. Assigning it sets the
-    # floor (validated) and warns: a module of its own type is off CPython's
-    # specialized attribute read (each gpu_dlpack.<name> about 13 ns more),
-    # so this type goes, with the assignment, in a later release; the
-    # module's __getattr__ will then read the floor.
+    # MIN_DLPACK_VERSION reads and writes the floor in force, validated. The
+    # read is lazy (the environment's floor is read at its first use, and a
+    # bad one raises there), which a plain module's attribute cannot be: any
+    # lazy module attribute, a property or a module __getattr__ alike, takes
+    # every gpu_dlpack.<name> off CPython's specialized read (about 13 ns a
+    # read on 3.11); a hot loop binds the function (from gpu_dlpack import
+    # export), as the benchmarks call it.
     @property
     def MIN_DLPACK_VERSION(self) -> Version:
         return _versions.min_version()
 
     @MIN_DLPACK_VERSION.setter
     def MIN_DLPACK_VERSION(self, value: Version | str) -> None:
-        _warnings.warn(_errors.floor_assigned(), stacklevel=2)
         _versions.set_min_version(value)
 
     def __dir__(self) -> list[str]:

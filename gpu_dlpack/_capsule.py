@@ -25,9 +25,6 @@ from . import _compiled
 from ._devices import Device
 
 LEGACY = "dltensor"
-VERSIONED = "dltensor_versioned"
-USED_LEGACY = "used_dltensor"
-USED_VERSIONED = "used_dltensor_versioned"
 
 READ_ONLY = 1 << 0
 IS_COPIED = 1 << 1
@@ -240,7 +237,7 @@ class Owner:
 # refuses the core raises, worded by _errors (not_taken, capsule_fault...).
 # Their signatures and what each does: the core's docstrings.
 from ._compiled import (  # noqa: E402
-    OWNING_DESTRUCTORS, checked, counted_capsule, discard, is_unconsumed, kind, move, point_strides_after_shape,
+    checked, counted_capsule, discard, is_unconsumed, kind, move, point_strides_after_shape,
     pointer, read, set_device, set_dtype, set_flags, set_version, stamp_version,
 )
 

@@ -461,13 +461,6 @@ def renamed(record, old, new) -> DeprecationWarning:
     )
 
 
-def floor_assigned() -> DeprecationWarning:
-    return DeprecationWarning(
-        "assigning gpu_dlpack.MIN_DLPACK_VERSION is deprecated: call gpu_dlpack.set_min_dlpack_version(v), "
-        "which sets the same floor (reading MIN_DLPACK_VERSION stays); the assignment goes in a later release."
-    )
-
-
 def bad_arg_indices(value) -> TypeError:
     return TypeError(
         "args_viewable takes the positions of the arguments to view, a tuple of ints such as "

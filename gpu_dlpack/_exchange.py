@@ -120,7 +120,7 @@ def stream_for(x, stream, dl_device=None):
     block's stream for the memory the consumer of ``x`` receives (None for
     memory without GPU streams: a NumPy array that stays on the host)."""
     if stream is not None:
-        return _streams.handle_of(stream)
+        return stream if type(stream) is int else _streams.handle_of(stream)
     if (dl_device is not None or type(x) is not np.ndarray) and _streams.in_block():
         try:
             return _streams.block_stream(_rules.target_device(_backends.device_of(x), dl_device))

@@ -21,6 +21,7 @@ from gpu_dlpack._backends import numpy as numpy_backend
 from gpu_dlpack._compiled import core
 
 from .figures import counter_fixture
+from .helpers import managed
 from .test_leaks import _freed, soak
 
 figures = counter_fixture("leaks through the C exchange API")
@@ -945,16 +946,35 @@ def test_the_adaptation_adds_a_byte_offset_to_the_data_as_an_address(versioned):
     assert rec.calls == 1
 
 
-def test_inspect_of_capsules_of_one_array_makes_no_new_shape_strides_or_address():
-    # The values of the last record are given again while they are the
-    # same (tuples and ints cannot change); another array's are its own.
-    x, y = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+def test_inspect_of_capsules_of_one_array_gives_one_record_and_of_any_other_fields_its_own():
+    # The last record is given again for a capsule of the same fields (a
+    # record is frozen), and its shape and strides to a record of another
+    # array of that shape; a field that differs, with the same data address
+    # or another, makes a record of its own fields.
+    x = np.arange(6.0).reshape(2, 3)
     a, b = (gpu_dlpack.inspect(x.__dlpack__(max_version=(1, 0))) for _ in range(2))
-    assert a.shape is b.shape and a.strides is b.strides and a.data is b.data
+    assert a is b
+    y = x.copy()
     c = gpu_dlpack.inspect(y.__dlpack__(max_version=(1, 0)))
-    # (NumPy 2.1 to 2.3 leave a C-contiguous array's strides out)
-    assert (c.shape, c.data) == ((3, 4), y.ctypes.data) and c.strides in (None, (4, 1))
-    assert (a.shape, a.data) == ((2, 3), x.ctypes.data) and a.strides in (None, (3, 1))
+    assert c is not a and c.data == y.ctypes.data and c.shape is a.shape and c.strides is a.strides
+    ro = x.view()
+    ro.flags.writeable = False
+    shifted = x.__dlpack__()
+    managed(shifted).dl_tensor.byte_offset = 8
+    others = {
+        "shape": (x.reshape(3, 2), lambda i: i.shape == (3, 2)),
+        "ndim": (x.reshape(6), lambda i: i.shape == (6,)),
+        "strides": (x[:, ::2], lambda i: i.shape == (2, 2) and i.strides == (3, 2)),
+        "dtype": (x.view(np.int64), lambda i: i.dl_dtype == (0, 64, 1)),
+        "flags": (ro, lambda i: i.readonly),
+        "kind": (x.__dlpack__(), lambda i: not i.versioned and i.version is None),
+        "byte_offset": (shifted, lambda i: i.byte_offset == 8),
+    }
+    for field, (other, right) in others.items():
+        kept = gpu_dlpack.inspect(x.__dlpack__(max_version=(1, 0)))
+        cap = other if type(other) is type(shifted) else other.__dlpack__(max_version=(1, 0))
+        got = gpu_dlpack.inspect(cap)
+        assert got is not kept and got.data == x.ctypes.data and right(got), field
 
 
 # -- a capsule's kind and pointer, and the patches of a tensor's fields --------------

@@ -42,10 +42,6 @@ def raised(fn) -> str:
     raise AssertionError(f"{fn} raised nothing")
 
 
-def _floor_assigned():
-    gpu_dlpack.MIN_DLPACK_VERSION = gpu_dlpack.MIN_DLPACK_VERSION  # the floor as it was: only the warning
-
-
 def warned(fn) -> str:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -313,7 +309,6 @@ REAL_MESSAGES = {
     ),
     "gpu_dlpack-explain-takes": lambda: raised(lambda: gpu_dlpack.explain(3)),
     "gpu_dlpack-renamed": lambda: warned(lambda: gpu_dlpack.inspect(np.arange(3).__dlpack__()).read_only),
-    "gpu_dlpack-floor-assigned": lambda: warned(_floor_assigned),
     "gpu_dlpack-bad-arg-indices": lambda: raised(lambda: gpu_dlpack.args_viewable(0)),
     "gpu_dlpack-not-on-host": lambda: raised(lambda: np.asarray(_LentOnGpu())),
     "gpu_dlpack-array-copy-forbidden": lambda: raised(lambda: _KitSamples().__array__(np.float32, copy=False)),
@@ -1129,7 +1124,6 @@ BUILDER_ARGS = {
     "requirement_needs_copy": ("contiguous", 0x1000, 0, (3, 2), (4, 2)),
     "explain_takes": (3,),
     "renamed": ("ArrayView", "obj", "exporting_obj"),
-    "floor_assigned": (),
     "bad_arg_indices": ([0],),
     "not_on_host": (object(), "cuda:0"),
     "array_copy_forbidden": (object(), "float64", "float32"),

@@ -71,6 +71,7 @@ def use(x: npt.NDArray[np.float64]) -> None:
     old: tuple[int, int] = gpu_dlpack.set_min_dlpack_version((0, 8))
     gpu_dlpack.set_min_dlpack_version("0.5")
     current: tuple[int, int] = gpu_dlpack.MIN_DLPACK_VERSION
+    gpu_dlpack.MIN_DLPACK_VERSION = (0, 5)
     newest: tuple[int, int] = gpu_dlpack.DLPACK_VERSION
     flags: int = gpu_dlpack.FLAG_READ_ONLY | gpu_dlpack.FLAG_IS_COPIED | gpu_dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED
     with gpu_dlpack.use_stream(-1):

@@ -5,16 +5,22 @@
 
 
 # What the core keeps of what it made (a Device, a version, a dtype: each
-# immutable), per pair; the Devices are forgotten when a policy is put in
-# force (its device_class makes them).
+# immutable), per pair; the Devices, and the record kept (record_kept), are
+# forgotten when a policy is put in force (its device_class makes them).
 cdef PyObject *devices_made[64][16]      # [type][id]: the Device
 cdef PyObject *versions_made[16]         # [minor]: (1, minor)
 cdef PyObject *dtypes_made[32][17]       # [code][bytes]: (code, bits, 1)
+cdef PyObject *kept_record = NULL        # the last record inspect made (record_kept)
+cdef int64_t kept_key[13 + 2 * MAX_NDIM]
+cdef int kept_key_n = 0
 
 
 cdef void forget_devices() noexcept:
+    global kept_record
     cdef int t, i
-    cdef PyObject *old
+    cdef PyObject *old = kept_record
+    kept_record = NULL
+    Py_XDECREF(old)
     for t in range(64):
         for i in range(16):
             old = devices_made[t][i]
@@ -68,8 +74,8 @@ cdef inline object dtype_of(DLDataType dt):
 
 
 # The last shape and strides tuples read (0 and 1), with their values, given
-# again while the values are the same (a tuple cannot change): inspect of one
-# capsule, or of tensors of one shape, makes no new ones.
+# again while the values are the same (a tuple cannot change): records of
+# tensors of one shape share them.
 cdef PyObject *kept_tuples[2]
 cdef int kept_n[2]
 cdef int64_t kept_values[2][MAX_NDIM]
@@ -92,21 +98,44 @@ cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
     return t
 
 
-# The last data address read, and its int, given again for the same address
-# (an int cannot change): inspect of capsules of one array makes no new one.
-cdef void *kept_address = NULL
-cdef object kept_address_int = None
+# The last record made and its fields (record_key), given again for a
+# capsule of the same fields (a record is frozen), without reading the
+# device and the layout again: the capsules of one array make one record.
+cdef inline int record_key(int64_t *key, CapsuleHead *head, int versioned, DLTensor *t, const int64_t *shape,
+                           const int64_t *strides) noexcept:
+    """What a record holds of a copied header, as int64s in key (the data
+    address first: the field most likely to differ); their count."""
+    cdef int i, n = t.ndim
+    key[0:13] = [<int64_t><uintptr_t>t.data, head.v.version.major if versioned else -1,
+                 head.v.version.minor if versioned else -1, head.v.flags if versioned else 0, t.device.device_type,
+                 t.device.device_id, t.dtype.code, t.dtype.bits, t.dtype.lanes, t.byte_offset, versioned, n,
+                 t.strides != NULL]
+    for i in range(n):
+        key[13 + i] = shape[i]
+        key[13 + n + i] = strides[i] if t.strides != NULL else 0
+    return 13 + 2 * n
 
 
-cdef inline object address_kept(void *data):
-    global kept_address, kept_address_int
+cdef inline object record_kept(const int64_t *key, int n):
+    """The record kept for these fields, of the record type in force, or None."""
+    cdef int i
     with cython.critical_section(kept_lock):
-        if kept_address_int is not None and kept_address == data:
-            return kept_address_int
-    v = PyLong_FromVoidPtr(data)
+        if kept_record == NULL or kept_key_n != n or Py_TYPE(<object>kept_record) != <PyTypeObject *>policy.capsule_info:
+            return None
+        for i in range(n):
+            if kept_key[i] != key[i]:
+                return None
+        return <object>kept_record
+
+
+cdef inline void keep_record(object info, const int64_t *key, int n) noexcept:
+    global kept_record, kept_key_n
+    cdef PyObject *old = NULL
     with cython.critical_section(kept_lock):
-        kept_address, kept_address_int = data, v
-    return v
+        old, kept_record, kept_key_n = kept_record, <PyObject *>info, n
+        memcpy(kept_key, key, sizeof(int64_t) * <size_t>n)
+        Py_INCREF(info)
+    Py_XDECREF(old)  # after the section: its finalizer may run Python
 
 
 # The fields of the record inspect returns, held in the object: the base of
@@ -169,6 +198,11 @@ cdef inline object read_info(object capsule):
     if copy_unconsumed(capsule, &head, shape, strides, &versioned, &readable) == NULL or not readable:
         raise capsule_fault(capsule, False)  # what is wrong
     cdef DLTensor *t = tensor_of(&head, versioned)
+    cdef int64_t key[13 + 2 * MAX_NDIM]
+    cdef int n = record_key(key, &head, versioned, t, shape, strides)
+    kept = record_kept(key, n)
+    if kept is not None:
+        return kept
     device = device_of(t.device.device_type, t.device.device_id)
     if device is None:
         raise capsule_fault(capsule, False)
@@ -193,7 +227,8 @@ cdef inline object read_info(object capsule):
     info.shape = int64s_kept(0, shape, t.ndim)
     info.strides = None if t.strides == NULL else int64s_kept(1, strides, t.ndim)
     info.byte_offset = t.byte_offset
-    info.data = address_kept(t.data)
+    info.data = PyLong_FromVoidPtr(t.data)
+    keep_record(info, key, n)
     return info
 
 
