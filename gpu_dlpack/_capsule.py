@@ -237,7 +237,7 @@ class Owner:
 # refuses the core raises, worded by _errors (not_taken, capsule_fault...).
 # Their signatures and what each does: the core's docstrings.
 from ._compiled import (  # noqa: E402
-    checked, counted_capsule, discard, is_unconsumed, kind, move, point_strides_after_shape,
+    OWNING_DESTRUCTORS, checked, counted_capsule, discard, is_unconsumed, kind, move, point_strides_after_shape,
     pointer, read, set_device, set_dtype, set_flags, set_version, stamp_version,
 )
 

@@ -54,7 +54,7 @@ PATH: str = _loaded.__file__
 # public functions (``front``); the CUDA runtime calls (``_handoff``,
 # ``_copies``); the policy it reads, which ``_wiring`` makes and puts in force.
 from gpu_dlpack._core import (  # noqa: E402
-    CapsuleFields, checked, counted_capsule, discard, is_unconsumed, kind, move,
+    OWNING_DESTRUCTORS, CapsuleFields, checked, counted_capsule, discard, is_unconsumed, kind, move,
     point_strides_after_shape, pointer, read, set_device, set_dtype, set_flags, set_version, stamp_version,
     Verdict, rebuild, exchange, import_host, ExportableBase, front,
     RUNTIME_ENTRIES, bind_runtime, capturing, handoff, copy,

@@ -225,3 +225,6 @@ def forget():
 
 
 set_up_exchange_api()
+# The addresses of the core's owning capsule destructors, by kind.
+OWNING_DESTRUCTORS = (PyLong_FromVoidPtr(<void *>legacy_capsule_destructor),
+                      PyLong_FromVoidPtr(<void *>capsule_destructor))
