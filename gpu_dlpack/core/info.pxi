@@ -16,11 +16,9 @@ cdef int kept_key_n = 0
 
 
 cdef void forget_devices() noexcept:
-    global kept_record
     cdef int t, i
-    cdef PyObject *old = kept_record
-    kept_record = NULL
-    Py_XDECREF(old)
+    cdef PyObject *old
+    keep_record(None, kept_key, 0)  # no record's type
     for t in range(64):
         for i in range(16):
             old = devices_made[t][i]
@@ -83,7 +81,6 @@ cdef object kept_lock = object()  # a free-threaded build's: the GIL's elsewhere
 
 
 cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
-    cdef tuple t
     with cython.critical_section(kept_lock):
         if (kept_tuples[which] != NULL and kept_n[which] == n and
                 memcmp(kept_values[which], values, sizeof(int64_t) * <size_t>n) == 0):
