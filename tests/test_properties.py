@@ -341,14 +341,30 @@ PEER_DTYPES = {
 }
 
 
-def _peer_holds(consumer, x):
-    """Whether ``consumer`` holds ``x``'s dtype: as PEER_DTYPES says, and
-    for JAX 0.12 a 0-d float4_e2m1fn too (XLA refuses the sub-byte codes by
-    their strides, "bits should be a multiple of 8", which a 0-d tensor has
-    none of; older JAX asks for a version the layer refuses them under)."""
-    if x.dtype in PEER_DTYPES[consumer][0]:
-        return True
-    return consumer == "jax" and x.ndim == 0 and x.dtype.name == "float4_e2m1fn"
+JAX_FLOAT4_BITS = "bits should be a multiple of 8"
+
+
+def _jax_float4(cases, x, w, copy):
+    """JAX 0.12 and float4_e2m1fn (older JAX asks for a version the layer
+    refuses 4-bit dtypes under), as measured with 0.12.1: data aligned to
+    64 bytes is imported in place (read as packed, two values a byte,
+    whatever IS_SUBBYTE_TYPE_PADDED says: right for one element, wrong
+    values for more, a fault of JAX's), a 0-d array anywhere; otherwise its
+    alignment refusal for copy=False, else XLA's refusal of the code, by
+    its strides ("bits should be a multiple of 8"), or of the layout."""
+    try:
+        y = _jax_consumer(w, copy)
+    except Exception as exc:
+        refusal = _jax_refusal(x, copy, exc) or (JAX_FLOAT4_BITS in str(exc) and "bits")
+        assert refusal, exc
+        cases[f"wrap -> jax: float4 refused by JAX ({refusal})"] += 1
+        return
+    assert y.shape == x.shape and y.dtype == x.dtype
+    if x.size <= 1:
+        same_values(np.asarray(y), x)
+        cases["wrap -> jax: float4 exchanged"] += 1
+    else:
+        cases["wrap -> jax: float4 read as packed (a fault of JAX's)"] += 1
 
 
 def _host_array(y, consumer):
@@ -427,12 +443,13 @@ def test_numpy_through_wrap_reaches_each_consumer_intact(
         with pytest.raises(BufferError):
             CONSUMERS[consumer](w, copy)
         return
-    if not _peer_holds(consumer, x):
+    if consumer == "jax" and x.dtype.name == "float4_e2m1fn":
+        _jax_float4(cases, x, w, copy)
+        return
+    if x.dtype not in PEER_DTYPES[consumer][0]:
         cases[f"wrap -> {consumer}: dtype refused by the peer"] += 1
-        with pytest.raises((*peer_refuses, ValueError)) as refusal:
+        with pytest.raises(peer_refuses):
             CONSUMERS[consumer](w, copy)
-        if refusal.type is ValueError:  # JAX 0.12 checks the alignment of a float4 first
-            assert consumer == "jax" and _jax_refusal(x, copy, refusal.value) == "alignment", refusal.value
         return
     if consumer == "jax" and JAX_C_ORDER_ONLY and not compact and _transposition(x):
         # JAX before 0.8 reads a transposed array in place as C order (the
