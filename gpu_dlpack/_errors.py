@@ -978,6 +978,16 @@ def float_narrowing_refused(consumer, dtype, narrower) -> DtypeChangeError:
     )
 
 
+def subbyte_misread_refused(consumer, dl_dtype) -> DtypeChangeError:
+    code, bits = dl_dtype
+    return DtypeChangeError(
+        f"{consumer} would read this {bits}-bit data (DLPack code {code}) as packed, two values a byte, where "
+        f"the capsule holds one value a byte (IS_SUBBYTE_TYPE_PADDED): every element but the first would "
+        f"change silently. Remedy: convert a wider dtype and cast it in {consumer}: convert(x.astype('float32'), "
+        f"'{consumer}'), then .astype(x.dtype) there."
+    )
+
+
 def consumer_copied(consumer) -> CopyRequiredError:
     return CopyRequiredError(
         f"copy=False, but {consumer} copied the data on import (its result does not share the "

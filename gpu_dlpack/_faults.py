@@ -15,6 +15,7 @@ capsule and no peer library.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from . import _errors, _rules
@@ -131,6 +132,8 @@ def fix(consumer: str, faults: frozenset, *, read_only: bool, shape: tuple, stri
         raise _errors.narrowing_refused(consumer, *NARROWED[kind], (settings or {}).get("narrows-64-bit", "x64"))
     if "narrows-float64" in faults and kind in NARROWED_FLOATS:
         raise _errors.float_narrowing_refused(consumer, *NARROWED_FLOATS[kind])
+    if "reads-padded-subbyte-packed" in faults and kind and kind[1] < 8 and math.prod(shape) > 1:
+        raise _errors.subbyte_misread_refused(consumer, kind)
     copies = share = False
     applied, reasons = [], []
     if read_only and faults & _READ_ONLY:

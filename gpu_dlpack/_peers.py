@@ -172,6 +172,9 @@ FAULTS = {
     "negative-strides-anywhere": (
         "refuses any negative stride, even on an axis of length 1 or in an empty array, where no "
         "element is reached through it", "from_dlpack"),
+    "reads-padded-subbyte-packed": (
+        "imports padded sub-byte data (one value a byte, as IS_SUBBYTE_TYPE_PADDED says) in place as "
+        "packed, two values a byte: more than one element reads wrong, silently", "from_dlpack"),
     "nested-import-deadlock": (
         "deadlocks the process freeing a tensor it imported from one of its own tensors that it had "
         "itself imported by DLPack, once that source is freed first (its deleters' lock taken twice)",
@@ -354,6 +357,9 @@ PEERS = (
             # 0.6.2 and 0.7.0 read a transposed aligned array in place as C
             # order (wrong values), 0.7.2 refuses it; 0.8.0 reads it right.
             Fault("c-order-only", until=(0, 8), seen=("0.6.2", "0.7.0", "0.7.2")),
+            # float4_e2m1fn data aligned to 64 bytes (it refuses the other
+            # sub-byte codes; before 0.12 it asked for DLPack 1.0, which has none).
+            Fault("reads-padded-subbyte-packed", since=(0, 12), seen=("0.12.1",)),
         ),
     ),
     # Numba's device arrays take the CUDA Array Interface, and cannot be

@@ -511,6 +511,8 @@ REAL_MESSAGES = {
     "gpu_dlpack-consumer-no-gpu": lambda: raised(lambda: gpu_dlpack.convert(Producer(2), _torch().__name__)),
     "gpu_dlpack-convert-narrowing": lambda: raised(lambda: _without_x64(
         lambda: gpu_dlpack.convert(np.array([2**40]), _jax().__name__))),
+    "gpu_dlpack-convert-subbyte-packed": lambda: raised(lambda: gpu_dlpack.convert(
+        np.zeros(4, pytest.importorskip("ml_dtypes").float4_e2m1fn), _jax().__name__)),
     "gpu_dlpack-convert-float-narrowing": lambda: raised(
         lambda: gpu_dlpack.convert(np.array([1e300]), pytest.importorskip("mlx.core").__name__)),
     "gpu_dlpack-convert-consumer-copied": lambda: raised(
@@ -696,6 +698,7 @@ RAISED_IN = {
     "jax-needs-methods": ("jax", (0, 7, 2), None),  # 0.6 and 0.7.0 take a raw capsule
     "jax-unaligned-copy-false": ("jax", (0, 9), None),  # before, JAX copies even for copy=False
     "jax-versioned-capsule": ("jax", None, (0, 12)),  # 0.12 reads versioned capsules
+    "gpu_dlpack-convert-subbyte-packed": ("jax", (0, 12), None),  # before, no 4-bit dtype reaches JAX
 }
 
 
@@ -1186,6 +1189,7 @@ BUILDER_ARGS = {
     "unaligned_needs_copy": ("jax", 0x1004, 64),
     "narrowing_refused": ("jax", "int64", "int32", "jax_enable_x64"),
     "float_narrowing_refused": ("mlx", "float64", "float32"),
+    "subbyte_misread_refused": ("jax", (17, 4)),
     "consumer_copied": ("mlx",),
     "view_needs_copy": (_an_instance_of("torch.Tensor"), "the negative bit", "resolve_neg"),
     "no_gpu_consumer": ("cupy", RuntimeError("no GPU is usable by CuPy")),

@@ -364,7 +364,9 @@ def _jax_float4(cases, x, w, copy):
         same_values(np.asarray(y), x)
         cases["wrap -> jax: float4 exchanged"] += 1
     else:
-        cases["wrap -> jax: float4 read as packed (a fault of JAX's)"] += 1
+        cases["wrap -> jax: float4 read as packed (a fault of JAX's; convert refuses)"] += 1
+        with pytest.raises(gpu_dlpack.DtypeChangeError):
+            gpu_dlpack.convert(x, "jax")
 
 
 def _host_array(y, consumer):
