@@ -452,8 +452,9 @@ def convert(x: Any, to: Library | ModuleType, /, *, report: Literal[True], **kw:
 def convert(x: Any, to: Library | ModuleType, /, *, report: bool = ..., **kw: Unpack[_Options]) -> Any: ...
 
 
-def convert(x, to, /, *, device=None, copy=None, stream=None, on_readonly="copy", report=False,
-            require_alignment=0, require_contiguous=False):
+def convert(x: Any, to: Library | ModuleType, /, *, device: DeviceLike | None = None, copy: bool | None = None,
+            stream: StreamLike | None = None, on_readonly: OnReadOnly = "copy", report: bool = False,
+            require_alignment: int = 0, require_contiguous: bool = False) -> Any:
     """``x`` as an array of library ``to``, exchanged as that library needs.
 
     It is ``to.from_dlpack(gpu_dlpack.wrap(x))`` with what that consumer cannot

@@ -42,7 +42,7 @@ from dlpack cimport (
     as_long, as_u64, as_ulong, capsule_or_null, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLPackVersion, DLTensor, FLAG_READ_ONLY, get_context, kDLCPU,
     MAX_NDIM, name_or_null, named, pointer_or_null, PY_VECTORCALL_ARGUMENTS_OFFSET, PyObject_Vectorcall,
-    PyObject_VectorcallMethod, raw_call_method, raw_compare, raw_getattr, raw_is_true, raw_length, raw_set_traceback,
+    PyObject_VectorcallMethod, raw_compare, raw_getattr, raw_is_true, raw_set_traceback,
     rename, set_context, take, TypeSlots,
 )
 

@@ -407,7 +407,7 @@ def placed_by_consumer(device, library) -> DeviceUnreachableError:
 
 def producer_refused(producer, exc) -> BufferError:
     return BufferError(
-        f"{_named(producer)}.__dlpack__ refused the export: {type(exc).__name__}: {exc}. "
+        f"{_named(producer)}.__dlpack__ refused the export: {type(exc).__name__}: {str(exc).removesuffix('.')}. "
         "That is the producer's own error: fix what it names, or ask the producer "
         "for an export it can make (its own device, no copy, max_version=None)."
     )

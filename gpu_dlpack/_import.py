@@ -21,7 +21,7 @@ from . import (
 )
 from ._backends import numpy_backend
 from . import _compiled
-from ._devices import CPU, HOST_ACCESSIBLE, Device, known_on_host
+from ._devices import CPU, HOST_ACCESSIBLE, Device, host_tested, known_on_host
 from ._producer import AskedAgain, answer_after, request
 from ._shards import Shard
 from ._typing import Array, DeviceLike, StreamLike
@@ -157,7 +157,7 @@ def from_dlpack(
         return from_dlpack(adapted, device=device, copy=copy, stream=stream)
     try:
         try:
-            source = Device.of(x)  # a producer that answers no device is named
+            source = CPU if host_tested(x) else Device.of(x)  # a producer that answers no device is named
         except BufferError as refused:
             if not _shards.spread(x):
                 return _host_copy(x, device, copy, stream, refused)

@@ -24,6 +24,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import types
 
 import numpy as np
 
@@ -370,21 +371,16 @@ class Producer:
 
 class HostProducer(Producer):
     """A ``Producer`` that answers a host test as JAX's arrays do
-    (``_peers.HostTest``): ``pieces`` holds one entry, it is never deleted,
-    ``platform()`` says "cpu" for host memory, and ``__dlpack_device__``
-    then says (1, 0) whatever id its capsule gives the CPU. The capsule fuzzer tells the layer
-    of it (``fuzz_capsules._host_tested``), so that the compiled core asks
-    its ``__dlpack__`` itself, as it asks JAX's."""
+    (``_peers.HostTest``): ``_sharding._device.platform`` says "cpu" for
+    host memory (a device of its own), and ``__dlpack_device__`` then says
+    (1, 0) whatever id its capsule gives the CPU. The capsule fuzzer tells
+    the layer of it (``fuzz_capsules._host_tested``), so that the compiled
+    core asks its ``__dlpack__`` itself, as it asks JAX's."""
 
     def __init__(self, capsule, device=(1, 0)):
         super().__init__(capsule, device)
-        self.pieces = [self]
-
-    def platform(self):
-        return "cpu" if self.device[0] == 1 else "gpu"
-
-    def is_deleted(self):
-        return False
+        place = types.SimpleNamespace(platform="cpu" if device[0] == 1 else "gpu")
+        self._sharding = types.SimpleNamespace(_device=place)
 
     def __dlpack_device__(self):
         return (1, 0) if self.device[0] == 1 else self.device

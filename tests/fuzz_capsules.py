@@ -187,7 +187,7 @@ def _host_tested():
     from gpu_dlpack import _peers
 
     return _peers.Peer("fuzzed producer", "tests.capsules", array="HostProducer",
-                       host_test=_peers.HostTest("platform", "cpu", "pieces"))
+                       host_test=_peers.HostTest(("_sharding", "_device"), "platform", "cpu"))
 
 
 class _Env:

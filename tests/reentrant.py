@@ -28,6 +28,7 @@ and memory freed under a call that would still read the original.
 from __future__ import annotations
 
 import gc
+import types
 import weakref
 
 import numpy as np
@@ -131,16 +132,26 @@ class Hostile:
 
 
 class HostTested(Hostile):
-    """A ``Hostile`` producer with the host test of ``PEER``: one piece, and
-    ``platform()`` says "cpu" (a collection there where its case says)."""
+    """A ``Hostile`` producer with the host test of ``PEER``: its one
+    device, new at each read (never one the core kept), says "cpu" (a
+    collection there where its case says)."""
 
     @property
-    def pieces(self):
-        return [self]
+    def _sharding(self):
+        return types.SimpleNamespace(_device=_Device(self))
 
+
+class _Device:
+    # The core keeps the last device that passed: it must not keep the
+    # producer alive (JAX's devices outlive every array).
+    def __init__(self, producer):
+        self.producer = weakref.ref(producer)
+
+    @property
     def platform(self):
-        if self.when == "in host test" and self.trigger is not None:
-            self.trigger()
+        producer = self.producer()
+        if producer is not None and producer.when == "in host test" and producer.trigger is not None:
+            producer.trigger()
         return "cpu"
 
 
@@ -152,7 +163,7 @@ def peer():
     from gpu_dlpack import _peers
 
     return _peers.Peer("reentrant producer", "tests.reentrant_peer", array="HostTested",
-                       host_test=_peers.HostTest("platform", "cpu", "pieces"))
+                       host_test=_peers.HostTest(("_sharding", "_device"), "platform", "cpu"))
 
 
 _EXCEPTIONS = {"BufferError": BufferError, "TypeError": TypeError, "ValueError": ValueError,

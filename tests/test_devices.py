@@ -1,10 +1,12 @@
 """The device abstraction: DLPack device types and the Device value."""
 
+import importlib.util
 import pickle
 
 import numpy as np
 import pytest
 
+import gpu_dlpack
 from gpu_dlpack import Device, DLDeviceType
 from gpu_dlpack import _devices
 
@@ -157,6 +159,23 @@ def test_device_from_torch(torch):
     assert Device.of(torch.zeros(2)) == Device("cpu")
     with pytest.raises(ValueError):
         Device(torch.device("meta"))
+
+
+def test_a_deleted_jax_array_is_refused_in_jaxs_own_words_on_every_entry(jax):
+    # A deleted array keeps its one device, so it passes JAX's host test;
+    # its __dlpack__ then says it is deleted (platform() of it would end the
+    # process, and __dlpack_device__ fails on a len() of None).
+    entries = [gpu_dlpack.from_dlpack, lambda x: gpu_dlpack.convert(x, "numpy"),
+               lambda x: gpu_dlpack.export(x, max_version=(1, 0)), lambda x: gpu_dlpack.export(x),
+               lambda x: np.from_dlpack(gpu_dlpack.wrap(x))]
+    if importlib.util.find_spec("torch") is not None:
+        entries.append(lambda x: gpu_dlpack.convert(x, "torch"))
+    for call in entries:
+        x = jax.numpy.arange(4.0)
+        x.delete()
+        with pytest.raises(BufferError, match=r"ArrayImpl\.__dlpack__ refused the export: RuntimeError: "
+                                              r"Array has been deleted with shape=float\d+\[4\]\. That is"):
+            call(x)
 
 
 def test_device_from_jax(jax):

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -137,18 +138,14 @@ def test_a_finalizer_that_changes_the_wrapper_mid_call_leaves_it_whole_to_the_ca
 # -- a producer that exports or imports itself -------------------------------------
 
 SELF_EXCHANGE = r"""
-import json, sys
+import json, sys, types
 import numpy as np, gpu_dlpack
 calls = 0
 entry = None
 
 
 class ArrayImpl:  # what the layer takes for JAX's array type, by its name
-    def __init__(self):
-        self._arrays = [self]
-
-    def platform(self):
-        return "cpu"
+    _sharding = types.SimpleNamespace(_device=types.SimpleNamespace(platform="cpu"))
 
     def __dlpack_device__(self):
         return (1, 0)
@@ -201,29 +198,34 @@ def test_a_producer_that_exchanges_itself_is_asked_once_per_level():
 # -- producers taken for JAX's whose methods raise ------------------------------------
 
 HOST_TESTED = r"""
-import json
+import json, types
 import numpy as np, gpu_dlpack
 
 
-class ArrayImpl:  # taken for JAX's by its name: the layer reads its host test
+class Device:
+    reads = 0
+
     def __init__(self, bad):
-        self.bad, self.a = bad, np.arange(3.0)
+        self.bad = bad
 
     @property
-    def _arrays(self):
-        if self.bad == "_arrays raises":
-            raise RuntimeError("_arrays")
-        return [self, self] if self.bad == "two devices" else [self]
-
     def platform(self):
+        Device.reads += 1
         if self.bad == "platform raises":
             raise RuntimeError("platform")
         return "gpu" if self.bad == "on a gpu" else "cpu"
 
-    def is_deleted(self):
-        if self.bad == "is_deleted raises":
-            raise RuntimeError("is_deleted")
-        return False
+
+class ArrayImpl:  # taken for JAX's by its name: the layer reads its host test
+    def __init__(self, bad, device=None):
+        self.bad, self.a, self.device = bad, np.arange(3.0), device or Device(bad)
+
+    @property
+    def _sharding(self):
+        if self.bad == "_sharding raises":
+            raise RuntimeError("_sharding")
+        # An array over several devices has a sharding without _device.
+        return types.SimpleNamespace(**({} if self.bad == "two devices" else {"_device": self.device}))
 
     def __dlpack_device__(self):
         if self.bad in ("__dlpack_device__ raises", "two devices"):
@@ -245,7 +247,7 @@ ENTRIES = {
     "export legacy": lambda x: gpu_dlpack.inspect(gpu_dlpack.export(x)).name,
     "wrap": lambda x: np.from_dlpack(gpu_dlpack.wrap(x)).tolist(),
 }
-for bad in ("nothing", "__dlpack_device__ raises", "_arrays raises", "platform raises", "is_deleted raises",
+for bad in ("nothing", "__dlpack_device__ raises", "_sharding raises", "platform raises",
             "two devices", "on a gpu", "__dlpack__ raises", "__dlpack__ refuses max_version"):
     for entry, call in ENTRIES.items():
         try:
@@ -253,16 +255,22 @@ for bad in ("nothing", "__dlpack_device__ raises", "_arrays raises", "platform r
         except Exception as exc:
             got = f"{type(exc).__name__}: {exc}"
         print(json.dumps([bad, entry, got]))
+one = Device("nothing")  # the device of three arrays: the core's export reads its platform once
+Device.reads = 0
+for _ in range(3):
+    gpu_dlpack.export(ArrayImpl("nothing", one), max_version=(1, 0))
+print(json.dumps(["one device", "platform reads", Device.reads]))
 """
 
 
 def test_a_producer_taken_for_jax_is_read_alike_on_every_entry():
     # The core's wrap and export never asked __dlpack_device__ (its host
     # test stood for it, not on the Python path), and its import read
-    # is_deleted() where the Python path reads _arrays: an exception raised
+    # is_deleted() where the Python path read _arrays: an exception raised
     # in one of them surfaced on different entries.
     here = _child(HOST_TESTED)
-    assert len(here) == 9 * 4
+    assert here.pop() == ["one device", "platform reads", 1]  # kept: a device's kind cannot change
+    assert len(here) == 8 * 4
     got = {(bad, entry): out for bad, entry, out in here}
     entries = ("import", "export", "export legacy", "wrap")
     for bad in {bad for bad, _ in got}:
@@ -277,7 +285,8 @@ def test_a_producer_taken_for_jax_is_read_alike_on_every_entry():
         assert not str(got["__dlpack_device__ raises", entry]).startswith("BufferError")
         assert got["two devices", entry].startswith("BufferError: jaxlib.xla_extension.ArrayImpl.__dlpack_device__ "
                                                     "names no device (BufferError: __dlpack_device__: two devices)")
-        assert got["_arrays raises", entry] == got["nothing", entry] == got["is_deleted raises", entry]
+        assert got["_sharding raises", entry] == got["nothing", entry] == got["platform raises", entry]
+        assert got["on a gpu", entry] == got["nothing", entry]  # __dlpack_device__ asked: it says (1, 0)
     assert got["__dlpack__ raises", "import"].startswith(
         "BufferError: jaxlib.xla_extension.ArrayImpl.__dlpack__ refused the export: RuntimeError: __dlpack__")
     assert got["__dlpack__ refuses max_version", "export"] == "dltensor_versioned"  # asked again as an old producer
@@ -291,10 +300,7 @@ def test_an_error_of_a_producer_that_sets_a_floor_is_its_own(floor):
     import gpu_dlpack
 
     class ArrayImpl:  # taken for JAX's by its name
-        _arrays = property(lambda self: [self])
-
-        def platform(self):
-            return "cpu"
+        _sharding = types.SimpleNamespace(_device=types.SimpleNamespace(platform="cpu"))
 
         def __dlpack_device__(self):
             return (1, 0)

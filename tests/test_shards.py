@@ -243,6 +243,25 @@ def test_the_peers_alone_refuse_these_arrays(jax, torch, sharding):
             torch.from_dlpack(x)
 
 
+def test_jaxs_host_test_passes_an_array_on_one_host_device_and_no_other(jax, sharding):
+    # The row's test (_peers.HostTest) stands for __dlpack_device__: it
+    # passes an array on any one host device, never one over several (which
+    # the layer gathers), and each lands whole, the core's way and Python's.
+    from gpu_dlpack._devices import host_tested
+
+    for device in jax.devices()[:4]:
+        x = jax.device_put(jax.numpy.arange(4.0), device)
+        assert host_tested(x)
+        np.testing.assert_array_equal(gpu_dlpack.convert(x, "numpy"), np.arange(4.0))
+        np.testing.assert_array_equal(np.from_dlpack(gpu_dlpack.wrap(x)), np.arange(4.0))
+    values = np.arange(16.0).reshape(4, 4)
+    for mesh, *spec in (("1d", "x"), ("1d",), ("2d", "a", "b")):
+        x = _put(jax, values, sharding(mesh, *spec))
+        assert not host_tested(x)
+        np.testing.assert_array_equal(gpu_dlpack.convert(x, "numpy"), values)
+        np.testing.assert_array_equal(gpu_dlpack.from_dlpack(x), values)
+
+
 class _SpreadOverOtherProcesses:
     """A JAX-like array whose sharding spans devices of other processes."""
 

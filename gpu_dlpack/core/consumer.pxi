@@ -29,9 +29,10 @@ cdef struct ImportEntry:
     PyObject *attrs    # data descriptors whose value (their __get__) must be false for the plain export
     PyObject *methods  # callables whose result for the array must be false ...
     uint32_t method_codes[GUARD_METHODS]  # ... each for these dtype codes (bit per code)
-    PyObject *host_method  # the host test (_peers.HostTest), or NULL: len() of ...
-    PyObject *host_pieces  # ... this attribute is 1 (one device), and ...
-    PyObject *host_answer  # ... method() answers this for host memory
+    PyObject *host_device  # the host test (_peers.HostTest), or NULL: these attributes in turn reach ...
+    PyObject *host_kind    # ... an array's one device, whose attribute of this name ...
+    PyObject *host_answer  # ... is this for host memory
+    PyObject *host_kept    # the last device that passed (a device's kind cannot change), or NULL
     bint read_only     # its arrays are read-only whatever its capsules say (_peers.READ_ONLY_ARRAYS)
 
 
@@ -53,9 +54,10 @@ cdef void entry_destructor(object capsule) noexcept:
     Py_XDECREF(e.api_owner)
     Py_XDECREF(e.attrs)
     Py_XDECREF(e.methods)
-    Py_XDECREF(e.host_method)
+    Py_XDECREF(e.host_device)
+    Py_XDECREF(e.host_kind)
     Py_XDECREF(e.host_answer)
-    Py_XDECREF(e.host_pieces)
+    Py_XDECREF(e.host_kept)
     PyMem_Free(e)
 
 
@@ -112,12 +114,12 @@ cdef object learned_entry(object producer_type):
     cdef const DLPackExchangeAPI *api = NULL
     if cap != <PyObject *>None:
         api = api_of(<object>cap)
-    cdef PyObject *hm = NULL
+    cdef PyObject *hd = NULL
+    cdef PyObject *hk = NULL
     cdef PyObject *ha = NULL
-    cdef PyObject *hp = NULL
     if host != <PyObject *>None:
-        PyArg_ParseTuple(<object>host, "UUU", &hm, &ha, &hp)
-    if api == NULL and hm == NULL:
+        PyArg_ParseTuple(<object>host, "O!UU", <PyObject *>tuple, &hd, &hk, &ha)  # a name not a str: never passes
+    if api == NULL and hd == NULL:
         return None
     cdef ImportEntry *e = <ImportEntry *>PyMem_Calloc(1, sizeof(ImportEntry))
     if e == NULL:
@@ -137,13 +139,13 @@ cdef object learned_entry(object producer_type):
     Py_INCREF(<object>methods)
     for i in range(nm):
         e.method_codes[i] = masks[i]
-    e.host_method = hm
+    e.host_device = hd
+    e.host_kind = hk
     e.host_answer = ha
-    e.host_pieces = hp
     e.read_only = read_only
-    Py_XINCREF(hm)
+    Py_XINCREF(hd)
+    Py_XINCREF(hk)
     Py_XINCREF(ha)
-    Py_XINCREF(hp)
     return take(entry)
 
 
@@ -213,33 +215,33 @@ cdef int guards_pass(ImportEntry *e, PyObject *x, int code) noexcept:
 
 cdef int host_test(ImportEntry *e, PyObject *x) except -1:
     """1 when x passes its type's host test (told by Python: _peers.HostTest),
-    as _devices reads it: len(x.<pieces>) == 1 and x.<method>() == answer is
-    True (one device, host memory; a deleted JAX array's pieces are None, and
-    platform() is never asked of it: it crashes the process). 0 when it does
-    not, or the test cannot say (the error cleared, as Python clears it: then
-    __dlpack_device__ says where the memory is); -1 with an error that is no
-    Exception (an interrupt) pending."""
-    if e.host_method == NULL:
+    as _devices reads it: the attributes in turn reach x's one device (an
+    array over several has none), whose kind is the answer (host memory; a
+    deleted JAX array keeps its device, and its __dlpack__ then says it is
+    deleted). The last device that passed is kept: the same object passes
+    again unread. 0 when it does not, or the test cannot say (the error
+    cleared, as Python clears it: then __dlpack_device__ says where the
+    memory is); -1 with an error that is no Exception (an interrupt)
+    pending."""
+    if e.host_device == NULL:
         return 0
-    cdef PyObject *pieces = raw_getattr(x, e.host_pieces)
-    if pieces == NULL:
-        return cleared()
-    cdef Py_ssize_t n = raw_length(pieces)
-    Py_DECREF(<object>pieces)
-    if n < 0:
-        return cleared()
-    if n != 1:
+    device = <object>x
+    try:
+        for name in <tuple>e.host_device:
+            device = getattr(device, name)
+        with cython.critical_section(kept_lock):
+            if <PyObject *>device == e.host_kept:
+                return 1
+        if (getattr(device, <object>e.host_kind) == <object>e.host_answer) is not True:
+            return 0
+    except Exception:
         return 0
-    cdef PyObject *r = raw_call_method(x, e.host_method)
-    if r == NULL:
-        return cleared()
-    cdef PyObject *eq = raw_compare(r, e.host_answer, Py_EQ)
-    Py_DECREF(<object>r)
-    if eq == NULL:
-        return cleared()
-    cdef int host = <object>eq is True
-    Py_DECREF(<object>eq)
-    return host
+    cdef PyObject *old
+    Py_INCREF(device)
+    with cython.critical_section(kept_lock):
+        old, e.host_kept = e.host_kept, <PyObject *>device
+    Py_XDECREF(old)  # after the swap: its release may run Python
+    return 1
 
 
 cdef PyObject *ask_capsule(PyObject *x, int versioned) noexcept:

@@ -83,10 +83,8 @@ cdef extern from "Python.h":
     PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames) noexcept
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     PyObject *raw_getattr "PyObject_GetAttr"(PyObject *o, PyObject *name) noexcept
-    PyObject *raw_call_method "PyObject_CallMethodNoArgs"(PyObject *o, PyObject *name) noexcept
     PyObject *raw_compare "PyObject_RichCompare"(PyObject *a, PyObject *b, int op) noexcept
     int raw_is_true "PyObject_IsTrue"(PyObject *o) noexcept
-    Py_ssize_t raw_length "PyObject_Length"(PyObject *o) noexcept
     int raw_set_traceback "PyException_SetTraceback"(PyObject *exc, PyObject *tb) noexcept
 
 cdef extern from *:

@@ -77,7 +77,7 @@ cdef inline object dtype_of(DLDataType dt):
 cdef PyObject *kept_tuples[2]
 cdef int kept_n[2]
 cdef int64_t kept_values[2][MAX_NDIM]
-cdef object kept_lock = object()  # a free-threaded build's: the GIL's elsewhere
+cdef object kept_lock = object()  # a free-threaded build's, for all the core keeps: the GIL's elsewhere
 
 
 cdef inline tuple int64s_kept(int which, const int64_t *values, int n):
