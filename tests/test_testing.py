@@ -521,6 +521,23 @@ def test_each_importer_breaks_what_the_guide_and_the_fault_table_say(library, mo
     assert failed == rows[(library, version)], (library, version)
 
 
+def test_the_holds_rule_catches_jax_0_12_reading_padded_float4_as_packed(monkeypatch):
+    # JAX 0.12 reads float4 data aligned to 64 bytes as two values a byte:
+    # the rule imports aligned data, so it fails on every run, not only
+    # where the allocator happens to place the array so.
+    monkeypatch.setenv("JAX_ENABLE_X64", "0")
+    pytest.importorskip("ml_dtypes")
+    pytest.importorskip("jax")
+    version = conformance_peers.version("jax")
+    if tuple(int(p) for p in version.split(".")[:2]) < (0, 12):
+        pytest.skip(f"JAX {version} refuses 4-bit data (0.12 is the first that imports it)")
+    report = testing.check_consumer("jax.dlpack:from_dlpack", dtypes=("float4_e2m1fn", "float32"))
+    row = report["imports-the-array"]
+    assert row.outcome == "failed" and row.evidence.startswith(
+        "float4_e2m1fn (5,): it holds [0.0, 0.0, 1.0, 0.0, 2.0], not [0.0, 1.0, 2.0, 3.0, 4.0]"), row
+    assert "float32" not in row.evidence
+
+
 def test_gpu_dlpacks_own_importer_row_of_the_guide():
     report = testing.check_consumer(gpu_dlpack.from_dlpack)
     assert _consumer_docs_table()[("gpu_dlpack.from_dlpack", gpu_dlpack.__version__)] == set(report.failed) == set()
